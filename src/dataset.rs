@@ -1,0 +1,613 @@
+//! The dataset protocol of RFC-0008 on an object store:
+//! parts, then `manifest.json`, then `_SUCCESS`; and the checked read.
+//!
+//! Writing streams: each part is encoded on a blocking thread while it fills,
+//! and its bytes are uploaded as they are produced (a single PUT for small
+//! parts, a multipart upload for large ones; both complete atomically). At
+//! most `parallelism` parts are in flight, so memory is bounded by row group
+//! size x parallelism, not by dataset size. If anything fails, no manifest and
+//! no `_SUCCESS` are written, and the parts that did land are removed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::buffered::BufWriter;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::decode::{self, Decoded, ReadOptions};
+use crate::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary};
+use crate::error::{Error, Result};
+use crate::manifest::{self, Manifest, PartInfo};
+use crate::split::{part_name, Piece, Splitter};
+use crate::store::{PutMode, StoreHandle};
+
+/// The commit marker, written last.
+pub const SUCCESS: &str = "_SUCCESS";
+/// The manifest, written after every part.
+pub const MANIFEST: &str = "manifest.json";
+
+/// Bytes handed from an encoder to its uploader at a time, and the size
+/// above which a part becomes a multipart upload.
+const CHUNK: usize = 8 * 1024 * 1024;
+/// Concurrent part uploads within one multipart upload.
+const UPLOAD_CONCURRENCY: usize = 4;
+
+/// Join a dataset key and a file name.
+pub fn child_key(dataset_key: &str, name: &str) -> String {
+    format!("{}/{}", dataset_key.trim_end_matches('/'), name)
+}
+
+/// What the caller knows about the dataset besides its data.
+#[derive(Debug, Clone, Default)]
+pub struct WriteRequest {
+    pub dataset_key: String,
+    /// RFC-0008's schema hash, computed by the caller from pyarrow's
+    /// `schema.to_string()` so it is identical to remote-store's.
+    pub schema_hash: String,
+    pub run_id: Option<String>,
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Total rows, when known up front (a Table). Lets part 0 be named at
+    /// once; without it a multi-part write names part 0 when part 1 starts.
+    pub total_rows: Option<u64>,
+    /// Parts encoded and uploaded at once.
+    pub parallelism: usize,
+}
+
+enum PartMsg {
+    Batch(RecordBatch),
+    /// The part is complete; anything else (a dropped sender) means abort.
+    Finish,
+}
+
+/// A `Write` sink that hands full chunks to the uploader task.
+struct ChunkSink {
+    buf: Vec<u8>,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl ChunkSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(chunk)
+            .map_err(|_| std::io::Error::other("upload stopped"))
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encode the batches of one part into chunks (runs on a blocking thread).
+fn encode_part(
+    schema: SchemaRef,
+    opts: EncodeOptions,
+    batches: std::sync::mpsc::Receiver<PartMsg>,
+    chunks: mpsc::Sender<Bytes>,
+) -> Result<PartSummary> {
+    let sink = ChunkSink {
+        buf: Vec::with_capacity(CHUNK),
+        tx: chunks,
+    };
+    let mut enc = PartEncoder::new(sink, schema, &opts)?;
+    loop {
+        match batches.recv() {
+            Ok(PartMsg::Batch(b)) => enc.write(&b)?,
+            Ok(PartMsg::Finish) => break,
+            Err(_) => return Err(Error::Task("part aborted".into())),
+        }
+    }
+    let (summary, mut sink) = enc.finish()?;
+    if !sink.buf.is_empty() {
+        sink.send()?;
+    }
+    Ok(summary)
+}
+
+/// Upload the chunks of one part to `dataset_key/<name>`. The name arrives
+/// separately: chunks are held until it does.
+async fn upload_part(
+    store: Arc<StoreHandle>,
+    dataset_key: String,
+    name: oneshot::Receiver<String>,
+    mut chunks: mpsc::Receiver<Bytes>,
+) -> Result<String> {
+    let mut held = Vec::new();
+    let mut name = name;
+    let name = loop {
+        tokio::select! {
+            n = &mut name => break n.map_err(|_| Error::Task("part aborted before it was named".into()))?,
+            c = chunks.recv() => match c {
+                Some(c) => held.push(c),
+                None => break name.await.map_err(|_| Error::Task("part aborted before it was named".into()))?,
+            },
+        }
+    };
+    let key = child_key(&dataset_key, &name);
+    let mut writer = BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
+        .with_max_concurrency(UPLOAD_CONCURRENCY);
+    let result: Result<()> = async {
+        for c in held {
+            writer.put(c).await?;
+        }
+        while let Some(c) = chunks.recv().await {
+            writer.put(c).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = writer.abort().await;
+        return Err(e);
+    }
+    // Completes the single PUT or the multipart upload: the object appears whole.
+    writer.shutdown().await?;
+    Ok(name)
+}
+
+/// Encode + upload of one part: `(name, summary)` once the object is in place.
+async fn run_part(
+    store: Arc<StoreHandle>,
+    dataset_key: String,
+    schema: SchemaRef,
+    opts: EncodeOptions,
+    batches: std::sync::mpsc::Receiver<PartMsg>,
+    name: oneshot::Receiver<String>,
+) -> Result<(String, PartSummary)> {
+    let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
+    let encoder = tokio::task::spawn_blocking(move || encode_part(schema, opts, batches, chunk_tx));
+    let uploaded = upload_part(store.clone(), dataset_key.clone(), name, chunk_rx).await;
+    let encoded = encoder.await?;
+    match (encoded, uploaded) {
+        // The uploader completes the upload only when the encoder closed the
+        // chunk channel, which it does on success and on failure alike. An
+        // encoder failure after its last chunk would leave a complete-looking
+        // object behind, so remove it.
+        (Err(e), Ok(name)) => {
+            let _ = store.delete(&child_key(&dataset_key, &name)).await;
+            Err(e)
+        }
+        (Err(e), Err(_)) | (Ok(_), Err(e)) => Err(e),
+        (Ok(summary), Ok(name)) => Ok((name, summary)),
+    }
+}
+
+/// Handles of the part currently being filled.
+struct OpenPart {
+    index: usize,
+    batches: std::sync::mpsc::SyncSender<PartMsg>,
+    name: Option<oneshot::Sender<String>>,
+}
+
+/// Write a dataset from `reader` (fast path). Returns the manifest written.
+///
+/// Preconditions (existence, overwrite, capabilities) are the caller's: this
+/// writes parts, then `manifest.json`, then `_SUCCESS`, or, on failure,
+/// neither of the last two.
+pub fn write_dataset(
+    store: Arc<StoreHandle>,
+    reader: Box<dyn RecordBatchReader + Send>,
+    opts: EncodeOptions,
+    req: WriteRequest,
+) -> Result<Manifest> {
+    crate::store::keys::object_segments(&req.dataset_key)?;
+    let schema = reader.schema();
+    let runtime = crate::runtime::get()?;
+    let handle = runtime.handle().clone();
+    let parallelism = req.parallelism.max(1);
+    let max_rows = opts.max_rows_per_file;
+    let known_single = match (max_rows, req.total_rows) {
+        (None, _) => Some(true),
+        (Some(max), Some(total)) => Some(total <= max as u64),
+        (Some(_), None) => None,
+    };
+
+    // The splitter runs on this (GIL-free) thread; parts run on the runtime.
+    let permits = Arc::new(Semaphore::new(parallelism));
+    let mut tasks: Vec<tokio::task::JoinHandle<Result<(String, PartSummary)>>> = Vec::new();
+    let mut open: Option<OpenPart> = None;
+    let mut failure: Option<Error> = None;
+
+    for piece in Splitter::new(reader, max_rows) {
+        let piece = match piece {
+            Ok(p) => p,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        if open.is_none() {
+            let index = tasks.len();
+            let permit = match handle.block_on(permits.clone().acquire_owned()) {
+                Ok(p) => p,
+                Err(e) => {
+                    failure = Some(Error::Task(e.to_string()));
+                    break;
+                }
+            };
+            let (btx, brx) = std::sync::mpsc::sync_channel::<PartMsg>(2);
+            let (ntx, nrx) = oneshot::channel::<String>();
+            let mut name = Some(ntx);
+            if index > 0 || known_single.is_some() {
+                let single = index == 0 && known_single == Some(true);
+                if let Some(tx) = name.take() {
+                    let _ = tx.send(part_name(index, single));
+                }
+            }
+            let fut = run_part(
+                store.clone(),
+                req.dataset_key.clone(),
+                schema.clone(),
+                opts.clone(),
+                brx,
+                nrx,
+            );
+            tasks.push(handle.spawn(async move {
+                let r = fut.await;
+                drop(permit);
+                r
+            }));
+            open = Some(OpenPart {
+                index,
+                batches: btx,
+                name,
+            });
+        }
+        let Some(part) = open.as_mut() else { continue };
+        match piece {
+            Piece::Batch(b) => {
+                if part.batches.send(PartMsg::Batch(b)).is_err() {
+                    // The part failed; its task holds the error.
+                    open = None;
+                    break;
+                }
+            }
+            Piece::EndOfPart { last } => {
+                if let Some(tx) = part.name.take() {
+                    let _ = tx.send(part_name(part.index, part.index == 0 && last));
+                }
+                let _ = part.batches.send(PartMsg::Finish);
+                open = None;
+            }
+        }
+    }
+    drop(open); // Aborts a part left open by an input error.
+
+    let mut written = Vec::new();
+    let mut summaries = Vec::new();
+    for t in tasks {
+        match handle.block_on(t) {
+            Ok(Ok((name, summary))) => {
+                written.push(name);
+                summaries.push(summary);
+            }
+            Ok(Err(e)) => {
+                failure.get_or_insert(e);
+            }
+            Err(join) => {
+                failure.get_or_insert(Error::from(join));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        let keys: Vec<String> = written.iter().map(|n| child_key(&req.dataset_key, n)).collect();
+        let _ = handle.block_on(store.delete_many(&keys));
+        return Err(e);
+    }
+
+    let manifest = build_manifest(&schema, &opts, &req, &written, &summaries)?;
+    handle.block_on(commit(&store, &req.dataset_key, &manifest))?;
+    Ok(manifest)
+}
+
+/// The manifest for parts `names` with `summaries`.
+pub fn build_manifest(
+    schema: &SchemaRef,
+    opts: &EncodeOptions,
+    req: &WriteRequest,
+    names: &[String],
+    summaries: &[PartSummary],
+) -> Result<Manifest> {
+    Ok(Manifest {
+        dataset_key: req.dataset_key.clone(),
+        parts: names.to_vec(),
+        row_count: summaries.iter().map(|s| s.row_count).sum(),
+        schema_hash: req.schema_hash.clone(),
+        compression: opts.compression_name.clone(),
+        created_at_utc: manifest::now_iso8601(),
+        run_id: req.run_id.clone(),
+        metadata: req.metadata.clone(),
+        arrow_schema: Some(manifest::schema_to_ipc_base64(schema)?),
+        part_info: Some(
+            names
+                .iter()
+                .zip(summaries)
+                .map(|(n, s)| PartInfo {
+                    name: n.clone(),
+                    row_count: s.row_count,
+                    size_bytes: s.size_bytes,
+                    sha256: s.sha256.clone(),
+                })
+                .collect(),
+        ),
+    })
+}
+
+/// Write `manifest.json`, then `_SUCCESS`: the commit.
+pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest) -> Result<()> {
+    let json = manifest.to_json()?;
+    store
+        .put(&child_key(dataset_key, MANIFEST), Bytes::from(json), PutMode::Overwrite)
+        .await?;
+    store
+        .put(&child_key(dataset_key, SUCCESS), Bytes::new(), PutMode::Overwrite)
+        .await?;
+    Ok(())
+}
+
+/// Read and validate `manifest.json`. `NotFound` if it is absent.
+pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Manifest> {
+    let key = child_key(dataset_key, MANIFEST);
+    let raw = store.get(&key).await?;
+    Manifest::from_json(&raw, &key)
+}
+
+/// Check `_SUCCESS`, read the manifest, and HEAD every part at once.
+/// Returns the manifest and each part's size.
+pub async fn open_dataset(store: &StoreHandle, dataset_key: &str, parallelism: usize) -> Result<(Manifest, Vec<u64>)> {
+    crate::store::keys::object_segments(dataset_key)?;
+    if store.try_head(&child_key(dataset_key, SUCCESS)).await?.is_none() {
+        return Err(Error::DatasetIncomplete {
+            key: dataset_key.to_string(),
+            reason: "_SUCCESS marker missing".into(),
+        });
+    }
+    let manifest = read_manifest(store, dataset_key).await?;
+    let heads: Vec<Result<Option<u64>>> = futures::stream::iter(manifest.parts.iter())
+        .map(|p| async move { Ok(store.try_head(&child_key(dataset_key, p)).await?.map(|m| m.size)) })
+        .buffered(parallelism * 4)
+        .collect()
+        .await;
+    let mut sizes = Vec::with_capacity(heads.len());
+    let mut missing = Vec::new();
+    for (part, head) in manifest.parts.iter().zip(heads) {
+        match head? {
+            Some(size) => sizes.push(size),
+            None => missing.push(part.clone()),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Error::DatasetIncomplete {
+            key: dataset_key.to_string(),
+            reason: format!("missing parts {missing:?}"),
+        });
+    }
+    Ok((manifest, sizes))
+}
+
+/// Read a dataset (fast path): `_SUCCESS`, manifest, parts verified, then all
+/// parts fetched concurrently with projection applied while decoding.
+///
+/// With `verify`, every part is fetched whole and its SHA-256 checked against
+/// the manifest before it is decoded.
+pub fn read_dataset(
+    store: Arc<StoreHandle>,
+    dataset_key: &str,
+    opts: ReadOptions,
+    verify: bool,
+    parallelism: usize,
+) -> Result<Decoded> {
+    let parallelism = parallelism.max(1);
+    let dataset_key = dataset_key.to_string();
+    crate::runtime::block_on(async move {
+        let (manifest, sizes) = open_dataset(&store, &dataset_key, parallelism).await?;
+        let mpath = child_key(&dataset_key, MANIFEST);
+        let expected_schema = manifest.schema(&mpath)?;
+        if let (Some(schema), Some(cols)) = (&expected_schema, &opts.columns) {
+            decode::column_indices(schema, cols)?; // Unknown columns fail before any part is read.
+        }
+        let checksums: Option<Vec<String>> = if verify {
+            let info = manifest.part_info.as_ref().ok_or_else(|| Error::ManifestCorrupted {
+                path: mpath.clone(),
+                reason: "verify=True needs per-part checksums (part_info), which this manifest lacks".into(),
+            })?;
+            Some(info.iter().map(|p| p.sha256.clone()).collect())
+        } else {
+            None
+        };
+        let opts = Arc::new(opts);
+        let jobs = manifest.parts.iter().enumerate().map(|(i, part)| {
+            let store = store.clone();
+            let key = child_key(&dataset_key, part);
+            let size = sizes[i];
+            let opts = opts.clone();
+            let checksum = checksums.as_ref().map(|c| c[i].clone());
+            tokio::spawn(async move {
+                match checksum {
+                    None => decode::read_part(&store, &key, size, &opts).await,
+                    Some(expected) => {
+                        let data = store.get(&key).await?;
+                        tokio::task::spawn_blocking(move || {
+                            verify_bytes(&data, &key, &expected)?;
+                            decode::decode_bytes(data, &key, &opts)
+                        })
+                        .await?
+                    }
+                }
+            })
+        });
+        let results: Vec<_> = futures::stream::iter(jobs).buffered(parallelism).collect().await;
+        let mut schema = None;
+        let mut batches = Vec::new();
+        for r in results {
+            let d = r??;
+            schema.get_or_insert(d.schema);
+            batches.extend(d.batches);
+        }
+        let schema = schema.ok_or_else(|| Error::ManifestCorrupted {
+            path: mpath,
+            reason: "the manifest lists no parts".into(),
+        })?;
+        Ok(Decoded { schema, batches })
+    })?
+}
+
+/// Fail with `PartCorrupted` unless `data` hashes to `expected`.
+pub fn verify_bytes(data: &[u8], key: &str, expected: &str) -> Result<()> {
+    let actual = sha256_hex(data);
+    if actual != expected {
+        return Err(Error::PartCorrupted {
+            path: key.to_string(),
+            reason: format!("checksum mismatch: manifest has sha256 {expected}, part has {actual}"),
+        });
+    }
+    Ok(())
+}
+
+/// The dataset's Arrow schema: from the manifest if it records one (no data
+/// file is touched), else from the first part's footer.
+pub fn read_schema(store: Arc<StoreHandle>, dataset_key: &str) -> Result<SchemaRef> {
+    crate::store::keys::object_segments(dataset_key)?;
+    let dataset_key = dataset_key.to_string();
+    crate::runtime::block_on(async move {
+        let manifest = read_manifest(&store, &dataset_key).await?;
+        if let Some(schema) = manifest.schema(&child_key(&dataset_key, MANIFEST))? {
+            return Ok(schema);
+        }
+        let first = manifest.parts.first().ok_or_else(|| Error::ManifestCorrupted {
+            path: child_key(&dataset_key, MANIFEST),
+            reason: "the manifest lists no parts".into(),
+        })?;
+        decode::read_part_schema(&store, &child_key(&dataset_key, first)).await
+    })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, RecordBatchIterator};
+    use arrow_schema::{DataType, Field, Schema};
+
+    fn batches(n: i64, per: i64) -> (SchemaRef, Vec<RecordBatch>) {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < n {
+            let end = (start + per).min(n);
+            out.push(
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(start..end))]).unwrap(),
+            );
+            start = end;
+        }
+        (schema, out)
+    }
+
+    fn write(store: &Arc<StoreHandle>, key: &str, n: i64, max: Option<usize>, total: Option<u64>) -> Result<Manifest> {
+        let (schema, b) = batches(n, 7);
+        let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
+        let opts = EncodeOptions::new("zstd", Some(10), max).unwrap();
+        let req = WriteRequest {
+            dataset_key: key.into(),
+            schema_hash: "h".into(),
+            total_rows: total,
+            parallelism: 2,
+            ..Default::default()
+        };
+        write_dataset(store.clone(), reader, opts, req)
+    }
+
+    fn memory() -> Arc<StoreHandle> {
+        Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap())
+    }
+
+    #[test]
+    fn write_then_read_multi_part() {
+        let store = memory();
+        let m = write(&store, "ds", 95, Some(20), None).unwrap();
+        assert_eq!(m.parts.len(), 5);
+        assert_eq!(m.parts[0], "part-00000.parquet");
+        assert_eq!(m.row_count, 95);
+        let d = read_dataset(store.clone(), "ds", ReadOptions::default(), true, 2).unwrap();
+        let all = arrow_select::concat::concat_batches(&d.schema, &d.batches).unwrap();
+        let col = all.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(col.values().to_vec(), (0..95).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn single_part_is_data_parquet_with_or_without_row_hint() {
+        let store = memory();
+        assert_eq!(write(&store, "a", 15, Some(20), None).unwrap().parts, ["data.parquet"]);
+        assert_eq!(write(&store, "b", 15, Some(20), Some(15)).unwrap().parts, ["data.parquet"]);
+        assert_eq!(write(&store, "c", 40, Some(20), Some(40)).unwrap().parts.len(), 2);
+        assert_eq!(write(&store, "d", 0, None, None).unwrap().parts, ["data.parquet"]);
+        let d = read_dataset(store, "d", ReadOptions::default(), false, 2).unwrap();
+        assert_eq!(d.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    }
+
+    #[test]
+    fn read_checks_success_and_parts() {
+        let store = memory();
+        write(&store, "ds", 50, Some(20), None).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        rt.block_on(store.delete("ds/part-00001.parquet")).unwrap();
+        let r = read_dataset(store.clone(), "ds", ReadOptions::default(), false, 2);
+        assert!(matches!(r, Err(Error::DatasetIncomplete { .. })), "{r:?}");
+        rt.block_on(store.delete("ds/_SUCCESS")).unwrap();
+        let r = read_dataset(store, "ds", ReadOptions::default(), false, 2);
+        assert!(matches!(r, Err(Error::DatasetIncomplete { .. })));
+    }
+
+    #[test]
+    fn verify_detects_a_swapped_part() {
+        let store = memory();
+        write(&store, "ds", 50, Some(20), None).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let other = rt.block_on(store.get("ds/part-00000.parquet")).unwrap();
+        rt.block_on(store.put("ds/part-00001.parquet", other, PutMode::Overwrite)).unwrap();
+        let r = read_dataset(store, "ds", ReadOptions::default(), true, 2);
+        assert!(matches!(r, Err(Error::PartCorrupted { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn input_error_writes_no_manifest_and_removes_parts() {
+        let store = memory();
+        let (schema, mut b) = batches(60, 10);
+        let tail: Vec<std::result::Result<RecordBatch, arrow_schema::ArrowError>> = vec![Err(
+            arrow_schema::ArrowError::ComputeError("source died".into()),
+        )];
+        let first: Vec<_> = b.drain(..).map(Ok).collect();
+        let reader = Box::new(RecordBatchIterator::new(first.into_iter().chain(tail), schema));
+        let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
+        let req = WriteRequest {
+            dataset_key: "bad".into(),
+            parallelism: 2,
+            ..Default::default()
+        };
+        assert!(write_dataset(store.clone(), reader, opts, req).is_err());
+        let rt = crate::runtime::get().unwrap();
+        assert!(rt.block_on(store.list("bad", true)).unwrap().objects.is_empty());
+    }
+
+    #[test]
+    fn schema_from_manifest() {
+        let store = memory();
+        write(&store, "ds", 5, None, None).unwrap();
+        let s = read_schema(store, "ds").unwrap();
+        assert_eq!(s.field(0).name(), "v");
+    }
+}

@@ -1,0 +1,212 @@
+//! Parquet -> Arrow: column projection by name, from an object store (footer
+//! and column-chunk range reads) or from bytes already in memory.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::errors::ParquetError;
+
+use crate::error::{Error, Result};
+use crate::range_reader::ObjectRangeReader;
+use crate::store::StoreHandle;
+
+/// Decoded batches of one part, with their (projected) schema.
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+/// Root-column indices for `columns` in `schema`, in the caller's order.
+///
+/// Unknown names fail with `InvalidArgument` naming them and the choices.
+pub fn column_indices(schema: &Schema, columns: &[String]) -> Result<Vec<usize>> {
+    let mut missing = Vec::new();
+    let mut out = Vec::with_capacity(columns.len());
+    for c in columns {
+        match schema.index_of(c) {
+            Ok(i) => out.push(i),
+            Err(_) => missing.push(c.clone()),
+        }
+    }
+    if !missing.is_empty() {
+        let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        return Err(Error::InvalidArgument(format!(
+            "unknown column(s) {missing:?}; the dataset has {have:?}"
+        )));
+    }
+    Ok(out)
+}
+
+/// Decoding parameters shared by the in-memory and object-store readers.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Root columns to read, in output order; `None` reads all.
+    pub columns: Option<Vec<String>>,
+    /// Rows per output batch; `None` uses the reader default (8192).
+    pub batch_size: Option<usize>,
+}
+
+fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
+    move |e| match e {
+        ParquetError::External(inner) => match inner.downcast::<object_store::Error>() {
+            Ok(os) => Error::from(*os),
+            Err(other) => Error::PartCorrupted {
+                path: path.to_string(),
+                reason: other.to_string(),
+            },
+        },
+        other => Error::PartCorrupted {
+            path: path.to_string(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// The projection mask for `indices`, and the permutation that restores the
+/// caller's column order after decoding (which yields file order).
+fn projection(
+    metadata: &ArrowReaderMetadata,
+    opts: &ReadOptions,
+) -> Result<(ProjectionMask, Option<Vec<usize>>)> {
+    let Some(columns) = &opts.columns else {
+        return Ok((ProjectionMask::all(), None));
+    };
+    let indices = column_indices(metadata.schema(), columns)?;
+    let mask = ProjectionMask::roots(metadata.parquet_schema(), indices.iter().copied());
+    let mut sorted = indices.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    // Position of each requested column within the decoded (file-order) batch.
+    let order = indices
+        .iter()
+        .map(|i| sorted.binary_search(i).unwrap_or_default())
+        .collect();
+    Ok((mask, Some(order)))
+}
+
+fn reorder(decoded_schema: SchemaRef, batches: Vec<RecordBatch>, order: Option<Vec<usize>>) -> Result<Decoded> {
+    let Some(order) = order else {
+        return Ok(Decoded {
+            schema: decoded_schema,
+            batches,
+        });
+    };
+    let schema = Arc::new(decoded_schema.project(&order)?);
+    let batches = batches
+        .iter()
+        .map(|b| b.project(&order))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Decoded { schema, batches })
+}
+
+/// Decode a Parquet file held in memory. `path` names it in errors.
+pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decoded> {
+    let err = corrupted(path);
+    let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
+    let (mask, order) = projection(&metadata, opts)?;
+    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata).with_projection(mask);
+    if let Some(n) = opts.batch_size {
+        builder = builder.with_batch_size(n);
+    }
+    let reader = builder.build().map_err(&err)?;
+    let schema = arrow_array::RecordBatchReader::schema(&reader);
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::PartCorrupted {
+            path: path.to_string(),
+            reason: e.to_string(),
+        })?;
+    reorder(schema, batches, order)
+}
+
+/// Read one part from the store: the footer first, then only the byte ranges
+/// of the projected column chunks. `size` comes from the HEAD the caller made.
+pub async fn read_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<Decoded> {
+    let err = corrupted(key);
+    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(&err)?;
+    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default()).map_err(&err)?;
+    let (mask, order) = projection(&metadata, opts)?;
+    let mut builder = builder.with_projection(mask);
+    if let Some(n) = opts.batch_size {
+        builder = builder.with_batch_size(n);
+    }
+    let stream = builder.build().map_err(&err)?;
+    let schema = stream.schema().clone();
+    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(&err)?;
+    reorder(schema, batches, order)
+}
+
+/// The Arrow schema of a part, from its footer alone.
+pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
+    let size = store.head(key).await?.size;
+    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(corrupted(key))?;
+    Ok(builder.schema().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{encode_to_bytes, EncodeOptions};
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field};
+
+    fn sample() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, true),
+            Field::new("c", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(StringArray::from(vec!["x", "y", "z"])),
+                Arc::new(Int64Array::from(vec![7, 8, 9])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn projection_keeps_caller_order() {
+        let b = sample();
+        let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
+        let opts = ReadOptions {
+            columns: Some(vec!["c".into(), "a".into()]),
+            batch_size: None,
+        };
+        let d = decode_bytes(bytes, "p", &opts).unwrap();
+        let names: Vec<&str> = d.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["c", "a"]);
+        assert_eq!(d.batches[0], b.project(&[2, 0]).unwrap());
+    }
+
+    #[test]
+    fn unknown_column_and_garbage_are_reported() {
+        let b = sample();
+        let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
+        let opts = ReadOptions {
+            columns: Some(vec!["nope".into()]),
+            batch_size: None,
+        };
+        assert!(matches!(decode_bytes(bytes.clone(), "p", &opts), Err(Error::InvalidArgument(_))));
+        let truncated = bytes.slice(0..bytes.len() / 2);
+        assert!(matches!(
+            decode_bytes(truncated, "p", &ReadOptions::default()),
+            Err(Error::PartCorrupted { .. })
+        ));
+        assert!(matches!(
+            decode_bytes(Bytes::from_static(b"hello, not parquet"), "p", &ReadOptions::default()),
+            Err(Error::PartCorrupted { .. })
+        ));
+    }
+}

@@ -1,0 +1,134 @@
+//! One error type for the whole core.
+//!
+//! Every fallible core function returns [`Result`]. The Python layer maps each
+//! variant once (see `python/errors.rs`) onto the classes RFC-0008 names, so
+//! that `except remote_store.NotFound` works the same on every path.
+
+use std::fmt;
+
+/// The core's error. The `Display` text carries the source chain.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object does not exist.
+    #[error("not found: {path}")]
+    NotFound { path: String },
+
+    /// A create-only write found the object already there.
+    #[error("already exists: {path}")]
+    AlreadyExists { path: String },
+
+    /// A compare-and-swap write lost: the object changed since it was read.
+    #[error("precondition failed (object changed concurrently): {path}")]
+    Precondition { path: String },
+
+    /// A key that is empty, escapes the root, or holds forbidden characters.
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath { path: String, reason: String },
+
+    /// A caller-supplied argument is out of range or malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The dataset has no `_SUCCESS`, or a part listed in the manifest is missing.
+    #[error("dataset {key:?} is incomplete: {reason}")]
+    DatasetIncomplete { key: String, reason: String },
+
+    /// `manifest.json` exists but is not a valid manifest.
+    #[error("manifest {path:?} is corrupted: {reason}")]
+    ManifestCorrupted { path: String, reason: String },
+
+    /// A part exists but is not a readable Parquet file, or fails its checksum.
+    #[error("part {path:?} is corrupted: {reason}")]
+    PartCorrupted { path: String, reason: String },
+
+    /// The store does not offer the operation (e.g. a URL scheme pds lacks).
+    #[error("not supported: {0}")]
+    NotSupported(String),
+
+    /// Any other store failure (network, permissions, throttling after retries).
+    #[error("object store error: {0}")]
+    Store(#[source] object_store::Error),
+
+    /// Parquet encoding or decoding failed.
+    #[error("parquet error: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+
+    /// Arrow failed (schema mismatch in the input stream, IPC, casts).
+    #[error("arrow error: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+
+    /// A local I/O failure (file:// locking, temp files).
+    #[error("io error: {0}")]
+    Io(#[from] std::io::Error),
+
+    /// A background task panicked or was cancelled. Reported, never propagated as a panic.
+    #[error("internal task failure: {0}")]
+    Task(String),
+}
+
+/// Short for `std::result::Result<T, Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<object_store::Error> for Error {
+    fn from(err: object_store::Error) -> Self {
+        use object_store::Error as OS;
+        match err {
+            OS::NotFound { path, .. } => Error::NotFound { path },
+            OS::AlreadyExists { path, .. } => Error::AlreadyExists { path },
+            OS::Precondition { path, .. } => Error::Precondition { path },
+            OS::InvalidPath { source } => Error::InvalidPath {
+                path: String::new(),
+                reason: source.to_string(),
+            },
+            OS::NotSupported { source } => Error::NotSupported(source.to_string()),
+            OS::NotImplemented {
+                operation,
+                implementer,
+            } => Error::NotSupported(format!("{operation} is not implemented by {implementer}")),
+            other => Error::Store(other),
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for Error {
+    fn from(err: tokio::task::JoinError) -> Self {
+        Error::Task(err.to_string())
+    }
+}
+
+impl Error {
+    /// Attach the path to an error that lacks one (object_store's InvalidPath has none).
+    pub fn at_path(self, path: &str) -> Self {
+        match self {
+            Error::InvalidPath { path: p, reason } if p.is_empty() => Error::InvalidPath {
+                path: path.to_string(),
+                reason,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Render an error with its whole `source()` chain, for messages that cross into Python.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(src) = cur {
+        let s = src.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = src.source();
+    }
+    out
+}
+
+/// A display helper used in messages: `a, b, c`.
+pub struct Joined<'a>(pub &'a [String]);
+
+impl fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}

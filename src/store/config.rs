@@ -1,0 +1,175 @@
+//! Building an object_store from a URL plus options.
+//!
+//! Supported URLs: `memory://`, `file:///abs/path`, `s3://bucket[/prefix]`.
+//! S3 options: `endpoint`, `region`, `access_key_id`, `secret_access_key`,
+//! `session_token`, `allow_http`, and any of object_store's own `aws_*` keys.
+//! Environment variables (`AWS_*`) are read first; explicit options win.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+
+use crate::error::{Error, Result};
+use crate::store::keys;
+
+/// Which kind of store a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Memory,
+    File,
+    S3,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Memory => "memory",
+            Scheme::File => "file",
+            Scheme::S3 => "s3",
+        }
+    }
+}
+
+/// A built store: the object_store, the key prefix inside it, and, for
+/// `file://`, the local root used for compare-and-swap.
+pub struct Built {
+    pub scheme: Scheme,
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Vec<String>,
+    pub local: Option<Arc<LocalFileSystem>>,
+}
+
+/// Short option names accepted for S3, mapped to object_store's config keys.
+fn s3_alias(key: &str) -> &str {
+    match key {
+        "endpoint" | "endpoint_url" => "aws_endpoint",
+        "region" => "aws_region",
+        "access_key_id" => "aws_access_key_id",
+        "secret_access_key" => "aws_secret_access_key",
+        "session_token" => "aws_session_token",
+        other => other,
+    }
+}
+
+/// Keys whose values are secrets: never printed, never logged.
+pub fn is_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("secret") || k.contains("token") || k.contains("password")
+}
+
+/// Parse `url` and build the store it names.
+pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
+    let parsed = url::Url::parse(url)
+        .map_err(|e| Error::InvalidArgument(format!("invalid store URL {url:?}: {e}")))?;
+    match parsed.scheme() {
+        "memory" => {
+            reject_options("memory://", options)?;
+            let prefix = keys::segments(&format!("{}{}", host(&parsed), parsed.path()))?;
+            Ok(Built {
+                scheme: Scheme::Memory,
+                store: Arc::new(InMemory::new()),
+                prefix,
+                local: None,
+            })
+        }
+        "file" => {
+            reject_options("file://", options)?;
+            if parsed.host_str().is_some_and(|h| !h.is_empty() && h != "localhost") {
+                return Err(Error::InvalidArgument(format!(
+                    "file URLs must be absolute (file:///abs/path), got {url:?}"
+                )));
+            }
+            let root = parsed.to_file_path().map_err(|_| {
+                Error::InvalidArgument(format!("file URL {url:?} is not an absolute path"))
+            })?;
+            std::fs::create_dir_all(&root)?;
+            let fs = Arc::new(LocalFileSystem::new_with_prefix(&root)?.with_automatic_cleanup(true));
+            Ok(Built {
+                scheme: Scheme::File,
+                store: fs.clone(),
+                prefix: Vec::new(),
+                local: Some(fs),
+            })
+        }
+        "s3" | "s3a" => {
+            let bucket = host(&parsed);
+            if bucket.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "S3 URLs need a bucket (s3://bucket/prefix), got {url:?}"
+                )));
+            }
+            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            for (key, value) in options {
+                let name = s3_alias(key);
+                // AmazonS3ConfigKey also parses the client keys (allow_http, timeout, ...).
+                if let Ok(k) = AmazonS3ConfigKey::from_str(name) {
+                    builder = builder.with_config(k, value);
+                } else {
+                    return Err(Error::InvalidArgument(format!(
+                        "unknown S3 option {key:?}; use endpoint, region, access_key_id, \
+                         secret_access_key, session_token, allow_http or an aws_* key"
+                    )));
+                }
+            }
+            let store = builder.build()?;
+            Ok(Built {
+                scheme: Scheme::S3,
+                store: Arc::new(store),
+                prefix: keys::segments(parsed.path())?,
+                local: None,
+            })
+        }
+        other => Err(Error::InvalidArgument(format!(
+            "unsupported store URL scheme {other:?}; use memory://, file:///abs/path or s3://bucket/prefix"
+        ))),
+    }
+}
+
+fn host(url: &url::Url) -> String {
+    url.host_str().unwrap_or_default().to_string()
+}
+
+fn reject_options(kind: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    match options.keys().next() {
+        None => Ok(()),
+        Some(k) => Err(Error::InvalidArgument(format!(
+            "{kind} stores take no options, got {k:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_each_scheme() {
+        let none = BTreeMap::new();
+        assert_eq!(build("memory://", &none).unwrap().scheme, Scheme::Memory);
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        assert_eq!(build(&url, &none).unwrap().scheme, Scheme::File);
+        let mut opts = BTreeMap::new();
+        opts.insert("endpoint".into(), "http://127.0.0.1:1".into());
+        opts.insert("region".into(), "us-east-1".into());
+        opts.insert("allow_http".into(), "true".into());
+        let b = build("s3://bucket/a/b", &opts).unwrap();
+        assert_eq!(b.prefix, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn rejects_bad_urls_and_options() {
+        let none = BTreeMap::new();
+        assert!(build("ftp://x", &none).is_err());
+        assert!(build("s3://", &none).is_err());
+        let mut opts = BTreeMap::new();
+        opts.insert("bogus".into(), "1".into());
+        assert!(build("s3://b", &opts).is_err());
+        assert!(build("memory://", &opts).is_err());
+    }
+}

@@ -1,0 +1,94 @@
+//! Store-relative keys: validation and mapping onto object_store paths.
+//!
+//! The rules match remote-store's `RemotePath`: backslashes are separators,
+//! empty and `.` segments collapse, and any `..` segment, NUL byte or control
+//! character is refused. After that, a key can only name objects below the
+//! store's root prefix, whatever the backend.
+
+use object_store::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Validate `key` and return its normalised segments.
+///
+/// An empty key (after normalisation) is the store root and yields no segments.
+pub fn segments(key: &str) -> Result<Vec<String>> {
+    let invalid = |reason: &str| Error::InvalidPath {
+        path: key.to_string(),
+        reason: reason.to_string(),
+    };
+    if key.contains('\0') {
+        return Err(invalid("contains a NUL byte"));
+    }
+    if key.chars().any(|c| c.is_control()) {
+        return Err(invalid("contains a control character"));
+    }
+    let mut out = Vec::new();
+    for seg in key.split(['/', '\\']) {
+        match seg {
+            "" | "." => continue,
+            ".." => return Err(invalid("contains a '..' segment")),
+            s => out.push(s.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// Validate a key that must name an object (not the root).
+pub fn object_segments(key: &str) -> Result<Vec<String>> {
+    let segs = segments(key)?;
+    if segs.is_empty() {
+        return Err(Error::InvalidPath {
+            path: key.to_string(),
+            reason: "names the store root, not an object".into(),
+        });
+    }
+    Ok(segs)
+}
+
+/// Join a validated root prefix and a key into an object_store [`Path`].
+pub fn join(prefix: &[String], key_segments: &[String]) -> Path {
+    Path::from_iter(prefix.iter().chain(key_segments.iter()).map(|s| s.as_str()))
+}
+
+/// The store-relative key of an object path below `prefix`, or `None` if it
+/// lies outside (which listing never returns, but we do not trust it).
+pub fn relative(prefix: &[String], path: &Path) -> Option<String> {
+    let parts: Vec<String> = path.parts().map(|p| p.as_ref().to_string()).collect();
+    if parts.len() < prefix.len() || parts[..prefix.len()] != *prefix {
+        return None;
+    }
+    Some(parts[prefix.len()..].join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_like_remote_path() {
+        assert_eq!(segments("a//b/./c/").unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(segments("a\\b").unwrap(), vec!["a", "b"]);
+        assert!(segments("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn refuses_escapes() {
+        for bad in ["..", "a/../b", "a\\..\\..\\etc", "x\0y", "a/\n/b"] {
+            assert!(
+                matches!(segments(bad), Err(Error::InvalidPath { .. })),
+                "{bad:?} was accepted"
+            );
+        }
+        assert!(object_segments("./").is_err());
+    }
+
+    #[test]
+    fn join_and_relative_round_trip() {
+        let prefix = vec!["root".to_string(), "sub".to_string()];
+        let p = join(&prefix, &segments("ds/part-00000.parquet").unwrap());
+        assert_eq!(p.as_ref(), "root/sub/ds/part-00000.parquet");
+        assert_eq!(relative(&prefix, &p).unwrap(), "ds/part-00000.parquet");
+        assert!(relative(&prefix, &Path::from("other/x")).is_none());
+    }
+}

@@ -1,0 +1,403 @@
+//! The store layer: one object_store per URL, keys confined to its root, and
+//! the two conditional puts (create-only and compare-and-swap) that dataset
+//! and table commits are built from.
+
+pub mod config;
+pub mod keys;
+mod local_cas;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
+
+pub use config::Scheme;
+
+use crate::error::{Error, Result};
+
+/// Metadata of one object, with its key relative to the store root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Meta {
+    pub key: String,
+    pub size: u64,
+    pub last_modified: DateTime<Utc>,
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+}
+
+/// How a put treats an existing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutMode {
+    /// Replace whatever is there.
+    Overwrite,
+    /// Create only: fail with `AlreadyExists` if the key exists (If-None-Match: *).
+    Create,
+    /// Compare-and-swap: replace only if the object still has this ETag/version
+    /// (If-Match); otherwise fail with `Precondition`.
+    Update {
+        e_tag: Option<String>,
+        version: Option<String>,
+    },
+}
+
+/// What a successful put reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOutcome {
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+    pub size: u64,
+}
+
+/// A listing: objects, and (for non-recursive listings) the sub-folders.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub objects: Vec<Meta>,
+    pub folders: Vec<String>,
+}
+
+/// An object store opened from a URL, confined to the URL's prefix.
+pub struct StoreHandle {
+    url: String,
+    built: config::Built,
+}
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Options may hold credentials: only the URL is shown.
+        f.debug_struct("StoreHandle").field("url", &self.url).finish()
+    }
+}
+
+impl StoreHandle {
+    /// Open the store named by `url` (see [`config::build`]).
+    pub fn open(url: &str, options: &BTreeMap<String, String>) -> Result<Self> {
+        Ok(Self {
+            url: url.to_string(),
+            built: config::build(url, options)?,
+        })
+    }
+
+    /// A store over `object_store`, for tests and benches.
+    pub fn from_object_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Result<Self> {
+        Ok(Self {
+            url: format!("custom://{prefix}"),
+            built: config::Built {
+                scheme: Scheme::Memory,
+                store,
+                prefix: keys::segments(prefix)?,
+                local: None,
+            },
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.built.scheme
+    }
+
+    /// The underlying object_store, for range readers and multipart writers.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.built.store
+    }
+
+    /// The object path of a key that names an object.
+    pub fn path(&self, key: &str) -> Result<Path> {
+        Ok(keys::join(&self.built.prefix, &keys::object_segments(key)?))
+    }
+
+    /// The object path of a key that may be the root (for listings).
+    fn prefix_path(&self, key: &str) -> Result<Option<Path>> {
+        let segs = keys::segments(key)?;
+        if segs.is_empty() && self.built.prefix.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(keys::join(&self.built.prefix, &segs)))
+    }
+
+    fn meta(&self, m: ObjectMeta) -> Option<Meta> {
+        Some(Meta {
+            key: keys::relative(&self.built.prefix, &m.location)?,
+            size: m.size,
+            last_modified: m.last_modified,
+            e_tag: m.e_tag,
+            version: m.version,
+        })
+    }
+
+    /// HEAD one object. `NotFound` if absent.
+    pub async fn head(&self, key: &str) -> Result<Meta> {
+        let path = self.path(key)?;
+        let m = self.built.store.head(&path).await?;
+        self.meta(m).ok_or_else(|| Error::NotFound { path: key.into() })
+    }
+
+    /// HEAD one object, `None` if absent.
+    pub async fn try_head(&self, key: &str) -> Result<Option<Meta>> {
+        match self.head(key).await {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// GET a whole object.
+    pub async fn get(&self, key: &str) -> Result<Bytes> {
+        let path = self.path(key)?;
+        Ok(self.built.store.get(&path).await?.bytes().await?)
+    }
+
+    /// GET a byte range `[start, end)`.
+    pub async fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes> {
+        if end < start {
+            return Err(Error::InvalidArgument(format!(
+                "range end {end} is before start {start}"
+            )));
+        }
+        let path = self.path(key)?;
+        Ok(self.built.store.get_range(&path, start..end).await?)
+    }
+
+    /// PUT an object atomically, in the given mode.
+    pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> Result<PutOutcome> {
+        let path = self.path(key)?;
+        let size = data.len() as u64;
+        if let (PutMode::Update { e_tag, .. }, Some(fs)) = (&mode, &self.built.local) {
+            let expected = e_tag.clone().ok_or_else(|| {
+                Error::InvalidArgument("compare-and-swap on file:// needs an ETag".into())
+            })?;
+            let target = fs.path_to_filesystem(&path)?;
+            let key = key.to_string();
+            let e_tag = tokio::task::spawn_blocking(move || {
+                local_cas::put_if_match(&target, &key, &expected, &data)
+            })
+            .await??;
+            return Ok(PutOutcome {
+                e_tag: Some(e_tag),
+                version: None,
+                size,
+            });
+        }
+        let os_mode = match mode {
+            PutMode::Overwrite => object_store::PutMode::Overwrite,
+            PutMode::Create => object_store::PutMode::Create,
+            PutMode::Update { e_tag, version } => {
+                object_store::PutMode::Update(UpdateVersion { e_tag, version })
+            }
+        };
+        let opts = PutOptions {
+            mode: os_mode,
+            ..Default::default()
+        };
+        let r = self
+            .built
+            .store
+            .put_opts(&path, PutPayload::from_bytes(data), opts)
+            .await
+            .map_err(|e| Error::from(e).at_path(key))?;
+        Ok(PutOutcome {
+            e_tag: r.e_tag,
+            version: r.version,
+            size,
+        })
+    }
+
+    /// Delete one object. Deleting an absent object is not an error here
+    /// (S3 semantics); callers that need `NotFound` HEAD first.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match self.built.store.delete(&path).await {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// List objects under `key` (a folder key; `""` is the root).
+    pub async fn list(&self, key: &str, recursive: bool) -> Result<Listing> {
+        let prefix = self.prefix_path(key)?;
+        let mut out = Listing::default();
+        if recursive {
+            let mut stream = self.built.store.list(prefix.as_ref());
+            while let Some(m) = stream.try_next().await? {
+                out.objects.extend(self.meta(m));
+            }
+        } else {
+            let r = self.built.store.list_with_delimiter(prefix.as_ref()).await?;
+            out.objects = r.objects.into_iter().filter_map(|m| self.meta(m)).collect();
+            out.folders = r
+                .common_prefixes
+                .iter()
+                .filter_map(|p| keys::relative(&self.built.prefix, p))
+                .collect();
+        }
+        out.objects.sort_by(|a, b| a.key.cmp(&b.key));
+        out.folders.sort();
+        Ok(out)
+    }
+
+    /// Whether any object lives below the folder `key`.
+    pub async fn folder_exists(&self, key: &str) -> Result<bool> {
+        let prefix = self.prefix_path(key)?;
+        let mut stream = self.built.store.list(prefix.as_ref());
+        Ok(stream.try_next().await?.is_some())
+    }
+
+    /// Delete every object below the folder `key`; returns how many.
+    pub async fn delete_prefix(&self, key: &str) -> Result<usize> {
+        let prefix = self.prefix_path(key)?;
+        let store = self.built.store.clone();
+        let locations = store.list(prefix.as_ref()).map_ok(|m| m.location).boxed();
+        let deleted: Vec<Path> = store.delete_stream(locations).try_collect().await?;
+        Ok(deleted.len())
+    }
+
+    /// Delete the given object keys concurrently, ignoring absent ones.
+    pub async fn delete_many(&self, keys: &[String]) -> Result<()> {
+        let paths: Vec<Result<Path>> = keys.iter().map(|k| self.path(k)).collect();
+        let paths: Vec<Path> = paths.into_iter().collect::<Result<_>>()?;
+        let stream = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+        let mut results = self.built.store.delete_stream(stream);
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy `src` to `dst`. With `overwrite=false`, fails with `AlreadyExists`
+    /// if `dst` exists (natively where the store can, else by HEAD first).
+    pub async fn copy(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+        let (from, to) = (self.path(src)?, self.path(dst)?);
+        if overwrite {
+            return Ok(self.built.store.copy(&from, &to).await?);
+        }
+        match self.built.store.copy_if_not_exists(&from, &to).await {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotSupported { .. })
+            | Err(object_store::Error::NotImplemented { .. }) => {
+                if self.try_head(dst).await?.is_some() {
+                    return Err(Error::AlreadyExists { path: dst.into() });
+                }
+                Ok(self.built.store.copy(&from, &to).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Move `src` to `dst` (a rename on file://, copy + delete elsewhere).
+    pub async fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+        let (from, to) = (self.path(src)?, self.path(dst)?);
+        if overwrite {
+            return Ok(self.built.store.rename(&from, &to).await?);
+        }
+        match self.built.store.rename_if_not_exists(&from, &to).await {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotSupported { .. })
+            | Err(object_store::Error::NotImplemented { .. }) => {
+                self.copy(src, dst, false).await?;
+                self.delete(src).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::block_on;
+
+    fn stores() -> Vec<(StoreHandle, tempfile::TempDir)> {
+        let none = BTreeMap::new();
+        let dir = tempfile::tempdir().unwrap();
+        let file_url = format!("file://{}", dir.path().display());
+        vec![
+            (StoreHandle::open("memory://", &none).unwrap(), tempfile::tempdir().unwrap()),
+            (StoreHandle::open(&file_url, &none).unwrap(), dir),
+        ]
+    }
+
+    #[test]
+    fn create_only_put_refuses_existing() {
+        for (s, _dir) in stores() {
+            block_on(async {
+                s.put("a/b", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
+                let again = s.put("a/b", Bytes::from_static(b"2"), PutMode::Create).await;
+                assert!(matches!(again, Err(Error::AlreadyExists { .. })), "{:?}", s.scheme());
+                assert_eq!(s.get("a/b").await.unwrap(), Bytes::from_static(b"1"));
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn compare_and_swap_put() {
+        for (s, _dir) in stores() {
+            block_on(async {
+                s.put("t/v", Bytes::from_static(b"v1"), PutMode::Create).await.unwrap();
+                let m = s.head("t/v").await.unwrap();
+                let cas = |e_tag: Option<String>, version: Option<String>| PutMode::Update { e_tag, version };
+                let won = s
+                    .put("t/v", Bytes::from_static(b"v2"), cas(m.e_tag.clone(), m.version.clone()))
+                    .await
+                    .unwrap();
+                // The loser still holds the first ETag.
+                let lost = s.put("t/v", Bytes::from_static(b"v3"), cas(m.e_tag.clone(), m.version.clone())).await;
+                assert!(matches!(lost, Err(Error::Precondition { .. })), "{:?}: {lost:?}", s.scheme());
+                assert_eq!(s.get("t/v").await.unwrap(), Bytes::from_static(b"v2"));
+                // The ETag the winner got back is the one HEAD reports.
+                assert_eq!(s.head("t/v").await.unwrap().e_tag, won.e_tag);
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn cas_on_missing_object_fails() {
+        for (s, _dir) in stores() {
+            let r = block_on(s.put(
+                "nope",
+                Bytes::new(),
+                PutMode::Update { e_tag: Some("x".into()), version: None },
+            ))
+            .unwrap();
+            assert!(matches!(r, Err(Error::Precondition { .. }) | Err(Error::NotFound { .. })), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn listing_and_prefix_delete() {
+        for (s, _dir) in stores() {
+            block_on(async {
+                for k in ["d/x/1", "d/x/2", "d/y", "e"] {
+                    s.put(k, Bytes::from_static(b"z"), PutMode::Overwrite).await.unwrap();
+                }
+                let flat = s.list("d", false).await.unwrap();
+                assert_eq!(flat.objects.iter().map(|m| m.key.as_str()).collect::<Vec<_>>(), ["d/y"]);
+                assert_eq!(flat.folders, ["d/x"]);
+                assert_eq!(s.list("d", true).await.unwrap().objects.len(), 3);
+                assert_eq!(s.delete_prefix("d").await.unwrap(), 3);
+                assert!(!s.folder_exists("d").await.unwrap());
+                assert!(s.folder_exists("").await.unwrap());
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn keys_cannot_escape() {
+        for (s, _dir) in stores() {
+            let r = block_on(s.put("../evil", Bytes::new(), PutMode::Overwrite)).unwrap();
+            assert!(matches!(r, Err(Error::InvalidPath { .. })));
+        }
+    }
+}

@@ -45,6 +45,9 @@ pub fn child_key(dataset_key: &str, name: &str) -> String {
 /// What the caller knows about the dataset besides its data.
 #[derive(Debug, Clone, Default)]
 pub struct WriteRequest {
+    /// Where the dataset goes: its key in the store (below the store's root).
+    pub location: String,
+    /// The key recorded in the manifest (the caller's, relative to its Store).
     pub dataset_key: String,
     /// RFC-0008's schema hash, computed by the caller from pyarrow's
     /// `schema.to_string()` so it is identical to remote-store's.
@@ -205,7 +208,7 @@ pub fn write_dataset(
     opts: EncodeOptions,
     req: WriteRequest,
 ) -> Result<Manifest> {
-    crate::store::keys::object_segments(&req.dataset_key)?;
+    crate::store::keys::object_segments(&req.location)?;
     let schema = reader.schema();
     let runtime = crate::runtime::get()?;
     let handle = runtime.handle().clone();
@@ -251,7 +254,7 @@ pub fn write_dataset(
             }
             let fut = run_part(
                 store.clone(),
-                req.dataset_key.clone(),
+                req.location.clone(),
                 schema.clone(),
                 opts.clone(),
                 brx,
@@ -305,13 +308,13 @@ pub fn write_dataset(
         }
     }
     if let Some(e) = failure {
-        let keys: Vec<String> = written.iter().map(|n| child_key(&req.dataset_key, n)).collect();
+        let keys: Vec<String> = written.iter().map(|n| child_key(&req.location, n)).collect();
         let _ = handle.block_on(store.delete_many(&keys));
         return Err(e);
     }
 
     let manifest = build_manifest(&schema, &opts, &req, &written, &summaries)?;
-    handle.block_on(commit(&store, &req.dataset_key, &manifest))?;
+    handle.block_on(commit(&store, &req.location, &manifest))?;
     Ok(manifest)
 }
 
@@ -522,6 +525,7 @@ mod tests {
         let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
         let opts = EncodeOptions::new("zstd", Some(10), max).unwrap();
         let req = WriteRequest {
+            location: key.into(),
             dataset_key: key.into(),
             schema_hash: "h".into(),
             total_rows: total,
@@ -594,6 +598,7 @@ mod tests {
         let reader = Box::new(RecordBatchIterator::new(first.into_iter().chain(tail), schema));
         let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
         let req = WriteRequest {
+            location: "bad".into(),
             dataset_key: "bad".into(),
             parallelism: 2,
             ..Default::default()

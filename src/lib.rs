@@ -10,6 +10,7 @@ pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod manifest;
+pub mod parts;
 pub mod range_reader;
 pub mod runtime;
 pub mod split;

@@ -116,7 +116,9 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                     )));
                 }
             }
-            let store = builder.build()?;
+            let store = builder
+                .build()
+                .map_err(|e| Error::InvalidArgument(format!("cannot configure S3 store: {e}")))?;
             Ok(Built {
                 scheme: Scheme::S3,
                 store: Arc::new(store),

@@ -1,0 +1,137 @@
+"""Type stubs for ``pds._core``, the Rust extension module.
+
+Most users never import this: ``pds.ParquetDatasetStore`` and
+``pds.ObjectStoreBackend`` wrap it. Every call that touches a store or
+encodes data releases the GIL.
+"""
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Literal, Protocol, final
+
+import pyarrow as pa
+
+__version__: str
+
+class ArrowStreamExportable(Protocol):
+    """Anything that exports the Arrow C stream (pyarrow, polars, duckdb, ...)."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+@final
+class ObjectMeta:
+    """Metadata of one object; ``key`` is relative to the store's root."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def last_modified(self) -> datetime: ...
+    @property
+    def e_tag(self) -> str | None: ...
+    @property
+    def version(self) -> str | None: ...
+
+@final
+class PutResult:
+    """What a put reports: the new ETag / version and the size written."""
+
+    @property
+    def e_tag(self) -> str | None: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def size(self) -> int: ...
+
+@final
+class RustStore:
+    """An object store opened from a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``).
+
+    Raises ValueError for an unsupported URL or unknown option. Pickles as
+    URL + options.
+    """
+
+    def __init__(self, url: str, options: Mapping[str, str] | None = None) -> None: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def scheme(self) -> Literal["memory", "file", "s3"]: ...
+    def head(self, key: str) -> ObjectMeta | None:
+        """One HEAD request; ``None`` if the object is absent."""
+    def get(self, key: str) -> bytes:
+        """One GET. Raises remote_store.NotFound."""
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` in one ranged GET."""
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        mode: Literal["overwrite", "create", "update"] = "overwrite",
+        e_tag: str | None = None,
+        version: str | None = None,
+    ) -> PutResult:
+        """Atomic PUT. ``create``: If-None-Match (raises remote_store.AlreadyExists).
+        ``update``: compare-and-swap on ``e_tag``/``version`` (raises pds.PreconditionFailed)."""
+    def delete(self, key: str) -> None:
+        """Delete one object; absent is not an error."""
+    def list(self, key: str, recursive: bool = False) -> tuple[list[ObjectMeta], list[str]]:
+        """Objects below the folder *key*, and its sub-folders (non-recursive only)."""
+    def folder_exists(self, key: str) -> bool:
+        """Whether any object lives below *key* (one LIST request, limit 1 page)."""
+    def delete_prefix(self, key: str) -> int:
+        """Delete every object below *key*; returns the count."""
+    def copy(self, src: str, dst: str, overwrite: bool = False) -> None: ...
+    def rename(self, src: str, dst: str, overwrite: bool = False) -> None: ...
+
+@final
+class EncodedParts(Iterator[tuple[bytes, int, int, str, bool]]):
+    """Encodes a stream into Parquet parts, several at once; yields
+    ``(data, row_count, size_bytes, sha256, last)`` per part, in order."""
+
+    def __init__(
+        self,
+        data: ArrowStreamExportable,
+        *,
+        compression: str,
+        row_group_size: int | None,
+        max_rows_per_file: int | None,
+        parallelism: int,
+    ) -> None: ...
+    def __iter__(self) -> EncodedParts: ...
+    def __next__(self) -> tuple[bytes, int, int, str, bool]: ...
+
+def write_dataset(
+    store: RustStore,
+    key: str,
+    data: ArrowStreamExportable,
+    *,
+    dataset_key: str,
+    compression: str,
+    row_group_size: int | None,
+    max_rows_per_file: int | None,
+    schema_hash: str,
+    run_id: str | None,
+    metadata: Mapping[str, str] | None,
+    total_rows: int | None,
+    parallelism: int,
+) -> str:
+    """Stream *data* into parts under *key*, then manifest.json, then _SUCCESS.
+    Returns the manifest JSON. Preconditions (exists/overwrite) are the caller's."""
+
+def read_dataset(
+    store: RustStore, key: str, *, columns: Sequence[str] | None, verify: bool, parallelism: int
+) -> pa.Table:
+    """Checked, concurrent, projected read of the dataset under *key*."""
+
+def read_schema(store: RustStore, key: str) -> pa.Schema:
+    """The schema from the manifest, else from the first part's footer."""
+
+def decode_parts(
+    parts: Sequence[tuple[str, bytes]], *, columns: Sequence[str] | None, checksums: Sequence[str] | None = None
+) -> pa.Table:
+    """Decode in-memory parts in parallel into one table."""
+
+def codecs() -> list[str]:
+    """Codec names accepted for ``compression``."""
+

@@ -1,0 +1,63 @@
+"""The exceptions pds raises.
+
+RFC-0008 names remote_store's own classes, so pds raises those: ``except
+remote_store.NotFound`` catches a missing manifest whether pds or
+remote-store raised it. ``DatasetIncomplete`` and ``ManifestCorrupted`` are
+the very classes of ``remote_store.ext.parquet``, so code written against
+remote-store catches pds's errors unchanged. The classes pds adds all
+subclass ``remote_store.RemoteStoreError``.
+"""
+
+from __future__ import annotations
+
+from remote_store import (
+    AlreadyExists,
+    BackendUnavailable,
+    CapabilityNotSupported,
+    DirectoryNotEmpty,
+    InvalidPath,
+    NotFound,
+    PermissionDenied,
+    RemoteStoreError,
+)
+from remote_store.ext.parquet import DatasetIncomplete, ManifestCorrupted
+
+__all__ = [
+    "AlreadyExists",
+    "BackendUnavailable",
+    "CapabilityNotSupported",
+    "DataError",
+    "DatasetIncomplete",
+    "DirectoryNotEmpty",
+    "InvalidPath",
+    "ManifestCorrupted",
+    "NotFound",
+    "PartCorrupted",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "RemoteStoreError",
+]
+
+
+class PartCorrupted(RemoteStoreError):
+    """A part listed in the manifest exists but cannot be used.
+
+    Raised by ``read_dataset`` when a part is truncated, is not Parquet, or
+    (with ``verify=True``) does not match the SHA-256 in the manifest.
+    ``path`` names the part.
+    """
+
+
+class PreconditionFailed(RemoteStoreError):
+    """A compare-and-swap put lost: the object changed since it was read.
+
+    Raised by ``RustStore.put(..., mode="update")``. Re-read and retry.
+    """
+
+
+class DataError(RemoteStoreError):
+    """The Arrow input failed while it was consumed, or could not be encoded.
+
+    For example a ``RecordBatchReader`` whose source raised mid-stream. Nothing
+    is committed when this is raised.
+    """

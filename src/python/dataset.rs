@@ -1,0 +1,81 @@
+//! Dataset functions of `pds._core`: the fast path, where all I/O is Rust's.
+
+use std::collections::BTreeMap;
+
+use pyo3::prelude::*;
+use pyo3_arrow::{PyRecordBatchReader, PySchema, PyTable};
+
+use super::errors::IntoPy;
+use super::store::PyRustStore;
+use crate::dataset::{self, WriteRequest};
+use crate::decode::ReadOptions;
+use crate::encode::EncodeOptions;
+
+/// Write `data` (anything with `__arrow_c_stream__`) as a dataset under `key`
+/// and return the manifest JSON. The GIL is released throughout.
+#[pyfunction]
+#[pyo3(signature = (
+    store, key, data, *, dataset_key, compression, row_group_size, max_rows_per_file,
+    schema_hash, run_id, metadata, total_rows, parallelism
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn write_dataset(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    data: PyRecordBatchReader,
+    dataset_key: String,
+    compression: &str,
+    row_group_size: Option<usize>,
+    max_rows_per_file: Option<usize>,
+    schema_hash: String,
+    run_id: Option<String>,
+    metadata: Option<BTreeMap<String, String>>,
+    total_rows: Option<u64>,
+    parallelism: usize,
+) -> PyResult<String> {
+    let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
+    let reader = data.into_reader()?;
+    let req = WriteRequest {
+        location: key,
+        dataset_key,
+        schema_hash,
+        run_id,
+        metadata,
+        total_rows,
+        parallelism,
+    };
+    let handle = store.inner.clone();
+    let manifest = py.detach(|| dataset::write_dataset(handle, reader, opts, req)).py_err()?;
+    manifest.to_json().py_err()
+}
+
+/// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C stream).
+#[pyfunction]
+#[pyo3(signature = (store, key, *, columns, verify, parallelism))]
+pub fn read_dataset<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: &str,
+    columns: Option<Vec<String>>,
+    verify: bool,
+    parallelism: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let opts = ReadOptions {
+        columns,
+        batch_size: None,
+    };
+    let decoded = py
+        .detach(|| dataset::read_dataset(handle, key, opts, verify, parallelism))
+        .py_err()?;
+    PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
+}
+
+/// The dataset's Arrow schema, from the manifest alone when it records one.
+#[pyfunction]
+pub fn read_schema<'py>(py: Python<'py>, store: &PyRustStore, key: &str) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let schema = py.detach(|| dataset::read_schema(handle, key)).py_err()?;
+    PySchema::new(schema).into_pyarrow(py)
+}

@@ -1,0 +1,72 @@
+//! The one place where core errors become Python exceptions.
+//!
+//! Classes are remote_store's own where RFC-0008 names them, so that
+//! `except remote_store.NotFound` works on every path; the rest come from
+//! `pds.errors` and subclass `remote_store.RemoteStoreError`.
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::error::{chain, Error};
+
+fn raise(py: Python<'_>, module: &str, class: &str, message: String, kwargs: &[(&str, &str)]) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import(module)?.getattr(class)?;
+        let kw = PyDict::new(py);
+        for (k, v) in kwargs {
+            kw.set_item(k, v)?;
+        }
+        let exc = cls.call((message.clone(),), Some(&kw))?;
+        Ok(PyErr::from_value(exc))
+    };
+    // If the class cannot be built, say so rather than hide the original error.
+    build().unwrap_or_else(|e| PyRuntimeError::new_err(format!("{message} (and mapping the error failed: {e})")))
+}
+
+/// Convert a core error into the documented Python exception.
+pub fn to_py(err: Error) -> PyErr {
+    Python::attach(|py| {
+        let msg = chain(&err);
+        match &err {
+            Error::NotFound { path } => raise(py, "remote_store", "NotFound", msg, &[("path", path)]),
+            Error::AlreadyExists { path } => raise(py, "remote_store", "AlreadyExists", msg, &[("path", path)]),
+            Error::InvalidPath { path, .. } => raise(py, "remote_store", "InvalidPath", msg, &[("path", path)]),
+            Error::Precondition { path } => raise(py, "pds.errors", "PreconditionFailed", msg, &[("path", path)]),
+            Error::InvalidArgument(_) => PyValueError::new_err(msg),
+            Error::DatasetIncomplete { key, .. } => {
+                raise(py, "pds.errors", "DatasetIncomplete", msg, &[("path", key)])
+            }
+            Error::ManifestCorrupted { path, reason } => raise(
+                py,
+                "pds.errors",
+                "ManifestCorrupted",
+                msg.clone(),
+                &[("path", path), ("reason", reason)],
+            ),
+            Error::PartCorrupted { path, .. } => raise(py, "pds.errors", "PartCorrupted", msg, &[("path", path)]),
+            Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
+            Error::Store(os) => match os {
+                object_store::Error::PermissionDenied { path, .. }
+                | object_store::Error::Unauthenticated { path, .. } => {
+                    raise(py, "remote_store", "PermissionDenied", msg, &[("path", path)])
+                }
+                _ => raise(py, "remote_store", "BackendUnavailable", msg, &[]),
+            },
+            Error::Io(_) => raise(py, "remote_store", "BackendUnavailable", msg, &[]),
+            Error::Parquet(_) | Error::Arrow(_) => raise(py, "pds.errors", "DataError", msg, &[]),
+            Error::Task(_) => raise(py, "remote_store", "RemoteStoreError", msg, &[]),
+        }
+    })
+}
+
+/// `?`-friendly conversion for binding code.
+pub trait IntoPy<T> {
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for crate::error::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}

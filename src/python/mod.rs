@@ -1,0 +1,37 @@
+//! PyO3 bindings for `pds._core`: they convert types, release the GIL around
+//! all I/O and encoding, and map errors. No logic lives here.
+
+mod dataset;
+mod errors;
+mod parts;
+mod store;
+
+use std::future::Future;
+
+use pyo3::prelude::*;
+
+use errors::IntoPy;
+
+/// Run a core future on the process runtime with the GIL released.
+pub(crate) fn run<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    T: Send,
+    F: Future<Output = crate::error::Result<T>> + Send,
+{
+    py.detach(|| crate::runtime::block_on(fut).and_then(|r| r)).py_err()
+}
+
+/// Register every class and function of `pds._core`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<store::PyRustStore>()?;
+    m.add_class::<store::PyObjectMeta>()?;
+    m.add_class::<store::PyPutResult>()?;
+    m.add_class::<parts::PyEncodedParts>()?;
+    m.add_function(wrap_pyfunction!(dataset::write_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::read_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::read_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::decode_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::codecs, m)?)?;
+    Ok(())
+}

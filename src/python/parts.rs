@@ -1,0 +1,111 @@
+//! Part encoding and decoding for the portable path, where the bytes travel
+//! through a remote_store `Store`'s own methods.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
+use pyo3_arrow::{PyRecordBatchReader, PyTable};
+
+use super::errors::IntoPy;
+use crate::decode::ReadOptions;
+use crate::encode::{EncodeOptions, CODECS};
+use crate::parts::EncodedParts;
+
+/// Iterator of `(data, row_count, size_bytes, sha256, last)` per part.
+/// Parts are encoded several at once, with the GIL released.
+#[pyclass(module = "pds._core", name = "EncodedParts")]
+pub struct PyEncodedParts {
+    inner: Mutex<EncodedParts>,
+}
+
+#[pymethods]
+impl PyEncodedParts {
+    #[new]
+    #[pyo3(signature = (data, *, compression, row_group_size, max_rows_per_file, parallelism))]
+    fn new(
+        data: PyRecordBatchReader,
+        compression: &str,
+        row_group_size: Option<usize>,
+        max_rows_per_file: Option<usize>,
+        parallelism: usize,
+    ) -> PyResult<Self> {
+        let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
+        Ok(Self {
+            inner: Mutex::new(EncodedParts::new(data.into_reader()?, opts, parallelism)),
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn __next__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u64, u64, String, bool)>> {
+        let next = py.detach(|| {
+            let mut guard = self
+                .inner
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("EncodedParts used after a failure"))?;
+            Ok::<_, PyErr>(guard.next())
+        })?;
+        match next {
+            None => Ok(None),
+            Some(r) => {
+                let p = r.py_err()?;
+                Ok(Some((
+                    PyBytes::new(py, &p.data),
+                    p.summary.row_count,
+                    p.summary.size_bytes,
+                    p.summary.sha256,
+                    p.last,
+                )))
+            }
+        }
+    }
+}
+
+/// Decode `(name, bytes)` parts in parallel into one `pyarrow.Table`.
+/// `checksums`, if given, are verified first (SHA-256 hex per part).
+#[pyfunction]
+#[pyo3(signature = (parts, *, columns, checksums = None))]
+pub fn decode_parts<'py>(
+    py: Python<'py>,
+    parts: Vec<(String, PyBackedBytes)>,
+    columns: Option<Vec<String>>,
+    checksums: Option<Vec<String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let parts: Vec<(String, Bytes)> = parts.into_iter().map(|(n, b)| (n, Bytes::from_owner(b))).collect();
+    let opts = ReadOptions {
+        columns,
+        batch_size: None,
+    };
+    let decoded = py
+        .detach(|| {
+            if let Some(sums) = &checksums {
+                for ((name, data), sum) in parts.iter().zip(sums) {
+                    crate::dataset::verify_bytes(data, name, sum)?;
+                }
+            }
+            crate::parts::decode_parts(parts, &opts)
+        })
+        .py_err()?;
+    let schema = match decoded.first() {
+        Some(d) => d.schema.clone(),
+        None => return Err(pyo3::exceptions::PyValueError::new_err("decode_parts needs at least one part")),
+    };
+    let batches = decoded.into_iter().flat_map(|d| d.batches).collect();
+    PyTable::try_new(batches, schema)?.into_pyarrow(py)
+}
+
+/// The compression codec names pds accepts.
+#[pyfunction]
+pub fn codecs() -> Vec<&'static str> {
+    CODECS.to_vec()
+}

@@ -1,0 +1,200 @@
+//! `RustStore`: the object_store handle behind `pds.ObjectStoreBackend`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
+
+use super::errors::IntoPy;
+use super::run;
+use crate::store::{config, Meta, PutMode, PutOutcome, StoreHandle};
+
+/// An object store opened from a URL; keys are relative to the URL's prefix.
+#[pyclass(module = "pds._core", name = "RustStore", frozen)]
+pub struct PyRustStore {
+    pub(crate) inner: Arc<StoreHandle>,
+    options: BTreeMap<String, String>,
+}
+
+/// Metadata of one object.
+#[pyclass(module = "pds._core", name = "ObjectMeta", frozen, get_all)]
+pub struct PyObjectMeta {
+    key: String,
+    size: u64,
+    last_modified: DateTime<Utc>,
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+impl From<Meta> for PyObjectMeta {
+    fn from(m: Meta) -> Self {
+        Self {
+            key: m.key,
+            size: m.size,
+            last_modified: m.last_modified,
+            e_tag: m.e_tag,
+            version: m.version,
+        }
+    }
+}
+
+/// What a put reports.
+#[pyclass(module = "pds._core", name = "PutResult", frozen, get_all)]
+pub struct PyPutResult {
+    e_tag: Option<String>,
+    version: Option<String>,
+    size: u64,
+}
+
+impl From<PutOutcome> for PyPutResult {
+    fn from(p: PutOutcome) -> Self {
+        Self {
+            e_tag: p.e_tag,
+            version: p.version,
+            size: p.size,
+        }
+    }
+}
+
+fn put_mode(mode: &str, e_tag: Option<String>, version: Option<String>) -> PyResult<PutMode> {
+    match mode {
+        "overwrite" => Ok(PutMode::Overwrite),
+        "create" => Ok(PutMode::Create),
+        "update" if e_tag.is_some() || version.is_some() => Ok(PutMode::Update { e_tag, version }),
+        "update" => Err(pyo3::exceptions::PyValueError::new_err(
+            "mode='update' needs e_tag or version",
+        )),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "mode must be 'overwrite', 'create' or 'update', got {other:?}"
+        ))),
+    }
+}
+
+#[pymethods]
+impl PyRustStore {
+    #[new]
+    #[pyo3(signature = (url, options = None))]
+    fn new(url: &str, options: Option<BTreeMap<String, String>>) -> PyResult<Self> {
+        let options = options.unwrap_or_default();
+        let inner = StoreHandle::open(url, &options).py_err()?;
+        Ok(Self {
+            inner: Arc::new(inner),
+            options,
+        })
+    }
+
+    #[getter]
+    fn url(&self) -> &str {
+        self.inner.url()
+    }
+
+    #[getter]
+    fn scheme(&self) -> &'static str {
+        self.inner.scheme().as_str()
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, (String, BTreeMap<String, String>))> {
+        let py = slf.py();
+        let me = slf.get();
+        Ok((
+            py.get_type::<Self>().into_any().unbind(),
+            (me.inner.url().to_string(), me.options.clone()),
+        ))
+    }
+
+    fn __repr__(&self) -> String {
+        let shown: Vec<String> = self
+            .options
+            .iter()
+            .map(|(k, v)| {
+                if config::is_secret(k) {
+                    format!("{k}=***")
+                } else {
+                    format!("{k}={v}")
+                }
+            })
+            .collect();
+        format!("RustStore({:?}, {{{}}})", self.inner.url(), shown.join(", "))
+    }
+
+    /// HEAD `key`; `None` if absent.
+    fn head(&self, py: Python<'_>, key: &str) -> PyResult<Option<PyObjectMeta>> {
+        let s = self.inner.clone();
+        Ok(run(py, s.try_head(key))?.map(Into::into))
+    }
+
+    /// GET the whole object.
+    fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let s = self.inner.clone();
+        let data = run(py, s.get(key))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// GET bytes `[start, end)`.
+    fn get_range<'py>(&self, py: Python<'py>, key: &str, start: u64, end: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let s = self.inner.clone();
+        let data = run(py, s.get_range(key, start, end))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// PUT atomically. `mode`: "overwrite", "create" (If-None-Match) or
+    /// "update" (If-Match on `e_tag` / `version`).
+    #[pyo3(signature = (key, data, mode = "overwrite", e_tag = None, version = None))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        data: PyBackedBytes,
+        mode: &str,
+        e_tag: Option<String>,
+        version: Option<String>,
+    ) -> PyResult<PyPutResult> {
+        let mode = put_mode(mode, e_tag, version)?;
+        let s = self.inner.clone();
+        let data = Bytes::from_owner(data);
+        Ok(run(py, s.put(key, data, mode))?.into())
+    }
+
+    /// Delete `key`; absent keys are not an error.
+    fn delete(&self, py: Python<'_>, key: &str) -> PyResult<()> {
+        let s = self.inner.clone();
+        run(py, s.delete(key))
+    }
+
+    /// List below the folder `key`: `(objects, sub-folder keys)`. Recursive
+    /// listings return no folders.
+    #[pyo3(signature = (key, recursive = false))]
+    fn list(&self, py: Python<'_>, key: &str, recursive: bool) -> PyResult<(Vec<PyObjectMeta>, Vec<String>)> {
+        let s = self.inner.clone();
+        let listing = run(py, s.list(key, recursive))?;
+        Ok((listing.objects.into_iter().map(Into::into).collect(), listing.folders))
+    }
+
+    /// Whether any object lives below the folder `key`.
+    fn folder_exists(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
+        let s = self.inner.clone();
+        run(py, s.folder_exists(key))
+    }
+
+    /// Delete everything below the folder `key`; returns the count.
+    fn delete_prefix(&self, py: Python<'_>, key: &str) -> PyResult<usize> {
+        let s = self.inner.clone();
+        run(py, s.delete_prefix(key))
+    }
+
+    #[pyo3(signature = (src, dst, overwrite = false))]
+    fn copy(&self, py: Python<'_>, src: &str, dst: &str, overwrite: bool) -> PyResult<()> {
+        let s = self.inner.clone();
+        run(py, s.copy(src, dst, overwrite))
+    }
+
+    #[pyo3(signature = (src, dst, overwrite = false))]
+    fn rename(&self, py: Python<'_>, src: &str, dst: &str, overwrite: bool) -> PyResult<()> {
+        let s = self.inner.clone();
+        run(py, s.rename(src, dst, overwrite))
+    }
+}

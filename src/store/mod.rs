@@ -297,7 +297,13 @@ impl StoreHandle {
     pub async fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
         if overwrite {
-            return Ok(self.built.store.rename(&from, &to).await?);
+            self.built.store.rename(&from, &to).await?;
+            if self.built.local.is_some() && self.try_head(src).await?.is_some() {
+                // LocalFileSystem copies by hard link, and POSIX rename() is a
+                // no-op when both names link the same inode: finish the move.
+                self.delete(src).await?;
+            }
+            return Ok(());
         }
         match self.built.store.rename_if_not_exists(&from, &to).await {
             Ok(()) => Ok(()),

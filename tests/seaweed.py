@@ -58,6 +58,13 @@ def _pick_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     All candidate sockets stay bound until every port is chosen, so the
     chosen ports (and their gRPC twins) never collide with each other.
     """
+    # Stay below the kernel's ephemeral range, so an outgoing connection
+    # cannot grab a chosen port before weed binds it.
+    lo, hi = 20000, 65535 - _GRPC_OFFSET
+    with contextlib.suppress(OSError, ValueError):
+        eph_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        if eph_low - _GRPC_OFFSET - 10000 >= 1000:
+            lo, hi = 10000, eph_low - _GRPC_OFFSET
     held: list[socket.socket] = []
     ports: list[int] = []
     rng = random.SystemRandom()
@@ -65,7 +72,7 @@ def _pick_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         for _ in range(2000):
             if len(ports) == count:
                 break
-            p = rng.randrange(20000, 65535 - _GRPC_OFFSET)
+            p = rng.randrange(lo, hi)
             if p in ports or p + _GRPC_OFFSET in ports or p - _GRPC_OFFSET in ports:
                 continue
             pair: list[socket.socket] = []
@@ -80,8 +87,6 @@ def _pick_ports(count: int, host: str = "127.0.0.1") -> list[int]:
                 continue
             held.extend(pair)
             ports.append(p)
-        else:
-            raise RuntimeError(f"could not find {count} free port pairs on {host}")
         if len(ports) != count:
             raise RuntimeError(f"could not find {count} free port pairs on {host}")
         return ports
@@ -96,6 +101,7 @@ class SeaweedFS:
     host = "127.0.0.1"
 
     def __init__(self, weed_binary: str, data_dir: str) -> None:
+        """*data_dir* should be fresh (a pytest tmp dir); it is created if missing."""
         weed = str(weed_binary)
         if os.sep in weed:  # relative paths must survive cwd=data_dir
             weed = os.path.abspath(weed)
@@ -135,6 +141,10 @@ class SeaweedFS:
                 indent=2,
             )
         )
+        # weed reads master.toml from its cwd (the data dir). Grow one volume
+        # per collection (= bucket) instead of 7: bucket creation stays cheap
+        # and a test session that makes many buckets keeps few files open.
+        (d / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\ncopy_other = 1\n")
         cmd = [
             self.weed_binary,
             "server",
@@ -143,6 +153,7 @@ class SeaweedFS:
             f"-ip.bind={self.host}",
             f"-master.port={master}",
             f"-master.port.grpc={master + _GRPC_OFFSET}",
+            "-master.peers=none",  # single-master mode: leader at once, no raft bootstrap wait
             "-master.volumeSizeLimitMB=64",
             "-master.telemetry=false",
             f"-volume.port={volume}",
@@ -180,14 +191,20 @@ class SeaweedFS:
         (self.data_dir / "data").mkdir(exist_ok=True)
         self.command = self._build_command()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.data_dir,
-            start_new_session=True,  # own process group, for stop()
-        )
+        try:
+            self._proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,  # own process group, for stop()
+            )
+        except BaseException:
+            self._cleanup()
+            raise
+        from botocore.exceptions import ClientError
+
         client = self.client(connect_timeout=1, read_timeout=5)
         probe = f"pds-startup-probe-{os.getpid()}"
         deadline = t0 + timeout
@@ -195,20 +212,22 @@ class SeaweedFS:
         while True:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
-                self._cleanup()
+                self.stop()
                 raise RuntimeError(f"weed exited with code {code} during startup\n{self.log_tail()}")
             try:
-                # A bucket create + put exercises master, volume, filer and S3.
-                client.create_bucket(Bucket=probe)
+                # Bucket create + put + delete exercises master, volume, filer
+                # and S3 with an authenticated request.
+                try:
+                    client.create_bucket(Bucket=probe)
+                except ClientError as exc:  # created by an earlier, half-failed round
+                    if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+                        raise
                 client.put_object(Bucket=probe, Key="probe", Body=b"ok")
                 client.delete_object(Bucket=probe, Key="probe")
                 client.delete_bucket(Bucket=probe)
                 break
             except Exception as exc:  # noqa: BLE001 - anything means "not ready yet"
                 last_error = exc
-                with contextlib.suppress(Exception):  # half-created probe bucket
-                    if type(exc).__name__ == "ClientError" and "BucketAlreadyOwnedByYou" in str(exc):
-                        client.delete_bucket(Bucket=probe)
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(
@@ -238,6 +257,11 @@ class SeaweedFS:
             # Children that outlived the leader.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            # weed puts its gRPC unix sockets at a fixed /tmp path (no flag)
+            # and removes them only on a graceful stop.
+            for svc, port in self.ports.items():
+                with contextlib.suppress(OSError):
+                    os.unlink(f"/tmp/seaweedfs-{svc}-grpc-{port + _GRPC_OFFSET}.sock")
         self._cleanup()
 
     def _cleanup(self) -> None:
@@ -313,6 +337,11 @@ def _check(results: list[tuple[str, bool, str]], name: str, fn: Any) -> None:
         results.append((name, False, f"{type(exc).__module__}.{type(exc).__name__}: {exc}"))
 
 
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(message)
+
+
 def _expect_raise(fn: Any, exc_type: Any, what: str) -> str:
     try:
         fn()
@@ -344,7 +373,7 @@ def main(argv: list[str]) -> int:
             t = time.monotonic()
             sw.stop()
             print(f"stopped in {time.monotonic() - t:.2f}s")
-    width = max(len(n) for n, _, _ in results)
+    width = max((len(n) for n, _, _ in results), default=0)
     for name, ok, detail in results:
         print(f"{'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
     return 0 if all(ok for _, ok, _ in results) else 1
@@ -364,9 +393,9 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
             s3.put_object(Bucket=bucket, Key="b/inm", Body=b"2", IfNoneMatch="*")
         except ClientError as exc:
             status = _boto_status(exc)
-            assert status == 412, f"expected 412, got {status}: {exc}"
+            _require(status == 412, f"expected 412, got {status}: {exc}")
             body = s3.get_object(Bucket=bucket, Key="b/inm")["Body"].read()
-            assert body == b"1", f"object was overwritten: {body!r}"
+            _require(body == b"1", f"object was overwritten: {body!r}")
             return f"second put -> {status} {exc.response['Error'].get('Code')}"
         raise AssertionError("second If-None-Match:* put succeeded (object overwritten)")
 
@@ -377,9 +406,9 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
             s3.put_object(Bucket=bucket, Key="b/im", Body=b"3", IfMatch=e1)
         except ClientError as exc:
             status = _boto_status(exc)
-            assert status == 412, f"expected 412, got {status}: {exc}"
+            _require(status == 412, f"expected 412, got {status}: {exc}")
             body = s3.get_object(Bucket=bucket, Key="b/im")["Body"].read()
-            assert body == b"2", f"object changed: {body!r}"
+            _require(body == b"2", f"object changed: {body!r}")
             return f"fresh etag ok ({e1} -> {e2}); stale -> {status} {exc.response['Error'].get('Code')}"
         raise AssertionError("If-Match with a stale etag succeeded")
 
@@ -394,9 +423,26 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
             Bucket=bucket, Key="b/mp", UploadId=up["UploadId"], MultipartUpload={"Parts": parts}
         )
         body = s3.get_object(Bucket=bucket, Key="b/mp")["Body"].read()
-        assert body == part + part, "multipart content mismatch"
+        _require(body == part + part, "multipart content mismatch")
         return f"{len(body)} bytes"
 
+    def boto_bad_credentials() -> str:
+        import boto3
+
+        bad = boto3.client(
+            "s3",
+            endpoint_url=sw.endpoint,
+            aws_access_key_id=sw.access_key,
+            aws_secret_access_key="wrong-secret",
+            region_name=sw.region,
+        )
+        try:
+            bad.list_buckets()
+        except ClientError as exc:
+            return f"wrong secret -> {_boto_status(exc)} {exc.response['Error'].get('Code')}"
+        raise AssertionError("a request signed with a wrong secret key succeeded")
+
+    _check(results, "boto3 wrong secret key rejected", boto_bad_credentials)
     _check(results, "boto3 If-None-Match:* on existing key -> 412", boto_if_none_match)
     _check(results, "boto3 If-Match stale etag -> 412", boto_if_match)
     _check(results, "boto3 multipart upload (2 x 6 MiB)", boto_multipart)
@@ -414,7 +460,7 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
     def pds_create() -> str:
         rs.put("k", b"1", mode="create")
         out = _expect_raise(lambda: rs.put("k", b"1b", mode="create"), remote_store.AlreadyExists, "create twice")
-        assert rs.get("k") == b"1", "object was overwritten"
+        _require(rs.get("k") == b"1", "object was overwritten")
         return out
 
     def pds_update() -> str:
@@ -423,7 +469,7 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
         out = _expect_raise(
             lambda: rs.put("k", b"3", mode="update", e_tag=stale), pds.PreconditionFailed, "stale update"
         )
-        assert rs.get("k") == b"2", "object changed"
+        _require(rs.get("k") == b"2", "object changed")
         return f"fresh etag ok ({stale} -> {fresh}); stale {out}"
 
     def pds_multipart() -> str:
@@ -442,9 +488,15 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
         t = time.monotonic()
         back = store.read_dataset("ds")
         rt = time.monotonic() - t
-        assert back.equals(table), "read_dataset returned different data"
-        del manifest
-        return f"{table.nbytes / 2**20:.0f} MiB table; objects {sizes}; write {wt:.2f}s read {rt:.2f}s"
+        _require(back.equals(table), "read_dataset returned different data")
+        _require(manifest.row_count == rows, f"manifest row_count {manifest.row_count} != {rows}")
+        # A multipart upload's ETag is "<md5-of-part-md5s>-<part count>".
+        etag = rs.head("ds/data.parquet").e_tag or ""
+        _require("-" in etag and etag.strip('"').rpartition("-")[2].isdigit(), f"not a multipart ETag: {etag}")
+        return (
+            f"{table.nbytes / 2**20:.0f} MiB table; objects {sizes}; data.parquet ETag {etag}; "
+            f"write {wt:.2f}s read {rt:.2f}s"
+        )
 
     _check(results, "pds put create twice -> AlreadyExists", pds_create)
     _check(results, "pds put update stale e_tag -> PreconditionFailed", pds_update)

@@ -210,7 +210,9 @@ def test_bad_urls_and_options(url: str, options: dict[str, str]) -> None:
 def test_s3_options_accept_bool_and_int(seaweed) -> None:  # type: ignore[no-untyped-def]
     opts: dict[str, object] = dict(seaweed.store_options())
     opts["allow_http"] = True
-    opts["aws_max_retries"] = 2
+    opts["max_retries"] = 2
+    opts["retry_timeout_secs"] = 30
+    opts["timeout"] = "30s"
     store = pds.open_store("s3://pds-tests/opts", **opts)
     store.write("k", b"v", overwrite=True)
     assert store.read_bytes("k") == b"v"

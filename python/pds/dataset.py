@@ -423,11 +423,19 @@ class ParquetDatasetStore:
     def delete_dataset(self, key: str) -> None:
         """Remove every file under *key* via ``store.delete_folder(key, recursive=True)`` (PDS-010).
 
+        ``_SUCCESS`` goes first, so a reader racing the delete (or a delete
+        killed half-way) sees ``DatasetIncomplete``, never a committed
+        dataset with files missing.
+
         Raises:
             NotFound: the dataset folder does not exist.
         """
         key = _check_key(key)
-        self._store.delete_folder(key, recursive=True)
+        if not self._store.exists(key):
+            self._store.delete_folder(key, recursive=True)  # raises the store's own NotFound
+            return
+        self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
+        self._store.delete_folder(key, recursive=True, missing_ok=True)
 
 
 def _now_iso() -> str:

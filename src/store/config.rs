@@ -2,7 +2,10 @@
 //!
 //! Supported URLs: `memory://`, `file:///abs/path`, `s3://bucket[/prefix]`.
 //! S3 options: `endpoint`, `region`, `access_key_id`, `secret_access_key`,
-//! `session_token`, `allow_http`, and any of object_store's own `aws_*` keys.
+//! `session_token`, `allow_http`, `max_retries`, `retry_timeout_secs`, and any
+//! of object_store's own `aws_*` keys and client keys (`timeout`, ...).
+//! Transient failures are retried with exponential backoff (object_store's
+//! `RetryConfig`: 10 retries within 3 minutes unless set).
 //! Environment variables (`AWS_*`) are read first; explicit options win.
 
 use std::collections::BTreeMap;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, RetryConfig};
 
 use crate::error::{Error, Result};
 use crate::store::keys;
@@ -104,19 +107,38 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                 )));
             }
             let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            let mut retry = RetryConfig::default();
             for (key, value) in options {
                 let name = s3_alias(key);
+                match name {
+                    "max_retries" => {
+                        retry.max_retries = value.parse().map_err(|_| {
+                            Error::InvalidArgument(format!("max_retries must be an integer, got {value:?}"))
+                        })?;
+                        continue;
+                    }
+                    "retry_timeout_secs" => {
+                        let secs: f64 = value.parse().map_err(|_| {
+                            Error::InvalidArgument(format!("retry_timeout_secs must be a number, got {value:?}"))
+                        })?;
+                        retry.retry_timeout = std::time::Duration::from_secs_f64(secs.max(0.0));
+                        continue;
+                    }
+                    _ => {}
+                }
                 // AmazonS3ConfigKey also parses the client keys (allow_http, timeout, ...).
                 if let Ok(k) = AmazonS3ConfigKey::from_str(name) {
                     builder = builder.with_config(k, value);
                 } else {
                     return Err(Error::InvalidArgument(format!(
                         "unknown S3 option {key:?}; use endpoint, region, access_key_id, \
-                         secret_access_key, session_token, allow_http or an aws_* key"
+                         secret_access_key, session_token, allow_http, max_retries, \
+                         retry_timeout_secs or an aws_* key"
                     )));
                 }
             }
             let store = builder
+                .with_retry(retry)
                 .build()
                 .map_err(|e| Error::InvalidArgument(format!("cannot configure S3 store: {e}")))?;
             Ok(Built {

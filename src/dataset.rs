@@ -59,6 +59,24 @@ pub struct WriteRequest {
     pub total_rows: Option<u64>,
     /// Parts encoded and uploaded at once.
     pub parallelism: usize,
+    /// If set, parts are named `part-<prefix>-NNNNN.parquet` (unique per
+    /// writer, e.g. per Spark task attempt) instead of RFC-0008's names.
+    pub part_prefix: Option<String>,
+}
+
+/// The parts one writer produced: their names, summaries and schema.
+#[derive(Debug, Clone)]
+pub struct WrittenParts {
+    pub schema: SchemaRef,
+    pub names: Vec<String>,
+    pub summaries: Vec<PartSummary>,
+}
+
+fn name_for(prefix: Option<&str>, index: usize, single: bool) -> String {
+    match prefix {
+        Some(p) => format!("part-{p}-{index:05}.parquet"),
+        None => part_name(index, single),
+    }
 }
 
 enum PartMsg {
@@ -208,13 +226,36 @@ pub fn write_dataset(
     opts: EncodeOptions,
     req: WriteRequest,
 ) -> Result<Manifest> {
+    let parts = write_parts(store.clone(), reader, &opts, &req)?;
+    let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
+    crate::runtime::block_on(commit(&store, &req.location, &manifest))??;
+    Ok(manifest)
+}
+
+/// Encode and upload the parts of `reader` under `req.location`, without
+/// committing. On failure, the parts that landed are removed.
+pub fn write_parts(
+    store: Arc<StoreHandle>,
+    reader: Box<dyn RecordBatchReader + Send>,
+    opts: &EncodeOptions,
+    req: &WriteRequest,
+) -> Result<WrittenParts> {
     crate::store::keys::object_segments(&req.location)?;
+    if let Some(p) = &req.part_prefix {
+        if p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(Error::InvalidArgument(format!(
+                "part_prefix must be non-empty ASCII letters, digits, '-' or '_', got {p:?}"
+            )));
+        }
+    }
+    let prefix = req.part_prefix.as_deref();
     let schema = reader.schema();
     let runtime = crate::runtime::get()?;
     let handle = runtime.handle().clone();
     let parallelism = req.parallelism.max(1);
     let max_rows = opts.max_rows_per_file;
     let known_single = match (max_rows, req.total_rows) {
+        _ if prefix.is_some() => Some(false),
         (None, _) => Some(true),
         (Some(max), Some(total)) => Some(total <= max as u64),
         (Some(_), None) => None,
@@ -249,7 +290,7 @@ pub fn write_dataset(
             if index > 0 || known_single.is_some() {
                 let single = index == 0 && known_single == Some(true);
                 if let Some(tx) = name.take() {
-                    let _ = tx.send(part_name(index, single));
+                    let _ = tx.send(name_for(prefix, index, single));
                 }
             }
             let fut = run_part(
@@ -282,7 +323,7 @@ pub fn write_dataset(
             }
             Piece::EndOfPart { last } => {
                 if let Some(tx) = part.name.take() {
-                    let _ = tx.send(part_name(part.index, part.index == 0 && last));
+                    let _ = tx.send(name_for(prefix, part.index, part.index == 0 && last));
                 }
                 let _ = part.batches.send(PartMsg::Finish);
                 open = None;
@@ -313,9 +354,11 @@ pub fn write_dataset(
         return Err(e);
     }
 
-    let manifest = build_manifest(&schema, &opts, &req, &written, &summaries)?;
-    handle.block_on(commit(&store, &req.location, &manifest))?;
-    Ok(manifest)
+    Ok(WrittenParts {
+        schema,
+        names: written,
+        summaries,
+    })
 }
 
 /// The manifest for parts `names` with `summaries`.
@@ -606,6 +649,35 @@ mod tests {
         assert!(write_dataset(store.clone(), reader, opts, req).is_err());
         let rt = crate::runtime::get().unwrap();
         assert!(rt.block_on(store.list("bad", true)).unwrap().objects.is_empty());
+    }
+
+    #[test]
+    fn prefixed_parts_are_written_but_not_committed() {
+        let store = memory();
+        let (schema, b) = batches(45, 10);
+        let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
+        let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
+        let req = WriteRequest {
+            location: "ds".into(),
+            dataset_key: "ds".into(),
+            parallelism: 2,
+            part_prefix: Some("t3-a1".into()),
+            ..Default::default()
+        };
+        let parts = write_parts(store.clone(), reader, &opts, &req).unwrap();
+        assert_eq!(
+            parts.names,
+            ["part-t3-a1-00000.parquet", "part-t3-a1-00001.parquet", "part-t3-a1-00002.parquet"]
+        );
+        let rt = crate::runtime::get().unwrap();
+        assert!(rt.block_on(store.try_head("ds/_SUCCESS")).unwrap().is_none());
+        let bad = WriteRequest {
+            part_prefix: Some("../x".into()),
+            ..req
+        };
+        let (schema, b) = batches(1, 1);
+        let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
+        assert!(matches!(write_parts(store, reader, &opts, &bad), Err(Error::InvalidArgument(_))));
     }
 
     #[test]

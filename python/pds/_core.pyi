@@ -119,6 +119,20 @@ def write_dataset(
     """Stream *data* into parts under *key*, then manifest.json, then _SUCCESS.
     Returns the manifest JSON. Preconditions (exists/overwrite) are the caller's."""
 
+def write_parts(
+    store: RustStore,
+    key: str,
+    data: ArrowStreamExportable,
+    *,
+    part_prefix: str,
+    compression: str,
+    row_group_size: int | None,
+    max_rows_per_file: int | None,
+    parallelism: int,
+) -> list[tuple[str, int, int, str]]:
+    """Encode and upload parts ``part-<prefix>-NNNNN.parquet`` under *key*, uncommitted.
+    Returns ``(name, row_count, size_bytes, sha256)`` per part. Used by Spark tasks."""
+
 def read_dataset(
     store: RustStore, key: str, *, columns: Sequence[str] | None, verify: bool, parallelism: int
 ) -> pa.Table:

@@ -44,10 +44,47 @@ pub fn write_dataset(
         metadata,
         total_rows,
         parallelism,
+        part_prefix: None,
     };
     let handle = store.inner.clone();
     let manifest = py.detach(|| dataset::write_dataset(handle, reader, opts, req)).py_err()?;
     manifest.to_json().py_err()
+}
+
+/// Encode and upload `data` as parts `part-<prefix>-NNNNN.parquet` under
+/// `key` without committing (for Spark tasks). Returns
+/// `(name, row_count, size_bytes, sha256)` per part.
+#[pyfunction]
+#[pyo3(signature = (store, key, data, *, part_prefix, compression, row_group_size, max_rows_per_file, parallelism))]
+#[allow(clippy::too_many_arguments)]
+pub fn write_parts(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    data: PyRecordBatchReader,
+    part_prefix: String,
+    compression: &str,
+    row_group_size: Option<usize>,
+    max_rows_per_file: Option<usize>,
+    parallelism: usize,
+) -> PyResult<Vec<(String, u64, u64, String)>> {
+    let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
+    let reader = data.into_reader()?;
+    let req = WriteRequest {
+        location: key.clone(),
+        dataset_key: key,
+        parallelism,
+        part_prefix: Some(part_prefix),
+        ..Default::default()
+    };
+    let handle = store.inner.clone();
+    let parts = py.detach(|| dataset::write_parts(handle, reader, &opts, &req)).py_err()?;
+    Ok(parts
+        .names
+        .into_iter()
+        .zip(parts.summaries)
+        .map(|(n, s)| (n, s.row_count, s.size_bytes, s.sha256))
+        .collect())
 }
 
 /// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C stream).

@@ -29,6 +29,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyPutResult>()?;
     m.add_class::<parts::PyEncodedParts>()?;
     m.add_function(wrap_pyfunction!(dataset::write_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::write_parts, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_schema, m)?)?;
     m.add_function(wrap_pyfunction!(parts::decode_parts, m)?)?;

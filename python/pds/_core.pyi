@@ -138,6 +138,9 @@ def read_dataset(
 ) -> pa.Table:
     """Checked, concurrent, projected read of the dataset under *key*."""
 
+def read_part(store: RustStore, key: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """One part file: a HEAD, the footer, then only the projected column chunks."""
+
 def read_schema(store: RustStore, key: str) -> pa.Schema:
     """The schema from the manifest, else from the first part's footer."""
 

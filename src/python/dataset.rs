@@ -109,6 +109,27 @@ pub fn read_dataset<'py>(
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
 }
 
+/// Read one part file (footer, then only the projected column chunks).
+#[pyfunction]
+#[pyo3(signature = (store, key, *, columns = None))]
+pub fn read_part<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: &str,
+    columns: Option<Vec<String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let opts = ReadOptions {
+        columns,
+        batch_size: None,
+    };
+    let decoded = super::run(py, async move {
+        let size = handle.head(key).await?.size;
+        crate::decode::read_part(&handle, key, size, &opts).await
+    })?;
+    PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
+}
+
 /// The dataset's Arrow schema, from the manifest alone when it records one.
 #[pyfunction]
 pub fn read_schema<'py>(py: Python<'py>, store: &PyRustStore, key: &str) -> PyResult<Bound<'py, PyAny>> {

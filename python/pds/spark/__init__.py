@@ -1,0 +1,41 @@
+"""pds for PySpark 4: the ``pds`` data source and ``mapInArrow`` helpers.
+
+>>> df.write.format("pds").option("store", "file:///data/lake").mode("append").save("orders")
+>>> spark.read.format("pds").option("store", "file:///data/lake").load("orders")
+>>> pds.spark.write_dataset(df, "s3://bucket/lake", "orders", endpoint=..., region=...)
+>>> pds.spark.read_dataset(spark, "s3://bucket/lake", "orders", columns=["id"], filter=[("id", ">", 10)])
+
+Install with ``pip install "pds[spark]"``. ``format("pds")`` works without
+registration (PySpark discovers the ``pyspark_pds`` module);
+:func:`register` registers the source explicitly.
+"""
+
+try:
+    from pyspark.sql.datasource import DataSourceArrowWriter as _DataSourceArrowWriter  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError('pds.spark needs PySpark >= 4.0 and pandas: pip install "pds[spark]"') from exc
+
+from pds.spark._job import WriteJob, WriteSettings
+from pds.spark.datasource import PdsDataSource
+from pds.spark.filters import (
+    FilterTuple,
+    apply_filter_tuples,
+    filter_expression,
+    spark_filters_to_tuples,
+    translate_filter,
+)
+from pds.spark.helpers import read_dataset, register, write_dataset
+
+__all__ = [
+    "FilterTuple",
+    "PdsDataSource",
+    "WriteJob",
+    "WriteSettings",
+    "apply_filter_tuples",
+    "filter_expression",
+    "read_dataset",
+    "register",
+    "spark_filters_to_tuples",
+    "translate_filter",
+    "write_dataset",
+]

@@ -1,0 +1,376 @@
+"""The ``pds`` data source for PySpark 4's Python Data Source API.
+
+Writing::
+
+    (df.write.format("pds")
+       .option("store", "s3://bucket/lake")          # or file:///abs/dir
+       .option("endpoint", "...")                    # storage options
+       .option("compression", "zstd")                # pds options
+       .mode("append")                               # create; "overwrite" replaces
+       .save("sales/2024"))
+
+Reading::
+
+    spark.read.format("pds").option("store", "s3://bucket/lake").load("sales/2024")
+
+Each write task receives Arrow batches straight from Spark
+(``DataSourceArrowWriter``) and uploads Parquet parts through the Rust
+core; the driver commits ``manifest.json`` and ``_SUCCESS`` only after
+every task succeeded (see :mod:`pds.spark._job` for the retry rules). Each
+read task reads one part, only the columns the schema names.
+
+``format("pds")`` needs no registration: the ``pyspark_pds`` module exposes
+this class as ``DefaultSource``. :func:`pds.spark.register` registers it
+explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceWriter,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+from remote_store import Store
+
+from pds import _core
+from pds.dataset import ParquetDatasetStore
+from pds.errors import DatasetIncomplete, ManifestCorrupted
+from pds.manifest import DatasetManifest
+from pds.spark._job import (
+    TaskParts,
+    WriteJob,
+    WriteSettings,
+    dataset_key_from_options,
+    store_from_options,
+)
+from pds.spark._schema import arrow_to_spark, spark_read_target, spark_to_arrow
+from pds.spark.filters import (
+    FilterTuple,
+    apply_filter_tuples,
+    filter_columns,
+    filters_from_json,
+    translate_filter,
+)
+
+__all__ = [
+    "PdsCommitMessage",
+    "PdsDataSource",
+    "PdsPartition",
+    "PdsPushdownReader",
+    "PdsReader",
+    "PdsWriter",
+]
+
+_BATCH_ROWS = 65_536
+_TRUE = ("true", "1", "yes")
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Snapshot:
+    """A committed dataset as one read sees it."""
+
+    manifest: DatasetManifest
+    schema: pa.Schema
+    location: str
+
+
+def _snapshot(store: Store, key: str) -> _Snapshot:
+    """Check ``_SUCCESS``, then read the manifest and the dataset's Arrow schema.
+
+    Raises:
+        DatasetIncomplete: no ``_SUCCESS`` (no dataset, or an uncommitted one).
+        NotFound / ManifestCorrupted: as ``ParquetDatasetStore.read_manifest``.
+    """
+    datasets = ParquetDatasetStore(store)
+    if not datasets.dataset_exists(key):
+        raise DatasetIncomplete(
+            f"No committed dataset at {key!r}: _SUCCESS marker missing (never written, or not committed)",
+            path=key,
+        )
+    manifest = datasets.read_manifest(key)
+    schema = manifest.schema()
+    if schema is None:  # a manifest written by remote-store: the first part's footer
+        schema = datasets.read_schema(key)
+    return _Snapshot(manifest, schema, str(store.native_path(key)))
+
+
+def _columns_option(options: Mapping[str, str]) -> list[str] | None:
+    """The ``columns`` option: a JSON list of names, or names separated by commas."""
+    raw = options.get("columns")
+    if raw is None or not raw.strip():
+        return None
+    text = raw.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"option 'columns' is not a JSON list: {exc}") from None
+        if not isinstance(parsed, list) or not all(isinstance(c, str) for c in parsed):
+            raise ValueError("option 'columns' must be a JSON list of column names")
+        return parsed
+    return [c.strip() for c in text.split(",")]
+
+
+def _project(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """*schema* restricted to *columns*, in their order.
+
+    Raises:
+        ValueError: an unknown or repeated column.
+    """
+    if columns is None:
+        return schema
+    unknown = [c for c in columns if schema.get_field_index(c) < 0]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"columns must not repeat, got {list(columns)}")
+    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+
+
+def _check_castable(source: pa.Schema, target: pa.Schema) -> None:
+    """Fail on the driver if a requested column's type cannot come from the dataset's.
+
+    Raises:
+        ValueError: the column is missing or its type cannot be cast.
+    """
+    for field in target:
+        index = source.get_field_index(field.name)
+        if index < 0:
+            raise ValueError(f"the schema asks for column {field.name!r}; the dataset has {source.names}")
+        src = source.field(index).type
+        if src != field.type:
+            try:
+                pa.array([], type=src).cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise ValueError(
+                    f"column {field.name!r} is {src} in the dataset; cannot read it as {field.type}: {exc}"
+                ) from None
+
+
+class PdsPartition(InputPartition):
+    """One part file of the dataset: ``key`` is its backend-relative key."""
+
+    def __init__(self, key: str, row_count: int | None) -> None:
+        super().__init__(key)
+        self.key = key
+        self.row_count = row_count
+
+
+class PdsReader(DataSourceReader):
+    """Reads a committed dataset: one input partition per non-empty part.
+
+    Each task fetches its part's footer and only the columns of the Spark
+    schema (plus those the ``filters`` option needs), applies the filters,
+    and returns Arrow batches of exactly the Arrow schema Spark expects.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        snapshot: _Snapshot,
+        schema: StructType,
+        filters: Sequence[FilterTuple],
+    ) -> None:
+        self._store = store
+        self._dataset_schema = snapshot.schema
+        self._target = spark_read_target(schema)
+        _check_castable(snapshot.schema, self._target)
+        self._filters: list[FilterTuple] = list(filters)
+        info = snapshot.manifest.part_info
+        rows: list[int | None] = (
+            [p.row_count for p in info] if info is not None else [None] * len(snapshot.manifest.parts)
+        )
+        self._partitions = [
+            PdsPartition(f"{snapshot.location}/{name}", n)
+            for name, n in zip(snapshot.manifest.parts, rows, strict=True)
+            if n != 0
+        ]
+
+    @property
+    def filters(self) -> list[FilterTuple]:
+        """The filter tuples every task applies (from the option and from Spark)."""
+        return list(self._filters)
+
+    def partitions(self) -> list[InputPartition]:
+        """One partition per part that holds rows (all parts if the manifest has no row counts)."""
+        return list(self._partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the rows of one part as Arrow batches of Spark's expected schema.
+
+        Raises:
+            NotFound / PartCorrupted: the part is missing or unreadable.
+            pyarrow.ArrowInvalid: a value the requested type cannot hold.
+        """
+        if not isinstance(partition, PdsPartition):
+            return  # Spark's placeholder partition for a dataset without rows
+        names = self._target.names
+        extra = [c for c in filter_columns(self._filters) if c not in names]
+        rust: _core.RustStore = self._store.unwrap(_core.RustStore)
+        table = _core.read_part(rust, partition.key, columns=[*names, *extra])
+        if self._filters:
+            table = apply_filter_tuples(table, self._filters)
+        if extra:
+            table = table.select(names)
+        if not table.schema.equals(self._target):
+            table = table.cast(self._target)
+        for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+            if batch.num_rows:
+                yield batch
+
+
+class PdsPushdownReader(PdsReader):
+    """A :class:`PdsReader` that also takes the filters Spark pushes down.
+
+    Used with ``.option("pushFilters", "true")``, which needs the Spark conf
+    ``spark.sql.python.filterPushdown.enabled=true`` (PySpark refuses a
+    reader with ``pushFilters`` otherwise).
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Keep the filters :func:`translate_filter` accepts; return the rest to Spark."""
+        rejected: list[Filter] = []
+        for f in filters:
+            item = translate_filter(f, self._dataset_schema)
+            if item is None:
+                rejected.append(f)
+            else:
+                self._filters.append(item)
+        return rejected
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PdsCommitMessage(WriterCommitMessage):
+    """What one write task tells the driver: the parts its attempt wrote."""
+
+    task: TaskParts
+
+
+class PdsWriter(DataSourceArrowWriter):
+    """Writes a DataFrame as one pds dataset; see :class:`pds.spark._job.WriteJob`."""
+
+    def __init__(self, job: WriteJob) -> None:
+        self._job = job
+
+    @property
+    def job(self) -> WriteJob:
+        """The write job (store, key, schema, settings, job id)."""
+        return self._job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PdsCommitMessage:
+        """Upload this task's rows as uncommitted parts (executor side).
+
+        Raises:
+            DataError: the input failed mid-stream (this call's parts are removed).
+        """
+        return PdsCommitMessage(self._job.write_task(iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Write ``manifest.json`` and ``_SUCCESS`` for the successful attempts (driver side).
+
+        Raises:
+            RuntimeError: a message is missing or of another writer.
+            AlreadyExists / DatasetIncomplete: as ``WriteJob.commit``.
+        """
+        results: list[TaskParts] = []
+        for m in messages:
+            if not isinstance(m, PdsCommitMessage):
+                raise RuntimeError(f"pds commit got {type(m).__name__} instead of a task's PdsCommitMessage")
+            results.append(m.task)
+        self._job.commit(results)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Remove every part of this job; write no manifest and no ``_SUCCESS``."""
+        self._job.abort(m.task for m in messages if isinstance(m, PdsCommitMessage))
+
+
+# -- the data source ------------------------------------------------------------------
+
+
+class PdsDataSource(DataSource):
+    """``format("pds")``: pds datasets in Spark; see the module docstring.
+
+    Options (case-insensitive):
+
+    - ``store`` (required): ``file:///abs/dir`` or ``s3://bucket[/prefix]``.
+    - writing: ``compression``, ``row_group_size``, ``max_rows_per_file``,
+      ``run_id``, ``metadata`` (a JSON object of strings), ``parallelism``.
+    - reading: ``columns`` (JSON list or comma-separated names),
+      ``filters`` (JSON ``[[column, op, value], ...]``, see
+      :mod:`pds.spark.filters`), ``pushFilters`` (``true`` to take Spark's
+      pushed-down filters; needs ``spark.sql.python.filterPushdown.enabled``).
+    - any other option is a storage option for :class:`pds.ObjectStoreBackend`
+      (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
+      ``session_token``, ``allow_http``, ``aws_*`` ...).
+
+    Save modes: ``append`` creates the dataset and raises ``AlreadyExists``
+    if one exists (datasets are write-once); ``overwrite`` replaces it.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``"pds"``."""
+        return "pds"
+
+    def schema(self) -> StructType:
+        """The dataset's Spark schema, from its manifest (the ``columns`` option projects it).
+
+        Raises:
+            ValueError: a missing ``store`` / key, a bad option, an unknown column.
+            DatasetIncomplete: no committed dataset at the key.
+        """
+        store = store_from_options(self.options)
+        snapshot = _snapshot(store, dataset_key_from_options(self.options))
+        return arrow_to_spark(_project(snapshot.schema, _columns_option(self.options)))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A reader of the dataset's current commit for the columns of *schema*.
+
+        Reads the manifest again, so each query sees the latest commit.
+
+        Raises:
+            DatasetIncomplete: no committed dataset at the key.
+            ValueError: a column of *schema* the dataset lacks or cannot cast
+                to; a bad ``filters`` option.
+        """
+        store = store_from_options(self.options)
+        key = dataset_key_from_options(self.options)
+        snapshot = _snapshot(store, key)
+        if snapshot.manifest.part_info is not None and len(snapshot.manifest.part_info) != len(snapshot.manifest.parts):
+            raise ManifestCorrupted("part_info does not match parts", path=f"{key}/manifest.json")
+        raw_filters = self.options.get("filters")
+        filters = filters_from_json(raw_filters, snapshot.schema) if raw_filters else []
+        push = str(self.options.get("pushfilters", "false")).strip().lower() in _TRUE
+        cls = PdsPushdownReader if push else PdsReader
+        return cls(store, snapshot, schema, filters)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A writer for ``save(key)``; runs on the driver before any task.
+
+        Raises:
+            ValueError: a missing ``store`` / key, a bad option, duplicate
+                column names.
+            AlreadyExists: mode ``append`` and a dataset exists at the key.
+        """
+        settings = WriteSettings.from_options(self.options)
+        store = store_from_options(self.options)
+        key = dataset_key_from_options(self.options)
+        job = WriteJob.start(store, key, spark_to_arrow(schema), settings, overwrite=overwrite)
+        return PdsWriter(job)

@@ -1,0 +1,262 @@
+"""Functions for pipelines that want calls rather than a format.
+
+- :func:`write_dataset` writes a DataFrame with ``mapInArrow``: each task
+  uploads its parts through the Rust core and returns their names; the
+  driver commits. Same parts, manifest and retry rules as the data source.
+- :func:`read_dataset` reads a dataset into a DataFrame (through the data
+  source), with a projection and filters.
+- :func:`register` registers the data source on a session explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from remote_store import Store
+
+from pds.backend import ObjectStoreBackend
+from pds.manifest import DatasetManifest, PartInfo
+from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key, spark_store
+from pds.spark._schema import spark_read_target, spark_to_arrow
+from pds.spark.datasource import PdsDataSource
+from pds.spark.filters import FilterTuple, filters_to_json
+
+__all__ = ["read_dataset", "register", "write_dataset"]
+
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+_PARTS_SCHEMA = StructType(
+    [
+        StructField("name", StringType(), nullable=False),
+        StructField("row_count", LongType(), nullable=False),
+        StructField("size_bytes", LongType(), nullable=False),
+        StructField("sha256", StringType(), nullable=False),
+        StructField("partition_id", IntegerType(), nullable=False),
+        StructField("attempt_number", IntegerType(), nullable=False),
+        StructField("task_attempt_id", LongType(), nullable=False),
+    ]
+)
+"""The rows each write task returns: one per part it wrote."""
+
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``pds`` data source on *spark* (``spark.dataSource.register``).
+
+    Not needed where ``pyspark_pds`` is importable (PySpark finds it), but
+    harmless: registering again replaces the entry with the same class.
+    """
+    spark.dataSource.register(PdsDataSource)
+    _registered.add(spark)
+
+
+def _ensure_registered(spark: SparkSession) -> None:
+    if spark not in _registered:
+        register(spark)
+
+
+def _write_mode(mode: str | None, overwrite: bool | None) -> bool:
+    """``overwrite`` as a bool from either spelling.
+
+    Raises:
+        ValueError: an unknown mode, or a mode that contradicts *overwrite*.
+    """
+    if mode is None:
+        return bool(overwrite)
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    if overwrite is not None and overwrite != (mode == "overwrite"):
+        raise ValueError(f"mode={mode!r} contradicts overwrite={overwrite!r}")
+    return mode == "overwrite"
+
+
+def _parts_batch(task: TaskParts) -> pa.RecordBatch:
+    parts = task.parts
+    n = len(parts)
+    return pa.RecordBatch.from_pydict(
+        {
+            "name": [p.name for p in parts],
+            "row_count": [p.row_count for p in parts],
+            "size_bytes": [p.size_bytes for p in parts],
+            "sha256": [p.sha256 for p in parts],
+            "partition_id": [task.partition_id] * n,
+            "attempt_number": [task.attempt_number] * n,
+            "task_attempt_id": [task.task_attempt_id] * n,
+        },
+        schema=spark_read_target(_PARTS_SCHEMA),
+    )
+
+
+def _write_partition(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: write this task's parts, yield one row per part."""
+    task = job.write_task(batches)
+    if task.parts:
+        yield _parts_batch(task)
+
+
+def _task_results(rows: Sequence[Any]) -> list[TaskParts]:
+    """Group the collected part rows by task attempt, parts in name order."""
+    by_attempt: dict[tuple[int, int], list[Any]] = {}
+    for row in rows:
+        by_attempt.setdefault((row.partition_id, row.task_attempt_id), []).append(row)
+    results = []
+    for (partition_id, attempt_id), group in sorted(by_attempt.items()):
+        group.sort(key=lambda r: r.name)
+        parts = tuple(
+            PartInfo(name=r.name, row_count=r.row_count, size_bytes=r.size_bytes, sha256=r.sha256) for r in group
+        )
+        results.append(TaskParts(partition_id, group[0].attempt_number, attempt_id, parts))
+    return results
+
+
+def write_dataset(
+    df: DataFrame,
+    store: str | Store,
+    key: str,
+    *,
+    mode: Literal["append", "overwrite"] | None = None,
+    overwrite: bool | None = None,
+    compression: str = "zstd",
+    row_group_size: int | None = None,
+    max_rows_per_file: int | None = None,
+    run_id: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    parallelism: int | None = None,
+    **storage_options: object,
+) -> DatasetManifest:
+    """Write *df* as the pds dataset *key* with ``mapInArrow``; return its manifest.
+
+    Each task casts its Arrow batches to the dataset schema (PySpark's
+    ``to_arrow_schema`` of ``df.schema``, timestamps in UTC) and uploads them
+    as parts through the Rust core; the driver then commits as the data
+    source does: parts of failed or duplicate attempts are removed, and
+    ``manifest.json`` then ``_SUCCESS`` are written only if every task
+    succeeded. If the job fails, its parts are removed and the error is
+    raised.
+
+    Args:
+        df: The DataFrame to write.
+        store: A URL (``file:///abs/dir``, ``s3://bucket/prefix``) with
+            *storage_options* for :class:`pds.ObjectStoreBackend`, or a
+            ``remote_store.Store`` over an ObjectStoreBackend.
+        key: The dataset key.
+        mode: ``"append"`` (the default) creates the dataset and fails if it
+            exists; ``"overwrite"`` replaces it (the old one stays readable
+            until the commit).
+        overwrite: The same choice as a bool (as ``ParquetDatasetStore``).
+        compression, row_group_size, max_rows_per_file, run_id, metadata,
+            parallelism: as :class:`pds.spark._job.WriteSettings`.
+
+    Raises:
+        AlreadyExists: a dataset exists at *key* and this is not an overwrite.
+        TypeError / ValueError: a bad store, option or schema (before any job).
+        pyspark.errors.PySparkException: the Spark job failed (its parts are
+            removed; no manifest, no ``_SUCCESS``).
+    """
+    is_overwrite = _write_mode(mode, overwrite)
+    target = spark_store(store, **storage_options)
+    settings = WriteSettings(
+        compression=compression,
+        row_group_size=row_group_size,
+        max_rows_per_file=max_rows_per_file,
+        run_id=run_id,
+        metadata=metadata,
+        parallelism=parallelism,
+    )
+    job = WriteJob.start(target, key, spark_to_arrow(df.schema), settings, overwrite=is_overwrite)
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _write_partition(job, batches)
+
+    try:
+        rows = df.mapInArrow(write_partition, _PARTS_SCHEMA).collect()
+    except BaseException:
+        job.abort()
+        raise
+    results = _task_results(rows)
+    try:
+        return job.commit(results)
+    except BaseException:
+        job.abort(results)
+        raise
+
+
+def _url_and_options(store: Store) -> tuple[str, dict[str, str]]:
+    """The URL and options of the ObjectStoreBackend behind *store* (what it pickles as)."""
+    backend = store.unwrap(ObjectStoreBackend)
+    _, args = backend.__reduce__()
+    url, options = args
+    return url, dict(options)
+
+
+def _split_filter(
+    filter: str | Column | Sequence[FilterTuple] | FilterTuple | None,
+) -> tuple[list[FilterTuple], str | Column | None]:
+    if filter is None:
+        return [], None
+    if isinstance(filter, str | Column):
+        return [], filter
+    if isinstance(filter, tuple) and len(filter) == 3 and isinstance(filter[0], str) and isinstance(filter[1], str):
+        return [filter], None
+    if isinstance(filter, Sequence):
+        return [tuple(item) for item in filter], None
+    raise TypeError(f"filter must be a SQL string, a Column or a list of (column, op, value), got {filter!r}")
+
+
+def read_dataset(
+    spark: SparkSession,
+    store: str | Store,
+    key: str,
+    columns: Sequence[str] | None = None,
+    filter: str | Column | Sequence[FilterTuple] | FilterTuple | None = None,
+    **storage_options: object,
+) -> DataFrame:
+    """The committed dataset *key* as a DataFrame.
+
+    Args:
+        spark: The session.
+        store: A URL with *storage_options*, or a ``remote_store.Store`` over
+            an ObjectStoreBackend.
+        key: The dataset key.
+        columns: Columns to read, in this order; only these are fetched.
+        filter: ``(column, op, value)`` tuples (see :mod:`pds.spark.filters`),
+            applied by the read tasks as they decode each part; or a SQL
+            string / Column, applied by Spark (pushed into the read when
+            ``spark.sql.python.filterPushdown.enabled`` is true).
+
+    The schema is read from the manifest now, so a missing dataset fails
+    here rather than at the first action.
+
+    Raises:
+        DatasetIncomplete: no committed dataset at *key* (surfaced by Spark).
+        ValueError: an unknown column, a bad filter tuple.
+        TypeError: a bad *store* or *filter*.
+    """
+    source = spark_store(store, **storage_options)
+    location = str(source.native_path(check_dataset_key(key)))
+    url, options = _url_and_options(source)
+    tuples, expression = _split_filter(filter)
+    _ensure_registered(spark)
+    reader = spark.read.format("pds").option("store", url).options(**options)
+    if tuples:
+        reader = reader.option("filters", filters_to_json(tuples))
+    if columns is not None:
+        if isinstance(columns, str):
+            raise TypeError("columns must be a list of names, not a str")
+        if expression is None:
+            reader = reader.option("columns", json.dumps(list(columns)))
+    if str(spark.conf.get(_PUSHDOWN_CONF, "false")).lower() == "true":
+        reader = reader.option("pushFilters", "true")
+    df = reader.load(location)
+    if expression is not None:
+        df = df.where(expression)
+        if columns is not None:
+            df = df.select(*columns)
+    return df

@@ -6,13 +6,16 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
-use futures::TryStreamExt;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use futures::StreamExt;
+use parquet::arrow::arrow_reader::{
+    ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowFilter,
+};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 
 use crate::error::{Error, Result};
+use crate::filter::Predicate;
 use crate::range_reader::ObjectRangeReader;
 use crate::store::StoreHandle;
 
@@ -51,6 +54,9 @@ pub struct ReadOptions {
     pub columns: Option<Vec<String>>,
     /// Rows per output batch; `None` uses the reader default (8192).
     pub batch_size: Option<usize>,
+    /// Rows to keep. Row groups whose statistics rule it out are skipped
+    /// before any of their data is fetched.
+    pub predicate: Option<Arc<Predicate>>,
 }
 
 fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
@@ -91,6 +97,30 @@ fn projection(
     Ok((mask, Some(order)))
 }
 
+/// Apply projection, batch size, row-group pruning and the row filter to a
+/// reader builder (sync or async). Returns the column permutation to apply.
+fn configure<T>(
+    builder: ArrowReaderBuilder<T>,
+    metadata: &ArrowReaderMetadata,
+    opts: &ReadOptions,
+) -> Result<(ArrowReaderBuilder<T>, Option<Vec<usize>>)> {
+    let (mask, order) = projection(metadata, opts)?;
+    let mut builder = builder.with_projection(mask);
+    if let Some(n) = opts.batch_size {
+        builder = builder.with_batch_size(n);
+    }
+    if let Some(pred) = &opts.predicate {
+        let bound = Arc::new(pred.as_ref().clone().bind(metadata.schema())?);
+        builder = builder.with_row_groups(bound.prune(metadata.metadata(), metadata.schema())?);
+        let cols = column_indices(metadata.schema(), &bound.columns())?;
+        let filter_mask = ProjectionMask::roots(metadata.parquet_schema(), cols);
+        let eval = bound.clone();
+        let row_filter = ArrowPredicateFn::new(filter_mask, move |batch| eval.evaluate(&batch));
+        builder = builder.with_row_filter(RowFilter::new(vec![Box::new(row_filter)]));
+    }
+    Ok((builder, order))
+}
+
 fn reorder(decoded_schema: SchemaRef, batches: Vec<RecordBatch>, order: Option<Vec<usize>>) -> Result<Decoded> {
     let Some(order) = order else {
         return Ok(Decoded {
@@ -110,11 +140,8 @@ fn reorder(decoded_schema: SchemaRef, batches: Vec<RecordBatch>, order: Option<V
 pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decoded> {
     let err = corrupted(path);
     let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
-    let (mask, order) = projection(&metadata, opts)?;
-    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata).with_projection(mask);
-    if let Some(n) = opts.batch_size {
-        builder = builder.with_batch_size(n);
-    }
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata.clone());
+    let (builder, order) = configure(builder, &metadata, opts)?;
     let reader = builder.build().map_err(&err)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
     let batches = reader
@@ -126,22 +153,68 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
     reorder(schema, batches, order)
 }
 
-/// Read one part from the store: the footer first, then only the byte ranges
-/// of the projected column chunks. `size` comes from the HEAD the caller made.
-pub async fn read_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<Decoded> {
+/// A part being read: batches arrive as their row groups are fetched.
+pub struct PartStream {
+    key: String,
+    stream: parquet::arrow::async_reader::ParquetRecordBatchStream<ObjectRangeReader>,
+    order: Option<Vec<usize>>,
+    schema: SchemaRef,
+}
+
+impl PartStream {
+    /// The schema of the batches this part yields (projected, caller's order).
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch, `None` at the end of the part.
+    pub async fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
+        let batch = self.stream.next().await?;
+        Some(
+            batch
+                .map_err(corrupted(&self.key))
+                .and_then(|b| match &self.order {
+                    None => Ok(b),
+                    Some(order) => Ok(b.project(order)?),
+                }),
+        )
+    }
+}
+
+/// Open one part: read its footer, prune row groups, and prepare to fetch
+/// only the byte ranges of the projected column chunks. `size` comes from the
+/// HEAD the caller made.
+pub async fn open_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<PartStream> {
     let err = corrupted(key);
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(&err)?;
     let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default()).map_err(&err)?;
-    let (mask, order) = projection(&metadata, opts)?;
-    let mut builder = builder.with_projection(mask);
-    if let Some(n) = opts.batch_size {
-        builder = builder.with_batch_size(n);
-    }
+    let (builder, order) = configure(builder, &metadata, opts)?;
     let stream = builder.build().map_err(&err)?;
-    let schema = stream.schema().clone();
-    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(&err)?;
-    reorder(schema, batches, order)
+    let file_schema = stream.schema().clone();
+    let schema = match &order {
+        None => file_schema,
+        Some(order) => Arc::new(file_schema.project(order)?),
+    };
+    Ok(PartStream {
+        key: key.to_string(),
+        stream,
+        order,
+        schema,
+    })
+}
+
+/// Read one whole part from the store (see [`open_part`]).
+pub async fn read_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<Decoded> {
+    let mut part = open_part(store, key, size, opts).await?;
+    let mut batches = Vec::new();
+    while let Some(b) = part.next_batch().await {
+        batches.push(b?);
+    }
+    Ok(Decoded {
+        schema: part.schema(),
+        batches,
+    })
 }
 
 /// The Arrow schema of a part, from its footer alone.
@@ -182,7 +255,7 @@ mod tests {
         let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
         let opts = ReadOptions {
             columns: Some(vec!["c".into(), "a".into()]),
-            batch_size: None,
+            ..Default::default()
         };
         let d = decode_bytes(bytes, "p", &opts).unwrap();
         let names: Vec<&str> = d.schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -196,7 +269,7 @@ mod tests {
         let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
         let opts = ReadOptions {
             columns: Some(vec!["nope".into()]),
-            batch_size: None,
+            ..Default::default()
         };
         assert!(matches!(decode_bytes(bytes.clone(), "p", &opts), Err(Error::InvalidArgument(_))));
         let truncated = bytes.slice(0..bytes.len() / 2);

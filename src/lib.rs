@@ -9,10 +9,12 @@ pub mod dataset;
 pub mod decode;
 pub mod encode;
 pub mod error;
+pub mod filter;
 pub mod manifest;
 pub mod parts;
 pub mod range_reader;
 pub mod runtime;
+pub mod scan;
 pub mod split;
 pub mod store;
 

@@ -133,19 +133,45 @@ def write_parts(
     """Encode and upload parts ``part-<prefix>-NNNNN.parquet`` under *key*, uncommitted.
     Returns ``(name, row_count, size_bytes, sha256)`` per part. Used by Spark tasks."""
 
-def read_dataset(
-    store: RustStore, key: str, *, columns: Sequence[str] | None, verify: bool, parallelism: int
-) -> pa.Table:
-    """Checked, concurrent, projected read of the dataset under *key*."""
+Condition = tuple[str, str, pa.Array | None]
 
-def read_part(store: RustStore, key: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+def read_dataset(
+    store: RustStore,
+    key: str,
+    *,
+    columns: Sequence[str] | None,
+    verify: bool,
+    parallelism: int,
+    filter: Sequence[Condition] | None = None,
+) -> pa.Table:
+    """Checked, concurrent, projected read of the dataset under *key*; row groups
+    pruned by *filter*'s statistics before they are fetched."""
+
+def scan_dataset(
+    store: RustStore,
+    key: str,
+    *,
+    columns: Sequence[str] | None,
+    filter: Sequence[Condition] | None,
+    batch_size: int | None,
+    parallelism: int,
+) -> pa.RecordBatchReader:
+    """Streaming read: checks first, then batches in part order with bounded memory."""
+
+def read_part(
+    store: RustStore, key: str, *, columns: Sequence[str] | None = None, filter: Sequence[Condition] | None = None
+) -> pa.Table:
     """One part file: a HEAD, the footer, then only the projected column chunks."""
 
 def read_schema(store: RustStore, key: str) -> pa.Schema:
     """The schema from the manifest, else from the first part's footer."""
 
 def decode_parts(
-    parts: Sequence[tuple[str, bytes]], *, columns: Sequence[str] | None, checksums: Sequence[str] | None = None
+    parts: Sequence[tuple[str, bytes]],
+    *,
+    columns: Sequence[str] | None,
+    checksums: Sequence[str] | None = None,
+    filter: Sequence[Condition] | None = None,
 ) -> pa.Table:
     """Decode in-memory parts in parallel into one table."""
 

@@ -17,12 +17,13 @@ reader that checks ``_SUCCESS`` never sees a partial dataset.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from remote_store import Capability, RemotePath, Store
 
@@ -94,6 +95,62 @@ def _check_columns(columns: object) -> list[str] | None:
     if not all(isinstance(c, str) for c in out):
         raise TypeError("columns must be a list of str")
     return out
+
+
+Filter = pc.Expression | Sequence[tuple[str, str, Any]]
+"""A row filter: a ``pyarrow.compute.Expression``, or a list of
+``(column, op, value)`` tuples that must all hold. ``op`` is one of ``==``,
+``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in`` (value: a list), or
+``is_null`` / ``is_not_null`` (no value)."""
+
+_NULL_OPS = ("is_null", "is_not_null", "is null", "is not null")
+_SET_OPS = ("in", "not in")
+_CMP_OPS = ("==", "=", "!=", "<>", "<", "<=", ">", ">=")
+
+_Conditions = list[tuple[str, str, pa.Array | None]]
+
+
+def _value_array(values: list[Any], column: str) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TypeError(f"filter value for {column!r} is not an Arrow scalar: {values!r}") from exc
+
+
+def _check_filter(flt: object) -> tuple[_Conditions | None, pc.Expression | None]:
+    """Split a filter into tuples Rust can push down, or an Expression."""
+    if flt is None:
+        return None, None
+    if isinstance(flt, pc.Expression):
+        return None, flt
+    if isinstance(flt, str) or not isinstance(flt, Sequence):
+        raise TypeError(f"filter must be a pyarrow.compute.Expression or a list of (column, op, value); got {flt!r}")
+    out: _Conditions = []
+    for item in flt:
+        if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+            raise TypeError(f"filter conditions are (column, op, value) tuples; got {item!r}")
+        column, op = item[0], item[1]
+        if not isinstance(column, str) or not isinstance(op, str):
+            raise TypeError(f"filter column and op must be str; got {item!r}")
+        key = op.strip().lower()
+        value = item[2] if len(item) == 3 else None
+        if key in _NULL_OPS:
+            out.append((column, key.replace(" ", "_"), None))
+        elif key in _SET_OPS:
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+                raise TypeError(f"{op!r} needs a list of values; got {value!r}")
+            out.append((column, key, _value_array(list(value), column)))
+        elif key in _CMP_OPS:
+            if value is None:
+                raise ValueError(f"compare with None using 'is_null' / 'is_not_null', not {op!r}")
+            out.append((column, key, _value_array([value], column)))
+        else:
+            raise ValueError(f"unknown filter operator {op!r}; use {', '.join((*_CMP_OPS, *_SET_OPS, *_NULL_OPS))}")
+    return out, None
+
+
+def _check_batch_size(value: object) -> int | None:
+    return _check_rows(value, "batch_size")
 
 
 def _check_metadata(run_id: object, metadata: object) -> dict[str, str] | None:
@@ -305,6 +362,7 @@ class ParquetDatasetStore:
         *,
         columns: list[str] | None = None,
         verify: bool = False,
+        filter: Filter | None = None,  # noqa: A002 - pyarrow's name for it
     ) -> pa.Table:
         """Read the dataset under *key* into one ``pyarrow.Table`` (PDS-003, PDS-006).
 
@@ -318,6 +376,11 @@ class ParquetDatasetStore:
             columns: Columns to read, in output order; ``None`` reads all.
             verify: Fetch every part whole and check its SHA-256 against the
                 manifest before decoding.
+            filter: Rows to keep. ``(column, op, value)`` tuples are pushed
+                down: row groups whose min/max/null statistics rule them out
+                are never fetched, and the filter columns are decoded first.
+                A ``pyarrow.compute.Expression`` is applied after decoding
+                (no pruning).
 
         Raises:
             InvalidPath: a bad *key*, before any I/O.
@@ -331,44 +394,126 @@ class ParquetDatasetStore:
         """
         key = _check_key(key)
         cols = _check_columns(columns)
+        conditions, expression = _check_filter(filter)
+        # An Expression may reference columns outside the projection: decode all, then select.
+        read_cols = None if expression is not None else cols
         if self._native is not None:
             table: pa.Table = _core.read_dataset(
                 self._native,
                 self._store.native_path(key),
-                columns=cols,
+                columns=read_cols,
                 verify=bool(verify),
                 parallelism=_parallelism(),
+                filter=conditions,
             )
-            return table
-        return self._read_portable(key, cols, bool(verify))
+        else:
+            table = self._read_portable(key, read_cols, bool(verify), conditions)
+        if expression is not None:
+            table = table.filter(expression)
+            if cols is not None:
+                table = table.select(cols)
+        return table
 
-    def _read_portable(self, key: str, columns: list[str] | None, verify: bool) -> pa.Table:
+    def iter_batches(
+        self,
+        key: str,
+        *,
+        columns: list[str] | None = None,
+        filter: Filter | None = None,  # noqa: A002 - pyarrow's name for it
+        batch_size: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """Stream the dataset under *key* as a ``pyarrow.RecordBatchReader``.
+
+        The same checks as :meth:`read_dataset` run before the reader is
+        returned (``_SUCCESS``, manifest, every part present). Batches then
+        arrive in part order while later parts are fetched in the background;
+        memory stays at a few row groups whatever the dataset's size.
+
+        Args:
+            columns: Columns to read, in output order.
+            filter: As for :meth:`read_dataset`; tuple filters prune row groups.
+            batch_size: Rows per batch at most (default 8192 on the fast path;
+                on other stores, a part's row groups as decoded).
+
+        Raises:
+            The errors of :meth:`read_dataset`. A part that turns out corrupt
+            mid-stream raises a ``pyarrow.ArrowException`` naming it from the
+            reader.
+        """
+        key = _check_key(key)
+        cols = _check_columns(columns)
+        conditions, expression = _check_filter(filter)
+        size = _check_batch_size(batch_size)
+        read_cols = None if expression is not None else cols
+        if self._native is not None:
+            reader: pa.RecordBatchReader = _core.scan_dataset(
+                self._native,
+                self._store.native_path(key),
+                columns=read_cols,
+                filter=conditions,
+                batch_size=size,
+                parallelism=_parallelism(),
+            )
+        else:
+            reader = self._scan_portable(key, read_cols, conditions, size)
+        if expression is None:
+            return reader
+        return _filtered(reader, expression, cols)
+
+    def _open_portable(self, key: str, columns: list[str] | None, verify: bool) -> tuple[DatasetManifest, list[str] | None]:
+        """Checks shared by the portable readers; returns the manifest and checksums."""
         self._store.native_path(key)  # validate before I/O
         if not self._store.exists(f"{key}/{_SUCCESS}"):
             raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: _SUCCESS marker missing", path=key)
         manifest = self.read_manifest(key)
         with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
             present = list(pool.map(lambda p: self._store.exists(f"{key}/{p}"), manifest.parts))
-            missing = [p for p, ok in zip(manifest.parts, present, strict=True) if not ok]
-            if missing:
-                raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: missing parts {missing}", path=key)
-            schema = manifest.schema()
-            if schema is not None and columns is not None:
-                unknown = [c for c in columns if c not in schema.names]
-                if unknown:
-                    raise ValueError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
-            checksums = None
-            if verify:
-                if manifest.part_info is None:
-                    raise ManifestCorrupted(
-                        "verify=True needs per-part checksums",
-                        path=f"{key}/{_MANIFEST}",
-                        reason="verify=True needs per-part checksums (part_info), which this manifest lacks",
-                    )
-                checksums = [p.sha256 for p in manifest.part_info]
+        missing = [p for p, ok in zip(manifest.parts, present, strict=True) if not ok]
+        if missing:
+            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: missing parts {missing}", path=key)
+        schema = manifest.schema()
+        if schema is not None and columns is not None:
+            unknown = [c for c in columns if c not in schema.names]
+            if unknown:
+                raise ValueError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
+        if not verify:
+            return manifest, None
+        if manifest.part_info is None:
+            raise ManifestCorrupted(
+                "verify=True needs per-part checksums",
+                path=f"{key}/{_MANIFEST}",
+                reason="verify=True needs per-part checksums (part_info), which this manifest lacks",
+            )
+        return manifest, [p.sha256 for p in manifest.part_info]
+
+    def _read_portable(
+        self, key: str, columns: list[str] | None, verify: bool, conditions: _Conditions | None
+    ) -> pa.Table:
+        manifest, checksums = self._open_portable(key, columns, verify)
+        with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
             payloads = list(pool.map(lambda p: self._store.read_bytes(f"{key}/{p}"), manifest.parts))
         named = [(f"{key}/{p}", b) for p, b in zip(manifest.parts, payloads, strict=True)]
-        table: pa.Table = _core.decode_parts(named, columns=columns, checksums=checksums)
+        table: pa.Table = _core.decode_parts(named, columns=columns, checksums=checksums, filter=conditions)
+        return table
+
+    def _scan_portable(
+        self, key: str, columns: list[str] | None, conditions: _Conditions | None, batch_size: int | None
+    ) -> pa.RecordBatchReader:
+        manifest, _ = self._open_portable(key, columns, verify=False)
+        first = self._decode_part(key, manifest.parts[0], columns, conditions)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from first.to_batches(max_chunksize=batch_size)
+            for part in manifest.parts[1:]:
+                yield from self._decode_part(key, part, columns, conditions).to_batches(max_chunksize=batch_size)
+
+        return pa.RecordBatchReader.from_batches(first.schema, batches())
+
+    def _decode_part(
+        self, key: str, part: str, columns: list[str] | None, conditions: _Conditions | None
+    ) -> pa.Table:
+        data = self._store.read_bytes(f"{key}/{part}")
+        table: pa.Table = _core.decode_parts([(f"{key}/{part}", data)], columns=columns, filter=conditions)
         return table
 
     def read_manifest(self, key: str) -> DatasetManifest:
@@ -436,6 +581,17 @@ class ParquetDatasetStore:
             return
         self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
         self._store.delete_folder(key, recursive=True, missing_ok=True)
+
+
+def _filtered(reader: pa.RecordBatchReader, expression: pc.Expression, columns: list[str] | None) -> pa.RecordBatchReader:
+    schema = reader.schema if columns is None else pa.schema([reader.schema.field(c) for c in columns])
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:
+            kept = batch.filter(expression)
+            yield kept if columns is None else kept.select(columns)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _now_iso() -> str:

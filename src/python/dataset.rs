@@ -3,13 +3,42 @@
 use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
-use pyo3_arrow::{PyRecordBatchReader, PySchema, PyTable};
+use std::sync::Arc;
+
+use pyo3_arrow::{PyArray, PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::dataset::{self, WriteRequest};
 use crate::decode::ReadOptions;
 use crate::encode::EncodeOptions;
+use crate::filter;
+
+/// A filter as it crosses the boundary: `(column, op, values)`, where values
+/// is a pyarrow array (one value, several for `in`, or `None`).
+pub type FilterArg = Vec<(String, String, Option<PyArray>)>;
+
+/// Build the read options from Python arguments.
+pub fn read_options(columns: Option<Vec<String>>, filter: Option<FilterArg>, batch_size: Option<usize>) -> PyResult<ReadOptions> {
+    if batch_size == Some(0) {
+        return Err(pyo3::exceptions::PyValueError::new_err("batch_size must be >= 1"));
+    }
+    let predicate = match filter {
+        None => None,
+        Some(conds) => {
+            let conds = conds
+                .into_iter()
+                .map(|(c, op, v)| (c, op, v.map(|a| a.into_inner().0)))
+                .collect();
+            Some(Arc::new(filter::predicate(conds).py_err()?))
+        }
+    };
+    Ok(ReadOptions {
+        columns,
+        batch_size,
+        predicate,
+    })
+}
 
 /// Write `data` (anything with `__arrow_c_stream__`) as a dataset under `key`
 /// and return the manifest JSON. The GIL is released throughout.
@@ -89,7 +118,7 @@ pub fn write_parts(
 
 /// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C stream).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, verify, parallelism))]
+#[pyo3(signature = (store, key, *, columns, verify, parallelism, filter = None))]
 pub fn read_dataset<'py>(
     py: Python<'py>,
     store: &PyRustStore,
@@ -97,12 +126,10 @@ pub fn read_dataset<'py>(
     columns: Option<Vec<String>>,
     verify: bool,
     parallelism: usize,
+    filter: Option<FilterArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let opts = ReadOptions {
-        columns,
-        batch_size: None,
-    };
+    let opts = read_options(columns, filter, None)?;
     let decoded = py
         .detach(|| dataset::read_dataset(handle, key, opts, verify, parallelism))
         .py_err()?;
@@ -111,23 +138,42 @@ pub fn read_dataset<'py>(
 
 /// Read one part file (footer, then only the projected column chunks).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns = None))]
+#[pyo3(signature = (store, key, *, columns = None, filter = None))]
 pub fn read_part<'py>(
     py: Python<'py>,
     store: &PyRustStore,
     key: &str,
     columns: Option<Vec<String>>,
+    filter: Option<FilterArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let opts = ReadOptions {
-        columns,
-        batch_size: None,
-    };
+    let opts = read_options(columns, filter, None)?;
     let decoded = super::run(py, async move {
         let size = handle.head(key).await?.size;
         crate::decode::read_part(&handle, key, size, &opts).await
     })?;
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
+}
+
+/// Stream the dataset under `key` as a `pyarrow.RecordBatchReader`.
+/// `_SUCCESS`, the manifest and every part are checked before it returns.
+#[pyfunction]
+#[pyo3(signature = (store, key, *, columns, filter, batch_size, parallelism))]
+pub fn scan_dataset<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: &str,
+    columns: Option<Vec<String>>,
+    filter: Option<FilterArg>,
+    batch_size: Option<usize>,
+    parallelism: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let opts = read_options(columns, filter, batch_size)?;
+    let stream = py
+        .detach(|| crate::scan::scan(handle, key, opts, parallelism))
+        .py_err()?;
+    PyRecordBatchReader::new(Box::new(stream)).into_pyarrow(py)
 }
 
 /// The dataset's Arrow schema, from the manifest alone when it records one.

@@ -11,7 +11,6 @@ use pyo3::types::PyBytes;
 use pyo3_arrow::{PyRecordBatchReader, PyTable};
 
 use super::errors::IntoPy;
-use crate::decode::ReadOptions;
 use crate::encode::{EncodeOptions, CODECS};
 use crate::parts::EncodedParts;
 
@@ -74,18 +73,16 @@ impl PyEncodedParts {
 /// Decode `(name, bytes)` parts in parallel into one `pyarrow.Table`.
 /// `checksums`, if given, are verified first (SHA-256 hex per part).
 #[pyfunction]
-#[pyo3(signature = (parts, *, columns, checksums = None))]
+#[pyo3(signature = (parts, *, columns, checksums = None, filter = None))]
 pub fn decode_parts<'py>(
     py: Python<'py>,
     parts: Vec<(String, PyBackedBytes)>,
     columns: Option<Vec<String>>,
     checksums: Option<Vec<String>>,
+    filter: Option<super::dataset::FilterArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let parts: Vec<(String, Bytes)> = parts.into_iter().map(|(n, b)| (n, Bytes::from_owner(b))).collect();
-    let opts = ReadOptions {
-        columns,
-        batch_size: None,
-    };
+    let opts = super::dataset::read_options(columns, filter, None)?;
     let decoded = py
         .detach(|| {
             if let Some(sums) = &checksums {

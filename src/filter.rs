@@ -1,0 +1,363 @@
+//! Row filters: a conjunction of `(column, op, value)` conditions, used twice:
+//! to prune row groups by their Parquet min/max/null-count statistics before
+//! any column data is fetched, and to filter rows while decoding (the filter
+//! columns are decoded first; the others only for matching rows).
+//!
+//! Comparisons follow SQL: a null compares as unknown and the row is dropped.
+
+use std::sync::Arc;
+
+use arrow_arith::boolean::{and_kleene, is_not_null, is_null, not, or_kleene};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, Scalar, UInt64Array};
+use arrow_ord::cmp;
+use arrow_schema::{ArrowError, DataType, Schema};
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::file::metadata::ParquetMetaData;
+
+use crate::error::{Error, Result};
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    In,
+    NotIn,
+    IsNull,
+    IsNotNull,
+}
+
+impl Op {
+    /// Parse pyarrow's spellings (`==`, `=`, `!=`, `<`, ..., `in`, `not in`).
+    pub fn parse(op: &str) -> Result<Self> {
+        Ok(match op.trim().to_ascii_lowercase().as_str() {
+            "==" | "=" => Op::Eq,
+            "!=" | "<>" => Op::Ne,
+            "<" => Op::Lt,
+            "<=" => Op::Le,
+            ">" => Op::Gt,
+            ">=" => Op::Ge,
+            "in" => Op::In,
+            "not in" => Op::NotIn,
+            "is_null" | "is null" => Op::IsNull,
+            "is_not_null" | "is not null" => Op::IsNotNull,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown filter operator {other:?}; use ==, !=, <, <=, >, >=, in, not in, is_null, is_not_null"
+                )))
+            }
+        })
+    }
+
+    fn takes_values(self) -> bool {
+        !matches!(self, Op::IsNull | Op::IsNotNull)
+    }
+}
+
+/// One condition. `values` holds one value for comparisons, any number for
+/// `in` / `not in`, none for the null checks.
+#[derive(Debug, Clone)]
+pub struct Condition {
+    pub column: String,
+    pub op: Op,
+    pub values: Option<ArrayRef>,
+}
+
+/// All conditions must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Predicate {
+    pub conditions: Vec<Condition>,
+}
+
+fn arrow_err(e: Error) -> ArrowError {
+    ArrowError::ExternalError(Box::new(e))
+}
+
+impl Predicate {
+    /// The columns the predicate reads.
+    pub fn columns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.conditions {
+            if !out.contains(&c.column) {
+                out.push(c.column.clone());
+            }
+        }
+        out
+    }
+
+    /// Check columns against `schema` and cast every value to its column's
+    /// type, so that evaluation compares like with like.
+    pub fn bind(self, schema: &Schema) -> Result<Self> {
+        let mut out = Vec::with_capacity(self.conditions.len());
+        for c in self.conditions {
+            let field = schema.field_with_name(&c.column).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "filter on unknown column {:?}; the dataset has {:?}",
+                    c.column,
+                    schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                ))
+            })?;
+            let values = match (&c.values, c.op.takes_values()) {
+                (Some(v), true) => {
+                    if !matches!(c.op, Op::In | Op::NotIn) && v.len() != 1 {
+                        return Err(Error::InvalidArgument(format!(
+                            "filter {:?} {:?} needs exactly one value",
+                            c.column, c.op
+                        )));
+                    }
+                    let target = value_type(field.data_type());
+                    Some(arrow_cast::cast(v, &target).map_err(|e| {
+                        Error::InvalidArgument(format!(
+                            "filter value for {:?} does not fit its type {}: {e}",
+                            c.column, target
+                        ))
+                    })?)
+                }
+                (None, true) => {
+                    return Err(Error::InvalidArgument(format!("filter on {:?} needs a value", c.column)))
+                }
+                (_, false) => None,
+            };
+            out.push(Condition { values, ..c });
+        }
+        Ok(Self { conditions: out })
+    }
+
+    /// Which rows of `batch` pass (nulls become false).
+    pub fn evaluate(&self, batch: &RecordBatch) -> std::result::Result<BooleanArray, ArrowError> {
+        let mut acc: Option<BooleanArray> = None;
+        for c in &self.conditions {
+            let col = batch.column_by_name(&c.column).ok_or_else(|| {
+                arrow_err(Error::InvalidArgument(format!("filter column {:?} missing", c.column)))
+            })?;
+            let col = unpack_dictionary(col)?;
+            let mask = condition_mask(c.op, &col, c.values.as_ref())?;
+            acc = Some(match acc {
+                None => mask,
+                Some(a) => and_kleene(&a, &mask)?,
+            });
+        }
+        let mask = acc.unwrap_or_else(|| BooleanArray::from(vec![true; batch.num_rows()]));
+        if mask.null_count() == 0 {
+            return Ok(mask);
+        }
+        // (prep_null_mask_filter expects a null buffer, so only call it with one.)
+        Ok(arrow_select::filter::prep_null_mask_filter(&mask))
+    }
+
+    /// Indices of the row groups that may hold matching rows.
+    pub fn prune(&self, metadata: &ParquetMetaData, arrow_schema: &Schema) -> Result<Vec<usize>> {
+        let groups = metadata.row_groups();
+        let n = groups.len();
+        let mut keep = vec![true; n];
+        for c in &self.conditions {
+            let conv = StatisticsConverter::try_new(&c.column, arrow_schema, metadata.file_metadata().schema_descr())?;
+            let may = match c.op {
+                Op::IsNull => {
+                    let nulls = conv.row_group_null_counts(groups.iter())?;
+                    (0..n).map(|i| nulls.is_null(i) || nulls.value(i) > 0).collect::<Vec<_>>()
+                }
+                Op::IsNotNull => {
+                    let nulls = conv.row_group_null_counts(groups.iter())?;
+                    let rows: UInt64Array = UInt64Array::from_iter_values(groups.iter().map(|g| g.num_rows() as u64));
+                    (0..n).map(|i| nulls.is_null(i) || nulls.value(i) < rows.value(i)).collect()
+                }
+                Op::NotIn => vec![true; n],
+                op => {
+                    let (Some(values), mins, maxs) = (
+                        c.values.as_ref(),
+                        conv.row_group_mins(groups.iter())?,
+                        conv.row_group_maxes(groups.iter())?,
+                    ) else {
+                        continue;
+                    };
+                    range_may_match(op, &mins, &maxs, values).unwrap_or_else(|_| vec![true; n])
+                }
+            };
+            for (k, m) in keep.iter_mut().zip(may) {
+                *k &= m;
+            }
+        }
+        Ok((0..n).filter(|&i| keep[i]).collect())
+    }
+}
+
+/// Dictionary columns compare by their values.
+fn value_type(t: &DataType) -> DataType {
+    match t {
+        DataType::Dictionary(_, v) => v.as_ref().clone(),
+        other => other.clone(),
+    }
+}
+
+fn unpack_dictionary(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError> {
+    match col.data_type() {
+        DataType::Dictionary(_, v) => arrow_cast::cast(col, v),
+        _ => Ok(col.clone()),
+    }
+}
+
+fn compare(op: Op, left: &dyn arrow_array::Datum, value: &ArrayRef) -> std::result::Result<BooleanArray, ArrowError> {
+    let v = Scalar::new(value.clone());
+    match op {
+        Op::Eq => cmp::eq(left, &v),
+        Op::Ne => cmp::neq(left, &v),
+        Op::Lt => cmp::lt(left, &v),
+        Op::Le => cmp::lt_eq(left, &v),
+        Op::Gt => cmp::gt(left, &v),
+        Op::Ge => cmp::gt_eq(left, &v),
+        _ => Err(ArrowError::InvalidArgumentError(format!("{op:?} is not a comparison"))),
+    }
+}
+
+fn condition_mask(op: Op, col: &ArrayRef, values: Option<&ArrayRef>) -> std::result::Result<BooleanArray, ArrowError> {
+    match (op, values) {
+        (Op::IsNull, _) => is_null(col),
+        (Op::IsNotNull, _) => is_not_null(col),
+        (Op::In | Op::NotIn, Some(values)) => {
+            let mut any: Option<BooleanArray> = None;
+            for i in 0..values.len() {
+                let eq = compare(Op::Eq, col, &values.slice(i, 1))?;
+                any = Some(match any {
+                    None => eq,
+                    Some(a) => or_kleene(&a, &eq)?,
+                });
+            }
+            let any = any.unwrap_or_else(|| BooleanArray::from(vec![false; col.len()]));
+            if op == Op::In {
+                Ok(any)
+            } else {
+                // NOT IN drops null column values, as SQL does.
+                and_kleene(&not(&any)?, &is_not_null(col)?)
+            }
+        }
+        (op, Some(value)) => compare(op, col, value),
+        (_, None) => Err(ArrowError::InvalidArgumentError("filter value missing".into())),
+    }
+}
+
+/// Per row group: can `[min, max]` contain a value satisfying `op value`?
+fn range_may_match(op: Op, mins: &ArrayRef, maxs: &ArrayRef, values: &ArrayRef) -> std::result::Result<Vec<bool>, ArrowError> {
+    let values = arrow_cast::cast(values, mins.data_type())?;
+    let one = |op: Op, v: &ArrayRef| -> std::result::Result<BooleanArray, ArrowError> {
+        match op {
+            Op::Eq => and_kleene(&compare(Op::Le, mins, v)?, &compare(Op::Ge, maxs, v)?),
+            Op::Lt => compare(Op::Lt, mins, v),
+            Op::Le => compare(Op::Le, mins, v),
+            Op::Gt => compare(Op::Gt, maxs, v),
+            Op::Ge => compare(Op::Ge, maxs, v),
+            // Only a row group whose every value equals v is excluded.
+            Op::Ne => not(&and_kleene(&compare(Op::Eq, mins, v)?, &compare(Op::Eq, maxs, v)?)?),
+            _ => Ok(BooleanArray::from(vec![true; mins.len()])),
+        }
+    };
+    let mask = if op == Op::In {
+        let mut any: Option<BooleanArray> = None;
+        for i in 0..values.len() {
+            let m = one(Op::Eq, &values.slice(i, 1))?;
+            any = Some(match any {
+                None => m,
+                Some(a) => or_kleene(&a, &m)?,
+            });
+        }
+        any.unwrap_or_else(|| BooleanArray::from(vec![false; mins.len()]))
+    } else {
+        one(op, &values)?
+    };
+    // Unknown statistics (null) cannot rule a row group out.
+    Ok((0..mask.len()).map(|i| mask.is_null(i) || mask.value(i)).collect())
+}
+
+/// Build a predicate from `(column, op, values)` triples.
+pub fn predicate(conditions: Vec<(String, String, Option<ArrayRef>)>) -> Result<Predicate> {
+    let conditions = conditions
+        .into_iter()
+        .map(|(column, op, values)| Ok(Condition { column, op: Op::parse(&op)?, values }))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Predicate { conditions })
+}
+
+/// A predicate shared by the reader's row filter closures.
+pub type SharedPredicate = Arc<Predicate>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{encode_to_bytes, EncodeOptions};
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::Field;
+    use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+
+    fn batch() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), Some(5), None, Some(9)])),
+                Arc::new(StringArray::from(vec![Some("a"), Some("b"), Some("a"), None])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn cond(col: &str, op: &str, v: Option<ArrayRef>) -> (String, String, Option<ArrayRef>) {
+        (col.into(), op.into(), v)
+    }
+
+    fn ints(v: &[i64]) -> Option<ArrayRef> {
+        Some(Arc::new(Int64Array::from(v.to_vec())))
+    }
+
+    #[test]
+    fn evaluates_like_sql() {
+        let b = batch();
+        let check = |conds, expected: Vec<bool>| {
+            let p = predicate(conds).unwrap().bind(&b.schema()).unwrap();
+            assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(expected));
+        };
+        check(vec![cond("x", ">", ints(&[3]))], vec![false, true, false, true]);
+        check(vec![cond("x", "in", ints(&[1, 9]))], vec![true, false, false, true]);
+        check(vec![cond("x", "not in", ints(&[1]))], vec![false, true, false, true]);
+        check(vec![cond("x", "is_null", None)], vec![false, false, true, false]);
+        let s: Option<ArrayRef> = Some(Arc::new(StringArray::from(vec!["a"])));
+        check(vec![cond("s", "==", s), cond("x", "<", ints(&[100]))], vec![true, false, false, false]);
+    }
+
+    #[test]
+    fn binding_rejects_bad_filters() {
+        let b = batch();
+        assert!(predicate(vec![cond("x", "~", ints(&[1]))]).is_err());
+        assert!(predicate(vec![cond("nope", "==", ints(&[1]))]).unwrap().bind(&b.schema()).is_err());
+        assert!(predicate(vec![cond("x", "==", None)]).unwrap().bind(&b.schema()).is_err());
+        assert!(predicate(vec![cond("x", "==", ints(&[1, 2]))]).unwrap().bind(&b.schema()).is_err());
+    }
+
+    #[test]
+    fn prunes_row_groups_by_statistics() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let b = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..100))]).unwrap();
+        let opts = EncodeOptions::new("zstd", Some(10), None).unwrap();
+        let (bytes, _) = encode_to_bytes(&[b], schema.clone(), &opts).unwrap();
+        let meta = ArrowReaderMetadata::load(&bytes, Default::default()).unwrap();
+        let prune = |op: &str, v: &[i64]| {
+            predicate(vec![cond("v", op, ints(v))])
+                .unwrap()
+                .bind(&schema)
+                .unwrap()
+                .prune(meta.metadata(), &schema)
+                .unwrap()
+        };
+        assert_eq!(prune("<", &[25]), vec![0, 1, 2]);
+        assert_eq!(prune(">=", &[95]), vec![9]);
+        assert_eq!(prune("==", &[42]), vec![4]);
+        assert_eq!(prune("in", &[5, 77]), vec![0, 7]);
+        assert_eq!(prune("!=", &[3]).len(), 10);
+    }
+}

@@ -1,0 +1,755 @@
+"""pds on real local Spark: the ``pds`` data source and the mapInArrow helpers.
+
+One SparkSession (``local[2,2]``: two cores, ``spark.task.maxFailures=2``)
+serves the whole file. Every dataset Spark writes is read back with
+``pds.ParquetDatasetStore`` and with ``remote_store.ext.parquet`` and
+compared, rows sorted, with the data written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pds
+import pds.spark
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import remote_store.ext.parquet as rsp
+from pds.spark._job import spark_store
+from pds.spark.datasource import PdsDataSource, PdsWriter
+from pds.spark.filters import (
+    apply_filter_tuples,
+    filters_from_json,
+    filters_to_json,
+    spark_filters_to_tuples,
+    translate_filter,
+)
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import datasource as sds
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+from remote_store import Store
+
+BUCKET = "pds-tests"
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+# The test data sources below are defined here; executors get them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# -- fixtures ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark for the file: 2 cores, each task may fail once."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("pds-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "America/New_York")  # not UTC, on purpose
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(FlakyPdsDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> tuple[str, dict[str, str], Store]:
+    """A ``file://`` store URL, its (no) options, and the Store."""
+    root = tmp_path / "lake"
+    root.mkdir()
+    url = root.as_uri()
+    return url, {}, pds.open_store(url)
+
+
+@pytest.fixture
+def s3_store(seaweed: Any) -> tuple[str, dict[str, str], Store]:
+    """An ``s3://`` prefix on SeaweedFS, its options, and the Store."""
+    url = f"s3://{BUCKET}/spark-{uuid.uuid4().hex[:12]}"
+    options = seaweed.store_options()
+    return url, options, pds.open_store(url, **options)
+
+
+# -- data and checks ----------------------------------------------------------------
+
+
+def rich_table(n: int, offset: int = 0) -> pa.Table:
+    """Every common Spark type, nulls included (no NaN: tables are compared with equals)."""
+    ids = range(offset, offset + n)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "i32": pa.array([None if i % 7 == 0 else i * 3 for i in ids], pa.int32()),
+            "f": pa.array([None if i % 13 == 0 else i / 4 for i in ids], pa.float64()),
+            "s": pa.array([None if i % 5 == 0 else f"s{i % 9}" for i in ids], pa.string()),
+            "b": pa.array([i % 2 == 0 for i in ids], pa.bool_()),
+            "d": pa.array([datetime.date(2024, 1, 1) + datetime.timedelta(days=i) for i in ids], pa.date32()),
+            "ts": pa.array([1_700_000_000_000_000 + i * 3_600_000_001 for i in ids], pa.timestamp("us", tz="UTC")),
+            "dec": pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(10, 2)),
+            "bin": pa.array([bytes([i % 256, 7]) for i in ids], pa.binary()),
+            "arr": pa.array([[i, None] if i % 3 else [] for i in ids], pa.list_(pa.int64())),
+            "st": pa.array([{"a": i, "b": str(i)} for i in ids]),
+            "m": pa.array([[("k", i)] for i in ids], pa.map_(pa.string(), pa.int64())),
+        }
+    )
+
+
+def spark_df(spark: SparkSession, table: pa.Table, partitions: int = 3) -> DataFrame:
+    return spark.createDataFrame(table).repartition(partitions, "id")
+
+
+def written_schema(df: DataFrame) -> pa.Schema:
+    """What pds records for a DataFrame: PySpark's Arrow schema, timestamps in UTC."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
+
+
+def by_id(table: pa.Table) -> pa.Table:
+    return table.sort_by("id").combine_chunks()
+
+
+def dataset_files(store: Store, key: str) -> set[str]:
+    if not store.exists(key):
+        return set()
+    return {str(f.path)[len(key) + 1 :] for f in store.list_files(key, recursive=True)}
+
+
+def check_dataset(store: Store, key: str, expected: pa.Table) -> pds.DatasetManifest:
+    """The dataset reads back as *expected* with pds and remote-store; nothing else is left in its folder."""
+    ours = pds.ParquetDatasetStore(store)
+    manifest = ours.read_manifest(key)
+    assert manifest.row_count == expected.num_rows
+    assert manifest.schema() == expected.schema
+    assert manifest.part_info is not None
+    assert [p.name for p in manifest.part_info] == manifest.parts
+    assert sum(p.row_count for p in manifest.part_info) == expected.num_rows
+    assert dataset_files(store, key) == {*manifest.parts, "manifest.json", "_SUCCESS"}
+    pds_table = ours.read_dataset(key, verify=True)
+    assert pds_table.schema == expected.schema
+    assert by_id(pds_table).equals(by_id(expected))
+    rs_table = rsp.ParquetDatasetStore(store).read_dataset(key)
+    assert by_id(rs_table.cast(expected.schema)).equals(by_id(expected))
+    return manifest
+
+
+def spark_rows(df: DataFrame, schema: pa.Schema) -> pa.Table:
+    """*df* collected as Arrow, with the given schema (timestamps back in UTC)."""
+    return by_id(df.toArrow().cast(schema))
+
+
+def plan_of(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+# -- a data source that fails write tasks, to test retries --------------------------------
+
+
+class FlakyWriter(PdsWriter):
+    """Uploads its parts like ``PdsWriter``, then fails partition 1 (first attempt, or always)."""
+
+    def __init__(self, writer: PdsWriter, always: bool, marker_dir: str) -> None:
+        super().__init__(writer.job)
+        self._always = always
+        self._marker_dir = marker_dir
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        message = super().write(iterator)
+        ctx = TaskContext.get()
+        assert ctx is not None
+        if ctx.partitionId() == 1 and (self._always or ctx.attemptNumber() == 0):
+            names = [p.name for p in message.task.parts]
+            marker = Path(self._marker_dir) / f"attempt-{ctx.taskAttemptId()}.json"
+            marker.write_text(json.dumps(names))
+            raise RuntimeError(f"injected failure after uploading {names}")
+        return message
+
+
+class FlakyPdsDataSource(PdsDataSource):
+    """``format("pds_flaky")``: pds, with options ``fail`` (first|always) and ``marker_dir``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pds_flaky"
+
+    def writer(self, schema: StructType, overwrite: bool) -> PdsWriter:
+        always = self.options.pop("fail", "first") == "always"
+        marker_dir = self.options.pop("marker_dir")
+        return FlakyWriter(super().writer(schema, overwrite), always, marker_dir)
+
+
+def failed_attempt_parts(marker_dir: Path) -> list[str]:
+    return [name for f in sorted(marker_dir.glob("attempt-*.json")) for name in json.loads(f.read_text())]
+
+
+# -- the data source: write and read -----------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-001")
+def test_format_roundtrip_on_file(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    """format("pds") with no registration call writes a dataset pds and remote-store read back."""
+    url, _, store = file_store
+    table = rich_table(300)
+    df = spark_df(spark, table)
+    df.write.format("pds").option("store", url).mode("append").save("sales/2024")
+    expected = table.cast(written_schema(df))
+    manifest = check_dataset(store, "sales/2024", expected)
+    assert manifest.dataset_key == "sales/2024"
+    assert manifest.compression == "zstd"
+    assert len(manifest.parts) == 3  # one per non-empty task
+    back = spark.read.format("pds").option("store", url).load("sales/2024")
+    assert back.schema == df.schema
+    assert spark_rows(back, expected.schema).equals(by_id(expected))
+
+
+@pytest.mark.spec("SPARK-001")
+@pytest.mark.s3
+def test_format_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
+    """Executors write to S3 through the Rust core alone (no hadoop-aws jars)."""
+    url, options, store = s3_store
+    table = rich_table(200)
+    df = spark_df(spark, table, partitions=2)
+    df.write.format("pds").option("store", url).options(**options).mode("append").save("orders")
+    expected = table.cast(written_schema(df))
+    check_dataset(store, "orders", expected)
+    back = spark.read.format("pds").option("store", url).options(**options).load("orders")
+    assert spark_rows(back, expected.schema).equals(by_id(expected))
+
+
+@pytest.mark.spec("SPARK-002")
+def test_write_options_reach_the_manifest(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+    table = rich_table(250).select(["id", "s", "ts"])
+    df = spark_df(spark, table, partitions=2)
+    (
+        df.write.format("pds")
+        .option("store", url)
+        .option("compression", "snappy")
+        .option("max_rows_per_file", 50)
+        .option("row_group_size", 20)
+        .option("run_id", "run-42")
+        .option("metadata", json.dumps({"team": "sales", "env": "test"}))
+        .mode("append")
+        .save("opts")
+    )
+    manifest = check_dataset(store, "opts", table.cast(written_schema(df)))
+    assert manifest.compression == "snappy"
+    assert manifest.run_id == "run-42"
+    assert manifest.metadata == {"team": "sales", "env": "test"}
+    assert manifest.part_info is not None
+    assert all(p.row_count <= 50 for p in manifest.part_info)
+    assert len(manifest.parts) >= 5
+    assert manifest.parts == sorted(manifest.parts)  # partition order, then part index
+    first = pds.ParquetDatasetStore(store).store.read_bytes(f"opts/{manifest.parts[0]}")
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(pa.py_buffer(first)).metadata
+    assert meta.row_group(0).column(0).compression == "SNAPPY"
+    assert all(meta.row_group(i).num_rows <= 20 for i in range(meta.num_row_groups))
+
+
+@pytest.mark.spec("SPARK-001")
+def test_empty_dataframe_writes_a_readable_dataset(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    url, _, store = file_store
+    schema = StructType([StructField("id", LongType(), False), StructField("s", StringType(), True)])
+    df = spark.createDataFrame([], schema)
+    df.write.format("pds").option("store", url).mode("append").save("empty")
+    expected = pa.table({"id": pa.array([], pa.int64()), "s": pa.array([], pa.string())}, schema=written_schema(df))
+    manifest = check_dataset(store, "empty", expected)
+    assert len(manifest.parts) == 1
+    back = spark.read.format("pds").option("store", url).load("empty")
+    assert back.schema == schema
+    assert back.count() == 0
+
+
+# -- save modes ------------------------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-003")
+def test_append_on_an_existing_dataset_raises_already_exists(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    url, _, store = file_store
+    df = spark.range(10)
+    df.write.format("pds").option("store", url).mode("append").save("once")
+    before = dataset_files(store, "once")
+    with pytest.raises(Exception, match="AlreadyExists") as info:
+        spark.range(5).write.format("pds").option("store", url).mode("append").save("once")
+    assert "write-once" in str(info.value)
+    assert dataset_files(store, "once") == before
+    assert pds.ParquetDatasetStore(store).read_dataset("once").num_rows == 10
+
+
+@pytest.mark.spec("SPARK-003")
+def test_default_mode_is_refused_by_spark(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    """PySpark's Python data sources take only append and overwrite; the default errorifexists fails."""
+    url, _, store = file_store
+    with pytest.raises(Exception, match=r"(?i)append|overwrite"):
+        spark.range(3).write.format("pds").option("store", url).save("nomode")
+    assert not store.exists("nomode")
+
+
+@pytest.mark.spec("SPARK-003")
+def test_overwrite_replaces_the_dataset(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+    spark_df(spark, rich_table(100)).write.format("pds").option("store", url).mode("append").save("k")
+    old_parts = set(pds.ParquetDatasetStore(store).read_manifest("k").parts)
+    table = rich_table(40, offset=1000)
+    df = spark_df(spark, table, partitions=2)
+    df.write.format("pds").option("store", url).mode("overwrite").save("k")
+    manifest = check_dataset(store, "k", table.cast(written_schema(df)))
+    assert not old_parts & set(manifest.parts)
+    # overwrite also creates
+    df.write.format("pds").option("store", url).mode("overwrite").save("fresh")
+    check_dataset(store, "fresh", table.cast(written_schema(df)))
+
+
+@pytest.mark.spec("SPARK-003")
+def test_overwrite_may_read_the_dataset_it_replaces(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    """The old dataset stays readable until the commit, so a job can rewrite what it reads."""
+    url, _, store = file_store
+    spark.range(0, 100, numPartitions=2).write.format("pds").option("store", url).mode("append").save("self")
+    src = spark.read.format("pds").option("store", url).load("self")
+    src.where("id % 2 = 0").write.format("pds").option("store", url).mode("overwrite").save("self")
+    ids = pds.ParquetDatasetStore(store).read_dataset("self").column("id").to_pylist()
+    assert sorted(ids) == list(range(0, 100, 2))
+    check_dataset(
+        store,
+        "self",
+        pa.table({"id": pa.array(sorted(ids), pa.int64())}, schema=pa.schema([("id", pa.int64(), False)])),
+    )
+
+
+# -- retries and failures ----------------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-004")
+def test_a_retried_task_leaves_no_duplicate_or_leftover_parts(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store], tmp_path: Path
+) -> None:
+    """Partition 1 uploads its parts, then fails; its retry's parts are the ones committed."""
+    url, _, store = file_store
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    table = rich_table(300)
+    df = spark_df(spark, table)
+    (
+        df.write.format("pds_flaky")
+        .option("store", url)
+        .option("marker_dir", str(markers))
+        .option("max_rows_per_file", 30)
+        .mode("append")
+        .save("retried")
+    )
+    failed = failed_attempt_parts(markers)
+    assert failed, "the first attempt of partition 1 uploaded parts before failing"
+    manifest = check_dataset(store, "retried", table.cast(written_schema(df)))  # exact rows, no extra files
+    assert not set(failed) & set(manifest.parts)
+    assert not set(failed) & dataset_files(store, "retried")
+
+
+@pytest.mark.spec("SPARK-004")
+def test_a_failed_job_leaves_no_success_and_no_parts(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store], tmp_path: Path
+) -> None:
+    url, _, store = file_store
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    df = spark_df(spark, rich_table(120))
+
+    def failing(key: str, mode: str) -> None:
+        with pytest.raises(Exception, match="injected failure"):
+            (
+                df.write.format("pds_flaky")
+                .option("store", url)
+                .option("fail", "always")
+                .option("marker_dir", str(markers))
+                .mode(mode)
+                .save(key)
+            )
+
+    failing("doomed", "append")
+    assert len(failed_attempt_parts(markers)) >= 2  # both attempts uploaded parts
+    assert dataset_files(store, "doomed") == set()  # abort removed every part of the job
+    assert not pds.ParquetDatasetStore(store).dataset_exists("doomed")
+
+    # A failed overwrite leaves the dataset it would have replaced intact.
+    keep = rich_table(30, offset=500)
+    keep_df = spark_df(spark, keep, partitions=1)
+    keep_df.write.format("pds").option("store", url).mode("append").save("kept")
+    failing("kept", "overwrite")
+    check_dataset(store, "kept", keep.cast(written_schema(keep_df)))
+
+
+@pytest.mark.spec("SPARK-005")
+def test_repeated_jobs_in_forked_workers(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    """The Rust runtime works in every (forked, reused) Python worker, job after job."""
+    url, _, store = file_store
+    for i in range(3):
+        spark.range(0, 50 + i, numPartitions=2).write.format("pds").option("store", url).mode("append").save(f"r{i}")
+        assert spark.read.format("pds").option("store", url).load(f"r{i}").count() == 50 + i
+    assert [pds.ParquetDatasetStore(store).read_manifest(f"r{i}").row_count for i in range(3)] == [50, 51, 52]
+
+
+# -- reading: projection and filters ---------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-006")
+def test_projection(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, _ = file_store
+    table = rich_table(100)
+    df = spark_df(spark, table, partitions=2)
+    df.write.format("pds").option("store", url).mode("append").save("p")
+    expected = table.cast(written_schema(df))
+
+    def read() -> Any:
+        return spark.read.format("pds").option("store", url)
+
+    by_option = read().option("columns", "s, id").load("p")
+    assert by_option.columns == ["s", "id"]
+    assert spark_rows(by_option, expected.select(["s", "id"]).schema).equals(by_id(expected.select(["s", "id"])))
+
+    by_schema = read().schema("id BIGINT, d DATE").load("p")
+    assert spark_rows(by_schema, expected.select(["id", "d"]).schema).equals(by_id(expected.select(["id", "d"])))
+
+    with pytest.raises(Exception, match="unknown column"):
+        read().option("columns", json.dumps(["id", "nope"])).load("p")
+
+
+FILTER_CASES = [
+    # (Spark SQL predicate, the same predicate in pyarrow, with Spark's NaN rules, pushed entirely?)
+    ("id = 17", pc.field("id") == 17, True),
+    ("i32 > 30 AND i32 <= 90", (pc.field("i32") > 30) & (pc.field("i32") <= 90), True),
+    ("s IN ('s1', 's4')", pc.field("s").isin(["s1", "s4"]), True),
+    ("s NOT IN ('s1', 's4')", pc.field("s").is_valid() & ~pc.field("s").isin(["s1", "s4"]), True),
+    ("s IS NULL OR id = 3", pc.field("s").is_null() | (pc.field("id") == 3), False),
+    ("s IS NOT NULL AND s <> 's2'", pc.field("s").is_valid() & (pc.field("s") != "s2"), True),
+    ("f < 5.5", pc.field("f") < 5.5, True),
+    ("f > 20", (pc.field("f") > 20) | pc.is_nan(pc.field("f")), False),  # Spark: NaN > 20
+    ("d >= DATE'2024-02-10'", pc.field("d") >= pa.scalar(datetime.date(2024, 2, 10)), True),
+    (
+        "ts < TIMESTAMP'2023-11-16 12:00:00'",  # session time zone: America/New_York
+        pc.field("ts") < pa.scalar(datetime.datetime(2023, 11, 16, 17, 0, tzinfo=datetime.UTC)),
+        True,
+    ),
+    (
+        "dec <= CAST(3.5 AS DECIMAL(10, 2))",
+        pc.field("dec") <= pa.scalar(decimal.Decimal("3.50"), pa.decimal128(10, 2)),
+        True,
+    ),
+    ("b", pc.field("b") == True, True),  # noqa: E712 - an Arrow expression
+    ("s LIKE 's1%'", pc.starts_with(pc.field("s"), "s1"), False),
+]
+
+
+@pytest.fixture(scope="module")
+def filter_data(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pa.Table]:
+    """A dataset with NaN and null floats, for the filter tests."""
+    url = tmp_path_factory.mktemp("filters").as_uri()
+    table = rich_table(240).set_column(
+        2, "f", pa.array([float("nan") if i % 11 == 0 else (None if i % 13 == 0 else i / 4) for i in range(240)])
+    )
+    spark_df(spark, table).write.format("pds").option("store", url).option("max_rows_per_file", 40).mode("append").save(
+        "f"
+    )
+    return url, table
+
+
+@pytest.mark.spec("SPARK-007")
+@pytest.mark.parametrize(("predicate", "expression", "pushed"), FILTER_CASES, ids=[c[0] for c in FILTER_CASES])
+def test_filters_match_pyarrow(
+    spark: SparkSession, filter_data: tuple[str, pa.Table], predicate: str, expression: pc.Expression, pushed: bool
+) -> None:
+    """Spark's answer with pushdown equals pyarrow's on the same data; pushable filters leave no Filter node."""
+    url, table = filter_data
+    want = sorted(table.filter(expression).column("id").to_pylist())
+    spark.conf.set(PUSHDOWN, "true")
+    try:
+        df = spark.read.format("pds").option("store", url).option("pushFilters", "true").load("f").where(predicate)
+        got = sorted(r.id for r in df.select("id").collect())
+        plan = plan_of(df)
+    finally:
+        spark.conf.unset(PUSHDOWN)
+    assert got == want
+    assert ("Filter " in plan) != pushed, plan
+    # Without pushdown (the PySpark default), Spark filters: same answer.
+    plain = spark.read.format("pds").option("store", url).load("f").where(predicate)
+    assert sorted(r.id for r in plain.select("id").collect()) == want
+
+
+@pytest.mark.spec("SPARK-007")
+def test_push_filters_needs_the_spark_conf(spark: SparkSession, filter_data: tuple[str, pa.Table]) -> None:
+    url, _ = filter_data
+    with pytest.raises(Exception, match="filterPushdown"):
+        spark.read.format("pds").option("store", url).option("pushFilters", "true").load("f").where("id = 1").collect()
+
+
+@pytest.mark.spec("SPARK-007")
+def test_filters_option(spark: SparkSession, filter_data: tuple[str, pa.Table]) -> None:
+    """The ``filters`` option is applied by the read tasks, with or without Spark's pushdown."""
+    url, table = filter_data
+    filters = [("d", ">=", datetime.date(2024, 3, 1)), ("s", "in", ["s2", "s3"]), ("i32", "is_not_null", None)]
+    df = spark.read.format("pds").option("store", url).option("filters", filters_to_json(filters)).load("f")
+    want = apply_filter_tuples(table, filters)
+    assert sorted(r.id for r in df.select("id").collect()) == sorted(want.column("id").to_pylist())
+    assert want.num_rows > 0
+
+
+# -- mapInArrow helpers ------------------------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-008")
+@pytest.mark.s3
+def test_helpers_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
+    url, options, store = s3_store
+    table = rich_table(180)
+    df = spark_df(spark, table)
+    manifest = pds.spark.write_dataset(df, url, "h", max_rows_per_file=40, run_id="r1", **options)
+    assert manifest == pds.ParquetDatasetStore(store).read_manifest("h")
+    assert manifest.run_id == "r1"
+    assert len(manifest.parts) >= 5
+    expected = table.cast(written_schema(df))
+    check_dataset(store, "h", expected)
+
+    back = pds.spark.read_dataset(spark, url, "h", **options)
+    assert spark_rows(back, expected.schema).equals(by_id(expected))
+    some = pds.spark.read_dataset(
+        spark,
+        url,
+        "h",
+        columns=["id", "s"],
+        filter=[("d", "<", datetime.date(2024, 2, 1)), ("s", "!=", "s3")],
+        **options,
+    )
+    want = apply_filter_tuples(expected, [("d", "<", datetime.date(2024, 2, 1)), ("s", "!=", "s3")]).select(["id", "s"])
+    assert some.columns == ["id", "s"]
+    assert spark_rows(some, want.schema).equals(by_id(want))
+
+
+@pytest.mark.spec("SPARK-008")
+def test_helpers_with_a_store_and_modes(spark: SparkSession, tmp_path: Path) -> None:
+    store = pds.open_store((tmp_path / "lake").as_uri()).child("team")
+    df = spark_df(spark, rich_table(60), partitions=2)
+    pds.spark.write_dataset(df, store, "x")
+    with pytest.raises(pds.errors.AlreadyExists, match="write-once"):
+        pds.spark.write_dataset(df, store, "x")
+    table = rich_table(25, offset=100)
+    df2 = spark_df(spark, table, partitions=2)
+    pds.spark.write_dataset(df2, store, "x", mode="overwrite", compression="lz4")
+    manifest = check_dataset(store, "x", table.cast(written_schema(df2)))
+    assert manifest.compression == "lz4"
+    assert (tmp_path / "lake" / "team" / "x" / "_SUCCESS").exists()
+    back = pds.spark.read_dataset(spark, store, "x", columns=["id"], filter="i32 IS NULL OR id < 103")
+    want = table.filter(pc.field("i32").is_null() | (pc.field("id") < 103)).column("id").to_pylist()
+    assert sorted(r.id for r in back.collect()) == sorted(want)
+    with pytest.raises(ValueError, match="contradicts"):
+        pds.spark.write_dataset(df2, store, "y", mode="append", overwrite=True)
+
+
+@pytest.mark.spec("SPARK-008")
+def test_helper_write_survives_a_task_retry(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+    table = rich_table(200)
+
+    def fail_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        for i, batch in enumerate(batches):
+            if i == 1 and ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+                raise RuntimeError("injected failure mid-stream")
+            yield batch
+
+    src = spark.createDataFrame(table).repartition(3, "id")
+    df = src.mapInArrow(fail_once, src.schema)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        pds.spark.write_dataset(df, url, "retry", max_rows_per_file=10)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    check_dataset(store, "retry", table.cast(written_schema(df)))
+
+
+@pytest.mark.spec("SPARK-008")
+def test_helper_write_failure_cleans_up(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+
+    def always_fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        for batch in batches:
+            if ctx.partitionId() == 1:
+                raise RuntimeError("injected failure")
+            yield batch
+
+    src = spark.createDataFrame(rich_table(90)).repartition(3, "id")
+    with pytest.raises(Exception, match="injected failure"):
+        pds.spark.write_dataset(src.mapInArrow(always_fail, src.schema), url, "gone")
+    assert dataset_files(store, "gone") == set()
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-009")
+def test_reading_an_uncommitted_dataset_fails(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    url, _, store = file_store
+    with pytest.raises(Exception, match="DatasetIncomplete"):
+        spark.read.format("pds").option("store", url).load("missing")
+    spark.range(4).write.format("pds").option("store", url).mode("append").save("half")
+    store.delete("half/_SUCCESS")
+    with pytest.raises(Exception, match="_SUCCESS"):
+        spark.read.format("pds").option("store", url).load("half").collect()
+
+
+@pytest.mark.spec("SPARK-009")
+def test_bad_options_fail_before_any_task(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+
+    def write() -> Any:
+        return spark.range(3).write.format("pds").mode("append")
+
+    with pytest.raises(Exception, match=r"needs \.option"):
+        write().save("a")
+    with pytest.raises(Exception, match="memory://"):
+        write().option("store", "memory://").save("a")
+    with pytest.raises(Exception, match="compression codec"):
+        write().option("store", url).option("compression", "zip").save("a")
+    with pytest.raises(Exception, match="unknown S3 option"):
+        write().option("store", "s3://bucket/x").option("secret_acess_key", "hunter2").save("a")
+    assert dataset_files(store, "a") == set()
+
+
+@pytest.mark.spec("SPARK-009")
+def test_credentials_are_not_in_reprs_or_errors(spark: SparkSession) -> None:
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    with pytest.raises(Exception, match="unknown S3 option") as info:
+        spark.range(3).write.format("pds").mode("append").option("store", "s3://bucket/x").option(
+            "secret_access_key", secret
+        ).option("bogus", "1").save("a")
+    assert secret not in str(info.value)
+    s = spark_store("s3://bucket/x", secret_access_key=secret, access_key_id="AK", region="r")
+    assert secret not in repr(s)
+    assert secret not in repr(s.unwrap(pds.ObjectStoreBackend))
+
+
+# -- filter translation (no Spark job) ------------------------------------------------------------
+
+SCHEMA = pa.schema(
+    [
+        ("i", pa.int32()),
+        ("u", pa.uint8()),
+        ("f", pa.float64()),
+        ("f32", pa.float32()),
+        ("s", pa.string()),
+        ("b", pa.bool_()),
+        ("d", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("ms")),
+        ("dec", pa.decimal128(6, 2)),
+        ("st", pa.struct([("a", pa.int32())])),
+    ]
+)
+UTC_NOON = datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.UTC)
+
+
+@pytest.mark.spec("SPARK-007")
+@pytest.mark.parametrize(
+    ("spark_filter", "expected"),
+    [
+        (sds.EqualTo(("i",), 3), ("i", "==", 3)),
+        (sds.Not(sds.EqualTo(("s",), "x")), ("s", "!=", "x")),
+        (sds.GreaterThan(("i",), 3), ("i", ">", 3)),
+        (sds.LessThanOrEqual(("f",), 2.5), ("f", "<=", 2.5)),
+        (sds.In(("s",), ("a", None, "b")), ("s", "in", ["a", "b"])),
+        (sds.Not(sds.In(("i",), (1, 2))), ("i", "not in", [1, 2])),
+        (sds.IsNull(("d",)), ("d", "is_null", None)),
+        (sds.Not(sds.IsNull(("d",))), ("d", "is_not_null", None)),
+        (sds.EqualNullSafe(("i",), None), ("i", "is_null", None)),
+        (sds.EqualNullSafe(("i",), 4), ("i", "==", 4)),
+        (sds.EqualTo(("b",), True), ("b", "==", True)),
+        (sds.GreaterThanOrEqual(("d",), datetime.date(2024, 1, 2)), ("d", ">=", datetime.date(2024, 1, 2))),
+        (sds.LessThan(("ts",), UTC_NOON), ("ts", "<", UTC_NOON)),
+        (sds.EqualTo(("dec",), decimal.Decimal("1.5")), ("dec", "==", decimal.Decimal("1.50"))),
+        (sds.EqualTo(("f32",), 0.5), ("f32", "==", 0.5)),
+        # refused: Spark must evaluate these
+        (sds.GreaterThan(("f",), 1.0), None),  # NaN > 1.0 in Spark
+        (sds.EqualTo(("f",), float("nan")), None),
+        (sds.EqualTo(("f32",), 0.1), None),  # not exact in float32
+        (sds.Not(sds.In(("i",), (1, None))), None),
+        (sds.EqualTo(("i",), 1.5), None),
+        (sds.EqualTo(("i",), True), None),
+        (sds.EqualTo(("b",), 1), None),
+        (sds.EqualTo(("u",), -1), None),
+        (sds.EqualTo(("ntz",), datetime.datetime(2024, 1, 1, 0, 0, 0, 1)), None),  # ms column
+        (sds.EqualTo(("ntz",), UTC_NOON), None),  # zoned value, naive column
+        (sds.EqualTo(("dec",), decimal.Decimal("1.555")), None),
+        (sds.EqualTo(("st", "a"), 1), None),
+        (sds.EqualTo(("nope",), 1), None),
+        (sds.StringStartsWith(("s",), "a"), None),
+        (sds.Not(sds.GreaterThan(("i",), 1)), None),
+        (sds.EqualTo(("s",), None), None),
+    ],
+    ids=repr,
+)
+def test_translate_filter(spark_filter: Any, expected: tuple[str, str, Any] | None) -> None:
+    assert translate_filter(spark_filter, SCHEMA) == expected
+    assert spark_filters_to_tuples([spark_filter], SCHEMA) == ([] if expected is None else [expected])
+
+
+@pytest.mark.spec("SPARK-007")
+def test_filter_tuples_evaluate_with_sql_nulls_and_json_round_trip() -> None:
+    t = pa.table(
+        {
+            "i": pa.array([1, 2, None, 4], pa.int32()),
+            "s": pa.array(["a", None, "c", "d"]),
+            "d": pa.array([datetime.date(2024, 1, n) for n in (1, 2, 3, 4)]),
+            "ts": pa.array([UTC_NOON + datetime.timedelta(hours=n) for n in range(4)], pa.timestamp("us", tz="UTC")),
+            "dec": pa.array([decimal.Decimal(n) for n in range(4)], pa.decimal128(6, 2)),
+            "bin": pa.array([b"x", b"y", b"z", None]),
+        }
+    )
+    ids = lambda fs: apply_filter_tuples(t, fs).column("i").to_pylist()  # noqa: E731
+    assert ids([("i", "not in", [1])]) == [2, 4]  # the null row is not "not in"
+    assert ids([("i", "!=", 1)]) == [2, 4]
+    assert ids([("s", "in", ["a", "d"])]) == [1, 4]
+    assert ids([("s", "is_null", None)]) == [2]
+    assert ids([("i", ">", 1), ("s", "is_not_null", None)]) == [4]
+    filters = [
+        ("d", ">", datetime.date(2024, 1, 1)),
+        ("ts", "<=", UTC_NOON + datetime.timedelta(hours=2)),
+        ("dec", "in", [decimal.Decimal(1), decimal.Decimal(2)]),
+        ("bin", "==", b"y"),
+    ]
+    parsed = filters_from_json(filters_to_json(filters), t.schema)
+    assert parsed == filters
+    assert ids(parsed) == [2]
+    with pytest.raises(ValueError, match="no column"):
+        apply_filter_tuples(t, [("zz", "==", 1)])
+    with pytest.raises(ValueError, match="unknown filter op"):
+        apply_filter_tuples(t, [("i", "~", 1)])
+    with pytest.raises(ValueError, match=r"not exactly|does not fit"):
+        filters_from_json(json.dumps([["i", "==", 2**40]]), t.schema)

@@ -6,7 +6,11 @@ use std::io::Write;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
+use std::sync::Arc;
+
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory};
+use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
+use parquet::file::writer::SerializedFileWriter;
 use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use sha2::{Digest, Sha256};
@@ -118,31 +122,143 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+/// Rows per row group when none is set (pyarrow's and parquet-rs's default).
+pub const DEFAULT_ROW_GROUP_ROWS: usize = 1024 * 1024;
+
 /// Encodes one part file into a sink, batch by batch.
+///
+/// Batches are buffered (zero-copy) until a row group is full; the row group's
+/// columns are then encoded in parallel, one leaf column per task on up to one
+/// thread per core, so a single file also uses every core. Complete row groups
+/// go to the sink in file order.
 pub struct PartEncoder<W: Write + Send> {
-    writer: ArrowWriter<HashingWriter<W>>,
+    writer: SerializedFileWriter<HashingWriter<W>>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    row_group_rows: usize,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    row_groups: usize,
     rows: u64,
+    threads: usize,
 }
 
 impl<W: Write + Send> PartEncoder<W> {
     pub fn new(sink: W, schema: SchemaRef, opts: &EncodeOptions) -> Result<Self> {
-        let writer = ArrowWriter::try_new(
-            HashingWriter::new(sink),
+        let mut props = opts.writer_properties();
+        add_encoded_arrow_schema_to_metadata(&schema, &mut props);
+        let parquet_schema = ArrowSchemaConverter::new()
+            .with_coerce_types(props.coerce_types())
+            .convert(&schema)?;
+        let writer = SerializedFileWriter::new(HashingWriter::new(sink), parquet_schema.root_schema_ptr(), Arc::new(props))?;
+        let factory = ArrowRowGroupWriterFactory::new(&writer, schema.clone());
+        Ok(Self {
+            writer,
+            factory,
             schema,
-            Some(opts.writer_properties()),
-        )?;
-        Ok(Self { writer, rows: 0 })
+            row_group_rows: opts.row_group_size.unwrap_or(DEFAULT_ROW_GROUP_ROWS),
+            pending: Vec::new(),
+            pending_rows: 0,
+            row_groups: 0,
+            rows: 0,
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        })
     }
 
-    /// Append a batch. Complete row groups are flushed to the sink.
+    /// Append a batch. Each full row group is encoded and flushed to the sink.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.writer.write(batch)?;
+        let same_types = batch.num_columns() == self.schema.fields().len()
+            && batch
+                .columns()
+                .iter()
+                .zip(self.schema.fields())
+                .all(|(c, f)| c.data_type() == f.data_type());
+        if !same_types {
+            return Err(Error::Arrow(arrow_schema::ArrowError::SchemaError(format!(
+                "batch schema {:?} differs from the stream's {:?}",
+                batch.schema(),
+                self.schema
+            ))));
+        }
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let take = (self.row_group_rows - self.pending_rows).min(batch.num_rows() - offset);
+            self.pending.push(batch.slice(offset, take));
+            self.pending_rows += take;
+            offset += take;
+            if self.pending_rows == self.row_group_rows {
+                self.flush_row_group()?;
+            }
+        }
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
 
-    /// Write the footer and return the summary and the sink.
-    pub fn finish(self) -> Result<(PartSummary, W)> {
+    fn flush_row_group(&mut self) -> Result<()> {
+        if self.pending_rows == 0 {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        // One job per leaf column: its writer and its slices of every batch.
+        let writers = self.factory.create_column_writers(self.row_groups)?;
+        let mut jobs: Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)> =
+            writers.into_iter().enumerate().map(|(i, w)| (i, w, Vec::new())).collect();
+        let mut leaf = 0;
+        for (col, field) in self.schema.fields().iter().enumerate() {
+            let mut width = 0;
+            for b in &batches {
+                let leaves = compute_leaves(field, b.column(col))?;
+                width = leaves.len();
+                for (j, l) in leaves.into_iter().enumerate() {
+                    jobs[leaf + j].2.push(l);
+                }
+            }
+            leaf += width;
+        }
+        let threads = self.threads.min(jobs.len()).max(1);
+        let mut lanes: Vec<Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)>> = (0..threads).map(|_| Vec::new()).collect();
+        for (n, job) in jobs.into_iter().enumerate() {
+            lanes[n % threads].push(job);
+        }
+        let encoded: Vec<Result<Vec<(usize, ArrowColumnChunk)>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = lanes
+                .into_iter()
+                .map(|lane| {
+                    scope.spawn(move || {
+                        lane.into_iter()
+                            .map(|(i, mut w, leaves)| {
+                                for l in &leaves {
+                                    w.write(l)?;
+                                }
+                                Ok((i, w.close()?))
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Task("column encoder panicked".into()))))
+                .collect()
+        });
+        let mut chunks = Vec::new();
+        for lane in encoded {
+            chunks.extend(lane?);
+        }
+        chunks.sort_by_key(|(i, _)| *i);
+        let mut rg = self.writer.next_row_group()?;
+        for (_, chunk) in chunks {
+            chunk.append_to_row_group(&mut rg)?;
+        }
+        rg.close()?;
+        self.row_groups += 1;
+        Ok(())
+    }
+
+    /// Write the last row group and the footer; return the summary and the sink.
+    pub fn finish(mut self) -> Result<(PartSummary, W)> {
+        self.flush_row_group()?;
         let rows = self.rows;
         let mut hw = self.writer.into_inner()?;
         hw.flush()?;
@@ -180,7 +296,6 @@ mod tests {
     use arrow_array::{Int64Array, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    use std::sync::Arc;
 
     pub fn sample(n: i64) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
@@ -217,6 +332,36 @@ mod tests {
         assert_eq!(reader.metadata().num_row_groups(), 4);
         let back: Vec<RecordBatch> = reader.build().unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(arrow_select::concat::concat_batches(&b.schema(), &back).unwrap(), b);
+    }
+
+    #[test]
+    fn nested_columns_and_many_batches() {
+        use arrow_array::{Array, ListArray, StructArray};
+        let list = ListArray::from_iter_primitive::<arrow_array::types::Int32Type, _, _>(
+            (0..50).map(|i| if i % 7 == 0 { None } else { Some(vec![Some(i), None]) }),
+        );
+        let inner = StructArray::from(vec![
+            (Arc::new(Field::new("a", DataType::Int64, false)), Arc::new(Int64Array::from_iter_values(0..50)) as _),
+            (Arc::new(Field::new("b", DataType::Utf8, true)), Arc::new(StringArray::from_iter_values((0..50).map(|i| format!("{i}")))) as _),
+        ]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("l", list.data_type().clone(), true),
+            Field::new("s", inner.data_type().clone(), false),
+            Field::new("x", DataType::Int64, false),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(list), Arc::new(inner), Arc::new(Int64Array::from_iter_values(0..50))],
+        )
+        .unwrap();
+        let pieces: Vec<RecordBatch> = (0..5).map(|i| b.slice(i * 10, 10)).collect();
+        let opts = EncodeOptions::new("zstd", Some(16), None).unwrap();
+        let (bytes, s) = encode_to_bytes(&pieces, schema.clone(), &opts).unwrap();
+        assert_eq!(s.row_count, 50);
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        assert_eq!(reader.metadata().num_row_groups(), 4);
+        let back: Vec<RecordBatch> = reader.build().unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(arrow_select::concat::concat_batches(&schema, &back).unwrap(), b);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumn
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -76,7 +76,11 @@ impl EncodeOptions {
 
     /// Parquet writer properties for these options.
     pub fn writer_properties(&self) -> WriterProperties {
-        let mut b = WriterProperties::builder().set_compression(self.compression);
+        // Row-group (chunk) statistics are what readers prune with, and what
+        // pyarrow writes; page-level statistics cost encode time for no use here.
+        let mut b = WriterProperties::builder()
+            .set_compression(self.compression)
+            .set_statistics_enabled(EnabledStatistics::Chunk);
         if let Some(n) = self.row_group_size {
             b = b.set_max_row_group_row_count(Some(n));
         }

@@ -47,7 +47,9 @@ def main() -> None:
     start = time.perf_counter()
     manifest = ds.write_dataset(table, args.key, overwrite=True, run_id="demo", metadata={"source": "examples/demo.py"})
     wrote = time.perf_counter() - start
-    print(f"wrote {manifest.row_count:,} rows as {len(manifest.parts)} parts to {args.store}/{args.key} in {wrote:.2f}s")
+    print(
+        f"wrote {manifest.row_count:,} rows as {len(manifest.parts)} parts to {args.store}/{args.key} in {wrote:.2f}s"
+    )
 
     start = time.perf_counter()
     back = ds.read_dataset(args.key, columns=["country", "amount"], verify=True)

@@ -160,8 +160,9 @@ async fn upload_part(
         }
     };
     let key = child_key(&dataset_key, &name);
-    let mut writer = BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
-        .with_max_concurrency(UPLOAD_CONCURRENCY);
+    let mut writer =
+        BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
+            .with_max_concurrency(UPLOAD_CONCURRENCY);
     let result: Result<()> = async {
         for c in held {
             writer.put(c).await?;
@@ -242,7 +243,11 @@ pub fn write_parts(
 ) -> Result<WrittenParts> {
     crate::store::keys::object_segments(&req.location)?;
     if let Some(p) = &req.part_prefix {
-        if p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             return Err(Error::InvalidArgument(format!(
                 "part_prefix must be non-empty ASCII letters, digits, '-' or '_', got {p:?}"
             )));
@@ -349,7 +354,10 @@ pub fn write_parts(
         }
     }
     if let Some(e) = failure {
-        let keys: Vec<String> = written.iter().map(|n| child_key(&req.location, n)).collect();
+        let keys: Vec<String> = written
+            .iter()
+            .map(|n| child_key(&req.location, n))
+            .collect();
         let _ = handle.block_on(store.delete_many(&keys));
         return Err(e);
     }
@@ -398,10 +406,18 @@ pub fn build_manifest(
 pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest) -> Result<()> {
     let json = manifest.to_json()?;
     store
-        .put(&child_key(dataset_key, MANIFEST), Bytes::from(json), PutMode::Overwrite)
+        .put(
+            &child_key(dataset_key, MANIFEST),
+            Bytes::from(json),
+            PutMode::Overwrite,
+        )
         .await?;
     store
-        .put(&child_key(dataset_key, SUCCESS), Bytes::new(), PutMode::Overwrite)
+        .put(
+            &child_key(dataset_key, SUCCESS),
+            Bytes::new(),
+            PutMode::Overwrite,
+        )
         .await?;
     Ok(())
 }
@@ -415,9 +431,17 @@ pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Man
 
 /// Check `_SUCCESS`, read the manifest, and HEAD every part at once.
 /// Returns the manifest and each part's size.
-pub async fn open_dataset(store: &StoreHandle, dataset_key: &str, parallelism: usize) -> Result<(Manifest, Vec<u64>)> {
+pub async fn open_dataset(
+    store: &StoreHandle,
+    dataset_key: &str,
+    parallelism: usize,
+) -> Result<(Manifest, Vec<u64>)> {
     crate::store::keys::object_segments(dataset_key)?;
-    if store.try_head(&child_key(dataset_key, SUCCESS)).await?.is_none() {
+    if store
+        .try_head(&child_key(dataset_key, SUCCESS))
+        .await?
+        .is_none()
+    {
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
             reason: "_SUCCESS marker missing".into(),
@@ -425,7 +449,12 @@ pub async fn open_dataset(store: &StoreHandle, dataset_key: &str, parallelism: u
     }
     let manifest = read_manifest(store, dataset_key).await?;
     let heads: Vec<Result<Option<u64>>> = futures::stream::iter(manifest.parts.iter())
-        .map(|p| async move { Ok(store.try_head(&child_key(dataset_key, p)).await?.map(|m| m.size)) })
+        .map(|p| async move {
+            Ok(store
+                .try_head(&child_key(dataset_key, p))
+                .await?
+                .map(|m| m.size))
+        })
         .buffered(parallelism * 4)
         .collect()
         .await;
@@ -497,7 +526,10 @@ pub fn read_dataset(
                 }
             })
         });
-        let results: Vec<_> = futures::stream::iter(jobs).buffered(parallelism).collect().await;
+        let results: Vec<_> = futures::stream::iter(jobs)
+            .buffered(parallelism)
+            .collect()
+            .await;
         let mut schema = None;
         let mut batches = Vec::new();
         for r in results {
@@ -535,10 +567,13 @@ pub fn read_schema(store: Arc<StoreHandle>, dataset_key: &str) -> Result<SchemaR
         if let Some(schema) = manifest.schema(&child_key(&dataset_key, MANIFEST))? {
             return Ok(schema);
         }
-        let first = manifest.parts.first().ok_or_else(|| Error::ManifestCorrupted {
-            path: child_key(&dataset_key, MANIFEST),
-            reason: "the manifest lists no parts".into(),
-        })?;
+        let first = manifest
+            .parts
+            .first()
+            .ok_or_else(|| Error::ManifestCorrupted {
+                path: child_key(&dataset_key, MANIFEST),
+                reason: "the manifest lists no parts".into(),
+            })?;
         decode::read_part_schema(&store, &child_key(&dataset_key, first)).await
     })?
 }
@@ -556,14 +591,24 @@ mod tests {
         while start < n {
             let end = (start + per).min(n);
             out.push(
-                RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(start..end))]).unwrap(),
+                RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(Int64Array::from_iter_values(start..end))],
+                )
+                .unwrap(),
             );
             start = end;
         }
         (schema, out)
     }
 
-    fn write(store: &Arc<StoreHandle>, key: &str, n: i64, max: Option<usize>, total: Option<u64>) -> Result<Manifest> {
+    fn write(
+        store: &Arc<StoreHandle>,
+        key: &str,
+        n: i64,
+        max: Option<usize>,
+        total: Option<u64>,
+    ) -> Result<Manifest> {
         let (schema, b) = batches(n, 7);
         let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
         let opts = EncodeOptions::new("zstd", Some(10), max).unwrap();
@@ -598,10 +643,25 @@ mod tests {
     #[test]
     fn single_part_is_data_parquet_with_or_without_row_hint() {
         let store = memory();
-        assert_eq!(write(&store, "a", 15, Some(20), None).unwrap().parts, ["data.parquet"]);
-        assert_eq!(write(&store, "b", 15, Some(20), Some(15)).unwrap().parts, ["data.parquet"]);
-        assert_eq!(write(&store, "c", 40, Some(20), Some(40)).unwrap().parts.len(), 2);
-        assert_eq!(write(&store, "d", 0, None, None).unwrap().parts, ["data.parquet"]);
+        assert_eq!(
+            write(&store, "a", 15, Some(20), None).unwrap().parts,
+            ["data.parquet"]
+        );
+        assert_eq!(
+            write(&store, "b", 15, Some(20), Some(15)).unwrap().parts,
+            ["data.parquet"]
+        );
+        assert_eq!(
+            write(&store, "c", 40, Some(20), Some(40))
+                .unwrap()
+                .parts
+                .len(),
+            2
+        );
+        assert_eq!(
+            write(&store, "d", 0, None, None).unwrap().parts,
+            ["data.parquet"]
+        );
         let d = read_dataset(store, "d", ReadOptions::default(), false, 2).unwrap();
         assert_eq!(d.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
     }
@@ -625,7 +685,8 @@ mod tests {
         write(&store, "ds", 50, Some(20), None).unwrap();
         let rt = crate::runtime::get().unwrap();
         let other = rt.block_on(store.get("ds/part-00000.parquet")).unwrap();
-        rt.block_on(store.put("ds/part-00001.parquet", other, PutMode::Overwrite)).unwrap();
+        rt.block_on(store.put("ds/part-00001.parquet", other, PutMode::Overwrite))
+            .unwrap();
         let r = read_dataset(store, "ds", ReadOptions::default(), true, 2);
         assert!(matches!(r, Err(Error::PartCorrupted { .. })), "{r:?}");
     }
@@ -638,7 +699,10 @@ mod tests {
             arrow_schema::ArrowError::ComputeError("source died".into()),
         )];
         let first: Vec<_> = b.drain(..).map(Ok).collect();
-        let reader = Box::new(RecordBatchIterator::new(first.into_iter().chain(tail), schema));
+        let reader = Box::new(RecordBatchIterator::new(
+            first.into_iter().chain(tail),
+            schema,
+        ));
         let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
         let req = WriteRequest {
             location: "bad".into(),
@@ -648,7 +712,11 @@ mod tests {
         };
         assert!(write_dataset(store.clone(), reader, opts, req).is_err());
         let rt = crate::runtime::get().unwrap();
-        assert!(rt.block_on(store.list("bad", true)).unwrap().objects.is_empty());
+        assert!(rt
+            .block_on(store.list("bad", true))
+            .unwrap()
+            .objects
+            .is_empty());
     }
 
     #[test]
@@ -667,17 +735,27 @@ mod tests {
         let parts = write_parts(store.clone(), reader, &opts, &req).unwrap();
         assert_eq!(
             parts.names,
-            ["part-t3-a1-00000.parquet", "part-t3-a1-00001.parquet", "part-t3-a1-00002.parquet"]
+            [
+                "part-t3-a1-00000.parquet",
+                "part-t3-a1-00001.parquet",
+                "part-t3-a1-00002.parquet"
+            ]
         );
         let rt = crate::runtime::get().unwrap();
-        assert!(rt.block_on(store.try_head("ds/_SUCCESS")).unwrap().is_none());
+        assert!(rt
+            .block_on(store.try_head("ds/_SUCCESS"))
+            .unwrap()
+            .is_none());
         let bad = WriteRequest {
             part_prefix: Some("../x".into()),
             ..req
         };
         let (schema, b) = batches(1, 1);
         let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
-        assert!(matches!(write_parts(store, reader, &opts, &bad), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            write_parts(store, reader, &opts, &bad),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]

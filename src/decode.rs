@@ -8,7 +8,8 @@ use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 use futures::StreamExt;
 use parquet::arrow::arrow_reader::{
-    ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowFilter,
+    ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
+    RowFilter,
 };
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
@@ -121,7 +122,11 @@ fn configure<T>(
     Ok((builder, order))
 }
 
-fn reorder(decoded_schema: SchemaRef, batches: Vec<RecordBatch>, order: Option<Vec<usize>>) -> Result<Decoded> {
+fn reorder(
+    decoded_schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    order: Option<Vec<usize>>,
+) -> Result<Decoded> {
     let Some(order) = order else {
         return Ok(Decoded {
             schema: decoded_schema,
@@ -184,11 +189,19 @@ impl PartStream {
 /// Open one part: read its footer, prune row groups, and prepare to fetch
 /// only the byte ranges of the projected column chunks. `size` comes from the
 /// HEAD the caller made.
-pub async fn open_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<PartStream> {
+pub async fn open_part(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    opts: &ReadOptions,
+) -> Result<PartStream> {
     let err = corrupted(key);
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(&err)?;
-    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default()).map_err(&err)?;
+    let builder = ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(&err)?;
+    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
+        .map_err(&err)?;
     let (builder, order) = configure(builder, &metadata, opts)?;
     let stream = builder.build().map_err(&err)?;
     let file_schema = stream.schema().clone();
@@ -205,7 +218,12 @@ pub async fn open_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOpt
 }
 
 /// Read one whole part from the store (see [`open_part`]).
-pub async fn read_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOptions) -> Result<Decoded> {
+pub async fn read_part(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    opts: &ReadOptions,
+) -> Result<Decoded> {
     let mut part = open_part(store, key, size, opts).await?;
     let mut batches = Vec::new();
     while let Some(b) = part.next_batch().await {
@@ -221,7 +239,9 @@ pub async fn read_part(store: &StoreHandle, key: &str, size: u64, opts: &ReadOpt
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
     let size = store.head(key).await?.size;
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(corrupted(key))?;
+    let builder = ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(corrupted(key))?;
     Ok(builder.schema().clone())
 }
 
@@ -252,13 +272,23 @@ mod tests {
     #[test]
     fn projection_keeps_caller_order() {
         let b = sample();
-        let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
+        let (bytes, _) = encode_to_bytes(
+            std::slice::from_ref(&b),
+            b.schema(),
+            &EncodeOptions::new("zstd", None, None).unwrap(),
+        )
+        .unwrap();
         let opts = ReadOptions {
             columns: Some(vec!["c".into(), "a".into()]),
             ..Default::default()
         };
         let d = decode_bytes(bytes, "p", &opts).unwrap();
-        let names: Vec<&str> = d.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let names: Vec<&str> = d
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         assert_eq!(names, ["c", "a"]);
         assert_eq!(d.batches[0], b.project(&[2, 0]).unwrap());
     }
@@ -266,19 +296,31 @@ mod tests {
     #[test]
     fn unknown_column_and_garbage_are_reported() {
         let b = sample();
-        let (bytes, _) = encode_to_bytes(&[b.clone()], b.schema(), &EncodeOptions::new("zstd", None, None).unwrap()).unwrap();
+        let (bytes, _) = encode_to_bytes(
+            std::slice::from_ref(&b),
+            b.schema(),
+            &EncodeOptions::new("zstd", None, None).unwrap(),
+        )
+        .unwrap();
         let opts = ReadOptions {
             columns: Some(vec!["nope".into()]),
             ..Default::default()
         };
-        assert!(matches!(decode_bytes(bytes.clone(), "p", &opts), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            decode_bytes(bytes.clone(), "p", &opts),
+            Err(Error::InvalidArgument(_))
+        ));
         let truncated = bytes.slice(0..bytes.len() / 2);
         assert!(matches!(
             decode_bytes(truncated, "p", &ReadOptions::default()),
             Err(Error::PartCorrupted { .. })
         ));
         assert!(matches!(
-            decode_bytes(Bytes::from_static(b"hello, not parquet"), "p", &ReadOptions::default()),
+            decode_bytes(
+                Bytes::from_static(b"hello, not parquet"),
+                "p",
+                &ReadOptions::default()
+            ),
             Err(Error::PartCorrupted { .. })
         ));
     }

@@ -8,11 +8,14 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use std::sync::Arc;
 
-use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory};
+use parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
+    ArrowRowGroupWriterFactory,
+};
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
-use parquet::file::writer::SerializedFileWriter;
 use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::SerializedFileWriter;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -154,7 +157,11 @@ impl<W: Write + Send> PartEncoder<W> {
         let parquet_schema = ArrowSchemaConverter::new()
             .with_coerce_types(props.coerce_types())
             .convert(&schema)?;
-        let writer = SerializedFileWriter::new(HashingWriter::new(sink), parquet_schema.root_schema_ptr(), Arc::new(props))?;
+        let writer = SerializedFileWriter::new(
+            HashingWriter::new(sink),
+            parquet_schema.root_schema_ptr(),
+            Arc::new(props),
+        )?;
         let factory = ArrowRowGroupWriterFactory::new(&writer, schema.clone());
         Ok(Self {
             writer,
@@ -165,7 +172,9 @@ impl<W: Write + Send> PartEncoder<W> {
             pending_rows: 0,
             row_groups: 0,
             rows: 0,
-            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
         })
     }
 
@@ -178,11 +187,13 @@ impl<W: Write + Send> PartEncoder<W> {
                 .zip(self.schema.fields())
                 .all(|(c, f)| c.data_type() == f.data_type());
         if !same_types {
-            return Err(Error::Arrow(arrow_schema::ArrowError::SchemaError(format!(
-                "batch schema {:?} differs from the stream's {:?}",
-                batch.schema(),
-                self.schema
-            ))));
+            return Err(Error::Arrow(arrow_schema::ArrowError::SchemaError(
+                format!(
+                    "batch schema {:?} differs from the stream's {:?}",
+                    batch.schema(),
+                    self.schema
+                ),
+            )));
         }
         let mut offset = 0;
         while offset < batch.num_rows() {
@@ -206,8 +217,11 @@ impl<W: Write + Send> PartEncoder<W> {
         self.pending_rows = 0;
         // One job per leaf column: its writer and its slices of every batch.
         let writers = self.factory.create_column_writers(self.row_groups)?;
-        let mut jobs: Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)> =
-            writers.into_iter().enumerate().map(|(i, w)| (i, w, Vec::new())).collect();
+        let mut jobs: Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)> = writers
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| (i, w, Vec::new()))
+            .collect();
         let mut leaf = 0;
         for (col, field) in self.schema.fields().iter().enumerate() {
             let mut width = 0;
@@ -221,7 +235,8 @@ impl<W: Write + Send> PartEncoder<W> {
             leaf += width;
         }
         let threads = self.threads.min(jobs.len()).max(1);
-        let mut lanes: Vec<Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut lanes: Vec<Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)>> =
+            (0..threads).map(|_| Vec::new()).collect();
         for (n, job) in jobs.into_iter().enumerate() {
             lanes[n % threads].push(job);
         }
@@ -243,7 +258,10 @@ impl<W: Write + Send> PartEncoder<W> {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Task("column encoder panicked".into()))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Task("column encoder panicked".into())))
+                })
                 .collect()
         });
         let mut chunks = Vec::new();
@@ -310,7 +328,9 @@ mod tests {
             schema,
             vec![
                 Arc::new(Int64Array::from_iter_values(0..n)),
-                Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("n{i}")))),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("n{i}")),
+                )),
             ],
         )
         .unwrap()
@@ -318,9 +338,18 @@ mod tests {
 
     #[test]
     fn codecs_parse_case_insensitively() {
-        assert_eq!(parse_compression("ZSTD").unwrap(), Compression::ZSTD(ZstdLevel::try_new(1).unwrap()));
-        assert_eq!(parse_compression("none").unwrap(), Compression::UNCOMPRESSED);
-        assert!(matches!(parse_compression("zip"), Err(Error::InvalidArgument(_))));
+        assert_eq!(
+            parse_compression("ZSTD").unwrap(),
+            Compression::ZSTD(ZstdLevel::try_new(1).unwrap())
+        );
+        assert_eq!(
+            parse_compression("none").unwrap(),
+            Compression::UNCOMPRESSED
+        );
+        assert!(matches!(
+            parse_compression("zip"),
+            Err(Error::InvalidArgument(_))
+        ));
         assert!(EncodeOptions::new("zstd", Some(0), None).is_err());
     }
 
@@ -328,25 +357,42 @@ mod tests {
     fn summary_matches_bytes_and_rows() {
         let b = sample(1000);
         let opts = EncodeOptions::new("zstd", Some(300), None).unwrap();
-        let (bytes, s) = encode_to_bytes(&[b.clone()], b.schema(), &opts).unwrap();
+        let (bytes, s) = encode_to_bytes(std::slice::from_ref(&b), b.schema(), &opts).unwrap();
         assert_eq!(s.size_bytes, bytes.len() as u64);
         assert_eq!(s.sha256, sha256_hex(&bytes));
         assert_eq!(s.row_count, 1000);
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         assert_eq!(reader.metadata().num_row_groups(), 4);
         let back: Vec<RecordBatch> = reader.build().unwrap().collect::<Result<_, _>>().unwrap();
-        assert_eq!(arrow_select::concat::concat_batches(&b.schema(), &back).unwrap(), b);
+        assert_eq!(
+            arrow_select::concat::concat_batches(&b.schema(), &back).unwrap(),
+            b
+        );
     }
 
     #[test]
     fn nested_columns_and_many_batches() {
         use arrow_array::{Array, ListArray, StructArray};
         let list = ListArray::from_iter_primitive::<arrow_array::types::Int32Type, _, _>(
-            (0..50).map(|i| if i % 7 == 0 { None } else { Some(vec![Some(i), None]) }),
+            (0..50).map(|i| {
+                if i % 7 == 0 {
+                    None
+                } else {
+                    Some(vec![Some(i), None])
+                }
+            }),
         );
         let inner = StructArray::from(vec![
-            (Arc::new(Field::new("a", DataType::Int64, false)), Arc::new(Int64Array::from_iter_values(0..50)) as _),
-            (Arc::new(Field::new("b", DataType::Utf8, true)), Arc::new(StringArray::from_iter_values((0..50).map(|i| format!("{i}")))) as _),
+            (
+                Arc::new(Field::new("a", DataType::Int64, false)),
+                Arc::new(Int64Array::from_iter_values(0..50)) as _,
+            ),
+            (
+                Arc::new(Field::new("b", DataType::Utf8, true)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..50).map(|i| format!("{i}")),
+                )) as _,
+            ),
         ]);
         let schema = Arc::new(Schema::new(vec![
             Field::new("l", list.data_type().clone(), true),
@@ -355,7 +401,11 @@ mod tests {
         ]));
         let b = RecordBatch::try_new(
             schema.clone(),
-            vec![Arc::new(list), Arc::new(inner), Arc::new(Int64Array::from_iter_values(0..50))],
+            vec![
+                Arc::new(list),
+                Arc::new(inner),
+                Arc::new(Int64Array::from_iter_values(0..50)),
+            ],
         )
         .unwrap();
         let pieces: Vec<RecordBatch> = (0..5).map(|i| b.slice(i * 10, 10)).collect();
@@ -365,7 +415,10 @@ mod tests {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         assert_eq!(reader.metadata().num_row_groups(), 4);
         let back: Vec<RecordBatch> = reader.build().unwrap().collect::<Result<_, _>>().unwrap();
-        assert_eq!(arrow_select::concat::concat_batches(&schema, &back).unwrap(), b);
+        assert_eq!(
+            arrow_select::concat::concat_batches(&schema, &back).unwrap(),
+            b
+        );
     }
 
     #[test]

@@ -118,7 +118,10 @@ impl Predicate {
                     })?)
                 }
                 (None, true) => {
-                    return Err(Error::InvalidArgument(format!("filter on {:?} needs a value", c.column)))
+                    return Err(Error::InvalidArgument(format!(
+                        "filter on {:?} needs a value",
+                        c.column
+                    )))
                 }
                 (_, false) => None,
             };
@@ -132,7 +135,10 @@ impl Predicate {
         let mut acc: Option<BooleanArray> = None;
         for c in &self.conditions {
             let col = batch.column_by_name(&c.column).ok_or_else(|| {
-                arrow_err(Error::InvalidArgument(format!("filter column {:?} missing", c.column)))
+                arrow_err(Error::InvalidArgument(format!(
+                    "filter column {:?} missing",
+                    c.column
+                )))
             })?;
             let col = unpack_dictionary(col)?;
             let mask = condition_mask(c.op, &col, c.values.as_ref())?;
@@ -155,16 +161,25 @@ impl Predicate {
         let n = groups.len();
         let mut keep = vec![true; n];
         for c in &self.conditions {
-            let conv = StatisticsConverter::try_new(&c.column, arrow_schema, metadata.file_metadata().schema_descr())?;
+            let conv = StatisticsConverter::try_new(
+                &c.column,
+                arrow_schema,
+                metadata.file_metadata().schema_descr(),
+            )?;
             let may = match c.op {
                 Op::IsNull => {
                     let nulls = conv.row_group_null_counts(groups.iter())?;
-                    (0..n).map(|i| nulls.is_null(i) || nulls.value(i) > 0).collect::<Vec<_>>()
+                    (0..n)
+                        .map(|i| nulls.is_null(i) || nulls.value(i) > 0)
+                        .collect::<Vec<_>>()
                 }
                 Op::IsNotNull => {
                     let nulls = conv.row_group_null_counts(groups.iter())?;
-                    let rows: UInt64Array = UInt64Array::from_iter_values(groups.iter().map(|g| g.num_rows() as u64));
-                    (0..n).map(|i| nulls.is_null(i) || nulls.value(i) < rows.value(i)).collect()
+                    let rows: UInt64Array =
+                        UInt64Array::from_iter_values(groups.iter().map(|g| g.num_rows() as u64));
+                    (0..n)
+                        .map(|i| nulls.is_null(i) || nulls.value(i) < rows.value(i))
+                        .collect()
                 }
                 Op::NotIn => vec![true; n],
                 op => {
@@ -201,7 +216,11 @@ fn unpack_dictionary(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError
     }
 }
 
-fn compare(op: Op, left: &dyn arrow_array::Datum, value: &ArrayRef) -> std::result::Result<BooleanArray, ArrowError> {
+fn compare(
+    op: Op,
+    left: &dyn arrow_array::Datum,
+    value: &ArrayRef,
+) -> std::result::Result<BooleanArray, ArrowError> {
     let v = Scalar::new(value.clone());
     match op {
         Op::Eq => cmp::eq(left, &v),
@@ -210,11 +229,17 @@ fn compare(op: Op, left: &dyn arrow_array::Datum, value: &ArrayRef) -> std::resu
         Op::Le => cmp::lt_eq(left, &v),
         Op::Gt => cmp::gt(left, &v),
         Op::Ge => cmp::gt_eq(left, &v),
-        _ => Err(ArrowError::InvalidArgumentError(format!("{op:?} is not a comparison"))),
+        _ => Err(ArrowError::InvalidArgumentError(format!(
+            "{op:?} is not a comparison"
+        ))),
     }
 }
 
-fn condition_mask(op: Op, col: &ArrayRef, values: Option<&ArrayRef>) -> std::result::Result<BooleanArray, ArrowError> {
+fn condition_mask(
+    op: Op,
+    col: &ArrayRef,
+    values: Option<&ArrayRef>,
+) -> std::result::Result<BooleanArray, ArrowError> {
     match (op, values) {
         (Op::IsNull, _) => is_null(col),
         (Op::IsNotNull, _) => is_not_null(col),
@@ -236,12 +261,19 @@ fn condition_mask(op: Op, col: &ArrayRef, values: Option<&ArrayRef>) -> std::res
             }
         }
         (op, Some(value)) => compare(op, col, value),
-        (_, None) => Err(ArrowError::InvalidArgumentError("filter value missing".into())),
+        (_, None) => Err(ArrowError::InvalidArgumentError(
+            "filter value missing".into(),
+        )),
     }
 }
 
 /// Per row group: can `[min, max]` contain a value satisfying `op value`?
-fn range_may_match(op: Op, mins: &ArrayRef, maxs: &ArrayRef, values: &ArrayRef) -> std::result::Result<Vec<bool>, ArrowError> {
+fn range_may_match(
+    op: Op,
+    mins: &ArrayRef,
+    maxs: &ArrayRef,
+    values: &ArrayRef,
+) -> std::result::Result<Vec<bool>, ArrowError> {
     let values = arrow_cast::cast(values, mins.data_type())?;
     let one = |op: Op, v: &ArrayRef| -> std::result::Result<BooleanArray, ArrowError> {
         match op {
@@ -251,7 +283,10 @@ fn range_may_match(op: Op, mins: &ArrayRef, maxs: &ArrayRef, values: &ArrayRef) 
             Op::Gt => compare(Op::Gt, maxs, v),
             Op::Ge => compare(Op::Ge, maxs, v),
             // Only a row group whose every value equals v is excluded.
-            Op::Ne => not(&and_kleene(&compare(Op::Eq, mins, v)?, &compare(Op::Eq, maxs, v)?)?),
+            Op::Ne => not(&and_kleene(
+                &compare(Op::Eq, mins, v)?,
+                &compare(Op::Eq, maxs, v)?,
+            )?),
             _ => Ok(BooleanArray::from(vec![true; mins.len()])),
         }
     };
@@ -269,14 +304,22 @@ fn range_may_match(op: Op, mins: &ArrayRef, maxs: &ArrayRef, values: &ArrayRef) 
         one(op, &values)?
     };
     // Unknown statistics (null) cannot rule a row group out.
-    Ok((0..mask.len()).map(|i| mask.is_null(i) || mask.value(i)).collect())
+    Ok((0..mask.len())
+        .map(|i| mask.is_null(i) || mask.value(i))
+        .collect())
 }
 
 /// Build a predicate from `(column, op, values)` triples.
 pub fn predicate(conditions: Vec<(String, String, Option<ArrayRef>)>) -> Result<Predicate> {
     let conditions = conditions
         .into_iter()
-        .map(|(column, op, values)| Ok(Condition { column, op: Op::parse(&op)?, values }))
+        .map(|(column, op, values)| {
+            Ok(Condition {
+                column,
+                op: Op::parse(&op)?,
+                values,
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Predicate { conditions })
 }
@@ -301,7 +344,12 @@ mod tests {
             schema,
             vec![
                 Arc::new(Int64Array::from(vec![Some(1), Some(5), None, Some(9)])),
-                Arc::new(StringArray::from(vec![Some("a"), Some("b"), Some("a"), None])),
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    Some("b"),
+                    Some("a"),
+                    None,
+                ])),
             ],
         )
         .unwrap()
@@ -322,27 +370,55 @@ mod tests {
             let p = predicate(conds).unwrap().bind(&b.schema()).unwrap();
             assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(expected));
         };
-        check(vec![cond("x", ">", ints(&[3]))], vec![false, true, false, true]);
-        check(vec![cond("x", "in", ints(&[1, 9]))], vec![true, false, false, true]);
-        check(vec![cond("x", "not in", ints(&[1]))], vec![false, true, false, true]);
-        check(vec![cond("x", "is_null", None)], vec![false, false, true, false]);
+        check(
+            vec![cond("x", ">", ints(&[3]))],
+            vec![false, true, false, true],
+        );
+        check(
+            vec![cond("x", "in", ints(&[1, 9]))],
+            vec![true, false, false, true],
+        );
+        check(
+            vec![cond("x", "not in", ints(&[1]))],
+            vec![false, true, false, true],
+        );
+        check(
+            vec![cond("x", "is_null", None)],
+            vec![false, false, true, false],
+        );
         let s: Option<ArrayRef> = Some(Arc::new(StringArray::from(vec!["a"])));
-        check(vec![cond("s", "==", s), cond("x", "<", ints(&[100]))], vec![true, false, false, false]);
+        check(
+            vec![cond("s", "==", s), cond("x", "<", ints(&[100]))],
+            vec![true, false, false, false],
+        );
     }
 
     #[test]
     fn binding_rejects_bad_filters() {
         let b = batch();
         assert!(predicate(vec![cond("x", "~", ints(&[1]))]).is_err());
-        assert!(predicate(vec![cond("nope", "==", ints(&[1]))]).unwrap().bind(&b.schema()).is_err());
-        assert!(predicate(vec![cond("x", "==", None)]).unwrap().bind(&b.schema()).is_err());
-        assert!(predicate(vec![cond("x", "==", ints(&[1, 2]))]).unwrap().bind(&b.schema()).is_err());
+        assert!(predicate(vec![cond("nope", "==", ints(&[1]))])
+            .unwrap()
+            .bind(&b.schema())
+            .is_err());
+        assert!(predicate(vec![cond("x", "==", None)])
+            .unwrap()
+            .bind(&b.schema())
+            .is_err());
+        assert!(predicate(vec![cond("x", "==", ints(&[1, 2]))])
+            .unwrap()
+            .bind(&b.schema())
+            .is_err());
     }
 
     #[test]
     fn prunes_row_groups_by_statistics() {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let b = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..100))]).unwrap();
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..100))],
+        )
+        .unwrap();
         let opts = EncodeOptions::new("zstd", Some(10), None).unwrap();
         let (bytes, _) = encode_to_bytes(&[b], schema.clone(), &opts).unwrap();
         let meta = ArrowReaderMetadata::load(&bytes, Default::default()).unwrap();

@@ -135,7 +135,11 @@ impl PythonFormatter {
 }
 
 impl serde_json::ser::Formatter for PythonFormatter {
-    fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
         let mut start = 0;
         for (i, ch) in fragment.char_indices() {
             if (ch as u32) < 0x7f {
@@ -157,7 +161,11 @@ impl serde_json::ser::Formatter for PythonFormatter {
     fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.inner.end_array(w)
     }
-    fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
         self.inner.begin_array_value(w, first)
     }
     fn end_array_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
@@ -169,7 +177,11 @@ impl serde_json::ser::Formatter for PythonFormatter {
     fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.inner.end_object(w)
     }
-    fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
         self.inner.begin_object_key(w, first)
     }
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
@@ -194,7 +206,10 @@ mod tests {
             compression: "zstd".into(),
             created_at_utc: "2026-01-01T00:00:00.000001+00:00".into(),
             run_id: None,
-            metadata: Some(BTreeMap::from([("b".into(), "é😀".into()), ("a".into(), "x".into())])),
+            metadata: Some(BTreeMap::from([
+                ("b".into(), "é😀".into()),
+                ("a".into(), "x".into()),
+            ])),
             arrow_schema: None,
             part_info: None,
         }
@@ -229,8 +244,16 @@ mod tests {
     #[test]
     fn schema_survives_ipc() {
         let s = Schema::new(vec![
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
-            Field::new("d", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                false,
+            ),
         ]);
         let text = schema_to_ipc_base64(&s).unwrap();
         assert_eq!(*schema_from_ipc_base64(&text).unwrap(), s);

@@ -81,11 +81,16 @@ impl EncodedParts {
         let encoded: Vec<Result<(Bytes, PartSummary)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = groups
                 .iter()
-                .map(|(batches, _)| scope.spawn(move || encode_to_bytes(batches, schema.clone(), opts)))
+                .map(|(batches, _)| {
+                    scope.spawn(move || encode_to_bytes(batches, schema.clone(), opts))
+                })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Task("encoder thread panicked".into()))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Task("encoder thread panicked".into())))
+                })
                 .collect()
         });
         for ((_, last), result) in groups.iter().zip(encoded) {
@@ -128,7 +133,10 @@ pub fn decode_parts(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Task("decoder thread panicked".into()))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Task("decoder thread panicked".into())))
+            })
             .collect()
     })
 }
@@ -143,19 +151,36 @@ mod tests {
     #[test]
     fn parts_come_out_in_order_with_last_flag() {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..55))]).unwrap();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..55))],
+        )
+        .unwrap();
         let reader = Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
         let opts = EncodeOptions::new("zstd", None, Some(10)).unwrap();
-        let parts: Vec<EncodedPart> = EncodedParts::new(reader, opts, 2).collect::<Result<_>>().unwrap();
+        let parts: Vec<EncodedPart> = EncodedParts::new(reader, opts, 2)
+            .collect::<Result<_>>()
+            .unwrap();
         assert_eq!(parts.len(), 6);
-        assert!(parts.iter().enumerate().all(|(i, p)| p.index == i && p.last == (i == 5)));
+        assert!(parts
+            .iter()
+            .enumerate()
+            .all(|(i, p)| p.index == i && p.last == (i == 5)));
         assert_eq!(parts.iter().map(|p| p.summary.row_count).sum::<u64>(), 55);
         let decoded = decode_parts(
-            parts.iter().map(|p| (format!("p{}", p.index), p.data.clone())).collect(),
+            parts
+                .iter()
+                .map(|p| (format!("p{}", p.index), p.data.clone()))
+                .collect(),
             &Default::default(),
         )
         .unwrap();
-        let first = decoded[1].batches[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0);
+        let first = decoded[1].batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0);
         assert_eq!(first, 10);
     }
 }

@@ -43,7 +43,12 @@ impl RecordBatchReader for DatasetStream {
 }
 
 /// Open a streaming scan of the dataset at `key`.
-pub fn scan(store: Arc<StoreHandle>, key: &str, opts: ReadOptions, parallelism: usize) -> Result<DatasetStream> {
+pub fn scan(
+    store: Arc<StoreHandle>,
+    key: &str,
+    opts: ReadOptions,
+    parallelism: usize,
+) -> Result<DatasetStream> {
     let parallelism = parallelism.max(1);
     let runtime = crate::runtime::get()?;
     let key = key.to_string();
@@ -53,10 +58,13 @@ pub fn scan(store: Arc<StoreHandle>, key: &str, opts: ReadOptions, parallelism: 
         let opts = opts.clone();
         async move {
             let (manifest, sizes) = open_dataset(&store, &key, parallelism).await?;
-            let first = manifest.parts.first().ok_or_else(|| Error::ManifestCorrupted {
-                path: child_key(&key, crate::dataset::MANIFEST),
-                reason: "the manifest lists no parts".into(),
-            })?;
+            let first = manifest
+                .parts
+                .first()
+                .ok_or_else(|| Error::ManifestCorrupted {
+                    path: child_key(&key, crate::dataset::MANIFEST),
+                    reason: "the manifest lists no parts".into(),
+                })?;
             // The first part's footer gives the exact output schema (and checks
             // the columns and filter) before the caller gets a reader.
             let part = decode::open_part(&store, &child_key(&key, first), sizes[0], &opts).await?;
@@ -66,12 +74,13 @@ pub fn scan(store: Arc<StoreHandle>, key: &str, opts: ReadOptions, parallelism: 
     let (tx, rx) = mpsc::channel(CHANNEL);
     let opts = Arc::new(opts);
     runtime.spawn(async move {
-        let opened = futures::stream::iter(manifest.parts.into_iter().zip(sizes)).map(|(part, size)| {
-            let store = store.clone();
-            let opts = opts.clone();
-            let key = child_key(&key, &part);
-            async move { decode::open_part(&store, &key, size, &opts).await }
-        });
+        let opened =
+            futures::stream::iter(manifest.parts.into_iter().zip(sizes)).map(|(part, size)| {
+                let store = store.clone();
+                let opts = opts.clone();
+                let key = child_key(&key, &part);
+                async move { decode::open_part(&store, &key, size, &opts).await }
+            });
         let mut opened = opened.buffered(parallelism);
         while let Some(part) = opened.next().await {
             let mut part = match part {
@@ -106,7 +115,11 @@ mod tests {
     fn streams_in_order_with_filter() {
         let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let b = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..1000))]).unwrap();
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..1000))],
+        )
+        .unwrap();
         let reader = Box::new(RecordBatchIterator::new(vec![Ok(b)], schema));
         let req = WriteRequest {
             location: "d".into(),
@@ -114,7 +127,13 @@ mod tests {
             parallelism: 2,
             ..Default::default()
         };
-        write_dataset(store.clone(), reader, EncodeOptions::new("zstd", Some(50), Some(200)).unwrap(), req).unwrap();
+        write_dataset(
+            store.clone(),
+            reader,
+            EncodeOptions::new("zstd", Some(50), Some(200)).unwrap(),
+            req,
+        )
+        .unwrap();
         let pred = predicate(vec![(
             "v".into(),
             ">=".into(),
@@ -130,12 +149,20 @@ mod tests {
         let got: Vec<i64> = stream
             .flat_map(|b| {
                 let b = b.unwrap();
-                let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+                let a = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .clone();
                 (0..a.len()).map(move |i| a.value(i)).collect::<Vec<_>>()
             })
             .collect();
         assert_eq!(got, (990..1000).collect::<Vec<_>>());
-        let all: usize = scan(store, "d", ReadOptions::default(), 2).unwrap().map(|b| b.unwrap().num_rows()).sum();
+        let all: usize = scan(store, "d", ReadOptions::default(), 2)
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum();
         assert_eq!(all, 1000);
     }
 }

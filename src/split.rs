@@ -138,8 +138,14 @@ mod tests {
 
     #[test]
     fn splits_at_max_rows() {
-        assert_eq!(shape(&[10, 10, 5], Some(10)), vec![(10, false), (10, false), (5, true)]);
-        assert_eq!(shape(&[25], Some(10)), vec![(10, false), (10, false), (5, true)]);
+        assert_eq!(
+            shape(&[10, 10, 5], Some(10)),
+            vec![(10, false), (10, false), (5, true)]
+        );
+        assert_eq!(
+            shape(&[25], Some(10)),
+            vec![(10, false), (10, false), (5, true)]
+        );
         assert_eq!(shape(&[20], Some(10)), vec![(10, false), (10, true)]);
         assert_eq!(shape(&[3, 4], None), vec![(7, true)]);
     }

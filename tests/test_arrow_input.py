@@ -5,10 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 import pytest
-from helpers import sample
 from remote_store import Store
 
 import pds
+
+from helpers import sample
 
 
 def test_record_batch_reader_is_streamed(store: Store) -> None:

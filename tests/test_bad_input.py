@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from helpers import files, sample
 from remote_store import InvalidPath, RemoteStoreError, Store
 
 from pds import DataError, ManifestCorrupted, ParquetDatasetStore, PartCorrupted
+
+from helpers import files, sample
 
 BAD_KEYS = ["../escape", "a/../../b", "a\\..\\..\\etc", "x\0y", "", "/", "."]
 

@@ -7,7 +7,6 @@ import json
 
 import pyarrow as pa
 import pytest
-from helpers import files, sample
 from remote_store import (
     AlreadyExists,
     Capability,
@@ -21,6 +20,8 @@ from remote_store.backends import MemoryBackend
 
 import pds
 from pds import DatasetIncomplete, DatasetManifest, ManifestCorrupted, ParquetDatasetStore
+
+from helpers import files, sample
 
 
 @pytest.mark.spec("PDS-001")
@@ -37,8 +38,14 @@ def test_constructor_defaults_and_properties(store: Store) -> None:
 @pytest.mark.spec("PDS-001")
 def test_constructor_does_no_io() -> None:
     # Nothing listens on port 1: any request would fail.
-    store = pds.open_store("s3://nowhere/x", endpoint="http://127.0.0.1:1", region="us-east-1", allow_http=True,
-                           access_key_id="a", secret_access_key="b")
+    store = pds.open_store(
+        "s3://nowhere/x",
+        endpoint="http://127.0.0.1:1",
+        region="us-east-1",
+        allow_http=True,
+        access_key_id="a",
+        secret_access_key="b",
+    )
     ParquetDatasetStore(store, max_rows_per_file=5)
 
 

@@ -6,10 +6,11 @@ import json
 
 import pytest
 import remote_store.ext.parquet as rsp
-from helpers import sample
 from remote_store import Store
 
 import pds
+
+from helpers import sample
 
 
 @pytest.mark.spec("PDS-004")

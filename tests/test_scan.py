@@ -12,11 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import sample
 from remote_store import Store
 
 import pds
 from pds import ParquetDatasetStore
+
+from helpers import sample
 
 N = 5000
 
@@ -32,7 +33,8 @@ CASES = [
     ([("maybe", "is_not_null"), ("id", "<", 20)], pc.field("maybe").is_valid() & (pc.field("id") < 20)),
     (
         [("ts", ">", dt.datetime(2023, 11, 14, 22, 13, 20, 4000, tzinfo=dt.UTC))],
-        pc.field("ts") > pa.scalar(dt.datetime(2023, 11, 14, 22, 13, 20, 4000, tzinfo=dt.UTC), pa.timestamp("us", "UTC")),
+        pc.field("ts")
+        > pa.scalar(dt.datetime(2023, 11, 14, 22, 13, 20, 4000, tzinfo=dt.UTC), pa.timestamp("us", "UTC")),
     ),
 ]
 

@@ -16,11 +16,12 @@ reader that checks ``_SUCCESS`` never sees a partial dataset.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,7 +98,7 @@ def _check_columns(columns: object) -> list[str] | None:
     return out
 
 
-Filter = pc.Expression | Sequence[tuple[str, str, Any]]
+Filter: TypeAlias = pc.Expression | Sequence[tuple[str, str, Any]]
 """A row filter: a ``pyarrow.compute.Expression``, or a list of
 ``(column, op, value)`` tuples that must all hold. ``op`` is one of ``==``,
 ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in`` (value: a list), or
@@ -107,7 +108,7 @@ _NULL_OPS = ("is_null", "is_not_null", "is null", "is not null")
 _SET_OPS = ("in", "not in")
 _CMP_OPS = ("==", "=", "!=", "<>", "<", "<=", ">", ">=")
 
-_Conditions = list[tuple[str, str, pa.Array | None]]
+_Conditions: TypeAlias = list[tuple[str, str, pa.Array | None]]
 
 
 def _value_array(values: list[Any], column: str) -> pa.Array:
@@ -349,10 +350,9 @@ class ParquetDatasetStore:
         if not self._store.supports(Capability.DELETE):
             return
         for p in parts:
-            try:
+            # Best effort: the error that stopped the write is the one to report.
+            with contextlib.suppress(Exception):
                 self._store.delete(f"{key}/{p.name}", missing_ok=True)
-            except Exception:  # noqa: BLE001 - best effort; the original error is what matters
-                pass
 
     # -- reading -----------------------------------------------------------
 
@@ -362,7 +362,7 @@ class ParquetDatasetStore:
         *,
         columns: list[str] | None = None,
         verify: bool = False,
-        filter: Filter | None = None,  # noqa: A002 - pyarrow's name for it
+        filter: Filter | None = None,
     ) -> pa.Table:
         """Read the dataset under *key* into one ``pyarrow.Table`` (PDS-003, PDS-006).
 
@@ -419,7 +419,7 @@ class ParquetDatasetStore:
         key: str,
         *,
         columns: list[str] | None = None,
-        filter: Filter | None = None,  # noqa: A002 - pyarrow's name for it
+        filter: Filter | None = None,
         batch_size: int | None = None,
     ) -> pa.RecordBatchReader:
         """Stream the dataset under *key* as a ``pyarrow.RecordBatchReader``.
@@ -460,7 +460,9 @@ class ParquetDatasetStore:
             return reader
         return _filtered(reader, expression, cols)
 
-    def _open_portable(self, key: str, columns: list[str] | None, verify: bool) -> tuple[DatasetManifest, list[str] | None]:
+    def _open_portable(
+        self, key: str, columns: list[str] | None, verify: bool
+    ) -> tuple[DatasetManifest, list[str] | None]:
         """Checks shared by the portable readers; returns the manifest and checksums."""
         self._store.native_path(key)  # validate before I/O
         if not self._store.exists(f"{key}/{_SUCCESS}"):
@@ -509,9 +511,7 @@ class ParquetDatasetStore:
 
         return pa.RecordBatchReader.from_batches(first.schema, batches())
 
-    def _decode_part(
-        self, key: str, part: str, columns: list[str] | None, conditions: _Conditions | None
-    ) -> pa.Table:
+    def _decode_part(self, key: str, part: str, columns: list[str] | None, conditions: _Conditions | None) -> pa.Table:
         data = self._store.read_bytes(f"{key}/{part}")
         table: pa.Table = _core.decode_parts([(f"{key}/{part}", data)], columns=columns, filter=conditions)
         return table
@@ -583,7 +583,9 @@ class ParquetDatasetStore:
         self._store.delete_folder(key, recursive=True, missing_ok=True)
 
 
-def _filtered(reader: pa.RecordBatchReader, expression: pc.Expression, columns: list[str] | None) -> pa.RecordBatchReader:
+def _filtered(
+    reader: pa.RecordBatchReader, expression: pc.Expression, columns: list[str] | None
+) -> pa.RecordBatchReader:
     schema = reader.schema if columns is None else pa.schema([reader.schema.field(c) for c in columns])
 
     def batches() -> Iterator[pa.RecordBatch]:

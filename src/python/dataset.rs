@@ -19,9 +19,15 @@ use crate::filter;
 pub type FilterArg = Vec<(String, String, Option<PyArray>)>;
 
 /// Build the read options from Python arguments.
-pub fn read_options(columns: Option<Vec<String>>, filter: Option<FilterArg>, batch_size: Option<usize>) -> PyResult<ReadOptions> {
+pub fn read_options(
+    columns: Option<Vec<String>>,
+    filter: Option<FilterArg>,
+    batch_size: Option<usize>,
+) -> PyResult<ReadOptions> {
     if batch_size == Some(0) {
-        return Err(pyo3::exceptions::PyValueError::new_err("batch_size must be >= 1"));
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "batch_size must be >= 1",
+        ));
     }
     let predicate = match filter {
         None => None,
@@ -76,7 +82,9 @@ pub fn write_dataset(
         part_prefix: None,
     };
     let handle = store.inner.clone();
-    let manifest = py.detach(|| dataset::write_dataset(handle, reader, opts, req)).py_err()?;
+    let manifest = py
+        .detach(|| dataset::write_dataset(handle, reader, opts, req))
+        .py_err()?;
     manifest.to_json().py_err()
 }
 
@@ -107,7 +115,9 @@ pub fn write_parts(
         ..Default::default()
     };
     let handle = store.inner.clone();
-    let parts = py.detach(|| dataset::write_parts(handle, reader, &opts, &req)).py_err()?;
+    let parts = py
+        .detach(|| dataset::write_parts(handle, reader, &opts, &req))
+        .py_err()?;
     Ok(parts
         .names
         .into_iter()
@@ -178,7 +188,11 @@ pub fn scan_dataset<'py>(
 
 /// The dataset's Arrow schema, from the manifest alone when it records one.
 #[pyfunction]
-pub fn read_schema<'py>(py: Python<'py>, store: &PyRustStore, key: &str) -> PyResult<Bound<'py, PyAny>> {
+pub fn read_schema<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: &str,
+) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let schema = py.detach(|| dataset::read_schema(handle, key)).py_err()?;
     PySchema::new(schema).into_pyarrow(py)

@@ -10,7 +10,13 @@ use pyo3::types::PyDict;
 
 use crate::error::{chain, Error};
 
-fn raise(py: Python<'_>, module: &str, class: &str, message: String, kwargs: &[(&str, &str)]) -> PyErr {
+fn raise(
+    py: Python<'_>,
+    module: &str,
+    class: &str,
+    message: String,
+    kwargs: &[(&str, &str)],
+) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import(module)?.getattr(class)?;
         let kw = PyDict::new(py);
@@ -21,7 +27,9 @@ fn raise(py: Python<'_>, module: &str, class: &str, message: String, kwargs: &[(
         Ok(PyErr::from_value(exc))
     };
     // If the class cannot be built, say so rather than hide the original error.
-    build().unwrap_or_else(|e| PyRuntimeError::new_err(format!("{message} (and mapping the error failed: {e})")))
+    build().unwrap_or_else(|e| {
+        PyRuntimeError::new_err(format!("{message} (and mapping the error failed: {e})"))
+    })
 }
 
 /// Convert a core error into the documented Python exception.
@@ -29,10 +37,22 @@ pub fn to_py(err: Error) -> PyErr {
     Python::attach(|py| {
         let msg = chain(&err);
         match &err {
-            Error::NotFound { path } => raise(py, "remote_store", "NotFound", msg, &[("path", path)]),
-            Error::AlreadyExists { path } => raise(py, "remote_store", "AlreadyExists", msg, &[("path", path)]),
-            Error::InvalidPath { path, .. } => raise(py, "remote_store", "InvalidPath", msg, &[("path", path)]),
-            Error::Precondition { path } => raise(py, "pds.errors", "PreconditionFailed", msg, &[("path", path)]),
+            Error::NotFound { path } => {
+                raise(py, "remote_store", "NotFound", msg, &[("path", path)])
+            }
+            Error::AlreadyExists { path } => {
+                raise(py, "remote_store", "AlreadyExists", msg, &[("path", path)])
+            }
+            Error::InvalidPath { path, .. } => {
+                raise(py, "remote_store", "InvalidPath", msg, &[("path", path)])
+            }
+            Error::Precondition { path } => raise(
+                py,
+                "pds.errors",
+                "PreconditionFailed",
+                msg,
+                &[("path", path)],
+            ),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
             Error::DatasetIncomplete { key, .. } => {
                 raise(py, "pds.errors", "DatasetIncomplete", msg, &[("path", key)])
@@ -44,13 +64,19 @@ pub fn to_py(err: Error) -> PyErr {
                 msg.clone(),
                 &[("path", path), ("reason", reason)],
             ),
-            Error::PartCorrupted { path, .. } => raise(py, "pds.errors", "PartCorrupted", msg, &[("path", path)]),
+            Error::PartCorrupted { path, .. } => {
+                raise(py, "pds.errors", "PartCorrupted", msg, &[("path", path)])
+            }
             Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
             Error::Store(os) => match os {
                 object_store::Error::PermissionDenied { path, .. }
-                | object_store::Error::Unauthenticated { path, .. } => {
-                    raise(py, "remote_store", "PermissionDenied", msg, &[("path", path)])
-                }
+                | object_store::Error::Unauthenticated { path, .. } => raise(
+                    py,
+                    "remote_store",
+                    "PermissionDenied",
+                    msg,
+                    &[("path", path)],
+                ),
                 _ => raise(py, "remote_store", "BackendUnavailable", msg, &[]),
             },
             Error::Io(_) => raise(py, "remote_store", "BackendUnavailable", msg, &[]),

@@ -18,7 +18,8 @@ where
     T: Send,
     F: Future<Output = crate::error::Result<T>> + Send,
 {
-    py.detach(|| crate::runtime::block_on(fut).and_then(|r| r)).py_err()
+    py.detach(|| crate::runtime::block_on(fut).and_then(|r| r))
+        .py_err()
 }
 
 /// Register every class and function of `pds._core`.

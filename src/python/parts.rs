@@ -81,7 +81,10 @@ pub fn decode_parts<'py>(
     checksums: Option<Vec<String>>,
     filter: Option<super::dataset::FilterArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let parts: Vec<(String, Bytes)> = parts.into_iter().map(|(n, b)| (n, Bytes::from_owner(b))).collect();
+    let parts: Vec<(String, Bytes)> = parts
+        .into_iter()
+        .map(|(n, b)| (n, Bytes::from_owner(b)))
+        .collect();
     let opts = super::dataset::read_options(columns, filter, None)?;
     let decoded = py
         .detach(|| {
@@ -95,7 +98,11 @@ pub fn decode_parts<'py>(
         .py_err()?;
     let schema = match decoded.first() {
         Some(d) => d.schema.clone(),
-        None => return Err(pyo3::exceptions::PyValueError::new_err("decode_parts needs at least one part")),
+        None => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "decode_parts needs at least one part",
+            ))
+        }
     };
     let batches = decoded.into_iter().flat_map(|d| d.batches).collect();
     PyTable::try_new(batches, schema)?.into_pyarrow(py)

@@ -13,6 +13,9 @@ use super::errors::IntoPy;
 use super::run;
 use crate::store::{config, Meta, PutMode, PutOutcome, StoreHandle};
 
+/// What `__reduce__` rebuilds a store from: URL and options.
+type ReduceArgs = (String, BTreeMap<String, String>);
+
 /// An object store opened from a URL; keys are relative to the URL's prefix.
 #[pyclass(module = "pds._core", name = "RustStore", frozen)]
 pub struct PyRustStore {
@@ -97,7 +100,7 @@ impl PyRustStore {
         self.inner.scheme().as_str()
     }
 
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, (String, BTreeMap<String, String>))> {
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, ReduceArgs)> {
         let py = slf.py();
         let me = slf.get();
         Ok((
@@ -118,7 +121,11 @@ impl PyRustStore {
                 }
             })
             .collect();
-        format!("RustStore({:?}, {{{}}})", self.inner.url(), shown.join(", "))
+        format!(
+            "RustStore({:?}, {{{}}})",
+            self.inner.url(),
+            shown.join(", ")
+        )
     }
 
     /// HEAD `key`; `None` if absent.
@@ -135,7 +142,13 @@ impl PyRustStore {
     }
 
     /// GET bytes `[start, end)`.
-    fn get_range<'py>(&self, py: Python<'py>, key: &str, start: u64, end: u64) -> PyResult<Bound<'py, PyBytes>> {
+    fn get_range<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let s = self.inner.clone();
         let data = run(py, s.get_range(key, start, end))?;
         Ok(PyBytes::new(py, &data))
@@ -168,10 +181,18 @@ impl PyRustStore {
     /// List below the folder `key`: `(objects, sub-folder keys)`. Recursive
     /// listings return no folders.
     #[pyo3(signature = (key, recursive = false))]
-    fn list(&self, py: Python<'_>, key: &str, recursive: bool) -> PyResult<(Vec<PyObjectMeta>, Vec<String>)> {
+    fn list(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        recursive: bool,
+    ) -> PyResult<(Vec<PyObjectMeta>, Vec<String>)> {
         let s = self.inner.clone();
         let listing = run(py, s.list(key, recursive))?;
-        Ok((listing.objects.into_iter().map(Into::into).collect(), listing.folders))
+        Ok((
+            listing.objects.into_iter().map(Into::into).collect(),
+            listing.folders,
+        ))
     }
 
     /// Whether any object lives below the folder `key`.

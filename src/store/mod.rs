@@ -13,7 +13,9 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
+use object_store::{
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion,
+};
 
 pub use config::Scheme;
 
@@ -68,7 +70,9 @@ pub struct StoreHandle {
 impl std::fmt::Debug for StoreHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Options may hold credentials: only the URL is shown.
-        f.debug_struct("StoreHandle").field("url", &self.url).finish()
+        f.debug_struct("StoreHandle")
+            .field("url", &self.url)
+            .finish()
     }
 }
 
@@ -135,7 +139,8 @@ impl StoreHandle {
     pub async fn head(&self, key: &str) -> Result<Meta> {
         let path = self.path(key)?;
         let m = self.built.store.head(&path).await?;
-        self.meta(m).ok_or_else(|| Error::NotFound { path: key.into() })
+        self.meta(m)
+            .ok_or_else(|| Error::NotFound { path: key.into() })
     }
 
     /// HEAD one object, `None` if absent.
@@ -229,7 +234,11 @@ impl StoreHandle {
                 out.objects.extend(self.meta(m));
             }
         } else {
-            let r = self.built.store.list_with_delimiter(prefix.as_ref()).await?;
+            let r = self
+                .built
+                .store
+                .list_with_delimiter(prefix.as_ref())
+                .await?;
             out.objects = r.objects.into_iter().filter_map(|m| self.meta(m)).collect();
             out.folders = r
                 .common_prefixes
@@ -327,7 +336,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file_url = format!("file://{}", dir.path().display());
         vec![
-            (StoreHandle::open("memory://", &none).unwrap(), tempfile::tempdir().unwrap()),
+            (
+                StoreHandle::open("memory://", &none).unwrap(),
+                tempfile::tempdir().unwrap(),
+            ),
             (StoreHandle::open(&file_url, &none).unwrap(), dir),
         ]
     }
@@ -336,9 +348,17 @@ mod tests {
     fn create_only_put_refuses_existing() {
         for (s, _dir) in stores() {
             block_on(async {
-                s.put("a/b", Bytes::from_static(b"1"), PutMode::Create).await.unwrap();
-                let again = s.put("a/b", Bytes::from_static(b"2"), PutMode::Create).await;
-                assert!(matches!(again, Err(Error::AlreadyExists { .. })), "{:?}", s.scheme());
+                s.put("a/b", Bytes::from_static(b"1"), PutMode::Create)
+                    .await
+                    .unwrap();
+                let again = s
+                    .put("a/b", Bytes::from_static(b"2"), PutMode::Create)
+                    .await;
+                assert!(
+                    matches!(again, Err(Error::AlreadyExists { .. })),
+                    "{:?}",
+                    s.scheme()
+                );
                 assert_eq!(s.get("a/b").await.unwrap(), Bytes::from_static(b"1"));
             })
             .unwrap();
@@ -349,16 +369,35 @@ mod tests {
     fn compare_and_swap_put() {
         for (s, _dir) in stores() {
             block_on(async {
-                s.put("t/v", Bytes::from_static(b"v1"), PutMode::Create).await.unwrap();
+                s.put("t/v", Bytes::from_static(b"v1"), PutMode::Create)
+                    .await
+                    .unwrap();
                 let m = s.head("t/v").await.unwrap();
-                let cas = |e_tag: Option<String>, version: Option<String>| PutMode::Update { e_tag, version };
+                let cas = |e_tag: Option<String>, version: Option<String>| PutMode::Update {
+                    e_tag,
+                    version,
+                };
                 let won = s
-                    .put("t/v", Bytes::from_static(b"v2"), cas(m.e_tag.clone(), m.version.clone()))
+                    .put(
+                        "t/v",
+                        Bytes::from_static(b"v2"),
+                        cas(m.e_tag.clone(), m.version.clone()),
+                    )
                     .await
                     .unwrap();
                 // The loser still holds the first ETag.
-                let lost = s.put("t/v", Bytes::from_static(b"v3"), cas(m.e_tag.clone(), m.version.clone())).await;
-                assert!(matches!(lost, Err(Error::Precondition { .. })), "{:?}: {lost:?}", s.scheme());
+                let lost = s
+                    .put(
+                        "t/v",
+                        Bytes::from_static(b"v3"),
+                        cas(m.e_tag.clone(), m.version.clone()),
+                    )
+                    .await;
+                assert!(
+                    matches!(lost, Err(Error::Precondition { .. })),
+                    "{:?}: {lost:?}",
+                    s.scheme()
+                );
                 assert_eq!(s.get("t/v").await.unwrap(), Bytes::from_static(b"v2"));
                 // The ETag the winner got back is the one HEAD reports.
                 assert_eq!(s.head("t/v").await.unwrap().e_tag, won.e_tag);
@@ -373,10 +412,19 @@ mod tests {
             let r = block_on(s.put(
                 "nope",
                 Bytes::new(),
-                PutMode::Update { e_tag: Some("x".into()), version: None },
+                PutMode::Update {
+                    e_tag: Some("x".into()),
+                    version: None,
+                },
             ))
             .unwrap();
-            assert!(matches!(r, Err(Error::Precondition { .. }) | Err(Error::NotFound { .. })), "{r:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Precondition { .. }) | Err(Error::NotFound { .. })
+                ),
+                "{r:?}"
+            );
         }
     }
 
@@ -385,10 +433,18 @@ mod tests {
         for (s, _dir) in stores() {
             block_on(async {
                 for k in ["d/x/1", "d/x/2", "d/y", "e"] {
-                    s.put(k, Bytes::from_static(b"z"), PutMode::Overwrite).await.unwrap();
+                    s.put(k, Bytes::from_static(b"z"), PutMode::Overwrite)
+                        .await
+                        .unwrap();
                 }
                 let flat = s.list("d", false).await.unwrap();
-                assert_eq!(flat.objects.iter().map(|m| m.key.as_str()).collect::<Vec<_>>(), ["d/y"]);
+                assert_eq!(
+                    flat.objects
+                        .iter()
+                        .map(|m| m.key.as_str())
+                        .collect::<Vec<_>>(),
+                    ["d/y"]
+                );
                 assert_eq!(flat.folders, ["d/x"]);
                 assert_eq!(s.list("d", true).await.unwrap().objects.len(), 3);
                 assert_eq!(s.delete_prefix("d").await.unwrap(), 3);

@@ -441,8 +441,8 @@ def make_tool(name: str, spec: StoreSpec, layout: Layout) -> Tool:
     raise ValueError(f"unknown tool {name!r}; expected one of {', '.join(TOOLS)}")
 
 
-def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
-    """(seconds, result) of one call."""
-    t0 = time.perf_counter()
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, float, Any]:
+    """(wall seconds, CPU seconds of this process's threads, result) of one call."""
+    c0, t0 = time.process_time(), time.perf_counter()
     result = fn(*args, **kwargs)
-    return time.perf_counter() - t0, result
+    return time.perf_counter() - t0, time.process_time() - c0, result

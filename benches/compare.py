@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import datetime as dt
 import gc
+import http.client
 import io
 import json
 import os
@@ -44,7 +45,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from bench_data import make_table, stream_rows_for
+from bench_data import make_batch, make_table, stream_rows_for
 from bench_tools import TOOL_LABELS, TOOLS, Layout, NotApplicable, Pending, StoreSpec, Tool, make_tool, timed
 from latency_proxy import LatencyProxy
 
@@ -65,6 +66,7 @@ WORKLOAD_LABELS = {
 BASELINES = tuple(t for t in TOOLS if t != "pds")
 RSS_SAMPLE_SECONDS = 0.020
 BUCKET = "pds-bench"
+RSS_MEMORY_NOTE = "not measured on memory://, where the written data itself stays in the measured process"
 
 
 class Wrong(Exception):
@@ -84,6 +86,8 @@ class Cell:
 
     status: str = "ok"  # ok | n/a | pending | error | wrong
     samples: list[float] = field(default_factory=list)  # seconds, or MiB for rss
+    cpu: list[float] = field(default_factory=list)  # CPU seconds of the benchmark process per sample
+    server_cpu: list[float] = field(default_factory=list)  # CPU seconds of SeaweedFS + the proxy per sample
     note: str = ""
     seconds: float | None = None  # rss rows: how long the write took
 
@@ -96,6 +100,16 @@ class Cell:
     def fail(self, status: str, note: str) -> None:
         self.status, self.note = status, " ".join(note.split())[:300]
         self.samples.clear()
+        self.cpu.clear()
+        self.server_cpu.clear()
+
+    @property
+    def cpu_value(self) -> float | None:
+        return statistics.median(self.cpu) if self.status == "ok" and self.cpu else None
+
+    @property
+    def server_cpu_value(self) -> float | None:
+        return statistics.median(self.server_cpu) if self.status == "ok" and self.server_cpu else None
 
 
 @dataclass
@@ -108,7 +122,7 @@ class Results:
 
     def failures(self) -> list[str]:
         return [
-            f"{store}/{workload}/{tool}: {cell.note}"
+            f"{store}/{workload}/{tool}: {cell.status}: {cell.note}"
             for (store, workload), row in self.cells.items()
             for tool, cell in row.items()
             if cell.status in ("wrong", "error")
@@ -132,6 +146,7 @@ class Settings:
     seed: int
     proxy_mode: str
     out: Path | None
+    wait_quiet: float
 
     @property
     def filter_bound(self) -> int:
@@ -176,6 +191,13 @@ def parse_args(argv: list[str]) -> Settings:
     p.add_argument("--quick", action="store_true", help="a smoke run: small table, 1 repeat, 128 MiB RSS input")
     p.add_argument("--out", type=Path, default=HERE / "results.md", help="Markdown output (default benches/results.md)")
     p.add_argument("--no-out", action="store_true", help="print only")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="first wait up to this long for the machine to be idle (other jobs skew a 2-core box)",
+    )
     a = p.parse_args(argv)
     if "pds" not in a.tools:
         p.error("--tools must include pds (every ratio is against it)")
@@ -198,6 +220,7 @@ def parse_args(argv: list[str]) -> Settings:
         seed=a.seed,
         proxy_mode=a.proxy,
         out=None if a.no_out else a.out,
+        wait_quiet=a.wait_quiet,
     )
 
 
@@ -264,14 +287,17 @@ def _import_seaweed() -> Any:
 class Proxy:
     """The latency proxy, in its own process (default) or a thread of this one."""
 
-    def __init__(self, target_port: int, delay_ms: float, mode: str) -> None:
+    def __init__(self, target_port: int, delay_ms: float, mode: str, *, trace: bool = False) -> None:
         self.mode = mode
         self._thread_proxy: LatencyProxy | None = None
         self._proc: subprocess.Popen[str] | None = None
+        self.pid: int | None = None
         if mode == "thread":
-            self._thread_proxy = LatencyProxy("127.0.0.1", target_port, delay_ms=delay_ms)
+            self._thread_proxy = LatencyProxy("127.0.0.1", target_port, delay_ms=delay_ms, trace=trace)
             self.port = self._thread_proxy.start_in_thread()
             return
+        if trace:
+            raise ValueError("request tracing needs the proxy in a thread")
         cmd = [sys.executable, str(HERE / "latency_proxy.py"), "--target", f"127.0.0.1:{target_port}"]
         cmd += ["--delay-ms", str(delay_ms), "--exit-on-stdin-eof"]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -281,13 +307,17 @@ class Proxy:
             self.stop()
             raise RuntimeError(f"latency proxy did not start: {line!r}")
         self.port = int(line.split()[2].rpartition(":")[2])
+        self.pid = self._proc.pid
+
+    @property
+    def trace(self) -> list[tuple[float, int, str]] | None:
+        """Request lines seen so far, when started with trace=True."""
+        return self._thread_proxy.stats.trace if self._thread_proxy is not None else None
 
     def round_trip_ms(self, endpoint_port: int) -> tuple[float, float]:
         """Best round trip of a tiny HTTP request on one kept-alive connection: (direct, proxied)."""
 
         def best(port: int) -> float:
-            import http.client
-
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             times = []
             try:
@@ -346,8 +376,28 @@ def _call(tool: Tool, workload: str, key: str, bound: int) -> Any:
     raise ValueError(workload)
 
 
-def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth, results: Results) -> None:
-    """Every timed workload on one store; each repeat runs every tool once, in turn."""
+def _helpers_cpu(helpers: Sequence[psutil.Process]) -> float:
+    total = 0.0
+    for proc in helpers:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def run_store(
+    settings: Settings,
+    spec: StoreSpec,
+    table: pa.Table,
+    truth: Truth,
+    results: Results,
+    helpers: Sequence[psutil.Process] = (),
+) -> None:
+    """Every timed workload on one store; each repeat runs every tool once, in turn.
+
+    *helpers* are the server-side processes (SeaweedFS, the proxy) whose CPU
+    time is recorded next to the benchmark process's.
+    """
     store = spec.kind
     timed_workloads = [w for w in TIMED_WORKLOADS if w in settings.workloads]
     if not timed_workloads:
@@ -374,7 +424,9 @@ def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth
                 continue
             gc.collect()
             try:
-                seconds, reported = timed(tool.write, table, key)
+                helper0 = _helpers_cpu(helpers)
+                seconds, cpu, reported = timed(tool.write, table, key)
+                helper_cpu = _helpers_cpu(helpers) - helper0
                 counted = tool.count_rows(key)
                 if (reported is not None and reported != truth.rows) or counted != truth.rows:
                     raise Wrong(f"wrote {reported} / counted {counted} rows, expected {truth.rows}")
@@ -385,12 +437,17 @@ def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth
                 cell.fail("error", f"{type(exc).__name__}: {exc}")
                 continue
             cell.samples.append(seconds)
-            log(f"  {store:<10} write       {name:<8} run {r + 1}: {seconds:7.3f} s")
-            if r == 0:
-                written[name] = tool
-                results.layouts.setdefault(store, {})[name] = tool.part_count(key)
-            else:
-                tool.delete(key)
+            cell.cpu.append(cpu)
+            cell.server_cpu.append(helper_cpu)
+            log(f"  {store:<10} write       {name:<8} run {r + 1}: {seconds:7.3f} s ({cpu:6.2f} CPU-s)")
+            try:
+                if r == 0:
+                    written[name] = tool
+                    results.layouts.setdefault(store, {})[name] = tool.part_count(key)
+                else:
+                    tool.delete(key)  # keep memory and disk use flat
+            except Exception as exc:  # noqa: BLE001 - bookkeeping only; the timing stands
+                log(f"  {store} {name}: could not list or delete {key}: {exc}")
     if "write" not in settings.workloads:
         results.cells.pop((store, "write"), None)
     for name in tools:
@@ -409,7 +466,9 @@ def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth
                     continue
                 gc.collect()
                 try:
-                    seconds, out = timed(_call, tool, workload, "ds-0", truth.bound)
+                    helper0 = _helpers_cpu(helpers)
+                    seconds, cpu, out = timed(_call, tool, workload, "ds-0", truth.bound)
+                    helper_cpu = _helpers_cpu(helpers) - helper0
                     truth.check(workload, out, full=r == 0)
                 except Pending as exc:
                     cell.fail("pending", str(exc))
@@ -424,7 +483,9 @@ def run_store(settings: Settings, spec: StoreSpec, table: pa.Table, truth: Truth
                     cell.fail("error", f"{type(exc).__name__}: {exc}")
                     continue
                 cell.samples.append(seconds)
-                log(f"  {store:<10} {workload:<11} {name:<8} run {r + 1}: {seconds:7.3f} s")
+                cell.cpu.append(cpu)
+                cell.server_cpu.append(helper_cpu)
+                log(f"  {store:<10} {workload:<11} {name:<8} run {r + 1}: {seconds:7.3f} s ({cpu:6.2f} CPU-s)")
                 if workload == "read-filter" and r == 0 and name in ("pds", "pyarrow"):
                     filtered_outputs[name] = _normalised(out, truth.filtered.schema)
                 del out
@@ -519,9 +580,7 @@ def _tail(err: Any, chars: int = 300) -> str:
 
 def run_rss(settings: Settings, spec: StoreSpec, results: Results) -> None:
     store = spec.kind
-    if store == "memory":
-        for name in settings.tools:
-            results.cell(store, "rss", name).fail("n/a", "the store keeps the written data inside the measured process")
+    if store == "memory":  # see RSS_MEMORY_NOTE
         return
     rows = stream_rows_for(settings.rss_bytes, settings.seed)
     for name in settings.tools:
@@ -635,6 +694,50 @@ def machine_facts() -> dict[str, str]:
     }
 
 
+def _cpu_busy_seconds() -> float:
+    """CPU seconds spent by every process on the machine (all cores, not idle or iowait)."""
+    t = psutil.cpu_times()
+    return float(t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
+
+
+def _cpu_ours_seconds() -> float:
+    """CPU seconds of this process, its waited-for children, and the children still running."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            ct = child.cpu_times()
+            total += ct.user + ct.system
+    return float(total)
+
+
+class Interference:
+    """How much CPU other processes took while the benchmark ran (the machine has few cores)."""
+
+    def __init__(self) -> None:
+        self.busy0 = _cpu_busy_seconds()
+        self.ours0 = _cpu_ours_seconds()
+        self.t0 = time.monotonic()
+
+    def summary(self) -> str:
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        other = max(0.0, (_cpu_busy_seconds() - self.busy0) - (_cpu_ours_seconds() - self.ours0))
+        return f"other processes used {other:,.0f} CPU-s during the run (on average {other / wall:.2f} cores)"
+
+
+def wait_quiet(max_seconds: float, threshold: float = 0.15) -> str:
+    """Wait (up to *max_seconds*) for a 5 s window with the machine under *threshold* CPU busy."""
+    deadline = time.monotonic() + max_seconds
+    while True:
+        busy = psutil.cpu_percent(interval=5) / 100
+        if busy < threshold:
+            return f"machine {busy:.0%} busy before the start"
+        if time.monotonic() > deadline:
+            return f"machine still {busy:.0%} busy after waiting {max_seconds:.0f} s; started anyway"
+        log(f"waiting for a quiet machine ({busy:.0%} busy)")
+
+
 def versions() -> dict[str, str]:
     import pds
 
@@ -688,7 +791,7 @@ def render(
         f"- Peak RSS: a fresh process per tool writes a {rss_gib:g} GiB RecordBatchReader generated batch by "
         f"batch; the cell is peak RSS (sampled every {RSS_SAMPLE_SECONDS * 1000:.0f} ms) minus the process's RSS "
         "after imports, one run each, with the write's duration; ratio = baseline MiB / pds MiB. "
-        "remote_store.ext.parquet takes only a Table, so its input is materialised first.",
+        "remote_store.ext.parquet takes only a Table, so its input is materialised first; " + RSS_MEMORY_NOTE + ".",
         *extras,
         "",
     ]
@@ -715,47 +818,81 @@ def render(
             for store, layout in results.layouts.items()
         )
         lines += [f"Files written per dataset: {parts}.", ""]
-    notes = sorted(
-        {
-            f"- {TOOL_LABELS[tool]} on {store}, {WORKLOAD_LABELS[workload]}: {cell.status}: {cell.note}"
-            for (store, workload), row in results.cells.items()
-            for tool, cell in row.items()
-            if cell.status != "ok"
-        }
-    )
-    if notes:
-        lines += ["Cells without a number:", "", *notes, ""]
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for (store, workload), row in results.cells.items():
+        for tool, cell in row.items():
+            if cell.status != "ok":
+                grouped.setdefault((tool, cell.status, cell.note), []).append(f"{store} {WORKLOAD_LABELS[workload]}")
+    if grouped:
+        lines += ["Cells without a number:", ""]
+        for (tool, status, note), where in grouped.items():
+            lines.append(f"- {TOOL_LABELS[tool]}, {status} ({'; '.join(where)}): {note}")
+        lines.append("")
     lines += ["### Targets (issue B)", "", *target_lines(settings, results), ""]
+    lines += cpu_table(settings, results)
     return "\n".join(lines)
+
+
+def cpu_table(settings: Settings, results: Results) -> list[str]:
+    """Median CPU seconds per timed operation: where wall time went, whatever else ran on the box."""
+    tools = [t for t in TOOLS if t in settings.tools]
+    lines = [
+        "### CPU time per operation",
+        "",
+        "Median CPU seconds (user + system, all threads) of the benchmark process per operation; on the S3 stores, "
+        "(+x) is what SeaweedFS and the latency proxy (when it runs in its own process) spent meanwhile, on the "
+        "same cores. With 2 cores, wall time is at best the sum / 2.",
+        "",
+        "| store | workload | " + " | ".join(TOOL_LABELS[t] for t in tools) + " |",
+        "|---|---|" + "---:|" * len(tools),
+    ]
+    for store in settings.stores:
+        for workload in TIMED_WORKLOADS:
+            row = results.cells.get((store, workload))
+            if row is None:
+                continue
+            cells = []
+            for t in tools:
+                cell = row.get(t)
+                v = cell.cpu_value if cell else None
+                server = cell.server_cpu_value if cell and store.startswith("s3") else None
+                text = "-" if v is None else f"{v:.2f}"
+                cells.append(text if server is None else f"{text} (+{server:.2f})")
+            lines.append(f"| {store} | {WORKLOAD_LABELS[workload]} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 # -- main ----------------------------------------------------------------------------
 
 
-def delta_file_size(table: pa.Table, layout: Layout) -> int:
-    """Bytes of one rows_per_file part as zstd-1 Parquet (+3%), so deltalake splits like the others."""
+def delta_file_size(layout: Layout, seed: int) -> int:
+    """Bytes of one full part (rows_per_file rows) as zstd-1 Parquet, +3%, so deltalake splits like the others."""
     sink = io.BytesIO()
-    part = table.slice(0, layout.rows_per_file)
+    part = pa.Table.from_batches([make_batch(0, layout.rows_per_file, seed)])
     pq.write_table(part, sink, compression="zstd", compression_level=1, row_group_size=layout.row_group_rows)
     return int(sink.tell() * 1.03)
 
 
 def main(argv: list[str]) -> int:
     settings = parse_args(argv)
-    started = dt.datetime.now(dt.UTC)
-    t_start = time.perf_counter()
     command = shlex.join(["python", os.path.relpath(__file__, Path.cwd()), *argv])
     log(f"$ {command}")
+    quiet = wait_quiet(settings.wait_quiet) if settings.wait_quiet > 0 else ""
+    started = dt.datetime.now(dt.UTC)
+    t_start = time.perf_counter()
+    interference = Interference()
     t0 = time.perf_counter()
     table = make_table(settings.rows, settings.seed)
+    generated = time.perf_counter() - t0
     settings = replace(
-        settings, layout=replace(settings.layout, delta_target_file_size=delta_file_size(table, settings.layout))
+        settings,
+        layout=replace(settings.layout, delta_target_file_size=delta_file_size(settings.layout, settings.seed)),
     )
     truth = Truth(table, settings.filter_bound)
     table_info = (
         f"{settings.rows:,} rows, {table.nbytes / 2**20:,.0f} MiB in Arrow: int64 id (ascending), timestamp[us], "
         f"50-value string, float64, 32-char random hex string; seed {settings.seed}; generated in "
-        f"{time.perf_counter() - t0:.1f} s"
+        f"{generated:.1f} s"
     )
     log(f"table: {table_info}")
     results = Results()
@@ -763,6 +900,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="pds-compare-") as tmp:
         workdir = Path(tmp)
         specs: list[StoreSpec] = []
+        helpers: dict[str, list[psutil.Process]] = {}
         for store in settings.stores:
             if store == "file":
                 specs.append(StoreSpec("file", str(workdir / "file")))
@@ -771,6 +909,8 @@ def main(argv: list[str]) -> int:
         with contextlib.ExitStack() as stack:
             if any(s.startswith("s3") for s in settings.stores):
                 sw = stack.enter_context(s3_server(workdir))
+                weed = [p for p in psutil.Process().children() if p.cmdline()[:1] == [sw.weed_binary]]
+                helpers["s3"] = helpers["s3-latency"] = weed
                 extras.append(f"- S3: SeaweedFS ({Path(sw.weed_binary).name}) on 127.0.0.1, started by this script")
                 creds = {"access_key": sw.access_key, "secret_key": sw.secret_key, "region": sw.region}
                 if "s3" in settings.stores:
@@ -778,6 +918,8 @@ def main(argv: list[str]) -> int:
                 if "s3-latency" in settings.stores:
                     proxy = Proxy(sw.ports["s3"], settings.delay_ms, settings.proxy_mode)
                     stack.callback(proxy.stop)
+                    if proxy.pid is not None:
+                        helpers["s3-latency"] = [*weed, psutil.Process(proxy.pid)]
                     direct, proxied = proxy.round_trip_ms(sw.ports["s3"])
                     extras.append(
                         f"- s3-latency: the same SeaweedFS behind benches/latency_proxy.py ({settings.delay_ms:g} ms "
@@ -789,10 +931,11 @@ def main(argv: list[str]) -> int:
             specs.sort(key=lambda s: settings.stores.index(s.kind))
             for spec in specs:
                 log(f"[{spec.kind}]")
-                run_store(settings, spec, table, truth, results)
+                run_store(settings, spec, table, truth, results, helpers.get(spec.kind, []))
                 if "rss" in settings.workloads:
                     run_rss(settings, spec, results)
     runtime = time.perf_counter() - t_start
+    extras.append(f"- Other load: {interference.summary()}" + (f"; {quiet}" if quiet else ""))
     report = render(settings, results, command, started, runtime, table_info, extras)
     print(report)
     if settings.out is not None:

@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use arrow_array::{Float64Array, Int64Array, RecordBatch, RecordBatchIterator, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    Float64Array, Int64Array, RecordBatch, RecordBatchIterator, StringArray,
+    TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -23,7 +26,11 @@ const ROWS: usize = 250_000;
 fn table(rows: usize) -> (Arc<Schema>, Vec<RecordBatch>) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
         Field::new("country", DataType::Utf8, false),
         Field::new("amount", DataType::Float64, false),
         Field::new("key", DataType::Utf8, false),
@@ -41,7 +48,10 @@ fn table(rows: usize) -> (Arc<Schema>, Vec<RecordBatch>) {
     while start < rows {
         let n = (rows - start).min(65_536);
         let ids: Vec<i64> = (start as i64..(start + n) as i64).collect();
-        let ts: Vec<i64> = ids.iter().map(|i| 1_700_000_000_000_000 + i * 1_000).collect();
+        let ts: Vec<i64> = ids
+            .iter()
+            .map(|i| 1_700_000_000_000_000 + i * 1_000)
+            .collect();
         let c: Vec<&str> = (0..n).map(|_| countries[(next() % 6) as usize]).collect();
         let amount: Vec<f64> = (0..n).map(|_| (next() % 100_000) as f64 / 100.0).collect();
         let keys: Vec<String> = (0..n).map(|_| format!("{:016x}", next())).collect();
@@ -64,7 +74,10 @@ fn table(rows: usize) -> (Arc<Schema>, Vec<RecordBatch>) {
 }
 
 fn bytes_of(batches: &[RecordBatch]) -> u64 {
-    batches.iter().map(|b| b.get_array_memory_size() as u64).sum()
+    batches
+        .iter()
+        .map(|b| b.get_array_memory_size() as u64)
+        .sum()
 }
 
 fn bench_encode_decode(c: &mut Criterion) {
@@ -78,11 +91,14 @@ fn bench_encode_decode(c: &mut Criterion) {
     });
     let (encoded, _) = encode_to_bytes(&batches, schema.clone(), &opts).expect("encode");
     g.bench_function("decode_all_columns", |b| {
-        b.iter(|| decode_bytes(black_box(encoded.clone()), "bench", &ReadOptions::default()).expect("decode"))
+        b.iter(|| {
+            decode_bytes(black_box(encoded.clone()), "bench", &ReadOptions::default())
+                .expect("decode")
+        })
     });
     let one = ReadOptions {
         columns: Some(vec!["id".into()]),
-        batch_size: None,
+        ..Default::default()
     };
     g.bench_function("decode_one_column", |b| {
         b.iter(|| decode_bytes(black_box(encoded.clone()), "bench", &one).expect("decode"))
@@ -91,7 +107,9 @@ fn bench_encode_decode(c: &mut Criterion) {
 
     let mut h = c.benchmark_group("hashing");
     h.throughput(Throughput::Bytes(encoded.len() as u64));
-    h.bench_function("sha256_part", |b| b.iter(|| sha256_hex(black_box(&encoded))));
+    h.bench_function("sha256_part", |b| {
+        b.iter(|| sha256_hex(black_box(&encoded)))
+    });
     h.finish();
 }
 
@@ -105,7 +123,10 @@ fn bench_protocol(c: &mut Criterion) {
     g.bench_function("write_1M_rows_4_parts", |b| {
         b.iter(|| {
             n += 1;
-            let reader = Box::new(RecordBatchIterator::new(batches.clone().into_iter().map(Ok), schema.clone()));
+            let reader = Box::new(RecordBatchIterator::new(
+                batches.clone().into_iter().map(Ok),
+                schema.clone(),
+            ));
             let req = WriteRequest {
                 location: format!("w/{n}"),
                 dataset_key: format!("w/{n}"),
@@ -118,7 +139,9 @@ fn bench_protocol(c: &mut Criterion) {
         })
     });
     g.bench_function("read_1M_rows_4_parts", |b| {
-        b.iter(|| read_dataset(store.clone(), "w/1", ReadOptions::default(), false, 2).expect("read"))
+        b.iter(|| {
+            read_dataset(store.clone(), "w/1", ReadOptions::default(), false, 2).expect("read")
+        })
     });
     g.finish();
 }

@@ -38,6 +38,7 @@ import ipaddress
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import cast
@@ -79,6 +80,11 @@ class ProxyStats:
     bytes_up: int = 0  # client -> target
     bytes_down: int = 0  # target -> client
     errors: list[str] = field(default_factory=list)
+    # With trace=True: (monotonic time, connection number, first line) of each HTTP request and new connection.
+    trace: list[tuple[float, int, str]] | None = None
+
+
+_HTTP_METHODS = (b"GET ", b"PUT ", b"POST ", b"HEAD ", b"DELETE ")
 
 
 class _End(asyncio.Protocol):
@@ -140,6 +146,10 @@ class _Direction:
     def push(self, data: bytes | None) -> None:
         """Queue *data* (``b""`` = EOF, ``None`` = close) for delivery after the delay."""
         due = max(self.loop.time(), self.not_before) + self.conn.proxy.delay
+        trace = self.conn.proxy.stats.trace
+        if trace is not None and self.upward and data and data.startswith(_HTTP_METHODS):
+            line = data[: data.find(b"\r\n")].decode("latin-1")[:160]
+            trace.append((time.monotonic(), self.conn.number, line))
         self.queue.append((due, data))
         self.buffered += len(data) if data else 0
         self._update_reading()
@@ -224,11 +234,15 @@ class _Connection:
         self.client.outgoing = self.upstream.incoming = self.up
         self.upstream.outgoing = self.client.incoming = self.down
         self.connect_task: asyncio.Task[None] | None = None
+        self.number = 0
 
     def made(self, end: _End) -> None:
         if end is self.client:
             self.proxy.connections.add(self)
             self.proxy.stats.connections += 1
+            self.number = self.proxy.stats.connections
+            if self.proxy.stats.trace is not None:
+                self.proxy.stats.trace.append((time.monotonic(), self.number, "(new connection)"))
             self.connect_task = self.loop.create_task(self._connect())
         else:
             self.up.flush()  # bytes the client sent while we were connecting
@@ -283,6 +297,8 @@ class LatencyProxy:
         model_handshake: Also delay a new connection's first client bytes by
             one round trip, as a real TCP connect would.
         max_buffer: Bytes in flight per direction before reading pauses.
+        trace: Record each HTTP request line and new connection in
+            ``stats.trace`` (a diagnostic: who waits on how many round trips).
 
     Raises:
         ValueError: a non-loopback address or a negative delay.
@@ -298,6 +314,7 @@ class LatencyProxy:
         listen_port: int = 0,
         model_handshake: bool = True,
         max_buffer: int = _MAX_BUFFER,
+        trace: bool = False,
     ) -> None:
         if delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
@@ -306,7 +323,7 @@ class LatencyProxy:
         self.delay = delay_ms / 1000.0
         self.model_handshake = model_handshake
         self.max_buffer = max_buffer
-        self.stats = ProxyStats()
+        self.stats = ProxyStats(trace=[] if trace else None)
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

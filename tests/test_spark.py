@@ -31,6 +31,7 @@ from pds.spark.filters import (
     filters_from_json,
     filters_to_json,
     spark_filters_to_tuples,
+    split_for_core,
     translate_filter,
 )
 from pyspark import TaskContext, cloudpickle
@@ -112,8 +113,10 @@ def rich_table(n: int, offset: int = 0) -> pa.Table:
     )
 
 
-def spark_df(spark: SparkSession, table: pa.Table, partitions: int = 3) -> DataFrame:
-    return spark.createDataFrame(table).repartition(partitions, "id")
+def spark_df(spark: SparkSession, table: pa.Table, partitions: int | None = None) -> DataFrame:
+    """*table* as a DataFrame: 2 partitions (local[2]), or *partitions* by hash of id."""
+    df = spark.createDataFrame(table)
+    return df if partitions is None else df.repartition(partitions, "id")
 
 
 def written_schema(df: DataFrame) -> pa.Schema:
@@ -208,7 +211,7 @@ def test_format_roundtrip_on_file(spark: SparkSession, file_store: tuple[str, di
     """format("pds") with no registration call writes a dataset pds and remote-store read back."""
     url, _, store = file_store
     table = rich_table(300)
-    df = spark_df(spark, table)
+    df = spark_df(spark, table, partitions=3)
     df.write.format("pds").option("store", url).mode("append").save("sales/2024")
     expected = table.cast(written_schema(df))
     manifest = check_dataset(store, "sales/2024", expected)
@@ -226,7 +229,7 @@ def test_format_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[s
     """Executors write to S3 through the Rust core alone (no hadoop-aws jars)."""
     url, options, store = s3_store
     table = rich_table(200)
-    df = spark_df(spark, table, partitions=2)
+    df = spark_df(spark, table)
     df.write.format("pds").option("store", url).options(**options).mode("append").save("orders")
     expected = table.cast(written_schema(df))
     check_dataset(store, "orders", expected)
@@ -238,7 +241,7 @@ def test_format_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[s
 def test_write_options_reach_the_manifest(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
     url, _, store = file_store
     table = rich_table(250).select(["id", "s", "ts"])
-    df = spark_df(spark, table, partitions=2)
+    df = spark_df(spark, table)
     (
         df.write.format("pds")
         .option("store", url)
@@ -315,7 +318,7 @@ def test_overwrite_replaces_the_dataset(spark: SparkSession, file_store: tuple[s
     spark_df(spark, rich_table(100)).write.format("pds").option("store", url).mode("append").save("k")
     old_parts = set(pds.ParquetDatasetStore(store).read_manifest("k").parts)
     table = rich_table(40, offset=1000)
-    df = spark_df(spark, table, partitions=2)
+    df = spark_df(spark, table)
     df.write.format("pds").option("store", url).mode("overwrite").save("k")
     manifest = check_dataset(store, "k", table.cast(written_schema(df)))
     assert not old_parts & set(manifest.parts)
@@ -397,7 +400,7 @@ def test_a_failed_job_leaves_no_success_and_no_parts(
 
     # A failed overwrite leaves the dataset it would have replaced intact.
     keep = rich_table(30, offset=500)
-    keep_df = spark_df(spark, keep, partitions=1)
+    keep_df = spark_df(spark, keep)
     keep_df.write.format("pds").option("store", url).mode("append").save("kept")
     failing("kept", "overwrite")
     check_dataset(store, "kept", keep.cast(written_schema(keep_df)))
@@ -420,7 +423,7 @@ def test_repeated_jobs_in_forked_workers(spark: SparkSession, file_store: tuple[
 def test_projection(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
     url, _, _ = file_store
     table = rich_table(100)
-    df = spark_df(spark, table, partitions=2)
+    df = spark_df(spark, table)
     df.write.format("pds").option("store", url).mode("append").save("p")
     expected = table.cast(written_schema(df))
 
@@ -494,9 +497,17 @@ def test_filters_match_pyarrow(
         spark.conf.unset(PUSHDOWN)
     assert got == want
     assert ("Filter " in plan) != pushed, plan
-    # Without pushdown (the PySpark default), Spark filters: same answer.
-    plain = spark.read.format("pds").option("store", url).load("f").where(predicate)
-    assert sorted(r.id for r in plain.select("id").collect()) == want
+
+
+@pytest.mark.spec("SPARK-007")
+def test_filters_without_pushdown(spark: SparkSession, filter_data: tuple[str, pa.Table]) -> None:
+    """PySpark's default (no pushdown): Spark filters the rows the reader returns."""
+    url, table = filter_data
+    predicate = " OR ".join(f"({c[0]})" for c in FILTER_CASES[1:4])
+    expression = FILTER_CASES[1][1] | FILTER_CASES[2][1] | FILTER_CASES[3][1]
+    df = spark.read.format("pds").option("store", url).load("f").where(predicate)
+    assert "Filter " in plan_of(df)
+    assert sorted(r.id for r in df.select("id").collect()) == sorted(table.filter(expression).column("id").to_pylist())
 
 
 @pytest.mark.spec("SPARK-007")
@@ -551,12 +562,12 @@ def test_helpers_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[
 @pytest.mark.spec("SPARK-008")
 def test_helpers_with_a_store_and_modes(spark: SparkSession, tmp_path: Path) -> None:
     store = pds.open_store((tmp_path / "lake").as_uri()).child("team")
-    df = spark_df(spark, rich_table(60), partitions=2)
+    df = spark_df(spark, rich_table(60))
     pds.spark.write_dataset(df, store, "x")
     with pytest.raises(pds.errors.AlreadyExists, match="write-once"):
         pds.spark.write_dataset(df, store, "x")
     table = rich_table(25, offset=100)
-    df2 = spark_df(spark, table, partitions=2)
+    df2 = spark_df(spark, table)
     pds.spark.write_dataset(df2, store, "x", mode="overwrite", compression="lz4")
     manifest = check_dataset(store, "x", table.cast(written_schema(df2)))
     assert manifest.compression == "lz4"
@@ -569,25 +580,31 @@ def test_helpers_with_a_store_and_modes(spark: SparkSession, tmp_path: Path) -> 
 
 
 @pytest.mark.spec("SPARK-008")
-def test_helper_write_survives_a_task_retry(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+def test_helper_write_survives_a_task_retry(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store], tmp_path: Path
+) -> None:
+    """The first attempt of partition 1 fails mid-stream, after some of its parts were uploaded."""
     url, _, store = file_store
     table = rich_table(200)
+    marker = str(tmp_path / "injected")
 
     def fail_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
         assert ctx is not None
         for i, batch in enumerate(batches):
-            if i == 1 and ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+            if i == 3 and ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+                Path(marker).touch()
                 raise RuntimeError("injected failure mid-stream")
             yield batch
 
-    src = spark.createDataFrame(table).repartition(3, "id")
+    src = spark_df(spark, table)
     df = src.mapInArrow(fail_once, src.schema)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
     try:
         pds.spark.write_dataset(df, url, "retry", max_rows_per_file=10)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert Path(marker).exists()
     check_dataset(store, "retry", table.cast(written_schema(df)))
 
 
@@ -603,7 +620,7 @@ def test_helper_write_failure_cleans_up(spark: SparkSession, file_store: tuple[s
                 raise RuntimeError("injected failure")
             yield batch
 
-    src = spark.createDataFrame(rich_table(90)).repartition(3, "id")
+    src = spark_df(spark, rich_table(90))
     with pytest.raises(Exception, match="injected failure"):
         pds.spark.write_dataset(src.mapInArrow(always_fail, src.schema), url, "gone")
     assert dataset_files(store, "gone") == set()
@@ -718,6 +735,31 @@ UTC_NOON = datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.UTC)
 def test_translate_filter(spark_filter: Any, expected: tuple[str, str, Any] | None) -> None:
     assert translate_filter(spark_filter, SCHEMA) == expected
     assert spark_filters_to_tuples([spark_filter], SCHEMA) == ([] if expected is None else [expected])
+
+
+@pytest.mark.spec("SPARK-007")
+def test_split_for_core_keeps_float_conditions_in_pyarrow(tmp_path: Path) -> None:
+    """The Rust core filters and prunes row groups; float conditions (IEEE total order there) stay in pyarrow."""
+    t = pa.table(
+        {
+            "id": pa.array(range(100), pa.int64()),
+            "f": pa.array([-0.0 if i % 10 == 0 else i / 2 for i in range(100)], pa.float64()),
+            "s": pa.array([None if i % 3 == 0 else f"v{i % 4}" for i in range(100)]),
+        }
+    )
+    filters = [("id", ">=", 20), ("s", "in", ["v1", "v2"]), ("f", "<=", 0.0), ("f", "!=", 45.5)]
+    core, residual = split_for_core(filters, t.schema)
+    assert [(c, op) for c, op, _ in core] == [("id", ">="), ("s", "in")]
+    assert core[0][2] == pa.array([20], pa.int64())
+    assert residual == [("f", "<=", 0.0), ("f", "!=", 45.5)]
+    store = pds.open_store(tmp_path.as_uri())
+    pds.ParquetDatasetStore(store, row_group_size=10).write_dataset(t, "t")
+    rust = store.unwrap(pds._core.RustStore)
+    part = pds.ParquetDatasetStore(store).read_manifest("t").parts[0]
+    got = apply_filter_tuples(pds._core.read_part(rust, f"t/{part}", columns=["id", "f", "s"], filter=core), residual)
+    want = apply_filter_tuples(t, filters)
+    assert got.equals(want)
+    assert want.num_rows > 0  # -0.0 <= 0.0, as Spark and pyarrow say
 
 
 @pytest.mark.spec("SPARK-007")

@@ -71,10 +71,17 @@ def _parse_part_info(raw: object, parts: list[str]) -> list[PartInfo]:
     for item in raw:
         if not isinstance(item, dict):
             raise _corrupted("Entries of 'part_info' must be objects")
-        name, rows, size, sha = (item.get(k) for k in ("name", "row_count", "size_bytes", "sha256"))
-        if not (isinstance(name, str) and _is_int(rows) and _is_int(size) and isinstance(sha, str)):
+        name, rows, size, sha = item.get("name"), item.get("row_count"), item.get("size_bytes"), item.get("sha256")
+        if not (
+            isinstance(name, str)
+            and isinstance(rows, int)
+            and _is_int(rows)
+            and isinstance(size, int)
+            and _is_int(size)
+            and isinstance(sha, str)
+        ):
             raise _corrupted("Entries of 'part_info' need name: str, row_count: int, size_bytes: int, sha256: str")
-        out.append(PartInfo(name=name, row_count=int(rows), size_bytes=int(size), sha256=sha))
+        out.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha))
     if [p.name for p in out] != parts:
         raise _corrupted("Field 'part_info' does not list the same parts as 'parts'")
     return out

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +48,10 @@ __all__ = [
     "WriteJob",
     "WriteSettings",
     "check_dataset_key",
+    "dataset_key_from_options",
     "spark_store",
+    "storage_options",
+    "store_from_options",
 ]
 
 _log = logging.getLogger("pds.spark")
@@ -464,11 +466,3 @@ def dataset_key_from_options(options: Mapping[str, str]) -> str:
     if not key:
         raise ValueError("the pds data source needs a dataset key: save(key) / load(key)")
     return check_dataset_key(key)
-
-
-def cpu_default() -> int:
-    """Parallelism for driver-side work: the machine's CPUs, at least 2."""
-    return max(2, os.cpu_count() or 2)
-
-
-__all__ += ["cpu_default", "dataset_key_from_options", "storage_options", "store_from_options"]

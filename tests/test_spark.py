@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import io
 import json
 import os
 import sys
@@ -18,13 +19,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pds
-import pds.spark
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import remote_store.ext.parquet as rsp
-from pds.spark._job import spark_store
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import datasource as sds
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+from remote_store import Store
+
+import pds
+import pds.spark
+from pds.spark._job import WriteJob, WriteSettings, spark_store
 from pds.spark.datasource import PdsDataSource, PdsWriter
 from pds.spark.filters import (
     apply_filter_tuples,
@@ -34,11 +41,6 @@ from pds.spark.filters import (
     split_for_core,
     translate_filter,
 )
-from pyspark import TaskContext, cloudpickle
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import datasource as sds
-from pyspark.sql.types import LongType, StringType, StructField, StructType
-from remote_store import Store
 
 BUCKET = "pds-tests"
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
@@ -406,6 +408,34 @@ def test_a_failed_job_leaves_no_success_and_no_parts(
     check_dataset(store, "kept", keep.cast(written_schema(keep_df)))
 
 
+@pytest.mark.spec("SPARK-004")
+def test_commit_takes_one_attempt_per_partition_and_abort_removes_all(tmp_path: Path) -> None:
+    """Speculative duplicates (two attempts of one partition) as the driver sees them, without Spark."""
+    store = pds.open_store(tmp_path.as_uri())
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    job = WriteJob.start(store, "spec", schema, WriteSettings(max_rows_per_file=5), overwrite=False)
+    rows = pa.record_batch({"id": pa.array(range(12), pa.int64())}).cast(schema)
+    first = job.write_task([rows], identity=(0, 0, 100, 1))
+    duplicate = job.write_task([rows], identity=(0, 1, 101, 1))
+    other = job.write_task([pa.record_batch({"id": pa.array([99], pa.int64())})], identity=(1, 0, 102, 1))
+    empty = job.write_task([], identity=(2, 0, 103, 1))
+    assert len(first.parts) == 3
+    assert not empty.parts
+    assert not {p.name for p in first.parts} & {p.name for p in duplicate.parts}
+    with pytest.raises(RuntimeError, match="two task attempts"):
+        job.commit([first, duplicate, other, empty])
+    manifest = job.commit([other, duplicate, empty])
+    assert manifest.parts == [p.name for p in (*duplicate.parts, *other.parts)]
+    check_dataset(store, "spec", pa.table({"id": pa.array([*range(12), 99], pa.int64())}, schema=schema))
+
+    doomed = WriteJob.start(store, "doomed", schema, WriteSettings(), overwrite=False)
+    written = doomed.write_task([rows], identity=(0, 0, 7, 1))
+    doomed.write_task([rows], identity=(1, 0, 8, 1))  # a failed attempt: the driver never hears of it
+    assert len(dataset_files(store, "doomed")) == 2
+    doomed.abort([written, None])
+    assert dataset_files(store, "doomed") == set()
+
+
 @pytest.mark.spec("SPARK-005")
 def test_repeated_jobs_in_forked_workers(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
     """The Rust runtime works in every (forked, reused) Python worker, job after job."""
@@ -673,7 +703,25 @@ def test_credentials_are_not_in_reprs_or_errors(spark: SparkSession) -> None:
     assert secret not in repr(s.unwrap(pds.ObjectStoreBackend))
 
 
-# -- filter translation (no Spark job) ------------------------------------------------------------
+# -- discovery and translation (no Spark job) ------------------------------------------------------
+
+
+@pytest.mark.spec("SPARK-001")
+def test_pyspark_discovers_the_pds_source_without_registration() -> None:
+    """PySpark's own lookup worker finds ``pyspark_pds.DefaultSource`` under the name "pds"."""
+    from pyspark.serializers import read_int
+    from pyspark.sql.worker import lookup_data_sources
+    from pyspark.worker_util import pickleSer
+
+    out = io.BytesIO()
+    lookup_data_sources._main(io.BytesIO(), out)
+    out.seek(0)
+    found = {}
+    for _ in range(read_int(out)):
+        name = out.read(read_int(out)).decode("utf-8")
+        found[name] = pickleSer._read_with_length(out)
+    assert found.get("pds") is PdsDataSource
+
 
 SCHEMA = pa.schema(
     [

@@ -19,6 +19,13 @@ A failed job (``abort``) deletes every part carrying its job id and writes
 neither ``manifest.json`` nor ``_SUCCESS``. An overwrite keeps the old
 dataset readable until its commit, so a failed overwrite leaves it intact,
 and a job may overwrite the dataset it reads from.
+
+Limit: a duplicate attempt that Spark has not yet killed when the driver
+commits (speculation) may finish an upload after step 3. That part is never
+in the manifest, so readers do not see it; the next overwrite removes it.
+Concurrent writers to one key are not supported (datasets are write-once);
+the checks in :meth:`WriteJob.commit` make such a race fail rather than mix
+rows, in all but a narrow window.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -36,7 +37,6 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceWriter,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -63,6 +63,9 @@ from pds.spark.filters import (
     split_for_core,
     translate_filter,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter  # PySpark >= 4.1
 
 __all__ = [
     "PdsCommitMessage",

@@ -216,6 +216,66 @@ fn unpack_dictionary(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError
     }
 }
 
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+/// `true` where a float array holds NaN (null where it is null).
+fn nan_mask(col: &ArrayRef) -> Option<BooleanArray> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float16Type, Float32Type, Float64Type};
+    Some(match col.data_type() {
+        DataType::Float16 => {
+            BooleanArray::from_unary(col.as_primitive::<Float16Type>(), |v| v.is_nan())
+        }
+        DataType::Float32 => {
+            BooleanArray::from_unary(col.as_primitive::<Float32Type>(), |v| v.is_nan())
+        }
+        DataType::Float64 => {
+            BooleanArray::from_unary(col.as_primitive::<Float64Type>(), |v| v.is_nan())
+        }
+        _ => return None,
+    })
+}
+
+/// Map -0.0 to +0.0 (x + 0.0), so that zeros compare equal as in IEEE 754.
+fn positive_zero(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError> {
+    let zero = arrow_cast::cast(
+        &(Arc::new(arrow_array::Float64Array::from(vec![0.0])) as ArrayRef),
+        col.data_type(),
+    )?;
+    arrow_arith::numeric::add(col, &Scalar::new(zero))
+}
+
+/// Compare with IEEE 754 semantics on floats (as pyarrow and SQL do): -0.0
+/// equals 0.0, and NaN compares false with everything except `!=`. Arrow's
+/// kernels use a total order instead, so floats are adjusted around them.
+fn compare_values(
+    op: Op,
+    col: &ArrayRef,
+    value: &ArrayRef,
+) -> std::result::Result<BooleanArray, ArrowError> {
+    if !is_float(col.data_type()) {
+        return compare(op, col, value);
+    }
+    let (col_z, value_z) = (positive_zero(col)?, positive_zero(value)?);
+    let value_is_nan =
+        nan_mask(&value_z).is_some_and(|m| m.len() == 1 && m.is_valid(0) && m.value(0));
+    if value_is_nan {
+        let all = BooleanArray::from(vec![op == Op::Ne; col.len()]);
+        return and_kleene(&all, &is_not_null(col)?);
+    }
+    let raw = compare(op, &col_z, &value_z)?;
+    let Some(nan) = nan_mask(col) else {
+        return Ok(raw);
+    };
+    if op == Op::Ne {
+        or_kleene(&raw, &nan)
+    } else {
+        and_kleene(&raw, &not(&nan)?)
+    }
+}
+
 fn compare(
     op: Op,
     left: &dyn arrow_array::Datum,
@@ -246,7 +306,7 @@ fn condition_mask(
         (Op::In | Op::NotIn, Some(values)) => {
             let mut any: Option<BooleanArray> = None;
             for i in 0..values.len() {
-                let eq = compare(Op::Eq, col, &values.slice(i, 1))?;
+                let eq = compare_values(Op::Eq, col, &values.slice(i, 1))?;
                 any = Some(match any {
                     None => eq,
                     Some(a) => or_kleene(&a, &eq)?,
@@ -260,7 +320,7 @@ fn condition_mask(
                 and_kleene(&not(&any)?, &is_not_null(col)?)
             }
         }
-        (op, Some(value)) => compare(op, col, value),
+        (op, Some(value)) => compare_values(op, col, value),
         (_, None) => Err(ArrowError::InvalidArgumentError(
             "filter value missing".into(),
         )),
@@ -390,6 +450,58 @@ mod tests {
         check(
             vec![cond("s", "==", s), cond("x", "<", ints(&[100]))],
             vec![true, false, false, false],
+        );
+    }
+
+    #[test]
+    fn floats_compare_like_ieee() {
+        use arrow_array::Float64Array;
+        let schema = Arc::new(Schema::new(vec![Field::new("f", DataType::Float64, true)]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Float64Array::from(vec![
+                Some(-0.0),
+                Some(0.0),
+                Some(f64::NAN),
+                Some(2.0),
+                None,
+            ]))],
+        )
+        .unwrap();
+        let f = |op: &str, v: f64| {
+            let p = predicate(vec![cond(
+                "f",
+                op,
+                Some(Arc::new(Float64Array::from(vec![v]))),
+            )])
+            .unwrap()
+            .bind(&schema)
+            .unwrap();
+            p.evaluate(&b).unwrap()
+        };
+        assert_eq!(
+            f("==", 0.0),
+            BooleanArray::from(vec![true, true, false, false, false])
+        );
+        assert_eq!(
+            f("<", 0.0),
+            BooleanArray::from(vec![false, false, false, false, false])
+        );
+        assert_eq!(
+            f(">", 1.0),
+            BooleanArray::from(vec![false, false, false, true, false])
+        );
+        assert_eq!(
+            f("!=", 2.0),
+            BooleanArray::from(vec![true, true, true, false, false])
+        );
+        assert_eq!(
+            f("==", f64::NAN),
+            BooleanArray::from(vec![false, false, false, false, false])
+        );
+        assert_eq!(
+            f("!=", f64::NAN),
+            BooleanArray::from(vec![true, true, true, true, false])
         );
     }
 

@@ -167,3 +167,24 @@ def test_only_projected_column_chunks_are_read(store: Store) -> None:
         ds.read_dataset("c")
     assert ds.read_dataset("c", columns=["id", "price"]).equals(table.select(["id", "price"]))
     assert ds.iter_batches("c", columns=["ts"]).read_all().equals(table.select(["ts"]))
+
+
+@pytest.mark.spec("B-FILTER")
+@pytest.mark.parametrize("op", ["==", "!=", "<", "<=", ">", ">="])
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.0, float("nan")])
+def test_float_filters_follow_ieee_like_pyarrow(fast_store: Store, op: str, value: float) -> None:
+    table = pa.table({"f": pa.array([-0.0, 0.0, float("nan"), 2.0, None, -3.5, 1.0], pa.float64())})
+    ds = ParquetDatasetStore(fast_store, row_group_size=2)
+    ds.write_dataset(table, "f")
+    exprs = {
+        "==": pc.field("f") == value,
+        "!=": pc.field("f") != value,
+        "<": pc.field("f") < value,
+        "<=": pc.field("f") <= value,
+        ">": pc.field("f") > value,
+        ">=": pc.field("f") >= value,
+    }
+    expected = table.filter(exprs[op])
+    got = ds.read_dataset("f", filter=[("f", op, value)])
+    assert got.num_rows == expected.num_rows
+    assert [str(v) for v in got.column("f").to_pylist()] == [str(v) for v in expected.column("f").to_pylist()]

@@ -449,8 +449,9 @@ def _run_checks(sw: SeaweedFS, results: list[tuple[str, bool, str]]) -> None:
 
     # -- pds ------------------------------------------------------------
     try:
-        import pds
         import remote_store
+
+        import pds
     except ImportError as exc:
         results.append(("import pds", False, str(exc)))
         return

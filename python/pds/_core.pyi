@@ -177,4 +177,3 @@ def decode_parts(
 
 def codecs() -> list[str]:
     """Codec names accepted for ``compression``."""
-

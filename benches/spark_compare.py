@@ -250,7 +250,8 @@ def render(
         f"- Machine: {platform.machine()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
         f"{platform.system()} {platform.release()}",
         f"- Spark: `{args.master}`, {args.partitions} partitions (= write tasks), driver memory {args.driver_memory}; "
-        f"source DataFrame persisted (MEMORY_ONLY) and materialised before timing",
+        f"source DataFrame persisted (MEMORY_ONLY) and materialised before timing; "
+        f"extra conf: {', '.join(f'`{c}`' for c in args.conf) or 'none (defaults)'}",
         f"- Data: {args.rows:,} rows (int64 id, timestamp ts, 50-value string, float64, 32-char hex string), "
         f"seed {args.seed}; zstd (native at level {args.native_zstd_level}, pds at level 1); file:// under a temp dir",
         '- Reads are timed as `df.write.format("noop").mode("overwrite").save()` (every row, every column, '
@@ -292,6 +293,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wait-quiet", type=float, default=0, help="wait up to this many s for an idle machine")
     p.add_argument("--out", type=Path, default=HERE / "spark_results.md")
     p.add_argument("--ui", action="store_true", help="keep the Spark UI on (stage timings at :4040)")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark conf, repeatable (e.g. spark.sql.execution.arrow.maxBytesPerBatch=2147483647)",
+    )
     return p.parse_args(argv)
 
 
@@ -307,8 +315,14 @@ def main(argv: list[str]) -> int:
     started = dt.datetime.now(dt.UTC)
     t_start = time.perf_counter()
     interference = Interference()
+    builder = SparkSession.builder
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf wants KEY=VALUE, got {item!r}")
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master(args.master)
+        builder.master(args.master)
         .appName("pds-spark-compare")
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "true" if args.ui else "false")

@@ -61,6 +61,7 @@ bench: ## Criterion benches of the Rust hot paths (cargo bench)
 	cargo bench --bench core
 
 compare: build ## pds vs remote_store.ext.parquet, pyarrow.dataset, deltalake on one table, one run
+	$(PY) -m pip install --quiet s3fs  # remote-store's own S3 backend, for its baseline rows
 	$(PY) benches/compare.py $(COMPARE_ARGS)
 
 compare-spark: build ## Spark native Parquet vs the pds data source and mapInArrow helper

@@ -72,7 +72,7 @@ def make_table(rows: int, seed: int, chunk_rows: int = 1 << 20) -> pa.Table:
 def stream_rows_for(target_bytes: int, seed: int, batch_rows: int = 65_536) -> int:
     """How many rows make about *target_bytes* of Arrow data (measured on one batch)."""
     sample = make_batch(0, batch_rows, seed)
-    return max(1, round(target_bytes / (sample.nbytes / batch_rows)))
+    return max(1, round(target_bytes / (int(sample.nbytes) / batch_rows)))
 
 
 def stream_reader(rows: int, seed: int, batch_rows: int = 65_536) -> pa.RecordBatchReader:

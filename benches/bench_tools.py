@@ -103,7 +103,7 @@ class Tool:
 
     def count_rows(self, key: str) -> int:
         """Rows in the dataset, from metadata where the tool can."""
-        return self.read(key, columns=["id"]).num_rows
+        return int(self.read(key, columns=["id"]).num_rows)
 
     def part_count(self, key: str) -> int:
         raise NotImplementedError
@@ -333,7 +333,7 @@ class PyArrowTool(Tool):
         self.fs.delete_dir(self._path(key))
 
     def close(self) -> None:
-        self.fs = None  # type: ignore[assignment]
+        del self.fs
 
 
 class DeltaTool(Tool):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import gc
 import http.client
 import io
@@ -549,7 +550,7 @@ def run_store(
                 continue
             gc.collect()
             try:
-                sample = measure(tool.write, table, key, before_rerun=lambda t=tool, k=key: t.delete(k))
+                sample = measure(tool.write, table, key, before_rerun=functools.partial(tool.delete, key))
                 reported = sample.result
                 counted = tool.count_rows(key)
                 if (reported is not None and reported != truth.rows) or counted != truth.rows:

@@ -21,12 +21,21 @@ column (``sum(xxhash64(*cols))``) of each written dataset are checked
 against the source, untimed, so a wrong fast result is never reported.
 
 Same Spark partitions (= write tasks) for every writer; one untimed warm-up
-of each writer and reader on a small DataFrame first (JIT, Python workers);
-each repeat runs every contender once, interleaved. Reports medians and
-ratios (pds time / native time; the issue's targets: write <= 1.0x, read <=
-1.2x) as Markdown, printed and written to ``--out``.
+of each writer and reader on a small DataFrame first (Python workers, and a
+check that each reads back equal), then ``--warmup`` untimed full-size rounds
+(JIT); each repeat runs every contender once, interleaved. Reads also time a
+reference that is not pds: ``benches/memory_source.py``, a Python data source
+serving batches already in worker memory, i.e. the floor of PySpark's Python
+data source path. Reports medians and ratios (pds time / native time; the
+issue's targets: write <= 1.0x, read <= 1.2x) as Markdown, printed and
+written to ``--out``.
 
-    python benches/spark_compare.py                       # 4M rows, 3 repeats
+pds's helper lifts ``spark.sql.execution.arrow.maxBytesPerBatch`` for its
+own job (see ``pds.spark._arrow_conf``); ``format("pds")`` cannot, so pass
+``--conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647`` to measure
+it with the cap lifted session-wide.
+
+    python benches/spark_compare.py                       # 4M rows, 5 repeats
     python benches/spark_compare.py --rows 500000 --repeat 1 --out /tmp/spark.md
 """
 
@@ -51,6 +60,7 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
+from memory_source import MemoryFloorSource  # benches/ is sys.path[0]
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -65,6 +75,7 @@ REPO = HERE.parent
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
 YEAR_US = 365 * 86_400_000_000
 CONTENDERS = ("native", "pds source", "pds helper")
+FLOOR = "memory floor"  # read-only reference: a Python source with no decoding (benches/memory_source.py)
 LABELS = {
     "native": "Spark Parquet (native)",
     "pds source": 'pds data source (`format("pds")`)',
@@ -150,6 +161,13 @@ class Bench:
         if contender == "pds source":
             return self.spark.read.format("pds").option("store", self.url).load(location)
         return pds.spark.read_dataset(self.spark, self.url, location)
+
+    def floor_reader(self, location: str) -> DataFrame:
+        """The pds source's dataset at *location*, served from worker memory (see memory_source.py)."""
+        manifest = pds.ParquetDatasetStore(pds.open_store(self.url)).read_manifest(location)
+        paths = ",".join(str(self.root / "pds" / location / p) for p in manifest.parts)
+        schema = self.reader("pds source", location).schema
+        return self.spark.read.format(MemoryFloorSource.name()).option("paths", paths).schema(schema).load()
 
     def written_rows(self, contender: str, location: str) -> int:
         """Rows in the written dataset, from the manifest or from the Parquet footers."""
@@ -256,7 +274,8 @@ def render(
         f"seed {args.seed}; zstd (native at level {args.native_zstd_level}, pds at level 1); file:// under a temp dir",
         '- Reads are timed as `df.write.format("noop").mode("overwrite").save()` (every row, every column, '
         "no extra compute); row counts and a checksum of every column are checked against the source, untimed",
-        f"- Median of {args.repeat} run(s) (the runs in brackets), after one untimed warm-up on a small DataFrame; "
+        f"- Median of {args.repeat} run(s) (the runs in brackets), after an untimed warm-up on a small DataFrame "
+        f"and {args.warmup} untimed full-size round(s); "
         "ratio = pds time / native time (lower is better)",
         *notes[2:],
         "",
@@ -274,6 +293,16 @@ def render(
             ratios.append(f"{ratio:.2f}x {'✅' if ratio <= target else '❌'}")
         lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(ratios) + f" | ≤ {target:.1f}x |")
     lines.append("| size on disk | " + " | ".join(sizes[c] for c in CONTENDERS) + " | | | |")
+    floor = statistics.median(bench.runs[("read", FLOOR)])
+    native = statistics.median(bench.runs[("read", "native")])
+    source = statistics.median(bench.runs[("read", "pds source")])
+    lines += [
+        "",
+        f"Reference, not pds: a Python data source that hands Spark batches already decoded in worker memory "
+        f"(`benches/memory_source.py`, no Parquet, no I/O) reads in {fmt_runs(bench.runs[('read', FLOOR)])} = "
+        f"**{floor / native:.2f}x native**: the floor of PySpark's Python data source path on this machine. "
+        f"pds source ÷ floor = {source / floor:.2f}x.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -283,7 +312,8 @@ def render(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=4_000_000)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1, help="untimed full-size rounds before timing (default 1)")
     p.add_argument("--partitions", type=int, default=4, help="Spark partitions = write tasks (default 4)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--driver-memory", default="4g")
@@ -332,6 +362,8 @@ def main(argv: list[str]) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.addPyFile(str(HERE / "memory_source.py"))
+    spark.dataSource.register(MemoryFloorSource)
     spark_versions = versions(spark)
     log(spark_versions)
     try:
@@ -361,6 +393,17 @@ def main(argv: list[str]) -> int:
                 f"{time.perf_counter() - t0:.1f} s"
             )
 
+            for w in range(args.warmup):
+                log(f"warm-up {w + 1}/{args.warmup} (untimed, full size)")
+                for c in CONTENDERS:
+                    loc = bench.location(c, f"warm{w}")
+                    bench.write(c, df, loc)
+                    noop(bench.reader(c, loc))
+                    if c == "pds source":
+                        noop(bench.floor_reader(loc))
+                        noop(bench.floor_reader(loc))  # every worker holds every part now
+                    bench.remove(c, loc)
+
             sizes: dict[str, str] = {}
             for r in range(args.repeat):
                 for c in CONTENDERS:
@@ -383,13 +426,20 @@ def main(argv: list[str]) -> int:
                 log(f"verified {c}: {got[0]:,} rows, checksum equal; {sizes[c]}")
 
             if "read" in ops:
+                floor_df = bench.floor_reader(bench.last["pds source"])
+                for _ in range(2):  # fill every worker's cache
+                    noop(floor_df)
+                if fingerprint(floor_df) != truth:
+                    raise SystemExit("the memory floor source does not read back equal")
                 for r in range(args.repeat):
                     for c in CONTENDERS:
                         loc = bench.last[c]
                         seconds = bench.timed(c, "read", lambda c=c, loc=loc: noop(bench.reader(c, loc)))
-                        log(f"read  {r + 1}/{args.repeat} {c:<10} {seconds:6.2f} s")
+                        log(f"read  {r + 1}/{args.repeat} {c:<12} {seconds:6.2f} s")
+                    seconds = bench.timed(FLOOR, "read", lambda: noop(floor_df))
+                    log(f"read  {r + 1}/{args.repeat} {FLOOR:<12} {seconds:6.2f} s")
             else:
-                for c in CONTENDERS:
+                for c in (*CONTENDERS, FLOOR):
                     bench.runs[("read", c)] = [float("nan")]
 
             runtime = time.perf_counter() - t_start

@@ -1,9 +1,12 @@
-//! Streaming scans: a dataset as a `RecordBatchReader`, with bounded memory.
+//! Streaming scans: a dataset, or one part, as a `RecordBatchReader` with
+//! bounded memory.
 //!
-//! The dataset is opened (and `_SUCCESS`, the manifest and every part checked)
-//! before the reader is returned. A background task then opens up to
-//! `parallelism` parts ahead (footers, pruning) and streams their batches, in
-//! part order, through a small channel: memory stays at a few row groups.
+//! Everything that can fail cheaply (`_SUCCESS`, the manifest, every part's
+//! HEAD, the first footer, the columns and the filter) is checked before the
+//! reader is returned. A background task then opens up to `parallelism` parts
+//! ahead (footers, pruning) and streams their batches, in part order, through
+//! a small channel: memory stays at a few batches, and decoding overlaps with
+//! whatever the consumer does with the previous batch.
 
 use std::sync::Arc;
 
@@ -13,14 +16,14 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::dataset::{child_key, open_dataset};
-use crate::decode::{self, ReadOptions};
+use crate::decode::{self, PartStream, ReadOptions};
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 
 /// Batches buffered between the scan task and the consumer.
 const CHANNEL: usize = 4;
 
-/// A dataset scan in progress; dropping it stops the background task.
+/// A scan in progress; dropping it stops the background task.
 pub struct DatasetStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch>>,
@@ -49,39 +52,77 @@ pub fn scan(
     opts: ReadOptions,
     parallelism: usize,
 ) -> Result<DatasetStream> {
-    let parallelism = parallelism.max(1);
     let runtime = crate::runtime::get()?;
-    let key = key.to_string();
-    let (manifest, sizes, schema) = runtime.block_on({
+    let (first, rest) = runtime.block_on({
         let store = store.clone();
-        let key = key.clone();
         let opts = opts.clone();
         async move {
-            let (manifest, sizes) = open_dataset(&store, &key, parallelism).await?;
-            let first = manifest
-                .parts
-                .first()
-                .ok_or_else(|| Error::ManifestCorrupted {
-                    path: child_key(&key, crate::dataset::MANIFEST),
-                    reason: "the manifest lists no parts".into(),
-                })?;
+            let (manifest, sizes) = open_dataset(&store, key, parallelism.max(1)).await?;
+            let mut parts = manifest.parts.iter().map(|p| child_key(key, p)).zip(sizes);
+            let (first_key, first_size) = parts.next().ok_or_else(|| Error::ManifestCorrupted {
+                path: child_key(key, crate::dataset::MANIFEST),
+                reason: "the manifest lists no parts".into(),
+            })?;
             // The first part's footer gives the exact output schema (and checks
             // the columns and filter) before the caller gets a reader.
-            let part = decode::open_part(&store, &child_key(&key, first), sizes[0], &opts).await?;
-            Ok::<_, Error>((manifest, sizes, part.schema()))
+            let first = decode::open_part(&store, &first_key, first_size, &opts).await?;
+            Ok::<_, Error>((first, parts.collect::<Vec<_>>()))
         }
     })?;
+    Ok(spawn(&runtime, store, first, rest, opts, parallelism))
+}
+
+/// Open a streaming read of the single part file at `key` (HEAD, footer,
+/// then only the projected column chunks of the row groups the filter keeps).
+pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Result<DatasetStream> {
+    let runtime = crate::runtime::get()?;
+    let first = runtime.block_on({
+        let store = store.clone();
+        let opts = opts.clone();
+        async move {
+            let size = store.head(key).await?.size;
+            decode::open_part(&store, key, size, &opts).await
+        }
+    })?;
+    Ok(spawn(&runtime, store, first, Vec::new(), opts, 1))
+}
+
+/// What the scan task streams: a part already open, or one still to open.
+enum Source {
+    Open(Box<PartStream>),
+    Pending(String, u64),
+}
+
+/// Start the task that streams `first`, then `rest` (key, size) in order,
+/// opening up to `parallelism` parts ahead.
+fn spawn(
+    runtime: &tokio::runtime::Runtime,
+    store: Arc<StoreHandle>,
+    first: PartStream,
+    rest: Vec<(String, u64)>,
+    opts: ReadOptions,
+    parallelism: usize,
+) -> DatasetStream {
+    let schema = first.schema();
     let (tx, rx) = mpsc::channel(CHANNEL);
     let opts = Arc::new(opts);
+    let sources = std::iter::once(Source::Open(Box::new(first)))
+        .chain(rest.into_iter().map(|(k, s)| Source::Pending(k, s)));
     runtime.spawn(async move {
-        let opened =
-            futures::stream::iter(manifest.parts.into_iter().zip(sizes)).map(|(part, size)| {
+        let mut opened = futures::stream::iter(sources)
+            .map(|source| {
                 let store = store.clone();
                 let opts = opts.clone();
-                let key = child_key(&key, &part);
-                async move { decode::open_part(&store, &key, size, &opts).await }
-            });
-        let mut opened = opened.buffered(parallelism);
+                async move {
+                    match source {
+                        Source::Open(part) => Ok(*part),
+                        Source::Pending(key, size) => {
+                            decode::open_part(&store, &key, size, &opts).await
+                        }
+                    }
+                }
+            })
+            .buffered(parallelism.max(1));
         while let Some(part) = opened.next().await {
             let mut part = match part {
                 Ok(p) => p,
@@ -98,7 +139,7 @@ pub fn scan(
             }
         }
     });
-    Ok(DatasetStream { schema, rx })
+    DatasetStream { schema, rx }
 }
 
 #[cfg(test)]
@@ -111,13 +152,22 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
     use std::collections::BTreeMap;
 
-    #[test]
-    fn streams_in_order_with_filter() {
+    /// A memory store holding dataset "d": `v` = 0..1000, `w` = 10 * v.
+    fn sample_dataset(
+        row_group_size: usize,
+        max_rows_per_file: Option<usize>,
+    ) -> (Arc<StoreHandle>, crate::manifest::Manifest) {
         let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
-        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("w", DataType::Int64, false),
+        ]));
         let b = RecordBatch::try_new(
             schema.clone(),
-            vec![Arc::new(Int64Array::from_iter_values(0..1000))],
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..1000)),
+                Arc::new(Int64Array::from_iter_values((0..1000).map(|v| v * 10))),
+            ],
         )
         .unwrap();
         let reader = Box::new(RecordBatchIterator::new(vec![Ok(b)], schema));
@@ -127,13 +177,14 @@ mod tests {
             parallelism: 2,
             ..Default::default()
         };
-        write_dataset(
-            store.clone(),
-            reader,
-            EncodeOptions::new("zstd", Some(50), Some(200)).unwrap(),
-            req,
-        )
-        .unwrap();
+        let opts = EncodeOptions::new("zstd", Some(row_group_size), max_rows_per_file).unwrap();
+        let manifest = write_dataset(store.clone(), reader, opts, req).unwrap();
+        (store, manifest)
+    }
+
+    #[test]
+    fn streams_in_order_with_filter() {
+        let (store, _) = sample_dataset(50, Some(200));
         let pred = predicate(vec![(
             "v".into(),
             ">=".into(),
@@ -164,5 +215,42 @@ mod tests {
             .map(|b| b.unwrap().num_rows())
             .sum();
         assert_eq!(all, 1000);
+    }
+
+    #[test]
+    fn scan_part_streams_one_part_and_checks_first() {
+        let (store, manifest) = sample_dataset(100, None);
+        let part = format!("d/{}", manifest.parts[0]);
+        let opts = ReadOptions {
+            columns: Some(vec!["w".into()]),
+            batch_size: Some(64),
+            ..Default::default()
+        };
+        let stream = scan_part(store.clone(), &part, opts).unwrap();
+        assert_eq!(stream.schema().fields().len(), 1);
+        let mut sizes = Vec::new();
+        let mut sum = 0i64;
+        for b in stream {
+            let b = b.unwrap();
+            sizes.push(b.num_rows());
+            let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            sum += a.values().iter().sum::<i64>();
+        }
+        assert!(sizes.iter().all(|&n| n <= 64), "{sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 1000);
+        assert_eq!(sum, (0..1000i64).map(|v| v * 10).sum::<i64>());
+        // Missing part and unknown column fail before a reader exists.
+        assert!(matches!(
+            scan_part(store.clone(), "d/missing.parquet", ReadOptions::default()),
+            Err(Error::NotFound { .. })
+        ));
+        let bad = ReadOptions {
+            columns: Some(vec!["nope".into()]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            scan_part(store, &part, bad),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

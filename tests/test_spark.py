@@ -31,6 +31,7 @@ from remote_store import Store
 
 import pds
 import pds.spark
+from pds.spark._arrow_conf import MAX_BYTES_PER_BATCH, UNCAPPED
 from pds.spark._job import WriteJob, WriteSettings, spark_store
 from pds.spark.datasource import PdsDataSource, PdsWriter
 from pds.spark.filters import (
@@ -636,6 +637,57 @@ def test_helper_write_survives_a_task_retry(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert Path(marker).exists()
     check_dataset(store, "retry", table.cast(written_schema(df)))
+
+
+def _tasks_byte_cap(spark: SparkSession, url: str, key: str) -> set[str | None]:
+    """Write with the helper; return the byte cap the job's tasks saw (as a column of the data)."""
+
+    def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        seen = ctx.getLocalProperty(MAX_BYTES_PER_BATCH)
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict(
+                {"id": batch.column(0), "cap": pa.array([seen] * batch.num_rows, pa.string())}
+            )
+
+    schema = StructType([StructField("id", LongType(), False), StructField("cap", StringType(), True)])
+    df = spark.range(0, 40, numPartitions=2).mapInArrow(tag, schema)
+    pds.spark.write_dataset(df, url, key)
+    table = pds.ParquetDatasetStore(pds.open_store(url)).read_dataset(key)
+    assert table.num_rows == 40
+    return set(table.column("cap").to_pylist())
+
+
+def test_helper_lifts_the_arrow_byte_cap_only_for_its_job(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    """Unset: lifted while the job runs, unset again after. Set by the user: kept."""
+    url, _, _ = file_store
+    assert spark.conf.get(MAX_BYTES_PER_BATCH, None) is None
+    assert _tasks_byte_cap(spark, url, "lifted") == {UNCAPPED}
+    assert spark.conf.get(MAX_BYTES_PER_BATCH, None) is None
+    spark.conf.set(MAX_BYTES_PER_BATCH, "1000000")
+    try:
+        assert _tasks_byte_cap(spark, url, "kept") == {"1000000"}
+        assert spark.conf.get(MAX_BYTES_PER_BATCH) == "1000000"
+    finally:
+        spark.conf.unset(MAX_BYTES_PER_BATCH)
+
+
+def test_helper_restores_the_byte_cap_when_the_job_fails(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    url, _, _ = file_store
+
+    def boom(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        raise RuntimeError("injected failure")
+        yield from batches
+
+    df = spark.range(0, 10, numPartitions=1).mapInArrow(boom, "id long")
+    with pytest.raises(Exception, match="injected failure"):
+        pds.spark.write_dataset(df, url, "failed")
+    assert spark.conf.get(MAX_BYTES_PER_BATCH, None) is None
 
 
 @pytest.mark.spec("SPARK-008")

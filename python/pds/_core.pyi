@@ -163,6 +163,17 @@ def read_part(
 ) -> pa.Table:
     """One part file: a HEAD, the footer, then only the projected column chunks."""
 
+def scan_part(
+    store: RustStore,
+    key: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: Sequence[Condition] | None = None,
+    batch_size: int | None = None,
+) -> pa.RecordBatchReader:
+    """One part file, streamed: HEAD, footer, columns and filter checked first;
+    batches decoded in the background a few ahead of the consumer."""
+
 def read_schema(store: RustStore, key: str) -> pa.Schema:
     """The schema from the manifest, else from the first part's footer."""
 

@@ -13,6 +13,7 @@ use crate::dataset::{self, WriteRequest};
 use crate::decode::ReadOptions;
 use crate::encode::EncodeOptions;
 use crate::filter;
+use crate::scan::DatasetStream;
 
 /// A filter as it crosses the boundary: `(column, op, values)`, where values
 /// is a pyarrow array (one value, several for `in`, or `None`).
@@ -180,9 +181,33 @@ pub fn scan_dataset<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, batch_size)?;
-    let stream = py
-        .detach(|| crate::scan::scan(handle, key, opts, parallelism))
-        .py_err()?;
+    stream_to_py(py, || crate::scan::scan(handle, key, opts, parallelism))
+}
+
+/// Stream one part file as a `pyarrow.RecordBatchReader`: the HEAD, footer,
+/// columns and filter are checked before it returns; batches are decoded in
+/// the background, a few ahead of the consumer.
+#[pyfunction]
+#[pyo3(signature = (store, key, *, columns = None, filter = None, batch_size = None))]
+pub fn scan_part<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: &str,
+    columns: Option<Vec<String>>,
+    filter: Option<FilterArg>,
+    batch_size: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let opts = read_options(columns, filter, batch_size)?;
+    stream_to_py(py, || crate::scan::scan_part(handle, key, opts))
+}
+
+/// Open a scan with the GIL released; hand it to Python as a `RecordBatchReader`.
+fn stream_to_py<'py>(
+    py: Python<'py>,
+    open: impl FnOnce() -> crate::error::Result<DatasetStream> + Send,
+) -> PyResult<Bound<'py, PyAny>> {
+    let stream = py.detach(open).py_err()?;
     PyRecordBatchReader::new(Box::new(stream)).into_pyarrow(py)
 }
 

@@ -57,8 +57,8 @@ from pds.spark._job import (
 from pds.spark._schema import arrow_to_spark, spark_read_target, spark_to_arrow
 from pds.spark.filters import (
     FilterTuple,
-    apply_filter_tuples,
     filter_columns,
+    filter_expression,
     filters_from_json,
     split_for_core,
     translate_filter,
@@ -219,6 +219,9 @@ class PdsReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the rows of one part as Arrow batches of Spark's expected schema.
 
+        The part is streamed: the Rust core decodes the next batches in the
+        background while Spark consumes this one.
+
         Raises:
             NotFound / PartCorrupted: the part is missing or unreadable.
             pyarrow.ArrowInvalid: a value the requested type cannot hold.
@@ -229,16 +232,22 @@ class PdsReader(DataSourceReader):
         core, residual = split_for_core(self._filters, self._dataset_schema)
         extra = [c for c in filter_columns(residual) if c not in names]
         rust: _core.RustStore = self._store.unwrap(_core.RustStore)
-        table = _core.read_part(rust, partition.key, columns=[*names, *extra], filter=core or None)
-        if residual:
-            table = apply_filter_tuples(table, residual)
-        if extra:
-            table = table.select(names)
-        if not table.schema.equals(self._target):
-            table = table.cast(self._target)
-        for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
-            if batch.num_rows:
-                yield batch
+        reader = _core.scan_part(
+            rust, partition.key, columns=[*names, *extra], filter=core or None, batch_size=_BATCH_ROWS
+        )
+        expression = filter_expression(residual, reader.schema) if residual else None
+        decoded = pa.schema([reader.schema.field(n) for n in names])
+        cast = not decoded.equals(self._target)
+        for batch in reader:
+            if expression is not None:
+                batch = batch.filter(expression)
+            if not batch.num_rows:
+                continue
+            if extra:
+                batch = batch.select(names)
+            if cast:
+                batch = batch.cast(self._target)
+            yield batch
 
 
 class PdsPushdownReader(PdsReader):

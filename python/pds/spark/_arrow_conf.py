@@ -1,0 +1,69 @@
+"""Lifting Spark's per-batch byte cap on Arrow batches for pds's own jobs.
+
+Spark caps the Arrow batches it sends to Python workers by rows
+(``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default) and by
+bytes (``spark.sql.execution.arrow.maxBytesPerBatch``). Enforcing the byte
+cap means estimating the size of every row as it is appended, which costs
+more than a third of a pds write's time in the JVM (profiled in the README).
+With the cap at ``Int.MaxValue`` Spark skips the estimate, and batches are
+still bounded by the row cap.
+
+:func:`arrow_byte_cap_lifted` sets it for the duration of one pds job, only
+if the user left it unset, and unsets it again when the last concurrent pds
+job on the session ends. A user who sets the conf keeps their value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+__all__ = ["MAX_BYTES_PER_BATCH", "UNCAPPED", "arrow_byte_cap_lifted"]
+
+MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+UNCAPPED = str(2**31 - 1)
+"""``Int.MaxValue``: the value at which Spark skips the per-row size estimate."""
+
+_lock = threading.Lock()
+_holders: dict[int, int] = {}
+"""Per session (by id): how many running pds jobs rely on the lifted cap."""
+
+
+def _acquire(spark: SparkSession) -> bool:
+    with _lock:
+        key = id(spark)
+        if key in _holders:
+            _holders[key] += 1
+            return True
+        if spark.conf.get(MAX_BYTES_PER_BATCH, None) is not None:
+            return False  # set by the user (or by a job of theirs): leave it alone
+        spark.conf.set(MAX_BYTES_PER_BATCH, UNCAPPED)
+        _holders[key] = 1
+        return True
+
+
+def _release(spark: SparkSession) -> None:
+    with _lock:
+        key = id(spark)
+        _holders[key] -= 1
+        if _holders[key] == 0:
+            del _holders[key]
+            if spark.conf.get(MAX_BYTES_PER_BATCH, None) == UNCAPPED:
+                spark.conf.unset(MAX_BYTES_PER_BATCH)
+
+
+@contextmanager
+def arrow_byte_cap_lifted(spark: SparkSession) -> Iterator[bool]:
+    """Run the body with Spark's Arrow byte cap lifted if the user left it unset.
+
+    Yields whether pds lifted it (``False``: the user's value stays in force).
+    """
+    lifted = _acquire(spark)
+    try:
+        yield lifted
+    finally:
+        if lifted:
+            _release(spark)

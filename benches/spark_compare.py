@@ -23,12 +23,13 @@ against the source, untimed, so a wrong fast result is never reported.
 Same Spark partitions (= write tasks) for every writer; one untimed warm-up
 of each writer and reader on a small DataFrame first (Python workers, and a
 check that each reads back equal), then ``--warmup`` untimed full-size rounds
-(JIT); each repeat runs every contender once, interleaved. Reads also time a
-reference that is not pds: ``benches/memory_source.py``, a Python data source
-serving batches already in worker memory, i.e. the floor of PySpark's Python
-data source path. Reports medians and ratios (pds time / native time; the
-issue's targets: write <= 1.0x, read <= 1.2x) as Markdown, printed and
-written to ``--out``.
+(JIT); each repeat runs every contender once, interleaved. Reads also time
+``pds.spark.read_dataset(..., engine="spark")`` (the manifest's parts through
+Spark's own Parquet reader) and a reference that is not pds:
+``benches/memory_source.py``, a Python data source serving batches already in
+worker memory, i.e. the floor of PySpark's Python data source path. Reports
+medians and ratios (pds time / native time; the issue's targets: write <=
+1.0x, read <= 1.2x) as Markdown, printed and written to ``--out``.
 
 pds's helper lifts ``spark.sql.execution.arrow.maxBytesPerBatch`` for its
 own job (see ``pds.spark._arrow_conf``); ``format("pds")`` cannot, so pass
@@ -75,6 +76,7 @@ REPO = HERE.parent
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
 YEAR_US = 365 * 86_400_000_000
 CONTENDERS = ("native", "pds source", "pds helper")
+SPARK_ENGINE = "helper engine=spark"  # read-only: read_dataset(..., engine="spark") of the helper's dataset
 FLOOR = "memory floor"  # read-only reference: a Python source with no decoding (benches/memory_source.py)
 LABELS = {
     "native": "Spark Parquet (native)",
@@ -161,6 +163,10 @@ class Bench:
         if contender == "pds source":
             return self.spark.read.format("pds").option("store", self.url).load(location)
         return pds.spark.read_dataset(self.spark, self.url, location)
+
+    def spark_engine_reader(self) -> DataFrame:
+        """The helper's last dataset through ``read_dataset(..., engine="spark")``."""
+        return pds.spark.read_dataset(self.spark, self.url, self.last["pds helper"], engine="spark")
 
     def floor_reader(self, location: str) -> DataFrame:
         """The pds source's dataset at *location*, served from worker memory (see memory_source.py)."""
@@ -292,6 +298,12 @@ def render(
             ratio = medians[c] / medians["native"]
             ratios.append(f"{ratio:.2f}x {'✅' if ratio <= target else '❌'}")
         lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(ratios) + f" | ≤ {target:.1f}x |")
+    engine = bench.runs[("read", SPARK_ENGINE)]
+    ratio = statistics.median(engine) / statistics.median(bench.runs[("read", "native")])
+    lines.append(
+        f'| read, helper `engine="spark"` | {fmt_runs(bench.runs[("read", "native")])} | | {fmt_runs(engine)} | | '
+        f"{ratio:.2f}x {'✅' if ratio <= 1.2 else '❌'} | ≤ 1.2x |"
+    )
     lines.append("| size on disk | " + " | ".join(sizes[c] for c in CONTENDERS) + " | | | |")
     floor = statistics.median(bench.runs[("read", FLOOR)])
     native = statistics.median(bench.runs[("read", "native")])
@@ -431,6 +443,8 @@ def main(argv: list[str]) -> int:
                     noop(floor_df)
                 if fingerprint(floor_df) != truth:
                     raise SystemExit("the memory floor source does not read back equal")
+                if fingerprint(bench.spark_engine_reader()) != truth:
+                    raise SystemExit("engine='spark' does not read back equal")
                 for r in range(args.repeat):
                     for c in CONTENDERS:
                         loc = bench.last[c]
@@ -438,8 +452,10 @@ def main(argv: list[str]) -> int:
                         log(f"read  {r + 1}/{args.repeat} {c:<12} {seconds:6.2f} s")
                     seconds = bench.timed(FLOOR, "read", lambda: noop(floor_df))
                     log(f"read  {r + 1}/{args.repeat} {FLOOR:<12} {seconds:6.2f} s")
+                    seconds = bench.timed(SPARK_ENGINE, "read", lambda: noop(bench.spark_engine_reader()))
+                    log(f"read  {r + 1}/{args.repeat} {SPARK_ENGINE:<12} {seconds:6.2f} s")
             else:
-                for c in (*CONTENDERS, FLOOR):
+                for c in (*CONTENDERS, FLOOR, SPARK_ENGINE):
                     bench.runs[("read", c)] = [float("nan")]
 
             runtime = time.perf_counter() - t_start

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import pickle
+import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from remote_store import (
@@ -16,6 +19,7 @@ from remote_store import (
     NotFound,
     Store,
 )
+from remote_store.backends import LocalBackend
 
 import pds
 from pds import _core
@@ -100,6 +104,41 @@ def test_listing_and_info(fast_store: Store) -> None:
         s.get_file_info("r/zz")
     with pytest.raises(NotFound):
         s.get_folder_info("nothing")
+
+
+BUCKET = "pds-tests"  # as conftest's SeaweedFS fixture creates
+ODD_KEYS = ["x[1]/a#b", "x[1]/100%25 {c}*?.parquet", "é ü/~tilde|pipe<>`^"]
+
+
+def test_keys_with_characters_object_store_would_encode(fast_store: Store) -> None:
+    """Keys are stored and listed verbatim, not as object_store's percent-encoded names."""
+    s = fast_store
+    for k in ODD_KEYS:
+        s.write(k, k.encode())
+    assert sorted(str(f.path) for f in s.list_files("", recursive=True)) == sorted(ODD_KEYS)
+    assert sorted(f.name for f in s.list_folders("")) == sorted(["x[1]", "é ü"])
+    for k in ODD_KEYS:
+        assert s.read_bytes(k) == k.encode()
+        assert s.exists(k)
+
+
+def test_odd_keys_are_the_same_objects_remote_store_sees(tmp_path: Path, seaweed: Any) -> None:
+    """On disk and on S3 the object is named by the key itself, as remote-store and boto3 name it."""
+    root = tmp_path / "lake"
+    local = pds.open_store(root.as_uri())
+    for k in ODD_KEYS:
+        local.write(k, b"1")
+    on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert on_disk == sorted(ODD_KEYS)
+    plain = Store(LocalBackend(str(root)))
+    assert sorted(str(f.path) for f in plain.list_files("", recursive=True)) == sorted(ODD_KEYS)
+
+    prefix = uuid.uuid4().hex
+    s3 = pds.open_store(f"s3://{BUCKET}/{prefix}", **seaweed.store_options())
+    for k in ODD_KEYS:
+        s3.write(k, b"2")
+    listed = seaweed.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
+    assert sorted(o["Key"][len(prefix) + 1 :] for o in listed["Contents"]) == sorted(ODD_KEYS)
 
 
 def test_move_and_copy(fast_store: Store) -> None:

@@ -31,6 +31,7 @@ from remote_store import Store
 
 import pds
 import pds.spark
+from pds.errors import DatasetIncomplete
 from pds.spark._arrow_conf import MAX_BYTES_PER_BATCH, UNCAPPED
 from pds.spark._job import WriteJob, WriteSettings, spark_store
 from pds.spark.datasource import PdsDataSource, PdsWriter
@@ -557,6 +558,86 @@ def test_filters_option(spark: SparkSession, filter_data: tuple[str, pa.Table]) 
     want = apply_filter_tuples(table, filters)
     assert sorted(r.id for r in df.select("id").collect()) == sorted(want.column("id").to_pylist())
     assert want.num_rows > 0
+
+
+TUPLE_CASES = [
+    [("id", "==", 17)],
+    [("i32", ">", 30), ("i32", "<=", 90)],
+    [("s", "in", ["s1", "s4"])],
+    [("s", "not in", ["s1", "s4"])],
+    [("s", "is_null", None)],
+    [("s", "is_not_null", None), ("s", "!=", "s2")],
+    [("f", "<", 5.5)],
+    [("f", ">", 20.0)],  # NaN rows excluded, as pyarrow says (Spark SQL would keep them)
+    [("f", "!=", 2.5)],  # NaN rows kept, as pyarrow says (Spark SQL would too; nulls dropped)
+    [("f", "==", 2.5)],
+    [("d", ">=", datetime.date(2024, 2, 10))],
+    [("ts", "<", datetime.datetime(2023, 11, 16, 17, 0, tzinfo=datetime.UTC))],
+    [("dec", "<=", decimal.Decimal("3.5"))],
+    [("b", "==", True), ("bin", "!=", bytes([3, 7]))],
+]
+
+
+@pytest.mark.spec("SPARK-007")
+@pytest.mark.parametrize("filters", TUPLE_CASES, ids=[repr(c) for c in TUPLE_CASES])
+def test_engine_spark_filter_tuples_match_pyarrow(
+    spark: SparkSession, filter_data: tuple[str, pa.Table], filters: list[tuple[str, str, Any]]
+) -> None:
+    """Tuples on Spark's reader give the same rows as on the pds reader and in pyarrow, NaN included."""
+    url, table = filter_data
+    want = sorted(apply_filter_tuples(table, filters).column("id").to_pylist())
+    native = pds.spark.read_dataset(spark, url, "f", columns=["id"], filter=filters, engine="spark")
+    assert "PythonDataSource" not in plan_of(native)
+    assert sorted(r.id for r in native.collect()) == want
+    ours = pds.spark.read_dataset(spark, url, "f", columns=["id"], filter=filters)
+    assert sorted(r.id for r in ours.collect()) == want
+
+
+@pytest.mark.spec("SPARK-006")
+def test_engine_spark_reads_one_commit_with_spark_parquet(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    """Only the manifest's parts are read (a stray part in the folder is not), in the manifest's schema."""
+    url, _, store = file_store
+    table = rich_table(150)
+    df = spark_df(spark, table)
+    pds.spark.write_dataset(df, url, "n", max_rows_per_file=40)
+    expected = table.cast(written_schema(df))
+    stray = rich_table(5, offset=1000)
+    pds.ParquetDatasetStore(store).write_dataset(stray.cast(written_schema(df)), "other")
+    other = pds.ParquetDatasetStore(store).read_manifest("other").parts[0]
+    store.copy(f"other/{other}", "n/part-99999-stray.parquet")
+
+    back = pds.spark.read_dataset(spark, url, "n", engine="spark")
+    plan = plan_of(back)
+    assert "FileScan parquet" in plan and "PythonDataSource" not in plan, plan
+    assert back.count() == 150
+    assert spark_rows(back, expected.schema).equals(by_id(expected))
+    assert all(f.nullable for f in back.schema.fields)
+
+    some = pds.spark.read_dataset(
+        spark, url, "n", columns=["s", "id"], filter="id < 10 AND s IS NOT NULL", engine="spark"
+    )
+    assert some.columns == ["s", "id"]
+    want = table.filter((pc.field("id") < 10) & pc.field("s").is_valid())
+    assert sorted(r.id for r in some.collect()) == sorted(want.column("id").to_pylist())
+    assert "PushedFilters: [" in plan_of(some)
+
+
+def test_engine_spark_checks_before_reading(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    url, _, store = file_store
+    spark_df(spark, rich_table(10)).write.format("pds").option("store", url).mode("append").save("x[1]")
+    store.delete("x[1]/_SUCCESS")
+    with pytest.raises(DatasetIncomplete):
+        pds.spark.read_dataset(spark, url, "x[1]", engine="spark")
+    pds.spark.write_dataset(spark_df(spark, rich_table(10)), url, "g[1]")
+    with pytest.raises(ValueError, match="glob"):
+        pds.spark.read_dataset(spark, url, "g[1]", engine="spark")
+    assert pds.spark.read_dataset(spark, url, "g[1]").count() == 10  # the pds engine reads it
+    with pytest.raises(ValueError, match="unknown column"):
+        pds.spark.read_dataset(spark, url, "g[1]", columns=["nope"], engine="spark")
+    with pytest.raises(ValueError, match="engine"):
+        pds.spark.read_dataset(spark, url, "g[1]", engine="arrow")  # type: ignore[arg-type]
 
 
 # -- mapInArrow helpers ------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 //! character is refused. After that, a key can only name objects below the
 //! store's root prefix, whatever the backend.
 
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 
 use crate::error::{Error, Result};
 
@@ -47,8 +47,23 @@ pub fn object_segments(key: &str) -> Result<Vec<String>> {
 }
 
 /// Join a validated root prefix and a key into an object_store [`Path`].
-pub fn join(prefix: &[String], key_segments: &[String]) -> Path {
-    Path::from_iter(prefix.iter().chain(key_segments.iter()).map(|s| s.as_str()))
+///
+/// Segments are kept verbatim (`PathPart::parse`), not percent-encoded as
+/// `Path::from` would do for `[`, `#`, `%`, `*`, ...: the object is named by
+/// the key itself on every store, as remote-store and boto3 name it, and a
+/// listing gives the same key back.
+pub fn join(prefix: &[String], key_segments: &[String]) -> Result<Path> {
+    let parts = prefix
+        .iter()
+        .chain(key_segments.iter())
+        .map(|s| {
+            PathPart::parse(s).map_err(|e| Error::InvalidPath {
+                path: key_segments.join("/"),
+                reason: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Path::from_iter(parts))
 }
 
 /// The store-relative key of an object path below `prefix`, or `None` if it
@@ -86,9 +101,14 @@ mod tests {
     #[test]
     fn join_and_relative_round_trip() {
         let prefix = vec!["root".to_string(), "sub".to_string()];
-        let p = join(&prefix, &segments("ds/part-00000.parquet").unwrap());
+        let p = join(&prefix, &segments("ds/part-00000.parquet").unwrap()).unwrap();
         assert_eq!(p.as_ref(), "root/sub/ds/part-00000.parquet");
         assert_eq!(relative(&prefix, &p).unwrap(), "ds/part-00000.parquet");
+        // Characters Path::from would percent-encode stay as they are, both ways.
+        let odd = "x[1]/a#b %41{c}*?.parquet";
+        let p = join(&prefix, &segments(odd).unwrap()).unwrap();
+        assert_eq!(p.as_ref(), format!("root/sub/{odd}"));
+        assert_eq!(relative(&prefix, &p).unwrap(), odd);
         assert!(relative(&prefix, &Path::from("other/x")).is_none());
     }
 }

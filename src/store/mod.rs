@@ -113,7 +113,7 @@ impl StoreHandle {
 
     /// The object path of a key that names an object.
     pub fn path(&self, key: &str) -> Result<Path> {
-        Ok(keys::join(&self.built.prefix, &keys::object_segments(key)?))
+        keys::join(&self.built.prefix, &keys::object_segments(key)?)
     }
 
     /// The object path of a key that may be the root (for listings).
@@ -122,7 +122,7 @@ impl StoreHandle {
         if segs.is_empty() && self.built.prefix.is_empty() {
             return Ok(None);
         }
-        Ok(Some(keys::join(&self.built.prefix, &segs)))
+        Ok(Some(keys::join(&self.built.prefix, &segs)?))
     }
 
     fn meta(&self, m: ObjectMeta) -> Option<Meta> {

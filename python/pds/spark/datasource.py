@@ -74,6 +74,9 @@ __all__ = [
     "PdsPushdownReader",
     "PdsReader",
     "PdsWriter",
+    "Snapshot",
+    "dataset_snapshot",
+    "project",
 ]
 
 _BATCH_ROWS = 65_536
@@ -84,7 +87,7 @@ _TRUE = ("true", "1", "yes")
 
 
 @dataclasses.dataclass(frozen=True)
-class _Snapshot:
+class Snapshot:
     """A committed dataset as one read sees it."""
 
     manifest: DatasetManifest
@@ -92,7 +95,7 @@ class _Snapshot:
     location: str
 
 
-def _snapshot(store: Store, key: str) -> _Snapshot:
+def dataset_snapshot(store: Store, key: str) -> Snapshot:
     """Check ``_SUCCESS``, then read the manifest and the dataset's Arrow schema.
 
     Raises:
@@ -109,7 +112,7 @@ def _snapshot(store: Store, key: str) -> _Snapshot:
     schema = manifest.schema()
     if schema is None:  # a manifest written by remote-store: the first part's footer
         schema = datasets.read_schema(key)
-    return _Snapshot(manifest, schema, str(store.native_path(key)))
+    return Snapshot(manifest, schema, str(store.native_path(key)))
 
 
 def _columns_option(options: Mapping[str, str]) -> list[str] | None:
@@ -129,7 +132,7 @@ def _columns_option(options: Mapping[str, str]) -> list[str] | None:
     return [c.strip() for c in text.split(",")]
 
 
-def _project(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+def project(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
     """*schema* restricted to *columns*, in their order.
 
     Raises:
@@ -188,7 +191,7 @@ class PdsReader(DataSourceReader):
     def __init__(
         self,
         store: Store,
-        snapshot: _Snapshot,
+        snapshot: Snapshot,
         schema: StructType,
         filters: Sequence[FilterTuple],
     ) -> None:
@@ -354,8 +357,8 @@ class PdsDataSource(DataSource):
             DatasetIncomplete: no committed dataset at the key.
         """
         store = store_from_options(self.options)
-        snapshot = _snapshot(store, dataset_key_from_options(self.options))
-        return arrow_to_spark(_project(snapshot.schema, _columns_option(self.options)))
+        snapshot = dataset_snapshot(store, dataset_key_from_options(self.options))
+        return arrow_to_spark(project(snapshot.schema, _columns_option(self.options)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader of the dataset's current commit for the columns of *schema*.
@@ -369,7 +372,7 @@ class PdsDataSource(DataSource):
         """
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
-        snapshot = _snapshot(store, key)
+        snapshot = dataset_snapshot(store, key)
         raw_filters = self.options.get("filters")
         filters = filters_from_json(raw_filters, snapshot.schema) if raw_filters else []
         push = str(self.options.get("pushfilters", "false")).strip().lower() in _TRUE

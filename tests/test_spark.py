@@ -836,6 +836,20 @@ def test_credentials_are_not_in_reprs_or_errors(spark: SparkSession) -> None:
     assert secret not in repr(s.unwrap(pds.ObjectStoreBackend))
 
 
+@pytest.mark.s3
+def test_credentials_are_not_in_spark_plans(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
+    """Spark's plans (what the UI and event log record) do not carry the source's secret options."""
+    url, options, _ = s3_store
+    secret = options["secret_access_key"]
+    spark.range(4).write.format("pds").option("store", url).options(**options).mode("append").save("r")
+    df = spark.read.format("pds").option("store", url).options(**options).load("r").where("id > 1")
+    assert df.count() == 2
+    qe = df._jdf.queryExecution()
+    plans = [qe.toString(), qe.executedPlan().toString(), qe.analyzed().toString()]
+    assert all("RelationV2" in text for text in plans[::2])
+    assert all(secret not in text for text in plans)
+
+
 # -- discovery and translation (no Spark job) ------------------------------------------------------
 
 

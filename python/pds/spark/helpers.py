@@ -147,7 +147,7 @@ def write_dataset(
     While the job runs, Spark's Arrow byte cap
     (``spark.sql.execution.arrow.maxBytesPerBatch``) is lifted on the
     session if it is unset, which makes Spark skip a per-row size estimate
-    that costs over a third of the write; batches stay bounded by
+    (about 45% of the write's time in ``benches/spark_compare.py``); batches stay bounded by
     ``spark.sql.execution.arrow.maxRecordsPerBatch``. Set the conf yourself
     to keep a byte cap (see :mod:`pds.spark._arrow_conf`).
 

@@ -8,11 +8,12 @@
 //! a small channel: memory stays at a few batches, and decoding overlaps with
 //! whatever the consumer does with the previous batch.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::dataset::{child_key, open_dataset};
@@ -52,8 +53,7 @@ pub fn scan(
     opts: ReadOptions,
     parallelism: usize,
 ) -> Result<DatasetStream> {
-    let runtime = crate::runtime::get()?;
-    let (first, rest) = runtime.block_on({
+    let (first, rest) = crate::runtime::block_on({
         let store = store.clone();
         let opts = opts.clone();
         async move {
@@ -68,23 +68,22 @@ pub fn scan(
             let first = decode::open_part(&store, &first_key, first_size, &opts).await?;
             Ok::<_, Error>((first, parts.collect::<Vec<_>>()))
         }
-    })?;
-    Ok(spawn(&runtime, store, first, rest, opts, parallelism))
+    })??;
+    spawn(store, first, rest, opts, parallelism)
 }
 
 /// Open a streaming read of the single part file at `key` (HEAD, footer,
 /// then only the projected column chunks of the row groups the filter keeps).
 pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Result<DatasetStream> {
-    let runtime = crate::runtime::get()?;
-    let first = runtime.block_on({
+    let first = crate::runtime::block_on({
         let store = store.clone();
         let opts = opts.clone();
         async move {
             let size = store.head(key).await?.size;
             decode::open_part(&store, key, size, &opts).await
         }
-    })?;
-    Ok(spawn(&runtime, store, first, Vec::new(), opts, 1))
+    })??;
+    spawn(store, first, Vec::new(), opts, 1)
 }
 
 /// What the scan task streams: a part already open, or one still to open.
@@ -96,50 +95,67 @@ enum Source {
 /// Start the task that streams `first`, then `rest` (key, size) in order,
 /// opening up to `parallelism` parts ahead.
 fn spawn(
-    runtime: &tokio::runtime::Runtime,
     store: Arc<StoreHandle>,
     first: PartStream,
     rest: Vec<(String, u64)>,
     opts: ReadOptions,
     parallelism: usize,
-) -> DatasetStream {
+) -> Result<DatasetStream> {
+    let runtime = crate::runtime::get()?;
     let schema = first.schema();
     let (tx, rx) = mpsc::channel(CHANNEL);
-    let opts = Arc::new(opts);
-    let sources = std::iter::once(Source::Open(Box::new(first)))
-        .chain(rest.into_iter().map(|(k, s)| Source::Pending(k, s)));
+    let task = stream_parts(store, first, rest, Arc::new(opts), parallelism, tx.clone());
     runtime.spawn(async move {
-        let mut opened = futures::stream::iter(sources)
-            .map(|source| {
-                let store = store.clone();
-                let opts = opts.clone();
-                async move {
-                    match source {
-                        Source::Open(part) => Ok(*part),
-                        Source::Pending(key, size) => {
-                            decode::open_part(&store, &key, size, &opts).await
-                        }
-                    }
-                }
-            })
-            .buffered(parallelism.max(1));
-        while let Some(part) = opened.next().await {
-            let mut part = match part {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            };
-            while let Some(batch) = part.next_batch().await {
-                let failed = batch.is_err();
-                if tx.send(batch).await.is_err() || failed {
-                    return; // The consumer went away, or the error was delivered.
-                }
-            }
+        // A panic in the decoder must reach the consumer as an error, never
+        // as an early, silent end of the stream.
+        if AssertUnwindSafe(task).catch_unwind().await.is_err() {
+            let _ = tx
+                .send(Err(Error::Task("the scan task panicked".into())))
+                .await;
         }
     });
-    DatasetStream { schema, rx }
+    Ok(DatasetStream { schema, rx })
+}
+
+async fn stream_parts(
+    store: Arc<StoreHandle>,
+    first: PartStream,
+    rest: Vec<(String, u64)>,
+    opts: Arc<ReadOptions>,
+    parallelism: usize,
+    tx: mpsc::Sender<Result<RecordBatch>>,
+) {
+    let sources = std::iter::once(Source::Open(Box::new(first)))
+        .chain(rest.into_iter().map(|(k, s)| Source::Pending(k, s)));
+    let mut opened = futures::stream::iter(sources)
+        .map(|source| {
+            let store = store.clone();
+            let opts = opts.clone();
+            async move {
+                match source {
+                    Source::Open(part) => Ok(*part),
+                    Source::Pending(key, size) => {
+                        decode::open_part(&store, &key, size, &opts).await
+                    }
+                }
+            }
+        })
+        .buffered(parallelism.max(1));
+    while let Some(part) = opened.next().await {
+        let mut part = match part {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        while let Some(batch) = part.next_batch().await {
+            let failed = batch.is_err();
+            if tx.send(batch).await.is_err() || failed {
+                return; // The consumer went away, or the error was delivered.
+            }
+        }
+    }
 }
 
 #[cfg(test)]

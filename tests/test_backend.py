@@ -122,6 +122,20 @@ def test_keys_with_characters_object_store_would_encode(fast_store: Store) -> No
         assert s.exists(k)
 
 
+def test_names_a_local_filesystem_reserves(fast_store: Store, tmp_path: Path) -> None:
+    """file:// refuses names ending in '#<digits>' (object_store's staging files) before any I/O."""
+    s = fast_store
+    if s.unwrap(pds.ObjectStoreBackend).url.startswith("file://"):
+        with pytest.raises(InvalidPath, match="in-progress"):
+            s.write("d/x#12", b"1")
+        assert not s.exists("d")
+    else:
+        s.write("d/x#12", b"1")
+        assert s.read_bytes("d/x#12") == b"1"
+    s.write("d/x#1a", b"2")
+    assert s.read_bytes("d/x#1a") == b"2"
+
+
 def test_odd_keys_are_the_same_objects_remote_store_sees(tmp_path: Path, seaweed: Any) -> None:
     """On disk and on S3 the object is named by the key itself, as remote-store and boto3 name it."""
     root = tmp_path / "lake"

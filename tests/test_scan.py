@@ -188,3 +188,42 @@ def test_float_filters_follow_ieee_like_pyarrow(fast_store: Store, op: str, valu
     got = ds.read_dataset("f", filter=[("f", op, value)])
     assert got.num_rows == expected.num_rows
     assert [str(v) for v in got.column("f").to_pylist()] == [str(v) for v in expected.column("f").to_pylist()]
+
+
+@pytest.mark.spec("B-SCAN")
+def test_scan_part_streams_and_can_stop_early(fast_store: Store) -> None:
+    """One part as a stream: closing it after one batch stops the decoder; the store stays usable."""
+    ds = ParquetDatasetStore(fast_store, row_group_size=10_000)
+    table = pa.table({"v": pa.array(range(100_000), pa.int64()), "w": pa.array(range(100_000), pa.float64())})
+    ds.write_dataset(table, "s")
+    rust = fast_store.unwrap(pds._core.RustStore)
+    reader = pds._core.scan_part(rust, "s/data.parquet", columns=["w", "v"], batch_size=4096)
+    assert reader.schema.names == ["w", "v"]
+    first = reader.read_next_batch()
+    assert first.num_rows == 4096
+    reader.close()
+    full = pds._core.scan_part(rust, "s/data.parquet", batch_size=4096).read_all()
+    assert full.equals(table)
+    with pytest.raises(pds.errors.NotFound):
+        pds._core.scan_part(rust, "s/missing.parquet")
+    with pytest.raises(ValueError, match="unknown column"):
+        pds._core.scan_part(rust, "s/data.parquet", columns=["nope"])
+
+
+@pytest.mark.spec("B-SCAN")
+def test_scan_part_reports_a_corrupt_row_group_mid_stream(fast_store: Store) -> None:
+    """Row group 0 is fine, the rest garbage: the first batches arrive, then an error naming the part."""
+    ds = ParquetDatasetStore(fast_store, row_group_size=1000)
+    ds.write_dataset(sample(5000), "m")
+    raw = bytearray(fast_store.read_bytes("m/data.parquet"))
+    meta = pq.ParquetFile(io.BytesIO(bytes(raw))).metadata
+    for r in range(1, meta.num_row_groups):
+        for c in range(meta.num_columns):
+            col = meta.row_group(r).column(c)
+            start = col.dictionary_page_offset or col.data_page_offset
+            raw[start : start + col.total_compressed_size] = b"\xff" * col.total_compressed_size
+    fast_store.write("m/data.parquet", bytes(raw), overwrite=True)
+    reader = pds._core.scan_part(fast_store.unwrap(pds._core.RustStore), "m/data.parquet", batch_size=500)
+    assert reader.read_next_batch().num_rows == 500
+    with pytest.raises(pa.ArrowException, match=r"m/data\.parquet"):
+        reader.read_all()

@@ -640,6 +640,99 @@ def test_engine_spark_checks_before_reading(spark: SparkSession, file_store: tup
         pds.spark.read_dataset(spark, url, "g[1]", engine="arrow")  # type: ignore[arg-type]
 
 
+def test_engine_spark_on_escaped_roots_child_stores_and_uint64(spark: SparkSession, tmp_path: Path) -> None:
+    """A file:// root with %20 and a child store resolve to the same files pds wrote; uint64 values
+    above 2**63 compare exactly; string dates filter as with the pds engine."""
+    root = tmp_path / "my lake"
+    url = root.as_uri()  # file:///.../my%20lake
+    assert "%20" in url
+    store = pds.open_store(url).child("team a")
+    big = 2**63 + 5
+    table = pa.table(
+        {
+            "id": pa.array(range(6), pa.int64()),
+            "u": pa.array([1, 2, big - 1, big, big + 1, None], pa.uint64()),
+            "d": pa.array([datetime.date(2024, 1, 1) + datetime.timedelta(days=i) for i in range(6)], pa.date32()),
+        }
+    )
+    pds.ParquetDatasetStore(store, max_rows_per_file=2).write_dataset(table, "t")
+    assert (root / "team a" / "t" / "_SUCCESS").exists()
+    native = pds.spark.read_dataset(spark, store, "t", engine="spark")
+    assert sorted(r.id for r in native.collect()) == list(range(6))
+    cases: list[tuple[list[tuple[str, str, Any]], list[int]]] = [
+        ([("u", ">=", big)], [3, 4]),
+        ([("d", ">=", "2024-01-04")], [3, 4, 5]),  # a string, parsed by the column's type
+        ([("u", "in", [big - 1, 2])], [1, 2]),
+    ]
+    for filters, want in cases:
+        got = pds.spark.read_dataset(spark, store, "t", columns=["id"], filter=filters, engine="spark")
+        assert sorted(r.id for r in got.collect()) == want, filters
+        ours = pds.spark.read_dataset(spark, store, "t", columns=["id"], filter=filters)
+        assert sorted(r.id for r in ours.collect()) == want, filters
+
+
+def test_engine_spark_refuses_what_spark_parquet_cannot_read(spark: SparkSession, tmp_path: Path) -> None:
+    url = tmp_path.as_uri()
+    datasets = pds.ParquetDatasetStore(pds.open_store(url))
+    datasets.write_dataset(pa.table({"t": pa.array([1000, 2000], pa.timestamp("ns"))}), "ns")
+    with pytest.raises(ValueError, match=r"cannot read column\(s\) t \(timestamp\[ns\]\)"):
+        pds.spark.read_dataset(spark, url, "ns", engine="spark")
+    assert pds.spark.read_dataset(spark, url, "ns").count() == 2  # the pds engine reads it
+    datasets.write_dataset(pa.table({"a": [1], "A": [2]}), "case")
+    with pytest.raises(ValueError, match="differ only in case"):
+        pds.spark.read_dataset(spark, url, "case", engine="spark")
+
+
+def test_byte_cap_nesting_and_refusals(spark: SparkSession, caplog: pytest.LogCaptureFixture) -> None:
+    """Nested pds jobs share the lifted cap; a session that refuses the conf only logs."""
+    from pds.spark._arrow_conf import arrow_byte_cap_lifted
+
+    with arrow_byte_cap_lifted(spark) as outer:
+        assert outer
+        with arrow_byte_cap_lifted(spark) as inner:
+            assert inner
+        assert spark.conf.get(MAX_BYTES_PER_BATCH, None) == UNCAPPED
+    assert spark.conf.get(MAX_BYTES_PER_BATCH, None) is None
+
+    class Refusing:
+        """A conf that fails the way a stopped session or a locked-down cluster does."""
+
+        def get(self, key: str, default: object = None) -> object:
+            return None
+
+        def set(self, key: str, value: str) -> None:
+            raise RuntimeError("conf is read-only here")
+
+        def unset(self, key: str) -> None:
+            raise RuntimeError("conf is read-only here")
+
+    class Session:
+        conf = Refusing()
+
+    with arrow_byte_cap_lifted(Session()) as lifted:  # type: ignore[arg-type]
+        assert not lifted
+    assert "could not lift" in caplog.text
+
+    class NoUnset(Refusing):
+        """Takes the value, then fails to restore it: the job's outcome must not change."""
+
+        value: object = None
+
+        def get(self, key: str, default: object = None) -> object:
+            return self.value
+
+        def set(self, key: str, value: str) -> None:
+            self.value = value
+
+    class Session2:
+        conf = NoUnset()
+
+    with arrow_byte_cap_lifted(Session2()) as lifted:  # type: ignore[arg-type]
+        assert lifted
+        assert Session2.conf.value == UNCAPPED
+    assert "could not restore" in caplog.text
+
+
 # -- mapInArrow helpers ------------------------------------------------------------------------
 
 

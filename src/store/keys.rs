@@ -46,6 +46,26 @@ pub fn object_segments(key: &str) -> Result<Vec<String>> {
     Ok(segs)
 }
 
+/// Refuse an object name that a local filesystem store cannot hold:
+/// object_store's `LocalFileSystem` reserves file names ending in `#<digits>`
+/// for its in-progress writes.
+pub fn check_local_name(key: &str, segments: &[String]) -> Result<()> {
+    let Some(name) = segments.last() else {
+        return Ok(());
+    };
+    if let Some((_, suffix)) = name.rsplit_once('#') {
+        if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Error::InvalidPath {
+                path: key.to_string(),
+                reason: "file:// stores cannot hold a name ending in '#' and digits \
+                         (reserved for in-progress writes)"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Join a validated root prefix and a key into an object_store [`Path`].
 ///
 /// Segments are kept verbatim (`PathPart::parse`), not percent-encoded as
@@ -96,6 +116,20 @@ mod tests {
             );
         }
         assert!(object_segments("./").is_err());
+    }
+
+    #[test]
+    fn local_names_reserved_for_staging_are_refused() {
+        for bad in ["a#1", "d/x#99"] {
+            let segs = object_segments(bad).unwrap();
+            assert!(matches!(
+                check_local_name(bad, &segs),
+                Err(Error::InvalidPath { .. })
+            ));
+        }
+        for ok in ["a#b", "a#", "a#1/b", "a#1x"] {
+            check_local_name(ok, &object_segments(ok).unwrap()).unwrap();
+        }
     }
 
     #[test]

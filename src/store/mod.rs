@@ -113,7 +113,11 @@ impl StoreHandle {
 
     /// The object path of a key that names an object.
     pub fn path(&self, key: &str) -> Result<Path> {
-        keys::join(&self.built.prefix, &keys::object_segments(key)?)
+        let segments = keys::object_segments(key)?;
+        if self.built.scheme == Scheme::File {
+            keys::check_local_name(key, &segments)?;
+        }
+        keys::join(&self.built.prefix, &segments)
     }
 
     /// The object path of a key that may be the root (for listings).

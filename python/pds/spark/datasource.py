@@ -226,7 +226,10 @@ class PdsReader(DataSourceReader):
         background while Spark consumes this one.
 
         Raises:
-            NotFound / PartCorrupted: the part is missing or unreadable.
+            NotFound / PartCorrupted: the part is missing, or its footer is
+                unreadable (checked before the first batch).
+            pyarrow.ArrowException: a column chunk found corrupt mid-stream
+                (the message names the part).
             pyarrow.ArrowInvalid: a value the requested type cannot hold.
         """
         if not isinstance(partition, PdsPartition):
@@ -238,19 +241,28 @@ class PdsReader(DataSourceReader):
         reader = _core.scan_part(
             rust, partition.key, columns=[*names, *extra], filter=core or None, batch_size=_BATCH_ROWS
         )
-        expression = filter_expression(residual, reader.schema) if residual else None
-        decoded = pa.schema([reader.schema.field(n) for n in names])
-        cast = not decoded.equals(self._target)
-        for batch in reader:
-            if expression is not None:
-                batch = batch.filter(expression)
-            if not batch.num_rows:
-                continue
-            if extra:
-                batch = batch.select(names)
-            if cast:
-                batch = batch.cast(self._target)
-            yield batch
+        try:
+            expression = filter_expression(residual, reader.schema) if residual else None
+            decoded = pa.schema([reader.schema.field(n) for n in names])
+            cast = not decoded.equals(self._target)
+            for batch in reader:
+                if expression is None and not extra and not cast:
+                    if batch.num_rows:
+                        yield batch
+                    continue
+                # Table methods: RecordBatch.filter/cast need newer pyarrow than pds requires.
+                table = pa.Table.from_batches([batch])
+                if expression is not None:
+                    table = table.filter(expression)
+                if extra:
+                    table = table.select(names)
+                if cast:
+                    table = table.cast(self._target)
+                for out in table.to_batches():
+                    if out.num_rows:
+                        yield out
+        finally:
+            reader.close()  # stops the background decoder if Spark stops early (LIMIT)
 
 
 class PdsPushdownReader(PdsReader):

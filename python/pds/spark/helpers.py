@@ -25,7 +25,7 @@ from pds.backend import ObjectStoreBackend
 from pds.manifest import DatasetManifest, PartInfo
 from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key, spark_store
-from pds.spark._native_read import filters_to_column, read_parts
+from pds.spark._native_read import filters_to_column, read_parts, spark_root
 from pds.spark._schema import spark_read_target, spark_to_arrow
 from pds.spark.datasource import PdsDataSource, dataset_snapshot, project
 from pds.spark.filters import FilterTuple, filters_to_json
@@ -235,7 +235,7 @@ def _read_natively(
     snapshot = dataset_snapshot(store, key)
     if columns is not None:
         project(snapshot.schema, columns)  # unknown or repeated names fail here
-    base = f"{url.rstrip('/')}/{location.strip('/')}"
+    base = f"{spark_root(url)}/{location.strip('/')}"
     df = read_parts(spark, [f"{base}/{name}" for name in snapshot.manifest.parts], snapshot.schema)
     condition = filters_to_column(tuples, snapshot.schema) if tuples else None
     if condition is not None:
@@ -243,7 +243,7 @@ def _read_natively(
     if expression is not None:
         df = df.where(expression)
     if columns is not None:
-        df = df.select(*[F.col(f"`{c}`") for c in columns])
+        df = df.select(*[F.col("`" + c.replace("`", "``") + "`") for c in columns])
     return df
 
 

@@ -154,6 +154,12 @@ def test_odd_keys_are_the_same_objects_remote_store_sees(tmp_path: Path, seaweed
     listed = seaweed.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
     assert sorted(o["Key"][len(prefix) + 1 :] for o in listed["Contents"]) == sorted(ODD_KEYS)
 
+    # A store URL is percent-decoded, as file:// paths are: my%20lake is the prefix "my lake".
+    spaced = pds.open_store(f"s3://{BUCKET}/{prefix}/my%20lake%5B2%5D", **seaweed.store_options())
+    spaced.write("k", b"3")
+    listed = seaweed.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/my ")
+    assert [o["Key"] for o in listed["Contents"]] == [f"{prefix}/my lake[2]/k"]
+
 
 def test_move_and_copy(fast_store: Store) -> None:
     s = fast_store

@@ -144,7 +144,7 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
             Ok(Built {
                 scheme: Scheme::S3,
                 store: Arc::new(store),
-                prefix: keys::segments(parsed.path())?,
+                prefix: url_prefix(&parsed)?,
                 local: None,
             })
         }
@@ -152,6 +152,16 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
             "unsupported store URL scheme {other:?}; use memory://, file:///abs/path or s3://bucket/prefix"
         ))),
     }
+}
+
+/// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
+/// `%20` is a space in the object names, as for file:// paths), then
+/// validated like a key.
+fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
+    let decoded = percent_encoding::percent_decode_str(url.path())
+        .decode_utf8()
+        .map_err(|_| Error::InvalidArgument(format!("store URL path is not UTF-8: {url}")))?;
+    keys::segments(&decoded)
 }
 
 fn host(url: &url::Url) -> String {
@@ -184,6 +194,11 @@ mod tests {
         opts.insert("allow_http".into(), "true".into());
         let b = build("s3://bucket/a/b", &opts).unwrap();
         assert_eq!(b.prefix, vec!["a", "b"]);
+        let b = build("s3://bucket/my%20lake/x%5B1%5D", &opts).unwrap();
+        assert_eq!(b.prefix, vec!["my lake", "x[1]"]);
+        // The URL parser resolves dot segments (encoded or not) within the bucket.
+        let b = build("s3://bucket/a/%2E%2E/b", &opts).unwrap();
+        assert_eq!(b.prefix, vec!["b"]);
     }
 
     #[test]

@@ -145,15 +145,14 @@ def check_readable(schema: pa.Schema) -> None:
 
 
 def spark_root(url: str) -> str:
-    """The store URL as a path Hadoop resolves to the same place.
+    """The store URL as a path Hadoop resolves to the objects pds wrote.
 
-    ``file://`` URLs are percent-decoded (as pds opens them; Hadoop would
-    take ``%20`` literally); ``s3://`` prefixes are used as pds uses them.
+    pds percent-decodes a store URL's path (``my%20lake`` is the folder or
+    prefix ``my lake``); Hadoop would take ``%20`` literally, so the path is
+    given decoded.
     """
     parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme == "file":
-        return "file://" + urllib.parse.unquote(parsed.path).rstrip("/")
-    return url.rstrip("/")
+    return f"{parsed.scheme}://{parsed.netloc}{urllib.parse.unquote(parsed.path)}".rstrip("/")
 
 
 def read_parts(spark: SparkSession, urls: Sequence[str], schema: pa.Schema) -> DataFrame:

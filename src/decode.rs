@@ -58,6 +58,9 @@ pub struct ReadOptions {
     /// Rows to keep. Row groups whose statistics rule it out are skipped
     /// before any of their data is fetched.
     pub predicate: Option<Arc<Predicate>>,
+    /// Row groups to read (indices in file order); `None` reads all. Combined
+    /// with the predicate's pruning.
+    pub row_groups: Option<Vec<usize>>,
 }
 
 fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
@@ -110,14 +113,33 @@ fn configure<T>(
     if let Some(n) = opts.batch_size {
         builder = builder.with_batch_size(n);
     }
+    let mut selected = match &opts.row_groups {
+        None => None,
+        Some(wanted) => {
+            let count = metadata.metadata().num_row_groups();
+            if let Some(bad) = wanted.iter().find(|&&i| i >= count) {
+                return Err(Error::InvalidArgument(format!(
+                    "row group {bad} does not exist; the part has {count}"
+                )));
+            }
+            Some(wanted.clone())
+        }
+    };
     if let Some(pred) = &opts.predicate {
         let bound = Arc::new(pred.as_ref().clone().bind(metadata.schema())?);
-        builder = builder.with_row_groups(bound.prune(metadata.metadata(), metadata.schema())?);
+        let kept = bound.prune(metadata.metadata(), metadata.schema())?;
+        selected = Some(match selected {
+            None => kept,
+            Some(wanted) => wanted.into_iter().filter(|i| kept.contains(i)).collect(),
+        });
         let cols = column_indices(metadata.schema(), &bound.columns())?;
         let filter_mask = ProjectionMask::roots(metadata.parquet_schema(), cols);
         let eval = bound.clone();
         let row_filter = ArrowPredicateFn::new(filter_mask, move |batch| eval.evaluate(&batch));
         builder = builder.with_row_filter(RowFilter::new(vec![Box::new(row_filter)]));
+    }
+    if let Some(row_groups) = selected {
+        builder = builder.with_row_groups(row_groups);
     }
     Ok((builder, order))
 }
@@ -235,14 +257,32 @@ pub async fn read_part(
     })
 }
 
-/// The Arrow schema of a part, from its footer alone.
-pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
+/// A part's footer, fetched (HEAD, then the tail) and parsed.
+async fn open_footer(
+    store: &StoreHandle,
+    key: &str,
+) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
     let size = store.head(key).await?.size;
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader)
+    ParquetRecordBatchStreamBuilder::new(reader)
         .await
-        .map_err(corrupted(key))?;
-    Ok(builder.schema().clone())
+        .map_err(corrupted(key))
+}
+
+/// The row count of each row group of a part, from its footer alone.
+pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>> {
+    Ok(open_footer(store, key)
+        .await?
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
+        .collect())
+}
+
+/// The Arrow schema of a part, from its footer alone.
+pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
+    Ok(open_footer(store, key).await?.schema().clone())
 }
 
 #[cfg(test)]
@@ -322,6 +362,52 @@ mod tests {
                 &ReadOptions::default()
             ),
             Err(Error::PartCorrupted { .. })
+        ));
+    }
+
+    #[test]
+    fn row_groups_select_and_combine_with_pruning() {
+        let b = sample();
+        let (bytes, _) = encode_to_bytes(
+            std::slice::from_ref(&b),
+            b.schema(),
+            &EncodeOptions::new("zstd", Some(1), None).unwrap(),
+        )
+        .unwrap();
+        let a_values = |d: Decoded| -> Vec<i64> {
+            d.batches
+                .iter()
+                .flat_map(|b| {
+                    let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    a.values().to_vec()
+                })
+                .collect()
+        };
+        let only = |row_groups: Vec<usize>| ReadOptions {
+            row_groups: Some(row_groups),
+            ..Default::default()
+        };
+        assert_eq!(
+            a_values(decode_bytes(bytes.clone(), "p", &only(vec![1])).unwrap()),
+            [2]
+        );
+        let pred = crate::filter::predicate(vec![(
+            "a".into(),
+            ">=".into(),
+            Some(Arc::new(Int64Array::from(vec![2])) as arrow_array::ArrayRef),
+        )])
+        .unwrap();
+        let both = ReadOptions {
+            predicate: Some(Arc::new(pred)),
+            ..only(vec![0, 2])
+        };
+        assert_eq!(
+            a_values(decode_bytes(bytes.clone(), "p", &both).unwrap()),
+            [3]
+        );
+        assert!(matches!(
+            decode_bytes(bytes, "p", &only(vec![3])),
+            Err(Error::InvalidArgument(_))
         ));
     }
 }

@@ -733,6 +733,45 @@ def test_byte_cap_nesting_and_refusals(spark: SparkSession, caplog: pytest.LogCa
     assert "could not restore" in caplog.text
 
 
+@pytest.mark.spec("SPARK-006")
+def test_a_single_part_is_read_one_row_group_per_partition(spark: SparkSession, tmp_path: Path) -> None:
+    """A one-part dataset (ParquetDatasetStore's default) spreads over tasks by row group."""
+    url = tmp_path.as_uri()
+    table = rich_table(1000)
+    pds.ParquetDatasetStore(pds.open_store(url), row_group_size=100).write_dataset(table, "one")
+
+    def load(split: str | None = None) -> DataFrame:
+        reader = spark.read.format("pds").option("store", url)
+        return (reader if split is None else reader.option("splitRowGroups", split)).load("one")
+
+    auto = load()
+    assert auto.rdd.getNumPartitions() == 10
+    assert spark_rows(auto, table.schema).equals(by_id(table))
+    assert load("false").rdd.getNumPartitions() == 1
+    assert spark_rows(load("false"), table.schema).equals(by_id(table))
+    filters = [("id", ">=", 250), ("id", "<", 420), ("f", "<", 90.0)]
+    pruned = spark.read.format("pds").option("store", url).option("filters", filters_to_json(filters)).load("one")
+    want = apply_filter_tuples(table, filters)
+    assert sorted(r.id for r in pruned.select("id").collect()) == sorted(want.column("id").to_pylist())
+    with pytest.raises(Exception, match="splitRowGroups"):
+        load("sometimes").collect()
+
+    many = tmp_path / "many"
+    spark_df(spark, rich_table(200), partitions=8).write.format("pds").option("store", many.as_uri()).option(
+        "row_group_size", 10
+    ).mode("append").save("m")
+    info = pds.ParquetDatasetStore(pds.open_store(many.as_uri())).read_manifest("m").part_info
+    assert info is not None
+    parts = len([p for p in info if p.row_count])
+    assert parts >= 8
+    df = spark.read.format("pds").option("store", many.as_uri()).load("m")
+    assert df.rdd.getNumPartitions() == parts  # enough parts: one partition each, no footer reads
+    assert df.count() == 200
+    split = spark.read.format("pds").option("store", many.as_uri()).option("splitRowGroups", "true").load("m")
+    assert split.rdd.getNumPartitions() == sum(-(-p.row_count // 10) for p in info)
+    assert split.count() == 200
+
+
 # -- mapInArrow helpers ------------------------------------------------------------------------
 
 

@@ -170,9 +170,15 @@ def scan_part(
     columns: Sequence[str] | None = None,
     filter: Sequence[Condition] | None = None,
     batch_size: int | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> pa.RecordBatchReader:
     """One part file, streamed: HEAD, footer, columns and filter checked first;
-    batches decoded in the background a few ahead of the consumer."""
+    batches decoded in the background a few ahead of the consumer. *row_groups*
+    (file order) restricts the read, within the filter's pruning; an index the
+    part lacks raises ValueError."""
+
+def part_row_groups(store: RustStore, key: str) -> list[int]:
+    """Row count of each row group of a part (HEAD + footer). Raises remote_store.NotFound."""
 
 def read_schema(store: RustStore, key: str) -> pa.Schema:
     """The schema from the manifest, else from the first part's footer."""

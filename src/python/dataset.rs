@@ -44,6 +44,7 @@ pub fn read_options(
         columns,
         batch_size,
         predicate,
+        row_groups: None,
     })
 }
 
@@ -186,9 +187,10 @@ pub fn scan_dataset<'py>(
 
 /// Stream one part file as a `pyarrow.RecordBatchReader`: the HEAD, footer,
 /// columns and filter are checked before it returns; batches are decoded in
-/// the background, a few ahead of the consumer.
+/// the background, a few ahead of the consumer. `row_groups` restricts the
+/// read to those row groups (file order), within the filter's pruning.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns = None, filter = None, batch_size = None))]
+#[pyo3(signature = (store, key, *, columns = None, filter = None, batch_size = None, row_groups = None))]
 pub fn scan_part<'py>(
     py: Python<'py>,
     store: &PyRustStore,
@@ -196,10 +198,21 @@ pub fn scan_part<'py>(
     columns: Option<Vec<String>>,
     filter: Option<FilterArg>,
     batch_size: Option<usize>,
+    row_groups: Option<Vec<usize>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let opts = read_options(columns, filter, batch_size)?;
+    let mut opts = read_options(columns, filter, batch_size)?;
+    opts.row_groups = row_groups;
     stream_to_py(py, || crate::scan::scan_part(handle, key, opts))
+}
+
+/// The row count of each row group of the part at `key` (HEAD + footer).
+#[pyfunction]
+pub fn part_row_groups(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<Vec<u64>> {
+    let handle = store.inner.clone();
+    super::run(py, async move {
+        crate::decode::part_row_groups(&handle, key).await
+    })
 }
 
 /// Open a scan with the GIL released; hand it to Python as a `RecordBatchReader`.

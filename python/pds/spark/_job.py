@@ -81,6 +81,7 @@ STORAGE_EXCLUDED = frozenset(
         "columns",
         "filters",
         "pushfilters",
+        "splitrowgroups",
     }
 )
 """Data source options that are not storage options (lower case)."""

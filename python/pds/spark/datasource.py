@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -80,6 +81,9 @@ __all__ = [
 ]
 
 _BATCH_ROWS = 65_536
+_SPLIT_BELOW = 8
+"""``splitRowGroups=auto`` splits row groups when a dataset has fewer non-empty parts than this."""
+_FOOTER_THREADS = 8
 _TRUE = ("true", "1", "yes")
 
 
@@ -169,16 +173,36 @@ def _check_castable(source: pa.Schema, target: pa.Schema) -> None:
 
 
 class PdsPartition(InputPartition):
-    """One part file of the dataset: ``key`` is its backend-relative key."""
+    """One part file of the dataset (``key``: its backend-relative key), or
+    some of its row groups (``row_groups``: indices in file order)."""
 
-    def __init__(self, key: str, row_count: int | None) -> None:
+    def __init__(self, key: str, row_count: int | None, row_groups: tuple[int, ...] | None = None) -> None:
         super().__init__(key)
         self.key = key
         self.row_count = row_count
+        self.row_groups = row_groups
+
+
+def _split_option(options: Mapping[str, str]) -> str:
+    """The ``splitRowGroups`` option: ``auto`` (default), ``true`` or ``false``.
+
+    Raises:
+        ValueError: another value.
+    """
+    value = str(options.get("splitrowgroups", "auto")).strip().lower()
+    if value not in ("auto", "true", "false"):
+        raise ValueError(f"option 'splitRowGroups' must be auto, true or false, got {value!r}")
+    return value
 
 
 class PdsReader(DataSourceReader):
-    """Reads a committed dataset: one input partition per non-empty part.
+    """Reads a committed dataset: one input partition per non-empty part, or
+    per row group when the dataset has few parts.
+
+    With ``splitRowGroups`` ``auto`` (the default), a dataset of fewer than
+    8 non-empty parts is read one row group per partition (the driver reads
+    those parts' footers), so a single large part still spreads over the
+    cluster; ``true`` always splits, ``false`` never does.
 
     Each task fetches its part's footer and only the columns of the Spark
     schema; the Rust core skips the row groups the filters rule out by their
@@ -194,6 +218,7 @@ class PdsReader(DataSourceReader):
         snapshot: Snapshot,
         schema: StructType,
         filters: Sequence[FilterTuple],
+        split: str = "auto",
     ) -> None:
         self._store = store
         self._dataset_schema = snapshot.schema
@@ -204,11 +229,28 @@ class PdsReader(DataSourceReader):
         rows: list[int | None] = (
             [p.row_count for p in info] if info is not None else [None] * len(snapshot.manifest.parts)
         )
-        self._partitions = [
-            PdsPartition(f"{snapshot.location}/{name}", n)
-            for name, n in zip(snapshot.manifest.parts, rows, strict=True)
-            if n != 0
+        parts = [
+            (f"{snapshot.location}/{name}", n) for name, n in zip(snapshot.manifest.parts, rows, strict=True) if n != 0
         ]
+        if split == "true" or (split == "auto" and len(parts) < _SPLIT_BELOW):
+            self._partitions = self._row_group_partitions(parts)
+        else:
+            self._partitions = [PdsPartition(key, n) for key, n in parts]
+
+    def _row_group_partitions(self, parts: Sequence[tuple[str, int | None]]) -> list[PdsPartition]:
+        """One partition per non-empty row group of each part (footers read concurrently)."""
+        if not parts:
+            return []
+        rust: _core.RustStore = self._store.unwrap(_core.RustStore)
+        with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(parts))) as pool:
+            layouts = list(pool.map(lambda p: _core.part_row_groups(rust, p[0]), parts))
+        out: list[PdsPartition] = []
+        for (key, rows), groups in zip(parts, layouts, strict=True):
+            if len(groups) <= 1:
+                out.append(PdsPartition(key, rows))
+                continue
+            out.extend(PdsPartition(key, n, (i,)) for i, n in enumerate(groups) if n)
+        return out
 
     @property
     def filters(self) -> list[FilterTuple]:
@@ -239,7 +281,12 @@ class PdsReader(DataSourceReader):
         extra = [c for c in filter_columns(residual) if c not in names]
         rust: _core.RustStore = self._store.unwrap(_core.RustStore)
         reader = _core.scan_part(
-            rust, partition.key, columns=[*names, *extra], filter=core or None, batch_size=_BATCH_ROWS
+            rust,
+            partition.key,
+            columns=[*names, *extra],
+            filter=core or None,
+            batch_size=_BATCH_ROWS,
+            row_groups=partition.row_groups,
         )
         try:
             expression = filter_expression(residual, reader.schema) if residual else None
@@ -347,7 +394,9 @@ class PdsDataSource(DataSource):
     - reading: ``columns`` (JSON list or comma-separated names),
       ``filters`` (JSON ``[[column, op, value], ...]``, see
       :mod:`pds.spark.filters`), ``pushFilters`` (``true`` to take Spark's
-      pushed-down filters; needs ``spark.sql.python.filterPushdown.enabled``).
+      pushed-down filters; needs ``spark.sql.python.filterPushdown.enabled``),
+      ``splitRowGroups`` (``auto``: one partition per row group when the
+      dataset has fewer than 8 parts; ``true``; ``false``: one per part).
     - any other option is a storage option for :class:`pds.ObjectStoreBackend`
       (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
       ``session_token``, ``allow_http``, ``aws_*`` ...).
@@ -389,7 +438,7 @@ class PdsDataSource(DataSource):
         filters = filters_from_json(raw_filters, snapshot.schema) if raw_filters else []
         push = str(self.options.get("pushfilters", "false")).strip().lower() in _TRUE
         cls = PdsPushdownReader if push else PdsReader
-        return cls(store, snapshot, schema, filters)
+        return cls(store, snapshot, schema, filters, _split_option(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer for ``save(key)``; runs on the driver before any task.

@@ -130,6 +130,7 @@ class Bench:
     root: Path
     native_level: int
     runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    cpu: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # CPU-s of this process tree
     last: dict[str, str] = field(default_factory=dict)  # contender -> location of its last write
 
     @property
@@ -185,10 +186,12 @@ class Bench:
         shutil.rmtree(self.path_of(contender, location), ignore_errors=True)
 
     def timed(self, contender: str, op: str, action: Callable[[], None]) -> float:
+        cpu0 = Interference.tree_cpu()
         start = time.perf_counter()
         action()
         seconds = time.perf_counter() - start
         self.runs.setdefault((op, contender), []).append(seconds)
+        self.cpu.setdefault((op, contender), []).append(Interference.tree_cpu() - cpu0)
         return seconds
 
 
@@ -204,7 +207,7 @@ class Interference:
 
     def __init__(self) -> None:
         self.busy0 = self._busy()
-        self.ours0 = self._ours()
+        self.ours0 = self.tree_cpu()
         self.t0 = time.monotonic()
 
     @staticmethod
@@ -213,7 +216,8 @@ class Interference:
         return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
     @staticmethod
-    def _ours() -> float:
+    def tree_cpu() -> float:
+        """CPU seconds of this process and its children (the JVM, the Python workers)."""
         total = 0.0
         me = psutil.Process()
         for proc in [me, *me.children(recursive=True)]:
@@ -224,7 +228,7 @@ class Interference:
 
     def summary(self) -> str:
         wall = max(time.monotonic() - self.t0, 1e-9)
-        other = max(0.0, (self._busy() - self.busy0) - (self._ours() - self.ours0))
+        other = max(0.0, (self._busy() - self.busy0) - (self.tree_cpu() - self.ours0))
         return f"other processes used ~{other:,.0f} CPU-s during the run (~{other / wall:.2f} cores on average)"
 
 
@@ -305,6 +309,10 @@ def render(
         f"{ratio:.2f}x {'✅' if ratio <= 1.2 else '❌'} | ≤ 1.2x |"
     )
     lines.append("| size on disk | " + " | ".join(sizes[c] for c in CONTENDERS) + " | | | |")
+
+    def cpu_of(op: str, names: tuple[str, ...]) -> str:
+        return ", ".join(f"{c} {statistics.median(bench.cpu[(op, c)]):.2f}" for c in names if (op, c) in bench.cpu)
+
     floor = statistics.median(bench.runs[("read", FLOOR)])
     native = statistics.median(bench.runs[("read", "native")])
     source = statistics.median(bench.runs[("read", "pds source")])
@@ -314,6 +322,9 @@ def render(
         f"(`benches/memory_source.py`, no Parquet, no I/O) reads in {fmt_runs(bench.runs[('read', FLOOR)])} = "
         f"**{floor / native:.2f}x native**: the floor of PySpark's Python data source path on this machine. "
         f"pds source ÷ floor = {source / floor:.2f}x.",
+        "",
+        "CPU seconds of the benchmark's process tree (driver, JVM, Python workers), median per operation: "
+        f"write: {cpu_of('write', CONTENDERS)}; read: {cpu_of('read', (*CONTENDERS, SPARK_ENGINE, FLOOR))}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -4,7 +4,7 @@ Spark caps the Arrow batches it sends to Python workers by rows
 (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default) and by
 bytes (``spark.sql.execution.arrow.maxBytesPerBatch``). Enforcing the byte
 cap means estimating the size of every row as it is appended; lifting it
-took ``benches/spark_compare.py``'s pds write from 4.2 s to 2.3 s (README).
+took ``benches/spark_compare.py``'s pds write from 3.4 s to 1.9 s (README).
 With the cap at ``Int.MaxValue`` Spark skips the estimate, and batches are
 still bounded by the row cap.
 

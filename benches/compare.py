@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from bench_data import make_batch, make_table, stream_rows_for
 from bench_tools import TOOL_LABELS, TOOLS, Layout, NotApplicable, Pending, StoreSpec, Tool, make_tool, timed
+from machine import Interference, busy_seconds, git_state, wait_quiet
 
 from latency_proxy import LatencyProxy
 
@@ -466,10 +467,10 @@ class Meter:
         """Time fn(*args); *helpers* are the server processes working for it (SeaweedFS, the proxy)."""
         if self.gate_seconds > 0:
             self.wait_idle()
-        busy0, helper0 = _cpu_busy_seconds(), _helpers_cpu(helpers)
+        busy0, helper0 = busy_seconds(), _helpers_cpu(helpers)
         seconds, cpu, result = timed(fn, *args)
         server = _helpers_cpu(helpers) - helper0
-        other = max(0.0, _cpu_busy_seconds() - busy0 - cpu - server)
+        other = max(0.0, busy_seconds() - busy0 - cpu - server)
         return Sample(seconds, cpu, server, other / max(seconds, 1e-9), result, other)
 
 
@@ -815,64 +816,15 @@ def machine_facts() -> dict[str, str]:
     }
 
 
-def _cpu_busy_seconds() -> float:
-    """CPU seconds spent by every process on the machine (all cores, not idle or iowait)."""
-    t = psutil.cpu_times()
-    return float(t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
-
-
-def _cpu_ours_seconds() -> float:
-    """CPU seconds of this process, its waited-for children, and the children still running."""
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            ct = child.cpu_times()
-            total += ct.user + ct.system
-    return float(total)
-
-
-class Interference:
-    """How much CPU other processes took while the benchmark ran (the machine has few cores)."""
-
-    def __init__(self) -> None:
-        self.busy0 = _cpu_busy_seconds()
-        self.ours0 = _cpu_ours_seconds()
-        self.t0 = time.monotonic()
-
-    def summary(self) -> str:
-        wall = max(time.monotonic() - self.t0, 1e-9)
-        other = max(0.0, (_cpu_busy_seconds() - self.busy0) - (_cpu_ours_seconds() - self.ours0))
-        return f"other processes used {other:,.0f} CPU-s during the run (on average {other / wall:.2f} cores)"
-
-
-def wait_quiet(max_seconds: float, threshold: float = 0.15) -> str:
-    """Wait (up to *max_seconds*) for a 5 s window with the machine under *threshold* CPU busy."""
-    deadline = time.monotonic() + max_seconds
-    while True:
-        busy = psutil.cpu_percent(interval=5) / 100
-        if busy < threshold:
-            return f"machine {busy:.0%} busy before the start"
-        if time.monotonic() > deadline:
-            return f"machine still {busy:.0%} busy after waiting {max_seconds:.0f} s; started anyway"
-        log(f"waiting for a quiet machine ({busy:.0%} busy)")
-
-
 def versions() -> dict[str, str]:
     import pds
 
-    out = {"pds": pds.__version__}
+    out = {"pds": pds.__version__ + git_state(REPO)}
     for dist in ("pyarrow", "deltalake", "remote-store", "s3fs", "numpy"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
-        changed = len([x for x in dirty.stdout.splitlines() if x.strip()])
-        out["pds"] += f" (git {head.stdout.strip()}{f', {changed} uncommitted paths' if changed else ''})"
     return out
 
 
@@ -999,7 +951,7 @@ def main(argv: list[str]) -> int:
     settings = parse_args(argv)
     command = shlex.join(["python", os.path.relpath(__file__, Path.cwd()), *argv])
     log(f"$ {command}")
-    quiet = wait_quiet(settings.wait_quiet) if settings.wait_quiet > 0 else ""
+    quiet = wait_quiet(settings.wait_quiet, log) if settings.wait_quiet > 0 else ""
     started = dt.datetime.now(dt.UTC)
     t_start = time.perf_counter()
     interference = Interference()

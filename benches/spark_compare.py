@@ -50,7 +50,6 @@ import platform
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +60,7 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
+from machine import Interference, git_state, tree_cpu_seconds, wait_quiet
 from memory_source import MemoryFloorSource  # benches/ is sys.path[0]
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -186,12 +186,12 @@ class Bench:
         shutil.rmtree(self.path_of(contender, location), ignore_errors=True)
 
     def timed(self, contender: str, op: str, action: Callable[[], None]) -> float:
-        cpu0 = Interference.tree_cpu()
+        cpu0 = tree_cpu_seconds()
         start = time.perf_counter()
         action()
         seconds = time.perf_counter() - start
         self.runs.setdefault((op, contender), []).append(seconds)
-        self.cpu.setdefault((op, contender), []).append(Interference.tree_cpu() - cpu0)
+        self.cpu.setdefault((op, contender), []).append(tree_cpu_seconds() - cpu0)
         return seconds
 
 
@@ -202,54 +202,8 @@ def noop(df: DataFrame) -> None:
 # -- reporting --------------------------------------------------------------------------
 
 
-class Interference:
-    """CPU seconds used by processes outside this benchmark's process tree."""
-
-    def __init__(self) -> None:
-        self.busy0 = self._busy()
-        self.ours0 = self.tree_cpu()
-        self.t0 = time.monotonic()
-
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-
-    @staticmethod
-    def tree_cpu() -> float:
-        """CPU seconds of this process and its children (the JVM, the Python workers)."""
-        total = 0.0
-        me = psutil.Process()
-        for proc in [me, *me.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = proc.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
-        return total
-
-    def summary(self) -> str:
-        wall = max(time.monotonic() - self.t0, 1e-9)
-        other = max(0.0, (self._busy() - self.busy0) - (self.tree_cpu() - self.ours0))
-        return f"other processes used ~{other:,.0f} CPU-s during the run (~{other / wall:.2f} cores on average)"
-
-
-def wait_quiet(max_seconds: float, threshold: float = 0.15) -> str:
-    deadline = time.monotonic() + max_seconds
-    while True:
-        busy = psutil.cpu_percent(interval=5) / 100
-        if busy < threshold:
-            return f"machine {busy:.0%} busy before the start"
-        if time.monotonic() > deadline:
-            return f"machine still {busy:.0%} busy after waiting {max_seconds:.0f} s; started anyway"
-        log(f"waiting for a quiet machine ({busy:.0%} busy)")
-
-
 def versions(spark: SparkSession) -> str:
-    out = [f"pds {pds.__version__}"]
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
-        changed = len([x for x in dirty.stdout.splitlines() if x.strip()])
-        out[0] += f" (git {head.stdout.strip()}{f', {changed} uncommitted paths' if changed else ''})"
+    out = [f"pds {pds.__version__}{git_state(REPO)}"]
     out.append(f"PySpark {spark.version}")
     jvm = spark.sparkContext._jvm
     if jvm is not None:
@@ -364,7 +318,7 @@ def main(argv: list[str]) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    quiet = wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else ""
+    quiet = wait_quiet(args.wait_quiet, log) if args.wait_quiet > 0 else ""
     started = dt.datetime.now(dt.UTC)
     t_start = time.perf_counter()
     interference = Interference()

@@ -218,10 +218,7 @@ pub async fn open_part(
     opts: &ReadOptions,
 ) -> Result<PartStream> {
     let err = corrupted(key);
-    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader)
-        .await
-        .map_err(&err)?;
+    let builder = open_footer(store, key, size).await?;
     let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
         .map_err(&err)?;
     let (builder, order) = configure(builder, &metadata, opts)?;
@@ -257,12 +254,12 @@ pub async fn read_part(
     })
 }
 
-/// A part's footer, fetched (HEAD, then the tail) and parsed.
+/// A part's footer, fetched (the tail of its `size` bytes) and parsed.
 async fn open_footer(
     store: &StoreHandle,
     key: &str,
+    size: u64,
 ) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
-    let size = store.head(key).await?.size;
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
     ParquetRecordBatchStreamBuilder::new(reader)
         .await
@@ -271,7 +268,8 @@ async fn open_footer(
 
 /// The row count of each row group of a part, from its footer alone.
 pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>> {
-    Ok(open_footer(store, key)
+    let size = store.head(key).await?.size;
+    Ok(open_footer(store, key, size)
         .await?
         .metadata()
         .row_groups()
@@ -282,7 +280,8 @@ pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>>
 
 /// The Arrow schema of a part, from its footer alone.
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
-    Ok(open_footer(store, key).await?.schema().clone())
+    let size = store.head(key).await?.size;
+    Ok(open_footer(store, key, size).await?.schema().clone())
 }
 
 #[cfg(test)]

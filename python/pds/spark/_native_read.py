@@ -40,11 +40,13 @@ import pyarrow.types as pat
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DecimalType, StructType, TimestampNTZType, TimestampType
+from remote_store import Store
 
 from pds.spark._schema import arrow_to_spark
+from pds.spark.datasource import dataset_snapshot, project
 from pds.spark.filters import FilterTuple, filters_from_json, filters_to_json
 
-__all__ = ["GLOB_CHARS", "check_readable", "filters_to_column", "read_parts", "spark_root"]
+__all__ = ["GLOB_CHARS", "check_readable", "filters_to_column", "read_natively", "read_parts", "spark_root"]
 
 GLOB_CHARS = frozenset("*?[]{}\\")
 """Characters Spark would expand as a glob in a path it is given."""
@@ -64,6 +66,7 @@ def _literal(value: Any, spark_type: Any) -> Column:
 
 
 def _col(name: str) -> Column:
+    """The top-level column *name*, quoted (any character, backticks included)."""
     return F.col("`" + name.replace("`", "``") + "`")
 
 
@@ -171,3 +174,37 @@ def read_parts(spark: SparkSession, urls: Sequence[str], schema: pa.Schema) -> D
             )
     spark_schema: StructType = arrow_to_spark(schema)
     return spark.read.schema(spark_schema).parquet(*urls)
+
+
+def read_natively(
+    spark: SparkSession,
+    store: Store,
+    key: str,
+    url: str,
+    location: str,
+    columns: Sequence[str] | None,
+    tuples: Sequence[FilterTuple],
+    expression: str | Column | None,
+) -> DataFrame:
+    """``read_dataset(..., engine="spark")``: one commit's parts through Spark's Parquet reader.
+
+    *url* is the store's URL and *location* the dataset's key below it.
+
+    Raises:
+        DatasetIncomplete / NotFound / ManifestCorrupted: as the data source's reader.
+        ValueError: an unknown or repeated column, a bad filter tuple, or
+            what :func:`read_parts` refuses.
+    """
+    snapshot = dataset_snapshot(store, key)
+    if columns is not None:
+        project(snapshot.schema, columns)  # unknown or repeated names fail here
+    base = f"{spark_root(url)}/{location.strip('/')}"
+    df = read_parts(spark, [f"{base}/{name}" for name in snapshot.manifest.parts], snapshot.schema)
+    condition = filters_to_column(tuples, snapshot.schema) if tuples else None
+    if condition is not None:
+        df = df.where(condition)
+    if expression is not None:
+        df = df.where(expression)
+    if columns is not None:
+        df = df.select(*[_col(c) for c in columns])
+    return df

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 from remote_store import Store
 
@@ -25,9 +24,9 @@ from pds.backend import ObjectStoreBackend
 from pds.manifest import DatasetManifest, PartInfo
 from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key, spark_store
-from pds.spark._native_read import filters_to_column, read_parts, spark_root
+from pds.spark._native_read import read_natively
 from pds.spark._schema import spark_read_target, spark_to_arrow
-from pds.spark.datasource import PdsDataSource, dataset_snapshot, project
+from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
 
 __all__ = ["read_dataset", "register", "write_dataset"]
@@ -221,32 +220,6 @@ def _split_filter(
     raise TypeError(f"filter must be a SQL string, a Column or a list of (column, op, value), got {filter!r}")
 
 
-def _read_natively(
-    spark: SparkSession,
-    store: Store,
-    key: str,
-    url: str,
-    location: str,
-    columns: Sequence[str] | None,
-    tuples: list[FilterTuple],
-    expression: str | Column | None,
-) -> DataFrame:
-    """``read_dataset(..., engine="spark")``: one commit's parts through Spark's Parquet reader."""
-    snapshot = dataset_snapshot(store, key)
-    if columns is not None:
-        project(snapshot.schema, columns)  # unknown or repeated names fail here
-    base = f"{spark_root(url)}/{location.strip('/')}"
-    df = read_parts(spark, [f"{base}/{name}" for name in snapshot.manifest.parts], snapshot.schema)
-    condition = filters_to_column(tuples, snapshot.schema) if tuples else None
-    if condition is not None:
-        df = df.where(condition)
-    if expression is not None:
-        df = df.where(expression)
-    if columns is not None:
-        df = df.select(*[F.col("`" + c.replace("`", "``") + "`") for c in columns])
-    return df
-
-
 def read_dataset(
     spark: SparkSession,
     store: str | Store,
@@ -301,7 +274,7 @@ def read_dataset(
     if columns is not None and isinstance(columns, str):
         raise TypeError("columns must be a list of names, not a str")
     if engine == "spark":
-        return _read_natively(spark, source, key, url, location, columns, tuples, expression)
+        return read_natively(spark, source, key, url, location, columns, tuples, expression)
     _ensure_registered(spark)
     reader = spark.read.format("pds").option("store", url).options(**options)
     if tuples:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -436,6 +437,15 @@ def test_commit_takes_one_attempt_per_partition_and_abort_removes_all(tmp_path: 
     assert len(dataset_files(store, "doomed")) == 2
     doomed.abort([written, None])
     assert dataset_files(store, "doomed") == set()
+
+    # A task still being killed may finish its upload after the first sweep: abort keeps
+    # sweeping until the job's prefix has stayed empty for its settle time.
+    late = WriteJob.start(store, "late", schema, WriteSettings(), overwrite=False)
+    timer = threading.Timer(0.4, lambda: late.write_task([rows], identity=(3, 0, 9, 1)))
+    timer.start()
+    late.abort([], settle=1.0)
+    timer.join()
+    assert dataset_files(store, "late") == set()
 
 
 @pytest.mark.spec("SPARK-005")
@@ -916,8 +926,13 @@ def test_helper_write_failure_cleans_up(spark: SparkSession, file_store: tuple[s
             yield batch
 
     src = spark_df(spark, rich_table(90))
-    with pytest.raises(Exception, match="injected failure"):
-        pds.spark.write_dataset(src.mapInArrow(always_fail, src.schema), url, "gone")
+    spark.sparkContext.setJobGroup("callers-group", "the caller's own job group")
+    try:
+        with pytest.raises(Exception, match="injected failure"):
+            pds.spark.write_dataset(src.mapInArrow(always_fail, src.schema), url, "gone")
+        assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") == "callers-group"
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     assert dataset_files(store, "gone") == set()
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,11 @@ from pds.dataset import ParquetDatasetStore
 from pds.errors import AlreadyExists, CapabilityNotSupported, DatasetIncomplete, InvalidPath
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
 from pds.spark._schema import conform_batches
+
+ABORT_SETTLE_SECONDS = 1.0
+"""How long :meth:`WriteJob.abort` waits for the job's prefix to stay empty."""
+ABORT_SETTLE_LIMIT = 15.0
+"""The longest :meth:`WriteJob.abort` keeps re-listing."""
 
 __all__ = [
     "STORAGE_EXCLUDED",
@@ -424,14 +430,18 @@ class WriteJob:
         self.store.write_atomic(f"{self.key}/{_SUCCESS}", b"", overwrite=True)
         return manifest
 
-    def abort(self, results: Iterable[TaskParts | None] = ()) -> None:
+    def abort(self, results: Iterable[TaskParts | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
         """Remove every part this job wrote (driver side, best effort).
 
         Deletes the parts in *results*, then every object whose name starts
-        with this job's prefix (parts of failed attempts). Other objects,
-        such as a dataset an overwrite would have replaced, are left alone.
-        Errors are logged (without credentials), not raised, so the job's own
-        failure is what the caller sees.
+        with this job's prefix (parts of failed attempts). Spark reports a
+        failed job while its other tasks are still being killed, and one of
+        them may finish an upload meanwhile, so the prefix is listed again
+        until it has stayed empty for *settle* seconds (at most
+        ``ABORT_SETTLE_LIMIT`` seconds in all). Other objects, such as a
+        dataset an overwrite would have replaced, are left alone. Errors are
+        logged (without credentials), not raised, so the job's own failure
+        is what the caller sees.
         """
         location = self.location
         keys = {f"{location}/{p.name}" for r in results if r is not None for p in r.parts}
@@ -439,6 +449,14 @@ class WriteJob:
         try:
             keys.update(k for k in self._list() if k.startswith(prefix))
             self._delete(sorted(keys))
+            deadline = time.monotonic() + ABORT_SETTLE_LIMIT
+            quiet_since = time.monotonic()
+            while settle > 0 and time.monotonic() - quiet_since < settle and time.monotonic() < deadline:
+                time.sleep(min(0.25, settle))
+                late = sorted(k for k in self._list() if k.startswith(prefix))
+                if late:
+                    self._delete(late)
+                    quiet_since = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - abort is best effort; the job's error matters
             _log.warning(
                 "pds.spark: could not remove all parts of aborted job %s under %r: %s", self.job_id, self.key, exc

@@ -24,6 +24,7 @@ from pds.backend import ObjectStoreBackend
 from pds.manifest import DatasetManifest, PartInfo
 from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key, spark_store
+from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._native_read import read_natively
 from pds.spark._schema import spark_read_target, spark_to_arrow
 from pds.spark.datasource import PdsDataSource
@@ -184,17 +185,20 @@ def write_dataset(
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return _write_partition(job, batches)
 
+    spark = df.sparkSession
+    group = f"pds-write-{job.job_id}"
     try:
-        with arrow_byte_cap_lifted(df.sparkSession):
+        with arrow_byte_cap_lifted(spark), tagged(spark, group, f"pds.spark.write_dataset {key!r}"):
             rows = df.mapInArrow(write_partition, _PARTS_SCHEMA).collect()
     except BaseException:
+        wait_for_tasks(spark, group)  # no task may upload after the cleanup
         job.abort()
         raise
     results = _task_results(rows)
     try:
         return job.commit(results)
     except BaseException:
-        job.abort(results)
+        job.abort(results, settle=0)  # every task has ended
         raise
 
 

@@ -7,6 +7,22 @@
 //! most `parallelism` parts are in flight, so memory is bounded by row group
 //! size x parallelism, not by dataset size. If anything fails, no manifest and
 //! no `_SUCCESS` are written, and the parts that did land are removed.
+//!
+//! **One writer per key.** RFC-0008's part names are fixed (`data.parquet`,
+//! `part-NNNNN.parquet`), so two writers of one key would write the same
+//! objects. Before its first part, a writer creates `_WRITING` under the key
+//! with a create-only put (If-None-Match), holding a token of its own. A
+//! second writer's create fails, and it gets `AlreadyExists` before it
+//! writes anything. The holder checks that the claim is still its own before
+//! each part and before it commits; `_SUCCESS` is created create-only; the
+//! claim is removed after the commit. A writer killed mid-write leaves its
+//! claim: later `overwrite=False` writes refuse the key until
+//! `delete_dataset` or an `overwrite=True` write (which deletes everything
+//! under the key, the claim included, then claims it) clears it. An
+//! overwrite that takes the key from a live writer makes that writer fail at
+//! its next check; a part upload it already started can still land, so
+//! concurrent *overwrites* of one key are not supported (readers with
+//! `verify=True` detect the result).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +46,10 @@ use crate::store::{PutMode, StoreHandle};
 pub const SUCCESS: &str = "_SUCCESS";
 /// The manifest, written after every part.
 pub const MANIFEST: &str = "manifest.json";
+/// The writer's claim on a key, present while a write runs (see the module docs).
+pub const WRITING: &str = "_WRITING";
+/// Missing parts named in a `DatasetIncomplete` message; the rest are counted.
+const NAMED_MISSING: usize = 5;
 
 /// Bytes handed from an encoder to its uploader at a time, and the size
 /// above which a part becomes a multipart upload.
@@ -70,6 +90,82 @@ pub struct WrittenParts {
     pub schema: SchemaRef,
     pub names: Vec<String>,
     pub summaries: Vec<PartSummary>,
+}
+
+/// A writer's hold on a dataset key: the `_WRITING` object it created.
+pub struct Claim {
+    key: String,
+    token: Bytes,
+}
+
+impl Claim {
+    /// Create `location/_WRITING` create-only. `AlreadyExists` (as
+    /// [`Error::WriteInProgress`]) if another writer holds the key, or a
+    /// killed one left its claim.
+    pub async fn take(store: &StoreHandle, location: &str) -> Result<Self> {
+        let key = child_key(location, WRITING);
+        let token = Bytes::from(format!(
+            "{{\"writer\": \"{}\", \"pid\": {}, \"started_at\": \"{}\"}}\n",
+            unique_token(),
+            std::process::id(),
+            manifest::now_iso8601()
+        ));
+        match store.put(&key, token.clone(), PutMode::Create).await {
+            Ok(_) => Ok(Self { key, token }),
+            Err(Error::AlreadyExists { .. }) => {
+                let since = store
+                    .try_head(&key)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|m| m.last_modified.to_rfc3339());
+                Err(Error::WriteInProgress {
+                    key: location.to_string(),
+                    since,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `Ok` while the claim is still this writer's.
+    pub async fn check(&self, store: &StoreHandle) -> Result<()> {
+        match store.get(&self.key).await {
+            Ok(b) if b == self.token => Ok(()),
+            Ok(_) | Err(Error::NotFound { .. }) => Err(Error::ClaimLost {
+                key: self
+                    .key
+                    .trim_end_matches(WRITING)
+                    .trim_end_matches('/')
+                    .to_string(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remove the claim if it is still this writer's (best effort).
+    pub async fn release(&self, store: &StoreHandle) {
+        if self.check(store).await.is_ok() {
+            let _ = store.delete(&self.key).await;
+        }
+    }
+}
+
+/// A token no other writer holds: time, process, a counter and a hash of them.
+fn unique_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let seed = format!(
+        "{nanos}-{}-{}-{:?}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        std::thread::current().id()
+    );
+    sha256_hex(seed.as_bytes())[..32].to_string()
 }
 
 fn name_for(prefix: Option<&str>, index: usize, single: bool) -> String {
@@ -192,9 +288,13 @@ async fn run_part(
     name: oneshot::Receiver<String>,
 ) -> Result<(String, PartSummary)> {
     let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
-    let encoder = tokio::task::spawn_blocking(move || encode_part(schema, opts, batches, chunk_tx));
+    let encoder = tokio::task::spawn_blocking(move || {
+        crate::error::contain(crate::encode::encoder_panic, || {
+            encode_part(schema, opts, batches, chunk_tx)
+        })
+    });
     let uploaded = upload_part(store.clone(), dataset_key.clone(), name, chunk_rx).await;
-    let encoded = encoder.await?;
+    let encoded = encoder.await.map_err(Error::from).and_then(|r| r);
     match (encoded, uploaded) {
         // The uploader completes the upload only when the encoder closed the
         // chunk channel, which it does on success and on failure alike. An
@@ -221,16 +321,66 @@ struct OpenPart {
 /// Preconditions (existence, overwrite, capabilities) are the caller's: this
 /// writes parts, then `manifest.json`, then `_SUCCESS`, or, on failure,
 /// neither of the last two.
+///
+/// The key is claimed first (see the module docs): `AlreadyExists` if a
+/// dataset is committed there or another writer holds it, before any part
+/// is written. Types pds cannot store fail with `UnsupportedType` before any
+/// I/O.
 pub fn write_dataset(
     store: Arc<StoreHandle>,
     reader: Box<dyn RecordBatchReader + Send>,
     opts: EncodeOptions,
     req: WriteRequest,
 ) -> Result<Manifest> {
-    let parts = write_parts(store.clone(), reader, &opts, &req)?;
-    let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
-    crate::runtime::block_on(commit(&store, &req.location, &manifest))??;
-    Ok(manifest)
+    crate::store::keys::object_segments(&req.location)?;
+    crate::storage_types::check_writable(&reader.schema())?;
+    let location = req.location.clone();
+    let claim = crate::runtime::block_on({
+        let store = store.clone();
+        async move {
+            let claim = Claim::take(&store, &location).await?;
+            match store.try_head(&child_key(&location, SUCCESS)).await {
+                Ok(None) => Ok(claim),
+                Ok(Some(_)) => {
+                    claim.release(&store).await;
+                    Err(Error::AlreadyExists {
+                        path: location.clone(),
+                    })
+                }
+                Err(e) => {
+                    claim.release(&store).await;
+                    Err(e)
+                }
+            }
+        }
+    })??;
+    let result = (|| {
+        let parts = write_parts_claimed(store.clone(), reader, &opts, &req, Some(&claim))?;
+        let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
+        crate::runtime::block_on(async {
+            let committed = async {
+                claim.check(&store).await?;
+                commit(&store, &req.location, &manifest).await
+            }
+            .await;
+            if let Err(e) = &committed {
+                if !matches!(e, Error::ClaimLost { .. }) {
+                    // The key is still ours: nothing of this write may stay.
+                    let mut keys: Vec<String> = parts
+                        .names
+                        .iter()
+                        .map(|n| child_key(&req.location, n))
+                        .collect();
+                    keys.push(child_key(&req.location, MANIFEST));
+                    let _ = store.delete_many(&keys).await;
+                }
+            }
+            committed
+        })??;
+        Ok(manifest)
+    })();
+    let _ = crate::runtime::block_on(claim.release(&store));
+    result
 }
 
 /// Encode and upload the parts of `reader` under `req.location`, without
@@ -241,7 +391,21 @@ pub fn write_parts(
     opts: &EncodeOptions,
     req: &WriteRequest,
 ) -> Result<WrittenParts> {
+    write_parts_claimed(store, reader, opts, req, None)
+}
+
+/// [`write_parts`], checking before each part after the first that `claim`
+/// still holds. If it was lost, the parts are left alone: they may now be
+/// the new holder's.
+fn write_parts_claimed(
+    store: Arc<StoreHandle>,
+    reader: Box<dyn RecordBatchReader + Send>,
+    opts: &EncodeOptions,
+    req: &WriteRequest,
+    claim: Option<&Claim>,
+) -> Result<WrittenParts> {
     crate::store::keys::object_segments(&req.location)?;
+    crate::storage_types::check_writable(&reader.schema())?;
     if let Some(p) = &req.part_prefix {
         if p.is_empty()
             || !p
@@ -282,6 +446,12 @@ pub fn write_parts(
         };
         if open.is_none() {
             let index = tasks.len();
+            if let (Some(claim), true) = (claim, index > 0) {
+                if let Err(e) = handle.block_on(claim.check(&store)) {
+                    failure = Some(e);
+                    break;
+                }
+            }
             let permit = match handle.block_on(permits.clone().acquire_owned()) {
                 Ok(p) => p,
                 Err(e) => {
@@ -354,11 +524,13 @@ pub fn write_parts(
         }
     }
     if let Some(e) = failure {
-        let keys: Vec<String> = written
-            .iter()
-            .map(|n| child_key(&req.location, n))
-            .collect();
-        let _ = handle.block_on(store.delete_many(&keys));
+        if !matches!(e, Error::ClaimLost { .. }) {
+            let keys: Vec<String> = written
+                .iter()
+                .map(|n| child_key(&req.location, n))
+                .collect();
+            let _ = handle.block_on(store.delete_many(&keys));
+        }
         return Err(e);
     }
 
@@ -402,7 +574,8 @@ pub fn build_manifest(
     })
 }
 
-/// Write `manifest.json`, then `_SUCCESS`: the commit.
+/// Write `manifest.json`, then `_SUCCESS` (create-only: if another writer
+/// committed meanwhile, `AlreadyExists`): the commit.
 pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest) -> Result<()> {
     let json = manifest.to_json()?;
     store
@@ -416,9 +589,15 @@ pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest)
         .put(
             &child_key(dataset_key, SUCCESS),
             Bytes::new(),
-            PutMode::Overwrite,
+            PutMode::Create,
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            Error::AlreadyExists { .. } => Error::AlreadyExists {
+                path: dataset_key.to_string(),
+            },
+            other => other,
+        })?;
     Ok(())
 }
 
@@ -444,7 +623,7 @@ pub async fn open_dataset(
     {
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
-            reason: "_SUCCESS marker missing".into(),
+            reason: absent_reason(store, dataset_key).await,
         });
     }
     let manifest = read_manifest(store, dataset_key).await?;
@@ -469,10 +648,69 @@ pub async fn open_dataset(
     if !missing.is_empty() {
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
-            reason: format!("missing parts {missing:?}"),
+            reason: missing_parts(&missing, manifest.parts.len()),
         });
     }
     Ok((manifest, sizes))
+}
+
+/// Why a key without `_SUCCESS` has no dataset: nothing at all is stored
+/// there, or a write is unfinished (one LIST request, at most one object).
+async fn absent_reason(store: &StoreHandle, dataset_key: &str) -> String {
+    match store.folder_exists(dataset_key).await {
+        Ok(false) => "no dataset: nothing is stored under this key".into(),
+        _ => "_SUCCESS marker missing: the dataset was never committed (a write is \
+              in progress, failed, or was killed)"
+            .into(),
+    }
+}
+
+/// `missing N of M parts: a, b, c, d, e and N-5 more`: short, however many.
+pub fn missing_parts(missing: &[String], total: usize) -> String {
+    let named: Vec<String> = missing
+        .iter()
+        .take(NAMED_MISSING)
+        .map(|p| format!("{p:?}"))
+        .collect();
+    let more = missing.len().saturating_sub(NAMED_MISSING);
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "missing {} of {total} parts: {}{tail}",
+        missing.len(),
+        named.join(", ")
+    )
+}
+
+/// A part listed in the manifest vanished after the existence check: the
+/// dataset is incomplete (RFC-0008), not a plain `NotFound`.
+pub fn vanished(dataset_key: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::NotFound { path } => Error::DatasetIncomplete {
+            key: dataset_key.to_string(),
+            reason: format!("part {path:?} disappeared while it was being read"),
+        },
+        other => other,
+    }
+}
+
+/// The schema every part of the dataset must have: the manifest's, or, for
+/// manifests that record none (remote-store's), the first part's footer's.
+pub async fn expected_schema(
+    store: &StoreHandle,
+    dataset_key: &str,
+    manifest: &Manifest,
+) -> Result<SchemaRef> {
+    if let Some(schema) = manifest.schema(&child_key(dataset_key, MANIFEST))? {
+        return Ok(schema);
+    }
+    let first = child_key(dataset_key, &manifest.parts[0]);
+    decode::read_part_schema(store, &first)
+        .await
+        .map_err(vanished(dataset_key))
 }
 
 /// Read a dataset (fast path): `_SUCCESS`, manifest, parts verified, then all
@@ -492,9 +730,12 @@ pub fn read_dataset(
     crate::runtime::block_on(async move {
         let (manifest, sizes) = open_dataset(&store, &dataset_key, parallelism).await?;
         let mpath = child_key(&dataset_key, MANIFEST);
-        let expected_schema = manifest.schema(&mpath)?;
-        if let (Some(schema), Some(cols)) = (&expected_schema, &opts.columns) {
-            decode::column_indices(schema, cols)?; // Unknown columns fail before any part is read.
+        let expected = expected_schema(&store, &dataset_key, &manifest).await?;
+        if let Some(cols) = &opts.columns {
+            decode::column_indices(&expected, cols)?; // Unknown columns fail before any part is read.
+        }
+        if let Some(pred) = &opts.predicate {
+            pred.as_ref().clone().bind(&expected)?; // So do bad filters.
         }
         let checksums: Option<Vec<String>> = if verify {
             let info = manifest.part_info.as_ref().ok_or_else(|| Error::ManifestCorrupted {
@@ -505,7 +746,18 @@ pub fn read_dataset(
         } else {
             None
         };
-        let opts = Arc::new(opts);
+        let target = crate::part_schema::project(
+            &expected,
+            match &opts.columns {
+                None => None,
+                Some(cols) => Some(decode::column_indices(&expected, cols)?),
+            }
+            .as_deref(),
+        )?;
+        let opts = Arc::new(ReadOptions {
+            expected: Some(expected),
+            ..opts
+        });
         let jobs = manifest.parts.iter().enumerate().map(|(i, part)| {
             let store = store.clone();
             let key = child_key(&dataset_key, part);
@@ -530,18 +782,19 @@ pub fn read_dataset(
             .buffered(parallelism)
             .collect()
             .await;
-        let mut schema = None;
         let mut batches = Vec::new();
+        let mut file_rows = 0u64;
         for r in results {
-            let d = r??;
-            schema.get_or_insert(d.schema);
+            let d = r?.map_err(vanished(&dataset_key))?;
+            file_rows = file_rows.saturating_add(d.file_rows);
             batches.extend(d.batches);
         }
-        let schema = schema.ok_or_else(|| Error::ManifestCorrupted {
-            path: mpath,
-            reason: "the manifest lists no parts".into(),
-        })?;
-        Ok(Decoded { schema, batches })
+        manifest.check_rows(file_rows, &mpath)?;
+        Ok(Decoded {
+            schema: target,
+            batches,
+            file_rows,
+        })
     })?
 }
 
@@ -564,17 +817,7 @@ pub fn read_schema(store: Arc<StoreHandle>, dataset_key: &str) -> Result<SchemaR
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {
         let manifest = read_manifest(&store, &dataset_key).await?;
-        if let Some(schema) = manifest.schema(&child_key(&dataset_key, MANIFEST))? {
-            return Ok(schema);
-        }
-        let first = manifest
-            .parts
-            .first()
-            .ok_or_else(|| Error::ManifestCorrupted {
-                path: child_key(&dataset_key, MANIFEST),
-                reason: "the manifest lists no parts".into(),
-            })?;
-        decode::read_part_schema(&store, &child_key(&dataset_key, first)).await
+        expected_schema(&store, &dataset_key, &manifest).await
     })?
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use parquet::arrow::arrow_reader::{
     ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
     RowFilter,
@@ -15,8 +15,9 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 
-use crate::error::{Error, Result};
+use crate::error::{contain, panic_message, Error, Result};
 use crate::filter::Predicate;
+use crate::part_schema;
 use crate::range_reader::ObjectRangeReader;
 use crate::store::StoreHandle;
 
@@ -25,6 +26,13 @@ use crate::store::StoreHandle;
 pub struct Decoded {
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
+    /// Rows in the whole part, as its footer states (before any filter).
+    pub file_rows: u64,
+}
+
+/// The rows a footer says its file holds.
+fn footer_rows(metadata: &ArrowReaderMetadata) -> u64 {
+    u64::try_from(metadata.metadata().file_metadata().num_rows()).unwrap_or_default()
 }
 
 /// Root-column indices for `columns` in `schema`, in the caller's order.
@@ -61,6 +69,18 @@ pub struct ReadOptions {
     /// Row groups to read (indices in file order); `None` reads all. Combined
     /// with the predicate's pruning.
     pub row_groups: Option<Vec<usize>>,
+    /// The dataset's full schema. Each part's footer is checked against it
+    /// before any data is decoded, and every batch comes out with exactly
+    /// its (projected) schema. `None` trusts the part's own schema.
+    pub expected: Option<SchemaRef>,
+}
+
+/// A decoder panic, reported as the part's corruption.
+fn decoder_panic(path: &str) -> impl FnOnce(String) -> Error + '_ {
+    move |msg| Error::PartCorrupted {
+        path: path.to_string(),
+        reason: format!("the Parquet decoder failed on its bytes ({msg})"),
+    }
 }
 
 fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
@@ -79,16 +99,18 @@ fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
     }
 }
 
-/// The projection mask for `indices`, and the permutation that restores the
-/// caller's column order after decoding (which yields file order).
+/// The projection mask, the permutation that restores the caller's column
+/// order after decoding (which yields file order), and the output schema.
 fn projection(
     metadata: &ArrowReaderMetadata,
     opts: &ReadOptions,
-) -> Result<(ProjectionMask, Option<Vec<usize>>)> {
+) -> Result<(ProjectionMask, Option<Vec<usize>>, SchemaRef)> {
+    let reference = opts.expected.as_ref().unwrap_or(metadata.schema());
     let Some(columns) = &opts.columns else {
-        return Ok((ProjectionMask::all(), None));
+        return Ok((ProjectionMask::all(), None, reference.clone()));
     };
     let indices = column_indices(metadata.schema(), columns)?;
+    let target = part_schema::project(reference, Some(&indices))?;
     let mask = ProjectionMask::roots(metadata.parquet_schema(), indices.iter().copied());
     let mut sorted = indices.clone();
     sorted.sort_unstable();
@@ -98,17 +120,22 @@ fn projection(
         .iter()
         .map(|i| sorted.binary_search(i).unwrap_or_default())
         .collect();
-    Ok((mask, Some(order)))
+    Ok((mask, Some(order), target))
 }
 
-/// Apply projection, batch size, row-group pruning and the row filter to a
-/// reader builder (sync or async). Returns the column permutation to apply.
+/// Check the part's schema, then apply projection, batch size, row-group
+/// pruning and the row filter to a reader builder (sync or async). Returns
+/// the column permutation to apply and the schema of the output batches.
 fn configure<T>(
     builder: ArrowReaderBuilder<T>,
     metadata: &ArrowReaderMetadata,
     opts: &ReadOptions,
-) -> Result<(ArrowReaderBuilder<T>, Option<Vec<usize>>)> {
-    let (mask, order) = projection(metadata, opts)?;
+    path: &str,
+) -> Result<(ArrowReaderBuilder<T>, Option<Vec<usize>>, SchemaRef)> {
+    if let Some(expected) = &opts.expected {
+        part_schema::check(expected, metadata.schema(), path)?;
+    }
+    let (mask, order, target) = projection(metadata, opts)?;
     let mut builder = builder.with_projection(mask);
     if let Some(n) = opts.batch_size {
         builder = builder.with_batch_size(n);
@@ -141,43 +168,59 @@ fn configure<T>(
     if let Some(row_groups) = selected {
         builder = builder.with_row_groups(row_groups);
     }
-    Ok((builder, order))
+    Ok((builder, order, target))
 }
 
-fn reorder(
-    decoded_schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-    order: Option<Vec<usize>>,
-) -> Result<Decoded> {
-    let Some(order) = order else {
-        return Ok(Decoded {
-            schema: decoded_schema,
-            batches,
-        });
+/// A decoded batch in the caller's column order, with the output schema.
+fn finish_batch(
+    batch: RecordBatch,
+    order: Option<&[usize]>,
+    target: &SchemaRef,
+    path: &str,
+) -> Result<RecordBatch> {
+    let batch = match order {
+        None => batch,
+        Some(order) => batch.project(order)?,
     };
-    let schema = Arc::new(decoded_schema.project(&order)?);
-    let batches = batches
-        .iter()
-        .map(|b| b.project(&order))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(Decoded { schema, batches })
+    part_schema::conform(batch, target, path)
 }
 
 /// Decode a Parquet file held in memory. `path` names it in errors.
+///
+/// A panic inside the Parquet decoder (damaged bytes that trip one of its
+/// assertions) is contained and reported as `PartCorrupted`.
 pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decoded> {
-    let err = corrupted(path);
-    let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
-    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata.clone());
-    let (builder, order) = configure(builder, &metadata, opts)?;
-    let reader = builder.build().map_err(&err)?;
-    let schema = arrow_array::RecordBatchReader::schema(&reader);
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::PartCorrupted {
-            path: path.to_string(),
-            reason: e.to_string(),
-        })?;
-    reorder(schema, batches, order)
+    contain(decoder_panic(path), || {
+        let err = corrupted(path);
+        let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata.clone());
+        let (builder, order, target) = configure(builder, &metadata, opts, path)?;
+        let reader = builder.build().map_err(&err)?;
+        let batches = reader
+            .map(|b| {
+                let b = b.map_err(|e| Error::PartCorrupted {
+                    path: path.to_string(),
+                    reason: e.to_string(),
+                })?;
+                finish_batch(b, order.as_deref(), &target, path)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Decoded {
+            schema: target,
+            batches,
+            file_rows: footer_rows(&metadata),
+        })
+    })
+}
+
+/// The Arrow schema of a Parquet file held in memory, from its footer.
+pub fn bytes_schema(data: &Bytes, path: &str) -> Result<SchemaRef> {
+    contain(decoder_panic(path), || {
+        Ok(ArrowReaderMetadata::load(data, Default::default())
+            .map_err(corrupted(path))?
+            .schema()
+            .clone())
+    })
 }
 
 /// A part being read: batches arrive as their row groups are fetched.
@@ -186,6 +229,9 @@ pub struct PartStream {
     stream: parquet::arrow::async_reader::ParquetRecordBatchStream<ObjectRangeReader>,
     order: Option<Vec<usize>>,
     schema: SchemaRef,
+    file_rows: u64,
+    /// Set once the decoder failed: the stream must not be polled again.
+    failed: bool,
 }
 
 impl PartStream {
@@ -194,17 +240,36 @@ impl PartStream {
         self.schema.clone()
     }
 
-    /// The next batch, `None` at the end of the part.
+    /// Rows in the whole part, as its footer states (before any filter).
+    pub fn file_rows(&self) -> u64 {
+        self.file_rows
+    }
+
+    /// The next batch, `None` at the end of the part. A decoder panic is
+    /// contained and reported as `PartCorrupted`; the stream then ends.
     pub async fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
-        let batch = self.stream.next().await?;
-        Some(
-            batch
-                .map_err(corrupted(&self.key))
-                .and_then(|b| match &self.order {
-                    None => Ok(b),
-                    Some(order) => Ok(b.project(order)?),
-                }),
-        )
+        if self.failed {
+            return None;
+        }
+        let polled = std::panic::AssertUnwindSafe(self.stream.next())
+            .catch_unwind()
+            .await;
+        let batch = match polled {
+            Ok(b) => b?,
+            Err(payload) => {
+                self.failed = true;
+                return Some(Err(decoder_panic(&self.key)(panic_message(
+                    payload.as_ref(),
+                ))));
+            }
+        };
+        let out = batch
+            .map_err(corrupted(&self.key))
+            .and_then(|b| finish_batch(b, self.order.as_deref(), &self.schema, &self.key));
+        if out.is_err() {
+            self.failed = true;
+        }
+        Some(out)
     }
 }
 
@@ -217,23 +282,25 @@ pub async fn open_part(
     size: u64,
     opts: &ReadOptions,
 ) -> Result<PartStream> {
-    let err = corrupted(key);
-    let builder = open_footer(store, key, size).await?;
-    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
-        .map_err(&err)?;
-    let (builder, order) = configure(builder, &metadata, opts)?;
-    let stream = builder.build().map_err(&err)?;
-    let file_schema = stream.schema().clone();
-    let schema = match &order {
-        None => file_schema,
-        Some(order) => Arc::new(file_schema.project(order)?),
-    };
-    Ok(PartStream {
-        key: key.to_string(),
-        stream,
-        order,
-        schema,
+    let opened = std::panic::AssertUnwindSafe(async {
+        let err = corrupted(key);
+        let builder = open_footer(store, key, size).await?;
+        let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
+            .map_err(&err)?;
+        let (builder, order, schema) = configure(builder, &metadata, opts, key)?;
+        let stream = builder.build().map_err(&err)?;
+        Ok(PartStream {
+            key: key.to_string(),
+            stream,
+            order,
+            schema,
+            file_rows: footer_rows(&metadata),
+            failed: false,
+        })
     })
+    .catch_unwind()
+    .await;
+    opened.unwrap_or_else(|payload| Err(decoder_panic(key)(panic_message(payload.as_ref()))))
 }
 
 /// Read one whole part from the store (see [`open_part`]).
@@ -251,6 +318,7 @@ pub async fn read_part(
     Ok(Decoded {
         schema: part.schema(),
         batches,
+        file_rows: part.file_rows(),
     })
 }
 
@@ -261,8 +329,15 @@ async fn open_footer(
     size: u64,
 ) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    ParquetRecordBatchStreamBuilder::new(reader)
+    std::panic::AssertUnwindSafe(ParquetRecordBatchStreamBuilder::new(reader))
+        .catch_unwind()
         .await
+        .unwrap_or_else(|payload| {
+            Err(ParquetError::General(format!(
+                "the footer decoder failed ({})",
+                panic_message(payload.as_ref())
+            )))
+        })
         .map_err(corrupted(key))
 }
 

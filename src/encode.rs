@@ -141,7 +141,11 @@ pub const DEFAULT_ROW_GROUP_ROWS: usize = 1024 * 1024;
 pub struct PartEncoder<W: Write + Send> {
     writer: SerializedFileWriter<HashingWriter<W>>,
     factory: ArrowRowGroupWriterFactory,
+    /// The caller's schema: every batch must have exactly these types.
+    input: SchemaRef,
+    /// What is encoded (see [`crate::storage_types`]); batches are cast to it.
     schema: SchemaRef,
+    cast: bool,
     row_group_rows: usize,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
@@ -151,7 +155,16 @@ pub struct PartEncoder<W: Write + Send> {
 }
 
 impl<W: Write + Send> PartEncoder<W> {
-    pub fn new(sink: W, schema: SchemaRef, opts: &EncodeOptions) -> Result<Self> {
+    /// Fails with `UnsupportedType` for a schema pds cannot store
+    /// (see [`crate::storage_types::check_writable`]).
+    pub fn new(sink: W, input: SchemaRef, opts: &EncodeOptions) -> Result<Self> {
+        crate::storage_types::check_writable(&input)?;
+        let cast = crate::storage_types::needs_storage_cast(&input);
+        let schema = if cast {
+            Arc::new(crate::storage_types::storage_schema(&input))
+        } else {
+            input.clone()
+        };
         let mut props = opts.writer_properties();
         add_encoded_arrow_schema_to_metadata(&schema, &mut props);
         let parquet_schema = ArrowSchemaConverter::new()
@@ -166,7 +179,9 @@ impl<W: Write + Send> PartEncoder<W> {
         Ok(Self {
             writer,
             factory,
+            input,
             schema,
+            cast,
             row_group_rows: opts.row_group_size.unwrap_or(DEFAULT_ROW_GROUP_ROWS),
             pending: Vec::new(),
             pending_rows: 0,
@@ -180,21 +195,28 @@ impl<W: Write + Send> PartEncoder<W> {
 
     /// Append a batch. Each full row group is encoded and flushed to the sink.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let same_types = batch.num_columns() == self.schema.fields().len()
+        let same_types = batch.num_columns() == self.input.fields().len()
             && batch
                 .columns()
                 .iter()
-                .zip(self.schema.fields())
+                .zip(self.input.fields())
                 .all(|(c, f)| c.data_type() == f.data_type());
         if !same_types {
             return Err(Error::Arrow(arrow_schema::ArrowError::SchemaError(
                 format!(
                     "batch schema {:?} differs from the stream's {:?}",
                     batch.schema(),
-                    self.schema
+                    self.input
                 ),
             )));
         }
+        let stored;
+        let batch = if self.cast {
+            stored = crate::storage_types::to_storage(batch, &self.schema)?;
+            &stored
+        } else {
+            batch
+        };
         let mut offset = 0;
         while offset < batch.num_rows() {
             let take = (self.row_group_rows - self.pending_rows).min(batch.num_rows() - offset);
@@ -259,8 +281,9 @@ impl<W: Write + Send> PartEncoder<W> {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Task("column encoder panicked".into())))
+                    h.join().unwrap_or_else(|payload| {
+                        Err(encoder_panic(crate::error::panic_message(payload.as_ref())))
+                    })
                 })
                 .collect()
         });
@@ -293,18 +316,28 @@ impl<W: Write + Send> PartEncoder<W> {
     }
 }
 
-/// Encode `batches` as one Parquet file in memory.
+/// An encoder panic, reported as a data error (the input could not be encoded).
+pub fn encoder_panic(msg: String) -> Error {
+    Error::Arrow(arrow_schema::ArrowError::ComputeError(format!(
+        "the Parquet encoder failed on this data ({msg})"
+    )))
+}
+
+/// Encode `batches` as one Parquet file in memory. A panic in the encoder
+/// is contained and reported as a data error.
 pub fn encode_to_bytes(
     batches: &[RecordBatch],
     schema: SchemaRef,
     opts: &EncodeOptions,
 ) -> Result<(Bytes, PartSummary)> {
-    let mut enc = PartEncoder::new(Vec::new(), schema, opts)?;
-    for b in batches {
-        enc.write(b)?;
-    }
-    let (summary, buf) = enc.finish()?;
-    Ok((Bytes::from(buf), summary))
+    crate::error::contain(encoder_panic, || {
+        let mut enc = PartEncoder::new(Vec::new(), schema, opts)?;
+        for b in batches {
+            enc.write(b)?;
+        }
+        let (summary, buf) = enc.finish()?;
+        Ok((Bytes::from(buf), summary))
+    })
 }
 
 /// SHA-256 of a byte string, as lowercase hex.

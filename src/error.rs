@@ -21,6 +21,22 @@ pub enum Error {
     #[error("precondition failed (object changed concurrently): {path}")]
     Precondition { path: String },
 
+    /// Another writer holds the dataset key (its `_WRITING` claim exists).
+    #[error(
+        "a write to {key:?} is in progress{}, or a writer was killed before it finished; \
+         nothing was written. Pass overwrite=True to replace it, or delete_dataset({key:?}) \
+         once no writer runs",
+        since.as_deref().map(|s| format!(" (since {s})")).unwrap_or_default()
+    )]
+    WriteInProgress { key: String, since: Option<String> },
+
+    /// An `overwrite=True` write took the key from this writer mid-write.
+    #[error(
+        "another writer took over {key:?} (an overwrite) while this write ran; \
+         this write was not committed"
+    )]
+    ClaimLost { key: String },
+
     /// A key that is empty, escapes the root, or holds forbidden characters.
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath { path: String, reason: String },
@@ -40,6 +56,10 @@ pub enum Error {
     /// A part exists but is not a readable Parquet file, or fails its checksum.
     #[error("part {path:?} is corrupted: {reason}")]
     PartCorrupted { path: String, reason: String },
+
+    /// The input's Arrow type cannot be stored (refused before any I/O).
+    #[error("column {column:?} cannot be written: {reason}")]
+    UnsupportedType { column: String, reason: String },
 
     /// The store does not offer the operation (e.g. a URL scheme pds lacks).
     #[error("not supported: {0}")]
@@ -122,6 +142,32 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
         cur = src.source();
     }
     out
+}
+
+/// The message of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Run `f`, turning a panic into the error `on_panic` builds from its message.
+///
+/// Decoders and encoders run on bytes and types pds does not control; a
+/// panic inside them must reach the caller as a typed error, never unwind
+/// into Python or kill a runtime thread.
+pub fn contain<T>(
+    on_panic: impl FnOnce(String) -> Error,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => Err(on_panic(panic_message(payload.as_ref()))),
+    }
 }
 
 /// A display helper used in messages: `a, b, c`.

@@ -11,11 +11,13 @@ pub mod encode;
 pub mod error;
 pub mod filter;
 pub mod manifest;
+pub mod part_schema;
 pub mod parts;
 pub mod range_reader;
 pub mod runtime;
 pub mod scan;
 pub mod split;
+pub mod storage_types;
 pub mod store;
 
 #[cfg(feature = "python")]

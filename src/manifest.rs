@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// The largest row count a manifest may state (Arrow and Parquet count rows in i64).
+pub const MAX_ROWS: u64 = i64::MAX as u64;
+
 /// Per-part facts pds records (absent in manifests written by remote-store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartInfo {
@@ -65,20 +68,60 @@ impl Manifest {
             reason,
         };
         let m: Manifest = serde_json::from_slice(text).map_err(|e| corrupted(e.to_string()))?;
+        if m.parts.is_empty() {
+            return Err(corrupted(
+                "the manifest lists no parts (an empty dataset has one empty part)".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(m.parts.len());
         for part in &m.parts {
             if part.is_empty() || part.contains(['/', '\\', '\0']) || part == "." || part == ".." {
                 return Err(corrupted(format!(
                     "part name {part:?} is not a plain file name inside the dataset"
                 )));
             }
+            if !seen.insert(part.as_str()) {
+                return Err(corrupted(format!("part {part:?} is listed twice")));
+            }
+        }
+        if m.row_count > MAX_ROWS {
+            return Err(corrupted(format!(
+                "row_count {} is beyond any dataset (at most 2^63 - 1)",
+                m.row_count
+            )));
         }
         if let Some(info) = &m.part_info {
             let names: Vec<&str> = info.iter().map(|p| p.name.as_str()).collect();
             if names != m.parts.iter().map(String::as_str).collect::<Vec<_>>() {
                 return Err(corrupted("part_info does not list the same parts".into()));
             }
+            let sum = info
+                .iter()
+                .try_fold(0u64, |acc, p| acc.checked_add(p.row_count));
+            if sum != Some(m.row_count) {
+                return Err(corrupted(format!(
+                    "row_count is {}, but part_info's row counts add up to {}",
+                    m.row_count,
+                    sum.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string())
+                )));
+            }
         }
         Ok(m)
+    }
+
+    /// Fail with `ManifestCorrupted` unless the parts' footers hold
+    /// `row_count` rows in all.
+    pub fn check_rows(&self, footer_rows: u64, path: &str) -> Result<()> {
+        if footer_rows != self.row_count {
+            return Err(Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason: format!(
+                    "row_count is {}, but the parts hold {footer_rows} rows",
+                    self.row_count
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The Arrow schema recorded in the manifest, if any.
@@ -108,12 +151,26 @@ pub fn schema_to_ipc_base64(schema: &Schema) -> Result<String> {
 }
 
 /// The inverse of [`schema_to_ipc_base64`].
+///
+/// The text comes from a store, so it is untrusted: the flatbuffer is
+/// verified by the IPC reader, a panic while converting it is contained, and
+/// the schema must be usable (an empty batch of it can be built) before it
+/// is returned. Every failure is `InvalidArgument` with the reason.
 pub fn schema_from_ipc_base64(text: &str) -> Result<SchemaRef> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| Error::InvalidArgument(format!("bad base64: {e}")))?;
-    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(raw), None)?;
-    Ok(reader.schema())
+    crate::error::contain(
+        |msg| Error::InvalidArgument(format!("invalid Arrow IPC schema ({msg})")),
+        || {
+            let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(raw), None)
+                .map_err(|e| Error::InvalidArgument(format!("invalid Arrow IPC schema: {e}")))?;
+            let schema = reader.schema();
+            arrow_array::RecordBatch::new_empty(schema.clone());
+            crate::storage_types::check_readable(&schema)?;
+            Ok(schema)
+        },
+    )
 }
 
 /// The current UTC time as Python's `datetime.now(UTC).isoformat()` writes it.

@@ -88,8 +88,11 @@ impl EncodedParts {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Task("encoder thread panicked".into())))
+                    h.join().unwrap_or_else(|payload| {
+                        Err(crate::encode::encoder_panic(crate::error::panic_message(
+                            payload.as_ref(),
+                        )))
+                    })
                 })
                 .collect()
         });
@@ -129,13 +132,27 @@ pub fn decode_parts(
     std::thread::scope(|scope| {
         let handles: Vec<_> = parts
             .into_iter()
-            .map(|(name, data)| scope.spawn(move || crate::decode::decode_bytes(data, &name, opts)))
+            .map(|(name, data)| {
+                let fallback = name.clone();
+                (
+                    fallback,
+                    scope.spawn(move || crate::decode::decode_bytes(data, &name, opts)),
+                )
+            })
             .collect();
+        // decode_bytes contains decoder panics itself; this is the last line.
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::Task("decoder thread panicked".into())))
+            .map(|(name, h)| {
+                h.join().unwrap_or_else(|payload| {
+                    Err(Error::PartCorrupted {
+                        path: name,
+                        reason: format!(
+                            "the Parquet decoder failed on its bytes ({})",
+                            crate::error::panic_message(payload.as_ref())
+                        ),
+                    })
+                })
             })
             .collect()
     })

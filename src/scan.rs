@@ -16,7 +16,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::dataset::{child_key, open_dataset};
+use crate::dataset::{child_key, expected_schema, open_dataset, vanished};
 use crate::decode::{self, PartStream, ReadOptions};
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
@@ -28,6 +28,14 @@ const CHANNEL: usize = 4;
 pub struct DatasetStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch>>,
+}
+
+impl DatasetStream {
+    /// The next batch with its typed error (the `Iterator` impl wraps errors
+    /// in `ArrowError` for Arrow consumers). Blocks; call without the GIL.
+    pub fn next_result(&mut self) -> Option<Result<RecordBatch>> {
+        self.rx.blocking_recv()
+    }
 }
 
 impl Iterator for DatasetStream {
@@ -53,23 +61,41 @@ pub fn scan(
     opts: ReadOptions,
     parallelism: usize,
 ) -> Result<DatasetStream> {
-    let (first, rest) = crate::runtime::block_on({
+    let (first, rest, opts, rows) = crate::runtime::block_on({
         let store = store.clone();
-        let opts = opts.clone();
         async move {
             let (manifest, sizes) = open_dataset(&store, key, parallelism.max(1)).await?;
-            let mut parts = manifest.parts.iter().map(|p| child_key(key, p)).zip(sizes);
+            let expected = expected_schema(&store, key, &manifest).await?;
+            let opts = ReadOptions {
+                expected: Some(expected),
+                ..opts
+            };
+            let names: Vec<String> = manifest.parts.iter().map(|p| child_key(key, p)).collect();
+            let mut parts = names.into_iter().zip(sizes);
             let (first_key, first_size) = parts.next().ok_or_else(|| Error::ManifestCorrupted {
                 path: child_key(key, crate::dataset::MANIFEST),
                 reason: "the manifest lists no parts".into(),
             })?;
-            // The first part's footer gives the exact output schema (and checks
-            // the columns and filter) before the caller gets a reader.
-            let first = decode::open_part(&store, &first_key, first_size, &opts).await?;
-            Ok::<_, Error>((first, parts.collect::<Vec<_>>()))
+            // The first part's footer checks its schema, the columns and the
+            // filter before the caller gets a reader.
+            let first = decode::open_part(&store, &first_key, first_size, &opts)
+                .await
+                .map_err(vanished(key))?;
+            let rows = RowCheck {
+                dataset_key: key.to_string(),
+                manifest,
+            };
+            Ok::<_, Error>((first, parts.collect::<Vec<_>>(), opts, rows))
         }
     })??;
-    spawn(store, first, rest, opts, parallelism)
+    spawn(store, first, rest, opts, parallelism, Some(rows))
+}
+
+/// What the end of a dataset scan checks: that the parts' footers held the
+/// manifest's `row_count` rows.
+struct RowCheck {
+    dataset_key: String,
+    manifest: crate::manifest::Manifest,
 }
 
 /// Open a streaming read of the single part file at `key` (HEAD, footer,
@@ -83,7 +109,7 @@ pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Resul
             decode::open_part(&store, key, size, &opts).await
         }
     })??;
-    spawn(store, first, Vec::new(), opts, 1)
+    spawn(store, first, Vec::new(), opts, 1, None)
 }
 
 /// What the scan task streams: a part already open, or one still to open.
@@ -100,17 +126,28 @@ fn spawn(
     rest: Vec<(String, u64)>,
     opts: ReadOptions,
     parallelism: usize,
+    rows: Option<RowCheck>,
 ) -> Result<DatasetStream> {
     let runtime = crate::runtime::get()?;
     let schema = first.schema();
     let (tx, rx) = mpsc::channel(CHANNEL);
-    let task = stream_parts(store, first, rest, Arc::new(opts), parallelism, tx.clone());
+    let task = stream_parts(
+        store,
+        first,
+        rest,
+        Arc::new(opts),
+        parallelism,
+        rows,
+        tx.clone(),
+    );
     runtime.spawn(async move {
         // A panic in the decoder must reach the consumer as an error, never
         // as an early, silent end of the stream.
         if AssertUnwindSafe(task).catch_unwind().await.is_err() {
             let _ = tx
-                .send(Err(Error::Task("the scan task panicked".into())))
+                .send(Err(Error::Task(
+                    "the scan task failed unexpectedly (a pds bug; please report it)".into(),
+                )))
                 .await;
         }
     });
@@ -123,8 +160,13 @@ async fn stream_parts(
     rest: Vec<(String, u64)>,
     opts: Arc<ReadOptions>,
     parallelism: usize,
+    rows: Option<RowCheck>,
     tx: mpsc::Sender<Result<RecordBatch>>,
 ) {
+    let dataset_key = rows
+        .as_ref()
+        .map(|r| r.dataset_key.clone())
+        .unwrap_or_default();
     let sources = std::iter::once(Source::Open(Box::new(first)))
         .chain(rest.into_iter().map(|(k, s)| Source::Pending(k, s)));
     let mut opened = futures::stream::iter(sources)
@@ -141,19 +183,28 @@ async fn stream_parts(
             }
         })
         .buffered(parallelism.max(1));
+    let missing = vanished(&dataset_key);
+    let mut file_rows = 0u64;
     while let Some(part) = opened.next().await {
         let mut part = match part {
             Ok(p) => p,
             Err(e) => {
-                let _ = tx.send(Err(e)).await;
+                let _ = tx.send(Err(missing(e))).await;
                 return;
             }
         };
+        file_rows = file_rows.saturating_add(part.file_rows());
         while let Some(batch) = part.next_batch().await {
             let failed = batch.is_err();
-            if tx.send(batch).await.is_err() || failed {
+            if tx.send(batch.map_err(&missing)).await.is_err() || failed {
                 return; // The consumer went away, or the error was delivered.
             }
+        }
+    }
+    if let Some(check) = rows {
+        let path = child_key(&check.dataset_key, crate::dataset::MANIFEST);
+        if let Err(e) = check.manifest.check_rows(file_rows, &path) {
+            let _ = tx.send(Err(e)).await;
         }
     }
 }

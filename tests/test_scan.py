@@ -225,5 +225,5 @@ def test_scan_part_reports_a_corrupt_row_group_mid_stream(fast_store: Store) -> 
     fast_store.write("m/data.parquet", bytes(raw), overwrite=True)
     reader = pds._core.scan_part(fast_store.unwrap(pds._core.RustStore), "m/data.parquet", batch_size=500)
     assert reader.read_next_batch().num_rows == 500
-    with pytest.raises(pa.ArrowException, match=r"m/data\.parquet"):
+    with pytest.raises(pds.PartCorrupted, match=r"m/data\.parquet"):
         reader.read_all()

@@ -159,9 +159,17 @@ def scan_dataset(
     """Streaming read: checks first, then batches in part order with bounded memory."""
 
 def read_part(
-    store: RustStore, key: str, *, columns: Sequence[str] | None = None, filter: Sequence[Condition] | None = None
+    store: RustStore,
+    key: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: Sequence[Condition] | None = None,
+    schema: pa.Schema | None = None,
 ) -> pa.Table:
-    """One part file: a HEAD, the footer, then only the projected column chunks."""
+    """One part file: a HEAD, the footer, then only the projected column chunks.
+    With *schema* (the dataset's), a part whose footer schema differs raises
+    ``PartCorrupted`` before any data is decoded, and the table has exactly
+    that (projected) schema."""
 
 def scan_part(
     store: RustStore,
@@ -171,11 +179,13 @@ def scan_part(
     filter: Sequence[Condition] | None = None,
     batch_size: int | None = None,
     row_groups: Sequence[int] | None = None,
+    schema: pa.Schema | None = None,
 ) -> pa.RecordBatchReader:
     """One part file, streamed: HEAD, footer, columns and filter checked first;
     batches decoded in the background a few ahead of the consumer. *row_groups*
     (file order) restricts the read, within the filter's pruning; an index the
-    part lacks raises ValueError."""
+    part lacks raises ValueError. *schema* as for :func:`read_part`. Errors
+    mid-stream raise their pds class (``PartCorrupted``, ...) from the reader."""
 
 def part_row_groups(store: RustStore, key: str) -> list[int]:
     """Row count of each row group of a part (HEAD + footer). Raises remote_store.NotFound."""
@@ -189,8 +199,29 @@ def decode_parts(
     columns: Sequence[str] | None,
     checksums: Sequence[str] | None = None,
     filter: Sequence[Condition] | None = None,
-) -> pa.Table:
-    """Decode in-memory parts in parallel into one table."""
+    schema: pa.Schema | None = None,
+) -> tuple[pa.Table, int]:
+    """Decode in-memory parts in parallel into one table; also returns the rows
+    their footers hold (before any filter). Every part's schema is checked
+    against *schema* (else the first part's) first: ``PartCorrupted`` names a
+    part that differs. A decoder failure on damaged bytes is ``PartCorrupted``
+    too, never a crash."""
+
+def part_schema(data: bytes, name: str) -> pa.Schema:
+    """The Arrow schema in a Parquet file's footer. ``PartCorrupted`` naming *name* if unreadable."""
+
+def check_schema(schema: pa.Schema) -> None:
+    """Raise ``TypeError``, naming the column, for a type pds cannot store
+    exactly (unions, run-end encoding, list views, empty structs, no columns)."""
+
+def schema_from_ipc(text: str) -> pa.Schema:
+    """Parse a base64 Arrow IPC schema safely; ``ValueError`` with the reason if invalid."""
+
+class BatchStream(Iterator[pa.RecordBatch]):
+    """Batches of a streamed read, each waited for with the GIL released."""
+
+    def __iter__(self) -> BatchStream: ...
+    def __next__(self) -> pa.RecordBatch: ...
 
 def codecs() -> list[str]:
     """Codec names accepted for ``compression``."""

@@ -17,7 +17,9 @@ reader that checks ``_SUCCESS`` never sees a partial dataset.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -33,9 +35,11 @@ from pds.backend import native_handle
 from pds.errors import (
     AlreadyExists,
     CapabilityNotSupported,
+    DataError,
     DatasetIncomplete,
     InvalidPath,
     ManifestCorrupted,
+    NotFound,
 )
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
 
@@ -43,6 +47,8 @@ __all__ = ["ParquetDatasetStore"]
 
 _MANIFEST = "manifest.json"
 _SUCCESS = "_SUCCESS"
+_WRITING = "_WRITING"
+"""The claim of the writer that holds the key (see ``_Claim``)."""
 _ACCEPTED = (
     "a pyarrow.Table, pyarrow.RecordBatch, pyarrow.RecordBatchReader, or any object "
     "with __arrow_c_stream__ (polars.DataFrame, duckdb relations, ...)"
@@ -53,37 +59,121 @@ def _parallelism() -> int:
     return max(2, os.cpu_count() or 2)
 
 
+_MAX_KEY_BYTES = 1024
+"""The longest key pds accepts, in UTF-8 bytes (S3's limit)."""
+_MAX_ROWS = 2**63 - 1
+
+
 def _check_key(key: object) -> str:
-    """Validate a dataset key before any I/O (remote-store's rules)."""
+    """Validate a dataset key before any I/O (remote-store's rules, plus UTF-8 and length)."""
     if not isinstance(key, str):
         raise TypeError(f"dataset key must be a str, got {type(key).__name__}")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidPath("dataset key is not valid Unicode (it holds a lone surrogate)", path=key) from None
+    if size > _MAX_KEY_BYTES:
+        raise InvalidPath(f"dataset key is {size} bytes long; at most {_MAX_KEY_BYTES} are allowed", path=key)
     RemotePath(key)  # raises InvalidPath for '..', NUL, empty
     if key.strip("/") in ("", "."):
         raise InvalidPath("dataset key must not be the store root", path=key)
     return key
 
 
+def _normal_key(key: str) -> str:
+    """The key as the store names it (``/abs//x/`` is ``abs/x``), recorded in the manifest."""
+    return str(RemotePath(key))
+
+
 def _check_rows(value: object, name: str) -> int | None:
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_ROWS:
+        raise ValueError(f"{name} must be an int from 1 to 2**63 - 1, or None; got {value!r}")
     return value
 
 
-def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None]:
-    """The input as something Rust can stream, its schema, and its row count if known.
+def _check_fields(schema: pa.Schema) -> None:
+    """Refuse, before any I/O, what pds cannot store exactly.
+
+    A NUL in a column name cannot cross the Arrow C interface (names are C
+    strings), so it would be cut short; the Rust check names every Arrow type
+    the Parquet encoder cannot write or read back as the same type.
+    """
+
+    def names(field: pa.Field) -> Iterator[str]:
+        yield field.name
+        t = field.type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                yield from names(t.field(i))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            yield from names(t.value_field)
+        elif pa.types.is_map(t):
+            yield from names(t.key_field)
+            yield from names(t.item_field)
+
+    for field in schema:
+        for name in names(field):
+            if "\x00" in name:
+                raise ValueError(f"column name {name!r} holds a NUL character, which Arrow's C interface cannot carry")
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"column name {name!r} is not valid Unicode (a lone surrogate)") from None
+    _core.check_schema(schema)
+
+
+class _InputGuard:
+    """Wraps a streamed input: checks each batch against the declared schema,
+    and remembers an exception that is not an error (``KeyboardInterrupt``,
+    ``SystemExit``) so that it reaches the caller as itself."""
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self._reader = reader
+        self.interrupt: BaseException | None = None
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        schema = self._reader.schema
+        try:
+            for index, batch in enumerate(self._reader):
+                if not batch.schema.equals(schema):
+                    raise DataError(
+                        f"batch {index} of the input has schema {batch.schema} but the stream declares {schema}"
+                    )
+                yield batch
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.interrupt = exc
+            raise
+
+    def reraise(self) -> None:
+        if self.interrupt is not None:
+            raise self.interrupt
+
+
+def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None, _InputGuard | None]:
+    """The input as something Rust can stream, its schema, its row count if
+    known, and the guard of a streamed input.
 
     Nothing is copied: Tables and readers pass through the Arrow C stream.
     """
     if isinstance(data, pa.Table):
-        return data, data.schema, data.num_rows
+        return data, data.schema, data.num_rows, None
     if isinstance(data, pa.RecordBatch):
         table = pa.Table.from_batches([data])
-        return table, table.schema, table.num_rows
+        return table, table.schema, table.num_rows, None
+    if isinstance(data, pa.Array | pa.ChunkedArray):
+        raise TypeError(
+            f"write_dataset expects {_ACCEPTED}; got a {type(data).__name__} (one column): "
+            "wrap it in a table, e.g. pa.table({'name': data})"
+        )
     if hasattr(data, "__arrow_c_stream__"):
-        reader = pa.RecordBatchReader.from_stream(data)
-        return reader, reader.schema, None
+        try:
+            reader = pa.RecordBatchReader.from_stream(data)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise TypeError(f"write_dataset expects a stream of record batches: {exc}") from exc
+        guard = _InputGuard(reader)
+        return pa.RecordBatchReader.from_batches(reader.schema, guard.batches()), reader.schema, None, guard
     raise TypeError(f"write_dataset expects {_ACCEPTED}; got {type(data).__module__}.{type(data).__qualname__}")
 
 
@@ -154,15 +244,27 @@ def _check_batch_size(value: object) -> int | None:
     return _check_rows(value, "batch_size")
 
 
+def _check_text(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} is not valid Unicode (it holds a lone surrogate)") from None
+
+
 def _check_metadata(run_id: object, metadata: object) -> dict[str, str] | None:
     if run_id is not None and not isinstance(run_id, str):
         raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
+    if run_id is not None:
+        _check_text(run_id, "run_id")
     if metadata is None:
         return None
     if not isinstance(metadata, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise TypeError("metadata must be a dict[str, str] or None")
+    for k, v in metadata.items():
+        _check_text(k, "metadata key")
+        _check_text(v, f"metadata value of {k!r}")
     return dict(metadata)
 
 
@@ -265,7 +367,8 @@ class ParquetDatasetStore:
         two small PUTs.
         """
         key = _check_key(key)
-        data, schema, total_rows = _arrow_input(table)
+        data, schema, total_rows, guard = _arrow_input(table)
+        _check_fields(schema)
         meta = _check_metadata(run_id, metadata)
         if not self._store.supports(Capability.ATOMIC_WRITE):
             raise CapabilityNotSupported(
@@ -281,30 +384,40 @@ class ParquetDatasetStore:
                     capability=Capability.DELETE.value,
                 )
             location = self._store.native_path(key)  # validates the key before I/O
-            if self.dataset_exists(key):
-                self.delete_dataset(key)
+            self._clear(key)
         else:
             location = self._store.native_path(key)
             if self.dataset_exists(key):
                 raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
 
-        if self._native is not None:
-            text = _core.write_dataset(
-                self._native,
-                location,
-                data,
-                dataset_key=key,
-                compression=self._compression,
-                row_group_size=self._row_group_size,
-                max_rows_per_file=self._max_rows_per_file,
-                schema_hash=schema_hash(schema),
-                run_id=run_id,
-                metadata=meta,
-                total_rows=total_rows,
-                parallelism=_parallelism(),
-            )
-            return DatasetManifest.from_json(text)
-        return self._write_portable(data, schema, key, run_id, meta)
+        try:
+            if self._native is not None:
+                text = _core.write_dataset(
+                    self._native,
+                    location,
+                    data,
+                    dataset_key=_normal_key(key),
+                    compression=self._compression,
+                    row_group_size=self._row_group_size,
+                    max_rows_per_file=self._max_rows_per_file,
+                    schema_hash=schema_hash(schema),
+                    run_id=run_id,
+                    metadata=meta,
+                    total_rows=total_rows,
+                    parallelism=_parallelism(),
+                )
+                return DatasetManifest.from_json(text)
+            return self._write_portable(data, schema, key, run_id, meta)
+        except BaseException:
+            if guard is not None:
+                guard.reraise()
+            raise
+
+    def _clear(self, key: str) -> None:
+        """Delete whatever is under *key* (an ``overwrite=True`` write), tolerating a concurrent delete."""
+        with contextlib.suppress(NotFound):
+            if self._store.exists(key) or self._store.is_folder(key):
+                self.delete_dataset(key)
 
     def _write_portable(
         self,
@@ -314,42 +427,55 @@ class ParquetDatasetStore:
         run_id: str | None,
         metadata: dict[str, str] | None,
     ) -> DatasetManifest:
-        parts = _core.EncodedParts(
-            data,
-            compression=self._compression,
-            row_group_size=self._row_group_size,
-            max_rows_per_file=self._max_rows_per_file,
-            parallelism=_parallelism(),
-        )
+        claim = _Claim.take(self._store, key)
         written: list[PartInfo] = []
+        committed = False
         try:
+            if self._store.exists(f"{key}/{_SUCCESS}"):
+                raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
+            parts = _core.EncodedParts(
+                data,
+                compression=self._compression,
+                row_group_size=self._row_group_size,
+                max_rows_per_file=self._max_rows_per_file,
+                parallelism=_parallelism(),
+            )
             for index, (payload, rows, size, sha, last) in enumerate(parts):
+                if index > 0:
+                    claim.check()
                 name = "data.parquet" if index == 0 and last else f"part-{index:05d}.parquet"
                 self._store.write_atomic(f"{key}/{name}", payload, overwrite=True)
                 written.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha))
-        except BaseException:
-            self._remove_parts(key, written)
+            manifest = DatasetManifest(
+                dataset_key=_normal_key(key),
+                parts=[p.name for p in written],
+                row_count=sum(p.row_count for p in written),
+                schema_hash=schema_hash(schema),
+                compression=self._compression,
+                created_at_utc=_now_iso(),
+                run_id=run_id,
+                metadata=metadata,
+                arrow_schema=schema_to_ipc(schema),
+                part_info=written,
+            )
+            claim.check()
+            self._store.write_atomic(f"{key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
+            self._store.write_atomic(f"{key}/{_SUCCESS}", b"", overwrite=False)
+            committed = True
+            return manifest
+        except BaseException as exc:
+            if not committed and not isinstance(exc, _ClaimLost):
+                self._remove_parts(key, written)
+            if isinstance(exc, _ClaimLost):
+                raise AlreadyExists(str(exc), path=key) from None
             raise
-        manifest = DatasetManifest(
-            dataset_key=key,
-            parts=[p.name for p in written],
-            row_count=sum(p.row_count for p in written),
-            schema_hash=schema_hash(schema),
-            compression=self._compression,
-            created_at_utc=_now_iso(),
-            run_id=run_id,
-            metadata=metadata,
-            arrow_schema=schema_to_ipc(schema),
-            part_info=written,
-        )
-        self._store.write_atomic(f"{key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
-        self._store.write_atomic(f"{key}/{_SUCCESS}", b"", overwrite=True)
-        return manifest
+        finally:
+            claim.release()
 
     def _remove_parts(self, key: str, parts: list[PartInfo]) -> None:
         if not self._store.supports(Capability.DELETE):
             return
-        for p in parts:
+        for p in [*parts, PartInfo(_MANIFEST, 0, 0, "")]:
             # Best effort: the error that stopped the write is the one to report.
             with contextlib.suppress(Exception):
                 self._store.delete(f"{key}/{p.name}", missing_ok=True)
@@ -387,9 +513,11 @@ class ParquetDatasetStore:
             TypeError: *columns* is not a list of str.
             DatasetIncomplete: ``_SUCCESS`` or a listed part is missing.
             NotFound: ``manifest.json`` is missing.
-            ManifestCorrupted: the manifest is invalid, or *verify* is set and
-                the manifest has no checksums (one written by remote-store).
-            PartCorrupted: a part is truncated, not Parquet, or fails *verify*.
+            ManifestCorrupted: the manifest is invalid, its ``row_count``
+                disagrees with the parts, or *verify* is set and the manifest
+                has no checksums (one written by remote-store).
+            PartCorrupted: a part is truncated, not Parquet, has another
+                schema than the manifest records, or fails *verify*.
             ValueError: a column the dataset does not have.
         """
         key = _check_key(key)
@@ -436,9 +564,12 @@ class ParquetDatasetStore:
                 on other stores, a part's row groups as decoded).
 
         Raises:
-            The errors of :meth:`read_dataset`. A part that turns out corrupt
-            mid-stream raises a ``pyarrow.ArrowException`` naming it from the
-            reader.
+            The errors of :meth:`read_dataset`, before the reader is returned
+            or, for what only shows while a part is decoded, from the reader
+            itself: ``PartCorrupted`` (naming the part), ``DatasetIncomplete``
+            (a part vanished mid-read), ``ManifestCorrupted`` (the parts hold
+            another number of rows than the manifest says), as the same
+            classes, so ``except pds.PartCorrupted`` works around the loop.
         """
         key = _check_key(key)
         cols = _check_columns(columns)
@@ -466,13 +597,15 @@ class ParquetDatasetStore:
         """Checks shared by the portable readers; returns the manifest and checksums."""
         self._store.native_path(key)  # validate before I/O
         if not self._store.exists(f"{key}/{_SUCCESS}"):
-            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: _SUCCESS marker missing", path=key)
+            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: {self._absent_reason(key)}", path=key)
         manifest = self.read_manifest(key)
         with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
             present = list(pool.map(lambda p: self._store.exists(f"{key}/{p}"), manifest.parts))
         missing = [p for p, ok in zip(manifest.parts, present, strict=True) if not ok]
         if missing:
-            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: missing parts {missing}", path=key)
+            raise DatasetIncomplete(
+                f"Dataset at {key!r} is incomplete: {_missing_parts(missing, len(manifest.parts))}", path=key
+            )
         schema = manifest.schema()
         if schema is not None and columns is not None:
             unknown = [c for c in columns if c not in schema.names]
@@ -488,33 +621,69 @@ class ParquetDatasetStore:
             )
         return manifest, [p.sha256 for p in manifest.part_info]
 
+    def _absent_reason(self, key: str) -> str:
+        if not self._store.exists(key):
+            return "no dataset: nothing is stored under this key"
+        return (
+            "_SUCCESS marker missing: the dataset was never committed (a write is in progress, failed, or was killed)"
+        )
+
+    def _read_part_bytes(self, key: str, part: str) -> bytes:
+        """A part's bytes; a part that vanished after the existence check makes the dataset incomplete."""
+        try:
+            data: bytes = self._store.read_bytes(f"{key}/{part}")
+        except NotFound:
+            raise DatasetIncomplete(
+                f"Dataset at {key!r} is incomplete: part {part!r} disappeared while it was being read", path=key
+            ) from None
+        return data
+
+    def _expected_schema(self, key: str, manifest: DatasetManifest, first: bytes | None = None) -> pa.Schema:
+        """Every part's schema must be this: the manifest's, or the first part's footer's."""
+        schema = manifest.schema()
+        if schema is not None:
+            return schema
+        data = first if first is not None else self._read_part_bytes(key, manifest.parts[0])
+        footer: pa.Schema = _core.part_schema(data, f"{key}/{manifest.parts[0]}")
+        return footer
+
     def _read_portable(
         self, key: str, columns: list[str] | None, verify: bool, conditions: _Conditions | None
     ) -> pa.Table:
         manifest, checksums = self._open_portable(key, columns, verify)
         with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
-            payloads = list(pool.map(lambda p: self._store.read_bytes(f"{key}/{p}"), manifest.parts))
+            payloads = list(pool.map(lambda p: self._read_part_bytes(key, p), manifest.parts))
         named = [(f"{key}/{p}", b) for p, b in zip(manifest.parts, payloads, strict=True)]
-        table: pa.Table = _core.decode_parts(named, columns=columns, checksums=checksums, filter=conditions)
+        schema = self._expected_schema(key, manifest, payloads[0])
+        table, rows = _core.decode_parts(named, columns=columns, checksums=checksums, filter=conditions, schema=schema)
+        _check_row_count(manifest, rows, key)
         return table
 
     def _scan_portable(
         self, key: str, columns: list[str] | None, conditions: _Conditions | None, batch_size: int | None
     ) -> pa.RecordBatchReader:
         manifest, _ = self._open_portable(key, columns, verify=False)
-        first = self._decode_part(key, manifest.parts[0], columns, conditions)
+        data = self._read_part_bytes(key, manifest.parts[0])
+        schema = self._expected_schema(key, manifest, data)
+        first, first_rows = _core.decode_parts(
+            [(f"{key}/{manifest.parts[0]}", data)], columns=columns, filter=conditions, schema=schema
+        )
 
         def batches() -> Iterator[pa.RecordBatch]:
+            rows = first_rows
             yield from first.to_batches(max_chunksize=batch_size)
             for part in manifest.parts[1:]:
-                yield from self._decode_part(key, part, columns, conditions).to_batches(max_chunksize=batch_size)
+                table, part_rows = _core.decode_parts(
+                    [(f"{key}/{part}", self._read_part_bytes(key, part))],
+                    columns=columns,
+                    filter=conditions,
+                    schema=schema,
+                )
+                rows += part_rows
+                yield from table.to_batches(max_chunksize=batch_size)
+            _check_row_count(manifest, rows, key)
 
         return pa.RecordBatchReader.from_batches(first.schema, batches())
-
-    def _decode_part(self, key: str, part: str, columns: list[str] | None, conditions: _Conditions | None) -> pa.Table:
-        data = self._store.read_bytes(f"{key}/{part}")
-        table: pa.Table = _core.decode_parts([(f"{key}/{part}", data)], columns=columns, filter=conditions)
-        return table
 
     def read_manifest(self, key: str) -> DatasetManifest:
         """Read and parse ``{key}/manifest.json`` (PDS-012).
@@ -596,5 +765,63 @@ def _filtered(
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+def _missing_parts(missing: list[str], total: int, named: int = 5) -> str:
+    """``missing N of M parts: 'a', 'b' and K more``: short, however many are missing."""
+    shown = ", ".join(repr(p) for p in missing[:named])
+    more = f" and {len(missing) - named} more" if len(missing) > named else ""
+    return f"missing {len(missing)} of {total} parts: {shown}{more}"
+
+
+def _check_row_count(manifest: DatasetManifest, rows: int, key: str) -> None:
+    """The parts' footers must hold the manifest's ``row_count`` rows in all."""
+    if rows != manifest.row_count:
+        reason = f"row_count is {manifest.row_count}, but the parts hold {rows} rows"
+        raise ManifestCorrupted(f"Manifest of {key!r} is corrupted: {reason}", path=f"{key}/{_MANIFEST}", reason=reason)
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
+
+
+class _ClaimLost(Exception):
+    """Another writer took the key over (an overwrite) while this one wrote."""
+
+
+class _Claim:
+    """A writer's hold on a dataset key on the portable path: ``_WRITING``,
+    created with the Store's create-only write (see the Rust ``dataset``
+    module docs for the protocol). Exactly one of several racing writers wins
+    where that write is atomic (pds's own backend, remote-store's
+    ``MemoryBackend``); remote-store's ``LocalBackend`` checks, then writes."""
+
+    def __init__(self, store: Store, key: str, token: bytes) -> None:
+        self._store, self._key, self._path, self._token = store, key, f"{key}/{_WRITING}", token
+
+    @classmethod
+    def take(cls, store: Store, key: str) -> _Claim:
+        token = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "started_at": _now_iso()}).encode()
+        try:
+            store.write(f"{key}/{_WRITING}", token, overwrite=False)
+        except AlreadyExists:
+            raise AlreadyExists(
+                f"a write to {key!r} is in progress, or a writer was killed before it finished; nothing was "
+                f"written. Pass overwrite=True to replace it, or delete_dataset({key!r}) once no writer runs",
+                path=key,
+            ) from None
+        return cls(store, key, token)
+
+    def check(self) -> None:
+        try:
+            held = self._store.read_bytes(self._path) == self._token
+        except NotFound:
+            held = False
+        if not held:
+            raise _ClaimLost(
+                f"another writer took over {self._key!r} (an overwrite) while this write ran; "
+                "this write was not committed"
+            )
+
+    def release(self) -> None:
+        with contextlib.suppress(Exception):
+            self.check()
+            self._store.delete(self._path, missing_ok=True)

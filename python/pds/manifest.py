@@ -42,8 +42,16 @@ def schema_to_ipc(schema: pa.Schema) -> str:
 
 
 def schema_from_ipc(text: str) -> pa.Schema:
-    """Inverse of :func:`schema_to_ipc`."""
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    """Inverse of :func:`schema_to_ipc`.
+
+    The text is parsed in Rust, which verifies the flatbuffer and contains
+    any failure, so a damaged or hostile schema raises ``ValueError`` with
+    the reason, never a crash.
+    """
+    from pds import _core
+
+    schema: pa.Schema = _core.schema_from_ipc(text)
+    return schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +62,9 @@ class PartInfo:
     row_count: int
     size_bytes: int
     sha256: str
+
+
+_MAX_ROWS = 2**63 - 1
 
 
 def _corrupted(message: str) -> ManifestCorrupted:
@@ -76,8 +87,10 @@ def _parse_part_info(raw: object, parts: list[str]) -> list[PartInfo]:
             isinstance(name, str)
             and isinstance(rows, int)
             and _is_int(rows)
+            and 0 <= rows <= _MAX_ROWS
             and isinstance(size, int)
             and _is_int(size)
+            and size >= 0
             and isinstance(sha, str)
         ):
             raise _corrupted("Entries of 'part_info' need name: str, row_count: int, size_bytes: int, sha256: str")
@@ -116,11 +129,20 @@ class DatasetManifest(_RemoteStoreManifest):
             ManifestCorrupted: invalid JSON, a missing or mistyped field, a part
                 name that is not a plain file name, or unreadable pds keys.
         """
-        base = _RemoteStoreManifest.from_json(text)
-        data: dict[str, Any] = json.loads(text)
+        try:
+            base = _RemoteStoreManifest.from_json(text)
+            data: dict[str, Any] = json.loads(text)
+        except RecursionError:
+            raise _corrupted("Manifest JSON is nested too deeply") from None
+        if not base.parts:
+            raise _corrupted("Manifest lists no parts (an empty dataset has one empty part)")
+        if len(set(base.parts)) != len(base.parts):
+            raise _corrupted("Manifest lists a part twice")
         for part in base.parts:
             if not part or part in (".", "..") or any(c in part for c in "/\\\0"):
                 raise _corrupted(f"Part name {part!r} is not a plain file name inside the dataset")
+        if not 0 <= base.row_count <= _MAX_ROWS:
+            raise _corrupted(f"Field 'row_count' is {base.row_count}; it must be from 0 to 2**63 - 1")
         arrow_schema = data.get("arrow_schema")
         if arrow_schema is not None:
             if not isinstance(arrow_schema, str):
@@ -131,6 +153,11 @@ class DatasetManifest(_RemoteStoreManifest):
                 raise _corrupted(f"Field 'arrow_schema' is not a base64 Arrow IPC schema: {exc}") from exc
         raw_info = data.get("part_info")
         part_info = None if raw_info is None else _parse_part_info(raw_info, base.parts)
+        if part_info is not None and sum(p.row_count for p in part_info) != base.row_count:
+            raise _corrupted(
+                f"Field 'row_count' is {base.row_count}, but 'part_info' row counts add up to "
+                f"{sum(p.row_count for p in part_info)}"
+            )
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(_RemoteStoreManifest)}
         return cls(**fields, arrow_schema=arrow_schema, part_info=part_info)
 

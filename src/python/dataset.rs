@@ -45,6 +45,7 @@ pub fn read_options(
         batch_size,
         predicate,
         row_groups: None,
+        expected: None,
     })
 }
 
@@ -150,16 +151,18 @@ pub fn read_dataset<'py>(
 
 /// Read one part file (footer, then only the projected column chunks).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns = None, filter = None))]
+#[pyo3(signature = (store, key, *, columns = None, filter = None, schema = None))]
 pub fn read_part<'py>(
     py: Python<'py>,
     store: &PyRustStore,
     key: &str,
     columns: Option<Vec<String>>,
     filter: Option<FilterArg>,
+    schema: Option<PySchema>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let opts = read_options(columns, filter, None)?;
+    let mut opts = read_options(columns, filter, None)?;
+    opts.expected = schema.map(|s| s.into_inner());
     let decoded = super::run(py, async move {
         let size = handle.head(key).await?.size;
         crate::decode::read_part(&handle, key, size, &opts).await
@@ -190,7 +193,8 @@ pub fn scan_dataset<'py>(
 /// the background, a few ahead of the consumer. `row_groups` restricts the
 /// read to those row groups (file order), within the filter's pruning.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns = None, filter = None, batch_size = None, row_groups = None))]
+#[pyo3(signature = (store, key, *, columns = None, filter = None, batch_size = None, row_groups = None, schema = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn scan_part<'py>(
     py: Python<'py>,
     store: &PyRustStore,
@@ -199,10 +203,12 @@ pub fn scan_part<'py>(
     filter: Option<FilterArg>,
     batch_size: Option<usize>,
     row_groups: Option<Vec<usize>>,
+    schema: Option<PySchema>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let mut opts = read_options(columns, filter, batch_size)?;
     opts.row_groups = row_groups;
+    opts.expected = schema.map(|s| s.into_inner());
     stream_to_py(py, || crate::scan::scan_part(handle, key, opts))
 }
 
@@ -215,13 +221,16 @@ pub fn part_row_groups(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResu
     })
 }
 
-/// Open a scan with the GIL released; hand it to Python as a `RecordBatchReader`.
+/// Open a scan with the GIL released; hand it to Python as a
+/// `pyarrow.RecordBatchReader` over a [`super::stream::PyBatchStream`], so
+/// that an error mid-stream arrives as its documented exception class
+/// (`PartCorrupted`, `DatasetIncomplete`, ...), not as a generic Arrow error.
 fn stream_to_py<'py>(
     py: Python<'py>,
     open: impl FnOnce() -> crate::error::Result<DatasetStream> + Send,
 ) -> PyResult<Bound<'py, PyAny>> {
     let stream = py.detach(open).py_err()?;
-    PyRecordBatchReader::new(Box::new(stream)).into_pyarrow(py)
+    super::stream::into_reader(py, stream)
 }
 
 /// The dataset's Arrow schema, from the manifest alone when it records one.
@@ -233,5 +242,20 @@ pub fn read_schema<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let schema = py.detach(|| dataset::read_schema(handle, key)).py_err()?;
+    PySchema::new(schema).into_pyarrow(py)
+}
+
+/// Fail with `TypeError`, naming the column, if pds cannot store `schema`
+/// (unions, run-end encoding, list views, ...). No I/O.
+#[pyfunction]
+pub fn check_schema(schema: PySchema) -> PyResult<()> {
+    crate::storage_types::check_writable(&schema.into_inner()).py_err()
+}
+
+/// Parse a base64 Arrow IPC schema (as manifests store it), safely: a
+/// malformed or hostile one raises `ValueError` with the reason.
+#[pyfunction]
+pub fn schema_from_ipc<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    let schema = crate::manifest::schema_from_ipc_base64(text).py_err()?;
     PySchema::new(schema).into_pyarrow(py)
 }

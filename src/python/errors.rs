@@ -4,7 +4,7 @@
 //! `except remote_store.NotFound` works on every path; the rest come from
 //! `pds.errors` and subclass `remote_store.RemoteStoreError`.
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -40,7 +40,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::NotFound { path } => {
                 raise(py, "remote_store", "NotFound", msg, &[("path", path)])
             }
-            Error::AlreadyExists { path } => {
+            Error::AlreadyExists { path }
+            | Error::WriteInProgress { key: path, .. }
+            | Error::ClaimLost { key: path } => {
                 raise(py, "remote_store", "AlreadyExists", msg, &[("path", path)])
             }
             Error::InvalidPath { path, .. } => {
@@ -54,6 +56,7 @@ pub fn to_py(err: Error) -> PyErr {
                 &[("path", path)],
             ),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
+            Error::UnsupportedType { .. } => PyTypeError::new_err(msg),
             Error::DatasetIncomplete { key, .. } => {
                 raise(py, "pds.errors", "DatasetIncomplete", msg, &[("path", key)])
             }

@@ -5,6 +5,7 @@ mod dataset;
 mod errors;
 mod parts;
 mod store;
+mod stream;
 
 use std::future::Future;
 
@@ -29,6 +30,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyObjectMeta>()?;
     m.add_class::<store::PyPutResult>()?;
     m.add_class::<parts::PyEncodedParts>()?;
+    m.add_class::<stream::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(dataset::write_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::write_parts, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_dataset, m)?)?;
@@ -39,5 +41,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::part_row_groups, m)?)?;
     m.add_function(wrap_pyfunction!(parts::decode_parts, m)?)?;
     m.add_function(wrap_pyfunction!(parts::codecs, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::part_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::check_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     Ok(())
 }

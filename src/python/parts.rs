@@ -8,7 +8,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
-use pyo3_arrow::{PyRecordBatchReader, PyTable};
+use pyo3_arrow::{PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
 use crate::encode::{EncodeOptions, CODECS};
@@ -72,20 +72,32 @@ impl PyEncodedParts {
 
 /// Decode `(name, bytes)` parts in parallel into one `pyarrow.Table`.
 /// `checksums`, if given, are verified first (SHA-256 hex per part).
+///
+/// Every part's footer schema is checked against `schema` (the dataset's,
+/// from its manifest), or against the first part's when `schema` is `None`,
+/// before any data is decoded. Returns the table and the rows the parts'
+/// footers hold in all (before any filter).
 #[pyfunction]
-#[pyo3(signature = (parts, *, columns, checksums = None, filter = None))]
+#[pyo3(signature = (parts, *, columns, checksums = None, filter = None, schema = None))]
 pub fn decode_parts<'py>(
     py: Python<'py>,
     parts: Vec<(String, PyBackedBytes)>,
     columns: Option<Vec<String>>,
     checksums: Option<Vec<String>>,
     filter: Option<super::dataset::FilterArg>,
-) -> PyResult<Bound<'py, PyAny>> {
+    schema: Option<PySchema>,
+) -> PyResult<(Bound<'py, PyAny>, u64)> {
     let parts: Vec<(String, Bytes)> = parts
         .into_iter()
         .map(|(n, b)| (n, Bytes::from_owner(b)))
         .collect();
-    let opts = super::dataset::read_options(columns, filter, None)?;
+    if parts.is_empty() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "decode_parts needs at least one part",
+        ));
+    }
+    let mut opts = super::dataset::read_options(columns, filter, None)?;
+    let expected = schema.map(|s| s.into_inner());
     let decoded = py
         .detach(|| {
             if let Some(sums) = &checksums {
@@ -93,19 +105,32 @@ pub fn decode_parts<'py>(
                     crate::dataset::verify_bytes(data, name, sum)?;
                 }
             }
+            opts.expected = Some(match expected {
+                Some(s) => s,
+                None => crate::decode::bytes_schema(&parts[0].1, &parts[0].0)?,
+            });
             crate::parts::decode_parts(parts, &opts)
         })
         .py_err()?;
-    let schema = match decoded.first() {
-        Some(d) => d.schema.clone(),
-        None => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "decode_parts needs at least one part",
-            ))
-        }
-    };
+    let schema = decoded[0].schema.clone();
+    let rows = decoded.iter().map(|d| d.file_rows).sum();
     let batches = decoded.into_iter().flat_map(|d| d.batches).collect();
-    PyTable::try_new(batches, schema)?.into_pyarrow(py)
+    Ok((PyTable::try_new(batches, schema)?.into_pyarrow(py)?, rows))
+}
+
+/// The Arrow schema of the Parquet file `data` (its footer), without
+/// decoding any data. `PartCorrupted` naming `name` if it is unreadable.
+#[pyfunction]
+pub fn part_schema<'py>(
+    py: Python<'py>,
+    data: PyBackedBytes,
+    name: String,
+) -> PyResult<Bound<'py, PyAny>> {
+    let data = Bytes::from_owner(data);
+    let schema = py
+        .detach(|| crate::decode::bytes_schema(&data, &name))
+        .py_err()?;
+    PySchema::new(schema).into_pyarrow(py)
 }
 
 /// The compression codec names pds accepts.

@@ -9,6 +9,12 @@ use object_store::path::{Path, PathPart};
 
 use crate::error::{Error, Result};
 
+/// The longest key accepted, in UTF-8 bytes (S3's limit, applied everywhere
+/// so that a dataset can move between stores).
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The longest name a local filesystem holds (ext4, xfs, APFS, NTFS).
+pub const MAX_LOCAL_NAME_BYTES: usize = 255;
+
 /// Validate `key` and return its normalised segments.
 ///
 /// An empty key (after normalisation) is the store root and yields no segments.
@@ -19,6 +25,12 @@ pub fn segments(key: &str) -> Result<Vec<String>> {
     };
     if key.contains('\0') {
         return Err(invalid("contains a NUL byte"));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(invalid(&format!(
+            "is {} bytes long; keys hold at most {MAX_KEY_BYTES} (S3's limit)",
+            key.len()
+        )));
     }
     if key.chars().any(|c| c.is_control()) {
         return Err(invalid("contains a control character"));
@@ -46,24 +58,41 @@ pub fn object_segments(key: &str) -> Result<Vec<String>> {
     Ok(segs)
 }
 
-/// Refuse an object name that a local filesystem store cannot hold:
-/// object_store's `LocalFileSystem` reserves file names ending in `#<digits>`
-/// for its in-progress writes.
+/// Refuse a key that a local filesystem store cannot hold, in any of its
+/// segments (a folder name too, or the objects below it could be written
+/// but never listed or deleted): object_store's `LocalFileSystem` reserves
+/// names ending in `#<digits>` for its in-progress writes, and filesystems
+/// cap a name at 255 bytes.
 pub fn check_local_name(key: &str, segments: &[String]) -> Result<()> {
-    let Some(name) = segments.last() else {
-        return Ok(());
-    };
-    if let Some((_, suffix)) = name.rsplit_once('#') {
-        if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) {
+    for name in segments {
+        if is_staging_name(name) {
             return Err(Error::InvalidPath {
                 path: key.to_string(),
-                reason: "file:// stores cannot hold a name ending in '#' and digits \
-                         (reserved for in-progress writes)"
-                    .into(),
+                reason: format!(
+                    "file:// stores cannot hold the name {name:?}: names ending in '#' and \
+                     digits are reserved for in-progress writes"
+                ),
+            });
+        }
+        if name.len() > MAX_LOCAL_NAME_BYTES {
+            return Err(Error::InvalidPath {
+                path: key.to_string(),
+                reason: format!(
+                    "a name in it is {} bytes long; file:// stores hold names of at most \
+                     {MAX_LOCAL_NAME_BYTES} bytes",
+                    name.len()
+                ),
             });
         }
     }
     Ok(())
+}
+
+/// Whether `name` is one of object_store's `LocalFileSystem` staging files
+/// (`<name>#<digits>`), which its listings hide.
+pub fn is_staging_name(name: &str) -> bool {
+    name.rsplit_once('#')
+        .is_some_and(|(_, suffix)| !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Join a validated root prefix and a key into an object_store [`Path`].
@@ -120,14 +149,20 @@ mod tests {
 
     #[test]
     fn local_names_reserved_for_staging_are_refused() {
-        for bad in ["a#1", "d/x#99"] {
+        // A folder name too: objects below it could be written but not listed.
+        let long = "n".repeat(256);
+        for bad in ["a#1", "d/x#99", "a#1/b", long.as_str()] {
             let segs = object_segments(bad).unwrap();
             assert!(matches!(
                 check_local_name(bad, &segs),
                 Err(Error::InvalidPath { .. })
             ));
         }
-        for ok in ["a#b", "a#", "a#1/b", "a#1x"] {
+        assert!(matches!(
+            segments(&"k".repeat(MAX_KEY_BYTES + 1)),
+            Err(Error::InvalidPath { .. })
+        ));
+        for ok in ["a#b", "a#", "a#1x", "b/a#x1"] {
             check_local_name(ok, &object_segments(ok).unwrap()).unwrap();
         }
     }

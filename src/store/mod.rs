@@ -5,6 +5,7 @@
 pub mod config;
 pub mod keys;
 mod local_cas;
+mod local_leftovers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -263,12 +264,28 @@ impl StoreHandle {
     }
 
     /// Delete every object below the folder `key`; returns how many.
+    ///
+    /// An object that a concurrent delete removed first is not an error. On
+    /// `file://`, what listings cannot show goes too: staging files of
+    /// writes that were killed (`name#<digits>`), and the emptied folders.
     pub async fn delete_prefix(&self, key: &str) -> Result<usize> {
         let prefix = self.prefix_path(key)?;
         let store = self.built.store.clone();
         let locations = store.list(prefix.as_ref()).map_ok(|m| m.location).boxed();
-        let deleted: Vec<Path> = store.delete_stream(locations).try_collect().await?;
-        Ok(deleted.len())
+        let mut results = store.delete_stream(locations);
+        let mut deleted = 0;
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(_) => deleted += 1,
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let (Some(fs), Some(prefix)) = (&self.built.local, prefix.as_ref()) {
+            let dir = fs.path_to_filesystem(prefix)?;
+            tokio::task::spawn_blocking(move || local_leftovers::remove_leftovers(&dir)).await??;
+        }
+        Ok(deleted)
     }
 
     /// Delete the given object keys concurrently, ignoring absent ones.

@@ -270,8 +270,8 @@ class PdsReader(DataSourceReader):
         Raises:
             NotFound / PartCorrupted: the part is missing, or its footer is
                 unreadable (checked before the first batch).
-            pyarrow.ArrowException: a column chunk found corrupt mid-stream
-                (the message names the part).
+            PartCorrupted: a part whose schema differs from the dataset's, or
+                a column chunk found corrupt mid-stream (names the part).
             pyarrow.ArrowInvalid: a value the requested type cannot hold.
         """
         if not isinstance(partition, PdsPartition):
@@ -287,6 +287,7 @@ class PdsReader(DataSourceReader):
             filter=core or None,
             batch_size=_BATCH_ROWS,
             row_groups=partition.row_groups,
+            schema=self._dataset_schema,
         )
         try:
             expression = filter_expression(residual, reader.schema) if residual else None

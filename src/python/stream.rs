@@ -1,0 +1,62 @@
+//! Streaming reads for Python: batches cross one at a time (zero copy, over
+//! the C Data Interface), and an error mid-stream is raised as its documented
+//! class, so `except pds.PartCorrupted` works on a streamed read too.
+
+use std::sync::Mutex;
+
+use arrow_array::RecordBatchReader;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3_arrow::{PyRecordBatch, PySchema};
+
+use super::errors::to_py;
+use crate::scan::DatasetStream;
+
+/// An iterator of `pyarrow.RecordBatch`; waits for each with the GIL released.
+#[pyclass(module = "pds._core", name = "BatchStream")]
+pub struct PyBatchStream {
+    inner: Mutex<Option<DatasetStream>>,
+}
+
+#[pymethods]
+impl PyBatchStream {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let next = py.detach(|| {
+            let mut guard = self
+                .inner
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("the stream failed earlier"))?;
+            let Some(stream) = guard.as_mut() else {
+                return Ok(None);
+            };
+            let item = stream.next_result();
+            if !matches!(item, Some(Ok(_))) {
+                *guard = None; // Ended or failed: release the scan.
+            }
+            Ok::<_, PyErr>(item)
+        })?;
+        match next {
+            None => Ok(None),
+            Some(Ok(batch)) => PyRecordBatch::new(batch).into_pyarrow(py).map(Some),
+            Some(Err(e)) => Err(to_py(e)),
+        }
+    }
+}
+
+/// `pyarrow.RecordBatchReader.from_batches(schema, stream)`.
+pub fn into_reader(py: Python<'_>, stream: DatasetStream) -> PyResult<Bound<'_, PyAny>> {
+    let schema = PySchema::new(stream.schema()).into_pyarrow(py)?;
+    let batches = Bound::new(
+        py,
+        PyBatchStream {
+            inner: Mutex::new(Some(stream)),
+        },
+    )?;
+    py.import("pyarrow")?
+        .getattr("RecordBatchReader")?
+        .call_method1("from_batches", (schema, batches))
+}

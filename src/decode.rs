@@ -75,6 +75,13 @@ pub struct ReadOptions {
     pub expected: Option<SchemaRef>,
 }
 
+fn corrupt(path: &str, reason: String) -> Error {
+    Error::PartCorrupted {
+        path: path.to_string(),
+        reason,
+    }
+}
+
 /// A decoder panic, reported as the part's corruption.
 fn decoder_panic(path: &str) -> impl FnOnce(String) -> Error + '_ {
     move |msg| Error::PartCorrupted {
@@ -105,12 +112,15 @@ fn projection(
     metadata: &ArrowReaderMetadata,
     opts: &ReadOptions,
 ) -> Result<(ProjectionMask, Option<Vec<usize>>, SchemaRef)> {
-    let reference = opts.expected.as_ref().unwrap_or(metadata.schema());
+    let reference = match &opts.expected {
+        Some(s) => s.clone(),
+        None => crate::chunk_crc::strip(metadata.schema()),
+    };
     let Some(columns) = &opts.columns else {
-        return Ok((ProjectionMask::all(), None, reference.clone()));
+        return Ok((ProjectionMask::all(), None, reference));
     };
     let indices = column_indices(metadata.schema(), columns)?;
-    let target = part_schema::project(reference, Some(&indices))?;
+    let target = part_schema::project(&reference, Some(&indices))?;
     let mask = ProjectionMask::roots(metadata.parquet_schema(), indices.iter().copied());
     let mut sorted = indices.clone();
     sorted.sort_unstable();
@@ -193,6 +203,12 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
     contain(decoder_panic(path), || {
         let err = corrupted(path);
         let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
+        if let Some(sums) = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
+            .map_err(|reason| corrupt(path, reason))?
+        {
+            sums.check_all(&data)
+                .map_err(|reason| corrupt(path, reason))?;
+        }
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata.clone());
         let (builder, order, target) = configure(builder, &metadata, opts, path)?;
         let reader = builder.build().map_err(&err)?;
@@ -216,10 +232,11 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
 /// The Arrow schema of a Parquet file held in memory, from its footer.
 pub fn bytes_schema(data: &Bytes, path: &str) -> Result<SchemaRef> {
     contain(decoder_panic(path), || {
-        Ok(ArrowReaderMetadata::load(data, Default::default())
-            .map_err(corrupted(path))?
-            .schema()
-            .clone())
+        Ok(crate::chunk_crc::strip(
+            ArrowReaderMetadata::load(data, Default::default())
+                .map_err(corrupted(path))?
+                .schema(),
+        ))
     })
 }
 
@@ -356,7 +373,9 @@ pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>>
 /// The Arrow schema of a part, from its footer alone.
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
     let size = store.head(key).await?.size;
-    Ok(open_footer(store, key, size).await?.schema().clone())
+    Ok(crate::chunk_crc::strip(
+        open_footer(store, key, size).await?.schema(),
+    ))
 }
 
 #[cfg(test)]
@@ -437,6 +456,33 @@ mod tests {
             ),
             Err(Error::PartCorrupted { .. })
         ));
+    }
+
+    #[test]
+    fn a_flipped_bit_in_any_column_chunk_is_corruption() {
+        let b = sample();
+        let (bytes, _) = encode_to_bytes(
+            std::slice::from_ref(&b),
+            b.schema(),
+            &EncodeOptions::new("none", Some(2), None).unwrap(),
+        )
+        .unwrap();
+        let metadata = ArrowReaderMetadata::load(&bytes, Default::default()).unwrap();
+        let sums = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
+            .unwrap()
+            .expect("pds writes chunk checksums");
+        sums.check_all(&bytes).unwrap();
+        for rg in metadata.metadata().row_groups() {
+            for c in rg.columns() {
+                let (start, len) = c.byte_range();
+                let mut damaged = bytes.to_vec();
+                damaged[(start + len / 2) as usize] ^= 0x10;
+                assert!(matches!(
+                    decode_bytes(Bytes::from(damaged), "p", &ReadOptions::default()),
+                    Err(Error::PartCorrupted { .. })
+                ));
+            }
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use sha2::{Digest, Sha256};
 
+use crate::chunk_crc::ChunkCrcWriter;
 use crate::error::{Error, Result};
 
 /// The codec names pds accepts: pyarrow's, case-insensitive.
@@ -99,11 +100,13 @@ pub struct PartSummary {
     pub sha256: String,
 }
 
-/// A `Write` adapter that hashes and counts every byte on its way through.
+/// A `Write` adapter that hashes and counts every byte on its way through,
+/// and computes the column-chunk checksums (see [`crate::chunk_crc`]).
 pub struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
     written: u64,
+    crcs: ChunkCrcWriter,
 }
 
 impl<W: Write> HashingWriter<W> {
@@ -112,6 +115,7 @@ impl<W: Write> HashingWriter<W> {
             inner,
             hasher: Sha256::new(),
             written: 0,
+            crcs: ChunkCrcWriter::default(),
         }
     }
 }
@@ -120,6 +124,7 @@ impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.hasher.update(&buf[..n]);
+        self.crcs.update(self.written, &buf[..n]);
         self.written += n as u64;
         Ok(n)
     }
@@ -292,6 +297,13 @@ impl<W: Write + Send> PartEncoder<W> {
             chunks.extend(lane?);
         }
         chunks.sort_by_key(|(i, _)| *i);
+        // The chunks land back to back from here on: plan their checksums.
+        let mut at = self.writer.bytes_written() as u64;
+        for (_, chunk) in &chunks {
+            let len = u64::try_from(chunk.close().metadata.compressed_size()).unwrap_or_default();
+            self.writer.inner_mut().crcs.plan(at, len);
+            at += len;
+        }
         let mut rg = self.writer.next_row_group()?;
         for (_, chunk) in chunks {
             chunk.append_to_row_group(&mut rg)?;
@@ -304,6 +316,11 @@ impl<W: Write + Send> PartEncoder<W> {
     /// Write the last row group and the footer; return the summary and the sink.
     pub fn finish(mut self) -> Result<(PartSummary, W)> {
         self.flush_row_group()?;
+        self.writer.flush()?; // Every chunk's bytes have passed the checksums.
+        let ranges = crate::chunk_crc::flushed_ranges(self.writer.flushed_row_groups());
+        if let Some(entry) = self.writer.inner_mut().crcs.entry(&ranges) {
+            self.writer.append_key_value_metadata(entry);
+        }
         let rows = self.rows;
         let mut hw = self.writer.into_inner()?;
         hw.flush()?;

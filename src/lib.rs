@@ -5,6 +5,7 @@
 //! bindings live in `python/` and only convert types, release the GIL and map
 //! errors.
 
+pub mod chunk_crc;
 pub mod dataset;
 pub mod decode;
 pub mod encode;

@@ -32,15 +32,17 @@ fn chunk_ranges(row_groups: &[RowGroupMetaData]) -> Vec<(u64, u64)> {
     row_groups
         .iter()
         .flat_map(|rg| rg.columns().iter())
-        .map(|c| {
-            let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
-            let len = c.compressed_size();
-            (
-                u64::try_from(start).unwrap_or(u64::MAX),
-                u64::try_from(len).unwrap_or(u64::MAX),
-            )
-        })
+        .map(chunk_range)
         .collect()
+}
+
+fn chunk_range(c: &parquet::file::metadata::ColumnChunkMetaData) -> (u64, u64) {
+    let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+    let len = c.compressed_size();
+    (
+        u64::try_from(start).unwrap_or(u64::MAX),
+        u64::try_from(len).unwrap_or(u64::MAX),
+    )
 }
 
 /// The checksums a part's footer records, by `(offset, length)` of chunk.
@@ -94,9 +96,30 @@ impl ChunkChecksums {
         }
     }
 
+    /// Check the column chunks `(row group, leaf column)` of a file held
+    /// whole in memory.
+    pub fn check_chunks(
+        &self,
+        file: &[u8],
+        metadata: &ParquetMetaData,
+        chunks: &[(usize, usize)],
+    ) -> Result<(), String> {
+        let groups = metadata.row_groups();
+        let ranges: Vec<(u64, u64)> = chunks
+            .iter()
+            .filter_map(|&(rg, leaf)| groups.get(rg).and_then(|g| g.columns().get(leaf)))
+            .map(chunk_range)
+            .collect();
+        self.check_ranges(file, ranges)
+    }
+
     /// Check every column chunk of a file held whole in memory.
     pub fn check_all(&self, file: &[u8]) -> Result<(), String> {
-        for &(start, len) in self.by_range.keys() {
+        self.check_ranges(file, self.by_range.keys().copied().collect())
+    }
+
+    fn check_ranges(&self, file: &[u8], ranges: Vec<(u64, u64)>) -> Result<(), String> {
+        for (start, len) in ranges {
             let end = start.checked_add(len).filter(|&e| e <= file.len() as u64);
             let Some(end) = end else {
                 return Err(format!(

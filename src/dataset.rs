@@ -113,12 +113,10 @@ impl Claim {
         match store.put(&key, token.clone(), PutMode::Create).await {
             Ok(_) => Ok(Self { key, token }),
             Err(Error::AlreadyExists { .. }) => {
-                let since = store
-                    .try_head(&key)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|m| m.last_modified.to_rfc3339());
+                let since = store.try_head(&key).await.ok().flatten().map(|m| {
+                    m.last_modified
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                });
                 Err(Error::WriteInProgress {
                     key: location.to_string(),
                     since,

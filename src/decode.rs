@@ -141,11 +141,12 @@ fn configure<T>(
     metadata: &ArrowReaderMetadata,
     opts: &ReadOptions,
     path: &str,
-) -> Result<(ArrowReaderBuilder<T>, Option<Vec<usize>>, SchemaRef)> {
+) -> Result<Configured<T>> {
     if let Some(expected) = &opts.expected {
         part_schema::check(expected, metadata.schema(), path)?;
     }
     let (mask, order, target) = projection(metadata, opts)?;
+    let mut read_mask = mask.clone();
     let mut builder = builder.with_projection(mask);
     if let Some(n) = opts.batch_size {
         builder = builder.with_batch_size(n);
@@ -171,14 +172,56 @@ fn configure<T>(
         });
         let cols = column_indices(metadata.schema(), &bound.columns())?;
         let filter_mask = ProjectionMask::roots(metadata.parquet_schema(), cols);
+        read_mask.union(&filter_mask);
         let eval = bound.clone();
         let row_filter = ArrowPredicateFn::new(filter_mask, move |batch| eval.evaluate(&batch));
         builder = builder.with_row_filter(RowFilter::new(vec![Box::new(row_filter)]));
     }
-    if let Some(row_groups) = selected {
-        builder = builder.with_row_groups(row_groups);
+    if let Some(row_groups) = &selected {
+        builder = builder.with_row_groups(row_groups.clone());
     }
-    Ok((builder, order, target))
+    Ok(Configured {
+        builder,
+        order,
+        target,
+        row_groups: selected,
+        mask: read_mask,
+    })
+}
+
+/// A configured reader builder, and what it will decode.
+struct Configured<T> {
+    builder: ArrowReaderBuilder<T>,
+    /// The permutation restoring the caller's column order.
+    order: Option<Vec<usize>>,
+    /// The schema of the output batches.
+    target: SchemaRef,
+    /// The row groups read (`None`: all).
+    row_groups: Option<Vec<usize>>,
+    /// The leaf columns read (projection and filter).
+    mask: ProjectionMask,
+}
+
+/// The column chunks `(row group, leaf column)` a configured read decodes.
+fn read_chunks(
+    metadata: &ArrowReaderMetadata,
+    configured: &Configured<impl Sized>,
+) -> Vec<(usize, usize)> {
+    let groups = metadata.metadata().num_row_groups();
+    let leaves = metadata
+        .metadata()
+        .file_metadata()
+        .schema_descr()
+        .num_columns();
+    let row_groups: Vec<usize> = match &configured.row_groups {
+        Some(rg) => rg.clone(),
+        None => (0..groups).collect(),
+    };
+    row_groups
+        .into_iter()
+        .flat_map(|rg| (0..leaves).map(move |leaf| (rg, leaf)))
+        .filter(|(_, leaf)| configured.mask.leaf_included(*leaf))
+        .collect()
 }
 
 /// A decoded batch in the caller's column order, with the output schema.
@@ -203,14 +246,23 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
     contain(decoder_panic(path), || {
         let err = corrupted(path);
         let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
-        if let Some(sums) = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
-            .map_err(|reason| corrupt(path, reason))?
-        {
-            sums.check_all(&data)
+        let sums = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
+            .map_err(|reason| corrupt(path, reason))?;
+        let builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), metadata.clone());
+        let configured = configure(builder, &metadata, opts, path)?;
+        if let Some(sums) = sums {
+            // Only the chunks this read decodes: pruned row groups stay unread.
+            let chunks = read_chunks(&metadata, &configured);
+            sums.check_chunks(&data, metadata.metadata(), &chunks)
                 .map_err(|reason| corrupt(path, reason))?;
         }
-        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data, metadata.clone());
-        let (builder, order, target) = configure(builder, &metadata, opts, path)?;
+        let Configured {
+            builder,
+            order,
+            target,
+            ..
+        } = configured;
         let reader = builder.build().map_err(&err)?;
         let batches = reader
             .map(|b| {
@@ -304,7 +356,12 @@ pub async fn open_part(
         let builder = open_footer(store, key, size).await?;
         let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
             .map_err(&err)?;
-        let (builder, order, schema) = configure(builder, &metadata, opts, key)?;
+        let Configured {
+            builder,
+            order,
+            target: schema,
+            ..
+        } = configure(builder, &metadata, opts, key)?;
         let stream = builder.build().map_err(&err)?;
         Ok(PartStream {
             key: key.to_string(),

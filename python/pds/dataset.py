@@ -168,10 +168,15 @@ def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None, _InputGuard 
             "wrap it in a table, e.g. pa.table({'name': data})"
         )
     if hasattr(data, "__arrow_c_stream__"):
-        try:
-            reader = pa.RecordBatchReader.from_stream(data)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise TypeError(f"write_dataset expects a stream of record batches: {exc}") from exc
+        if isinstance(data, pa.RecordBatchReader):
+            # Read pyarrow's own reader directly: through the C stream, a batch
+            # that does not match the declared schema would be reinterpreted.
+            reader = data
+        else:
+            try:
+                reader = pa.RecordBatchReader.from_stream(data)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise TypeError(f"write_dataset expects a stream of record batches: {exc}") from exc
         guard = _InputGuard(reader)
         return pa.RecordBatchReader.from_batches(reader.schema, guard.batches()), reader.schema, None, guard
     raise TypeError(f"write_dataset expects {_ACCEPTED}; got {type(data).__module__}.{type(data).__qualname__}")
@@ -471,6 +476,8 @@ class ParquetDatasetStore:
             raise
         finally:
             claim.release()
+            if not committed:
+                self._remove_empty_folder(key)
 
     def _remove_parts(self, key: str, parts: list[PartInfo]) -> None:
         if not self._store.supports(Capability.DELETE):
@@ -479,6 +486,12 @@ class ParquetDatasetStore:
             # Best effort: the error that stopped the write is the one to report.
             with contextlib.suppress(Exception):
                 self._store.delete(f"{key}/{p.name}", missing_ok=True)
+
+    def _remove_empty_folder(self, key: str) -> None:
+        """Remove *key*'s folder if a failed write left it empty (best effort)."""
+        with contextlib.suppress(Exception):
+            if self._store.supports(Capability.DELETE) and not any(True for _ in self._store.list_files(key)):
+                self._store.delete_folder(key, recursive=False, missing_ok=True)
 
     # -- reading -----------------------------------------------------------
 

@@ -160,6 +160,7 @@ pub fn schema_from_ipc_base64(text: &str) -> Result<SchemaRef> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| Error::InvalidArgument(format!("bad base64: {e}")))?;
+    check_ipc_length(&raw)?;
     crate::error::contain(
         |msg| Error::InvalidArgument(format!("invalid Arrow IPC schema ({msg})")),
         || {
@@ -171,6 +172,27 @@ pub fn schema_from_ipc_base64(text: &str) -> Result<SchemaRef> {
             Ok(schema)
         },
     )
+}
+
+/// Refuse an IPC message whose length prefix claims more bytes than there
+/// are, before the reader allocates a buffer of that size.
+fn check_ipc_length(raw: &[u8]) -> Result<()> {
+    let word = |at: usize| -> Option<u32> {
+        raw.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let (prefix, len) = match word(0) {
+        Some(0xffff_ffff) => (8, word(4)),
+        other => (4, other),
+    };
+    let len = len.ok_or_else(|| Error::InvalidArgument("Arrow IPC schema is truncated".into()))?;
+    if len as usize > raw.len().saturating_sub(prefix) {
+        return Err(Error::InvalidArgument(format!(
+            "Arrow IPC schema claims {len} bytes of metadata but holds {}",
+            raw.len().saturating_sub(prefix)
+        )));
+    }
+    Ok(())
 }
 
 /// The current UTC time as Python's `datetime.now(UTC).isoformat()` writes it.
@@ -295,6 +317,39 @@ mod tests {
                 matches!(Manifest::from_json(bad.as_bytes(), "m"), Err(Error::ManifestCorrupted { .. })),
                 "{bad}"
             );
+        }
+    }
+
+    /// Every single-byte change of a stored IPC schema parses to a usable
+    /// schema or fails with `InvalidArgument`: never a panic.
+    #[test]
+    fn damaged_ipc_schemas_never_panic() {
+        let s = Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Decimal128(10, 2), true),
+            Field::new(
+                "c",
+                DataType::List(std::sync::Arc::new(Field::new(
+                    "item",
+                    DataType::Utf8,
+                    true,
+                ))),
+                true,
+            ),
+        ]);
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(schema_to_ipc_base64(&s).unwrap())
+            .unwrap();
+        for at in 0..raw.len() {
+            for value in [0u8, 1, 0x7f, 0xff, raw[at] ^ 0x01] {
+                let mut damaged = raw.clone();
+                damaged[at] = value;
+                let text = base64::engine::general_purpose::STANDARD.encode(&damaged);
+                match schema_from_ipc_base64(&text) {
+                    Ok(_) | Err(Error::InvalidArgument(_)) => {}
+                    Err(other) => panic!("byte {at} = {value}: {other}"),
+                }
+            }
         }
     }
 

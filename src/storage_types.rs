@@ -119,9 +119,34 @@ pub fn check_readable(schema: &Schema) -> Result<()> {
     }
     for f in schema.fields() {
         walk(f.data_type())
+            .and_then(|()| names(f))
             .map_err(|e| Error::InvalidArgument(format!("column {:?}: {e}", f.name())))?;
     }
     Ok(())
+}
+
+/// Field names, nested ones included, must be C strings: Arrow's C Data
+/// Interface (how schemas cross into Python) cannot carry a NUL.
+fn names(field: &arrow_schema::Field) -> std::result::Result<(), String> {
+    if field.name().contains('\0') {
+        return Err(format!(
+            "the field name {:?} holds a NUL character",
+            field.name()
+        ));
+    }
+    use DataType as T;
+    match field.data_type() {
+        T::Struct(fields) => fields.iter().try_for_each(|f| names(f)),
+        T::List(f)
+        | T::LargeList(f)
+        | T::FixedSizeList(f, _)
+        | T::Map(f, _)
+        | T::ListView(f)
+        | T::LargeListView(f) => names(f),
+        T::RunEndEncoded(r, v) => names(r).and_then(|()| names(v)),
+        T::Union(fields, _) => fields.iter().try_for_each(|(_, f)| names(f)),
+        _ => Ok(()),
+    }
 }
 
 /// The type a column of type `t` is encoded as.

@@ -79,6 +79,24 @@ pub fn check(expected: &Schema, actual: &Schema, path: &str) -> Result<()> {
                 ),
             ));
         }
+        if ef.is_nullable() != af.is_nullable() {
+            let says = |f: &arrow_schema::Field| {
+                if f.is_nullable() {
+                    "nullable"
+                } else {
+                    "not null"
+                }
+            };
+            return Err(mismatch(
+                path,
+                format!(
+                    "column {:?} is {} in the part, {} in the dataset",
+                    ef.name(),
+                    says(af),
+                    says(ef)
+                ),
+            ));
+        }
         if !compatible(ef.data_type(), af.data_type()) {
             return Err(mismatch(
                 path,

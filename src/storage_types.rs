@@ -117,6 +117,11 @@ pub fn check_readable(schema: &Schema) -> Result<()> {
             _ => Ok(()),
         }
     }
+    if let Some(k) = nul_entry(schema.metadata()) {
+        return Err(Error::InvalidArgument(format!(
+            "schema metadata entry {k:?} holds a NUL character"
+        )));
+    }
     for f in schema.fields() {
         walk(f.data_type())
             .and_then(|()| names(f))
@@ -125,8 +130,17 @@ pub fn check_readable(schema: &Schema) -> Result<()> {
     Ok(())
 }
 
-/// Field names, nested ones included, must be C strings: Arrow's C Data
-/// Interface (how schemas cross into Python) cannot carry a NUL.
+/// A metadata key whose key or value holds a NUL character.
+fn nul_entry(metadata: &std::collections::HashMap<String, String>) -> Option<&String> {
+    metadata
+        .iter()
+        .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        .map(|(k, _)| k)
+}
+
+/// Field names, metadata and time zones, nested ones included, must be C
+/// strings: Arrow's C Data Interface (how schemas cross into Python) cannot
+/// carry a NUL.
 fn names(field: &arrow_schema::Field) -> std::result::Result<(), String> {
     if field.name().contains('\0') {
         return Err(format!(
@@ -134,8 +148,14 @@ fn names(field: &arrow_schema::Field) -> std::result::Result<(), String> {
             field.name()
         ));
     }
+    if let Some(k) = nul_entry(field.metadata()) {
+        return Err(format!("field metadata entry {k:?} holds a NUL character"));
+    }
     use DataType as T;
     match field.data_type() {
+        T::Timestamp(_, Some(tz)) if tz.contains('\0') => {
+            Err(format!("the time zone {tz:?} holds a NUL character"))
+        }
         T::Struct(fields) => fields.iter().try_for_each(|f| names(f)),
         T::List(f)
         | T::LargeList(f)

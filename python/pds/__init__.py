@@ -16,24 +16,38 @@ from pds._core import __version__
 from pds.backend import ObjectStoreBackend, open_store
 from pds.dataset import ParquetDatasetStore
 from pds.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    CapabilityNotSupported,
     DataError,
     DatasetIncomplete,
+    InvalidPath,
     ManifestCorrupted,
+    NotFound,
     PartCorrupted,
+    PermissionDenied,
     PreconditionFailed,
+    RemoteStoreError,
 )
 from pds.manifest import DatasetManifest, PartInfo
 
 __all__ = [
+    "AlreadyExists",
+    "BackendUnavailable",
+    "CapabilityNotSupported",
     "DataError",
     "DatasetIncomplete",
     "DatasetManifest",
+    "InvalidPath",
     "ManifestCorrupted",
+    "NotFound",
     "ObjectStoreBackend",
     "ParquetDatasetStore",
     "PartCorrupted",
     "PartInfo",
+    "PermissionDenied",
     "PreconditionFailed",
+    "RemoteStoreError",
     "__version__",
     "open_store",
 ]

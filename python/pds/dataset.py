@@ -752,7 +752,10 @@ class ParquetDatasetStore:
 
         ``_SUCCESS`` goes first, so a reader racing the delete (or a delete
         killed half-way) sees ``DatasetIncomplete``, never a committed
-        dataset with files missing.
+        dataset with files missing; and last again, in case a writer
+        committed while the folder was being deleted. A killed writer's
+        ``_WRITING`` claim goes too, and on ``file://`` the staging files
+        of killed writes.
 
         Raises:
             NotFound: the dataset folder does not exist.
@@ -763,6 +766,9 @@ class ParquetDatasetStore:
             return
         self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
         self._store.delete_folder(key, recursive=True, missing_ok=True)
+        # A writer that committed while the folder was being deleted left a
+        # _SUCCESS over files this delete may have removed: withdraw it.
+        self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
 
 
 def _filtered(

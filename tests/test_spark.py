@@ -585,6 +585,14 @@ TUPLE_CASES = [
     [("ts", "<", datetime.datetime(2023, 11, 16, 17, 0, tzinfo=datetime.UTC))],
     [("dec", "<=", decimal.Decimal("3.5"))],
     [("b", "==", True), ("bin", "!=", bytes([3, 7]))],
+    # Values the column cannot hold: compared exactly, by every engine alike.
+    [("id", ">=", 17.5)],
+    [("id", "!=", 2.5)],
+    [("id", "==", 2.5)],
+    [("i32", "<", 2**40)],
+    [("id", ">", -(2**70))],
+    [("id", "in", [1, 1.5, 2**70, 3])],
+    [("dec", "<", decimal.Decimal("3.555"))],
 ]
 
 
@@ -601,6 +609,8 @@ def test_engine_spark_filter_tuples_match_pyarrow(
     assert sorted(r.id for r in native.collect()) == want
     ours = pds.spark.read_dataset(spark, url, "f", columns=["id"], filter=filters)
     assert sorted(r.id for r in ours.collect()) == want
+    plain = pds.ParquetDatasetStore(pds.open_store(url)).read_dataset("f", columns=["id"], filter=filters)
+    assert sorted(plain.column("id").to_pylist()) == want
 
 
 @pytest.mark.spec("SPARK-006")

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from remote_store import Capability, RemotePath, Store
 
 from pds import _core
+from pds._filters import core_conditions
 from pds.backend import native_handle
 from pds.errors import (
     AlreadyExists,
@@ -204,24 +205,26 @@ _SET_OPS = ("in", "not in")
 _CMP_OPS = ("==", "=", "!=", "<>", "<", "<=", ">", ">=")
 
 _Conditions: TypeAlias = list[tuple[str, str, pa.Array | None]]
+"""Exact conditions with their values as Arrow arrays, as the Rust core takes them."""
 
 
-def _value_array(values: list[Any], column: str) -> pa.Array:
-    try:
-        return pa.array(values)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise TypeError(f"filter value for {column!r} is not an Arrow scalar: {values!r}") from exc
+_RawConditions: TypeAlias = list[tuple[str, str, Any]]
 
 
-def _check_filter(flt: object) -> tuple[_Conditions | None, pc.Expression | None]:
-    """Split a filter into tuples Rust can push down, or an Expression."""
+def _check_filter(flt: object) -> tuple[_RawConditions | None, pc.Expression | None]:
+    """Split a filter into tuples Rust can push down, or an Expression.
+
+    The tuples' shape is checked here, before any I/O; their values are
+    checked against the column types once the schema is known
+    (:func:`_exact_conditions`), before any part is read.
+    """
     if flt is None:
         return None, None
     if isinstance(flt, pc.Expression):
         return None, flt
     if isinstance(flt, str) or not isinstance(flt, Sequence):
         raise TypeError(f"filter must be a pyarrow.compute.Expression or a list of (column, op, value); got {flt!r}")
-    out: _Conditions = []
+    out: _RawConditions = []
     for item in flt:
         if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             raise TypeError(f"filter conditions are (column, op, value) tuples; got {item!r}")
@@ -235,11 +238,11 @@ def _check_filter(flt: object) -> tuple[_Conditions | None, pc.Expression | None
         elif key in _SET_OPS:
             if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
                 raise TypeError(f"{op!r} needs a list of values; got {value!r}")
-            out.append((column, key, _value_array(list(value), column)))
+            out.append((column, key, list(value)))
         elif key in _CMP_OPS:
             if value is None:
                 raise ValueError(f"compare with None using 'is_null' / 'is_not_null', not {op!r}")
-            out.append((column, key, _value_array([value], column)))
+            out.append((column, {"=": "==", "<>": "!="}.get(key, key), value))
         else:
             raise ValueError(f"unknown filter operator {op!r}; use {', '.join((*_CMP_OPS, *_SET_OPS, *_NULL_OPS))}")
     return out, None
@@ -535,7 +538,8 @@ class ParquetDatasetStore:
         """
         key = _check_key(key)
         cols = _check_columns(columns)
-        conditions, expression = _check_filter(filter)
+        raw, expression = _check_filter(filter)
+        conditions = self._exact_conditions(key, raw)
         # An Expression may reference columns outside the projection: decode all, then select.
         read_cols = None if expression is not None else cols
         if self._native is not None:
@@ -586,8 +590,9 @@ class ParquetDatasetStore:
         """
         key = _check_key(key)
         cols = _check_columns(columns)
-        conditions, expression = _check_filter(filter)
+        raw, expression = _check_filter(filter)
         size = _check_batch_size(batch_size)
+        conditions = self._exact_conditions(key, raw)
         read_cols = None if expression is not None else cols
         if self._native is not None:
             reader: pa.RecordBatchReader = _core.scan_dataset(
@@ -633,6 +638,26 @@ class ParquetDatasetStore:
                 reason="verify=True needs per-part checksums (part_info), which this manifest lacks",
             )
         return manifest, [p.sha256 for p in manifest.part_info]
+
+    def _exact_conditions(self, key: str, raw: _RawConditions | None) -> _Conditions | None:
+        """The filter tuples made exact against the dataset's schema (one
+        manifest read), as :mod:`pds._filters` defines; before any part is read.
+
+        Raises:
+            TypeError: a value does not compare with its column's type.
+            ValueError: an unknown column.
+        """
+        if raw is None:
+            return None
+        try:
+            schema = self.read_schema(key)
+        except NotFound:
+            if not self._store.exists(f"{key}/{_SUCCESS}"):
+                raise DatasetIncomplete(
+                    f"Dataset at {key!r} is incomplete: {self._absent_reason(key)}", path=key
+                ) from None
+            raise
+        return core_conditions(raw, schema)
 
     def _absent_reason(self, key: str) -> str:
         if not self._store.exists(key):

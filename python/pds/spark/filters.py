@@ -41,6 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
+from pds._filters import exact_conditions
+
 __all__ = [
     "COMPARISONS",
     "OPS",
@@ -145,50 +147,79 @@ def _column_type(schema: pa.Schema, column: object) -> pa.DataType:
     return schema.field(column).type
 
 
+def _expression(column: str, op: str, value: Any, arrow_type: pa.DataType) -> pa.Expression:
+    """One exact condition (values of the column's type) as a pyarrow Expression."""
+    field = pc.field(column)
+    value_type = arrow_type.value_type if pat.is_dictionary(arrow_type) else arrow_type
+    if op == "is_null":
+        return field.is_null()
+    if op == "is_not_null":
+        return field.is_valid()
+    if op in _SETS:
+        member = field.isin(pa.array(value, type=value_type))
+        return member if op == "in" else field.is_valid() & ~member
+    scalar = pa.scalar(value, type=value_type)
+    return {
+        "==": field == scalar,
+        "!=": field != scalar,
+        "<": field < scalar,
+        "<=": field <= scalar,
+        ">": field > scalar,
+        ">=": field >= scalar,
+    }[op]
+
+
 def _normalize(
     item: object, schema: pa.Schema, *, from_text: bool = False, spark: bool = False
-) -> tuple[FilterTuple, pa.Expression]:
-    """Check one tuple against *schema*; return it normalized and as an expression.
+) -> tuple[list[FilterTuple], pa.Expression]:
+    """Check one tuple against *schema*; return it as exact tuples and as an expression.
 
-    *spark* refuses what pyarrow would answer differently from Spark.
+    Caller-given tuples are made exact (:func:`pds._filters.exact_conditions`:
+    ``x >= 1.5`` on integers is ``x >= 2``, out-of-range values answer by
+    rule), so the pds engine, ``engine="spark"`` and the data source agree.
+    With *spark* (filters Spark pushes down), a value the column cannot hold
+    exactly is refused instead, and so is what pyarrow would answer
+    differently from Spark.
+
+    Raises:
+        _Unsupported: a malformed tuple, or (with *spark*) an inexact value.
+        TypeError: a value of another kind than the column (not with *spark*).
     """
     if not isinstance(item, tuple | list) or len(item) != 3:
         raise _Unsupported(f"a filter must be a (column, op, value) tuple, got {item!r}")
     column, op, value = item
     arrow_type = _column_type(schema, column)
-    field = pc.field(column)
-    if op in _NULLS:
-        if value is not None:
-            raise _Unsupported(f"{op!r} takes no value (use None), got {value!r}")
-        return (column, op, None), field.is_null() if op == "is_null" else field.is_valid()
-    if op in COMPARISONS:
-        if spark and pat.is_floating(arrow_type) and op in (">", ">="):
-            # Spark orders NaN above every number; pyarrow never says NaN > x.
-            raise _Unsupported("'>' and '>=' on a floating column differ from Spark on NaN")
-        scalar = _scalar(value, arrow_type, from_text=from_text)
-        expr = {
-            "==": field == scalar,
-            "!=": field != scalar,
-            "<": field < scalar,
-            "<=": field <= scalar,
-            ">": field > scalar,
-            ">=": field >= scalar,
-        }[op]
-        return (column, op, scalar.as_py()), expr
-    if op in _SETS:
-        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-            raise _Unsupported(f"{op!r} needs a list of values, got {value!r}")
-        values = list(value)
-        if any(v is None for v in values):
-            if op == "not in":
-                raise _Unsupported("'not in' with a null value is never true in SQL")
-            values = [v for v in values if v is not None]  # a null never matches
-        scalars = [_scalar(v, arrow_type, from_text=from_text) for v in values]
-        value_set = pa.array([s.as_py() for s in scalars], type=arrow_type)
-        member = field.isin(value_set)
-        expr = member if op == "in" else field.is_valid() & ~member
-        return (column, op, value_set.to_pylist()), expr
-    raise _Unsupported(f"unknown filter op {op!r}; expected one of {', '.join(OPS)}")
+    if op in _NULLS and value is not None:
+        raise _Unsupported(f"{op!r} takes no value (use None), got {value!r}")
+    if op not in OPS:
+        raise _Unsupported(f"unknown filter op {op!r}; expected one of {', '.join(OPS)}")
+    if spark:
+        if op in COMPARISONS:
+            if pat.is_floating(arrow_type) and op in (">", ">="):
+                # Spark orders NaN above every number; pyarrow never says NaN > x.
+                raise _Unsupported("'>' and '>=' on a floating column differ from Spark on NaN")
+            value = _scalar(value, arrow_type, from_text=from_text).as_py()
+        elif op in _SETS:
+            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+                raise _Unsupported(f"{op!r} needs a list of values, got {value!r}")
+            values = list(value)
+            if any(v is None for v in values):
+                if op == "not in":
+                    raise _Unsupported("'not in' with a null value is never true in SQL")
+                values = [v for v in values if v is not None]  # a null never matches
+            value = [_scalar(v, arrow_type, from_text=from_text).as_py() for v in values]
+        exact = [(column, op, value)]
+    else:
+        try:
+            exact = exact_conditions(column, op, value, schema)
+        except ValueError as exc:
+            raise _Unsupported(str(exc)) from None
+    expr: pa.Expression | None = None
+    for c, o, v in exact:
+        one = _expression(c, o, v, arrow_type)
+        expr = one if expr is None else expr & one
+    assert expr is not None
+    return exact, expr
 
 
 # -- Spark -----------------------------------------------------------------------
@@ -254,7 +285,7 @@ def translate_filter(spark_filter: object, schema: pa.Schema) -> FilterTuple | N
         normalized, _ = _normalize(item, schema, spark=True)
     except (_Unsupported, AttributeError, TypeError):
         return None
-    return normalized
+    return normalized[0]
 
 
 def spark_filters_to_tuples(filters: Iterable[object], schema: pa.Schema) -> list[FilterTuple]:
@@ -293,7 +324,7 @@ def check_filter_tuples(filters: Sequence[object], schema: pa.Schema, *, from_te
             normalized, _ = _normalize(item, schema, from_text=from_text)
         except _Unsupported as exc:
             raise ValueError(f"invalid filter {item!r}: {exc}") from None
-        out.append(normalized)
+        out.extend(normalized)
     return out
 
 

@@ -61,6 +61,19 @@ pub enum Error {
     #[error("column {column:?} cannot be written: {reason}")]
     UnsupportedType { column: String, reason: String },
 
+    /// S3 found no credentials anywhere and the instance metadata endpoint,
+    /// its last resort, failed.
+    #[error(
+        "no S3 credentials were found. pds looked for the access_key_id and \
+         secret_access_key options, the AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY \
+         environment variables, a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE) and \
+         container credentials (AWS_CONTAINER_CREDENTIALS_*), then asked the EC2 \
+         instance metadata endpoint, which failed ({detail}). Pass access_key_id= and \
+         secret_access_key=, set the environment variables, or pass skip_signature=true \
+         for a public bucket (~/.aws profiles are not read)"
+    )]
+    NoCredentials { detail: String },
+
     /// The store does not offer the operation (e.g. a URL scheme pds lacks).
     #[error("not supported: {0}")]
     NotSupported(String),
@@ -105,9 +118,20 @@ impl From<object_store::Error> for Error {
                 operation,
                 implementer,
             } => Error::NotSupported(format!("{operation} is not implemented by {implementer}")),
+            other if is_metadata_endpoint_failure(&other) => Error::NoCredentials {
+                detail: chain(&other),
+            },
             other => Error::Store(other),
         }
     }
+}
+
+/// Whether `err` is the credential chain's last resort (the EC2 instance
+/// metadata endpoint) failing: what S3 requests report when no credentials
+/// were configured off EC2.
+fn is_metadata_endpoint_failure(err: &object_store::Error) -> bool {
+    let text = chain(err);
+    text.contains("/latest/api/token") || text.contains("/latest/meta-data/iam")
 }
 
 impl From<tokio::task::JoinError> for Error {

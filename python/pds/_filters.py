@@ -88,9 +88,16 @@ def _value_type(t: pa.DataType) -> pa.DataType:
 
 
 def _parse_text(column: str, t: pa.DataType, value: str) -> object:
+    """A date, time stamp or decimal written as text, read exactly (at
+    microseconds for time stamps, any scale for decimals: the comparison
+    then rounds by rule, never the parse)."""
     try:
+        if pat.is_decimal(t):
+            return decimal.Decimal(value.strip())
+        if pat.is_timestamp(t):
+            return pa.array([value]).cast(pa.timestamp("us", tz=t.tz))[0].as_py()
         parsed: object = pa.array([value]).cast(t)[0].as_py()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, decimal.InvalidOperation) as exc:
         raise TypeError(f"filter on {column!r}: cannot read {value!r} as {t}: {exc}") from None
     return parsed
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import pathlib
 import tempfile
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, TypeVar
@@ -106,9 +108,8 @@ class ObjectStoreBackend(Backend):
 
     CAPABILITIES: ClassVar[CapabilitySet] = CapabilitySet(set(_COMMON))
 
-    def __init__(self, url: str, **options: object) -> None:
-        if not isinstance(url, str):
-            raise TypeError(f"url must be a str, got {type(url).__name__}")
+    def __init__(self, url: str | os.PathLike[str], **options: object) -> None:
+        url = _store_url(url)
         self._url = url
         self._options = {k: _option_text(v) for k, v in options.items()}
         self._rs = _core.RustStore(url, self._options)
@@ -136,6 +137,11 @@ class ObjectStoreBackend(Backend):
     def scheme(self) -> str:
         """``"memory"``, ``"file"`` or ``"s3"``."""
         return self._rs.scheme
+
+    @property
+    def options(self) -> dict[str, str]:
+        """A copy of the options this backend was opened with (they may hold secrets)."""
+        return dict(self._options)
 
     def __reduce__(self) -> tuple[Any, tuple[str, dict[str, str]]]:
         return (_rebuild, (self._url, dict(self._options)))
@@ -333,11 +339,40 @@ class ObjectStoreBackend(Backend):
         self._rs.copy(src, dst, overwrite=overwrite)
 
 
-def open_store(url: str, **options: object) -> Store:
+def _store_url(url: object) -> str:
+    """A store URL from a URL or a local folder path.
+
+    An absolute path (or ``~/...``, or a ``pathlib.Path``) means that local
+    folder, as ``file://`` + path; a relative path is refused with a hint,
+    since its meaning would change with the working directory.
+    """
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str or a path, got {type(url).__name__}")
+    if "://" in url:
+        return url
+    path = os.path.expanduser(url)
+    if os.path.isabs(path):
+        return pathlib.Path(path).resolve().as_uri()
+    raise ValueError(
+        f"store location {url!r} is neither a URL nor an absolute path; use memory://, "
+        f"s3://bucket/prefix, file:///absolute/path, or an absolute folder path such as "
+        f"{str(pathlib.Path(path).resolve())!r}"
+    )
+
+
+def open_store(url: str | os.PathLike[str], **options: object) -> Store:
     """``remote_store.Store(ObjectStoreBackend(url, **options))``.
 
-    ``open_store("file:///data/lake")``, ``open_store("memory://")`` or
-    ``open_store("s3://bucket/prefix", endpoint=..., region=..., ...)``.
+    ``open_store("file:///data/lake")`` or ``open_store("/data/lake")`` (an
+    absolute folder path, ``~`` expanded, or a ``pathlib.Path``),
+    ``open_store("memory://")``, or ``open_store("s3://bucket/prefix",
+    endpoint=..., region=..., access_key_id=..., secret_access_key=...)``.
+
+    Raises:
+        ValueError: a relative path, or a URL pds cannot open.
+        PermissionDenied: (on the first S3 request) no credentials were found.
     """
     return Store(ObjectStoreBackend(url, **options))
 

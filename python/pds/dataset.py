@@ -27,6 +27,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from remote_store import Capability, RemotePath, Store
 
@@ -794,6 +795,28 @@ class ParquetDatasetStore:
         # A writer that committed while the folder was being deleted left a
         # _SUCCESS over files this delete may have removed: withdraw it.
         self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
+
+    def to_pyarrow_dataset(self, key: str) -> pads.Dataset:
+        """The committed dataset under *key* as a ``pyarrow.dataset.Dataset``,
+        for readers that take one: pyarrow itself (``.to_table(filter=...)``),
+        DuckDB (``duckdb.arrow(ds)``), polars (``pl.scan_pyarrow_dataset(ds)``).
+
+        It covers exactly the parts the manifest lists (never a killed
+        writer's leftovers), with the manifest's schema. Reads then go through
+        pyarrow's own filesystem (local or S3, built from the store's URL and
+        options), without pds's checks: schemas and checksums are not
+        verified there, so prefer :meth:`read_dataset` where pds can run.
+
+        Raises:
+            DatasetIncomplete: no committed dataset at *key*.
+            CapabilityNotSupported: pyarrow cannot reach the store
+                (``memory://``, or a remote-store backend other than Local).
+
+        Cost: the ``_SUCCESS`` check and the manifest read (two requests).
+        """
+        from pds._interop import pyarrow_dataset
+
+        return pyarrow_dataset(self, key)
 
 
 def _filtered(

@@ -70,6 +70,7 @@ pub fn to_py(err: Error) -> PyErr {
             Error::PartCorrupted { path, .. } => {
                 raise(py, "pds.errors", "PartCorrupted", msg, &[("path", path)])
             }
+            Error::NoCredentials { .. } => raise(py, "remote_store", "PermissionDenied", msg, &[]),
             Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
             Error::Store(os) => match os {
                 object_store::Error::PermissionDenied { path, .. }

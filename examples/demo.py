@@ -1,8 +1,11 @@
-"""The main job, end to end: write orders as a pds dataset, read them back
-with a projection, print the manifest.
+"""A Spark-free job in plain Python: write orders as a pds dataset, read them
+back with a projection and a filter, stream them, print the manifest.
 
-    make demo                      # a local folder: ./demo-data
-    make demo DEMO_ARGS="--store s3://bucket/prefix --option endpoint=http://... --option region=..."
+``make demo`` runs the main job on Spark (``examples/spark_demo.py``); this is
+the smaller one that needs no Java:
+
+    make demo-python                      # a local folder: ./demo-data
+    make demo-python DEMO_ARGS="--store s3://bucket/prefix --option endpoint=http://... --option region=..."
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ def main() -> None:
     totals = back.group_by("country").aggregate([("amount", "sum")]).sort_by("country")
     for country, amount in zip(totals["country"].to_pylist(), totals["amount_sum"].to_pylist(), strict=True):
         print(f"  {country}: {amount:,.2f}")
+    start = time.perf_counter()
+    big = ds.read_dataset(args.key, columns=["order_id", "amount"], filter=[("amount", ">=", 200.0)])
+    print(f"filtered read: {big.num_rows:,} orders of at least 200.00 in {time.perf_counter() - start:.2f}s")
+    start = time.perf_counter()
+    streamed = sum(b.num_rows for b in ds.iter_batches(args.key, columns=["order_id"], batch_size=100_000))
+    print(f"streamed {streamed:,} rows in batches of 100,000 in {time.perf_counter() - start:.2f}s")
     print(f"schema from the manifest alone: {ds.read_schema(args.key).names}")
     print("manifest.json:")
     shown = manifest.to_json()

@@ -15,8 +15,8 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use pds::dataset::{read_dataset, write_dataset, WriteRequest};
-use pds::decode::{decode_bytes, ReadOptions};
-use pds::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
+use pds::parquet::decode::{decode_bytes, ReadOptions};
+use pds::parquet::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
 use pds::store::StoreHandle;
 
 const ROWS: usize = 250_000;

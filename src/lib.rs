@@ -1,24 +1,22 @@
 //! pds: Parquet datasets on any object store.
 //!
 //! The core is plain Rust (no PyO3): `cargo test` and `cargo bench` need no
-//! Python. The `python` feature adds the `pds._core` extension module, whose
-//! bindings live in `python/` and only convert types, release the GIL and map
-//! errors.
+//! Python. One folder per layer, each using only the layers below it:
+//!
+//! - [`store`]: object_store from a URL and options; keys confined to the
+//!   root; create-only and compare-and-swap puts.
+//! - [`parquet`]: the Parquet machinery every layer shares: encode, decode,
+//!   range reads, filters, part splitting, checksums, schema checks.
+//! - [`dataset`]: RFC-0008's datasets: parts, `manifest.json`, `_SUCCESS`;
+//!   the checked read and the streaming scan.
+//!
+//! The `python` feature adds the `pds._core` extension module, whose bindings
+//! live in `python/` and only convert types, release the GIL and map errors.
 
-pub mod chunk_crc;
 pub mod dataset;
-pub mod decode;
-pub mod encode;
 pub mod error;
-pub mod filter;
-pub mod manifest;
-pub mod part_schema;
-pub mod parts;
-pub mod range_reader;
+pub mod parquet;
 pub mod runtime;
-pub mod scan;
-pub mod split;
-pub mod storage_types;
 pub mod store;
 
 #[cfg(feature = "python")]

@@ -9,11 +9,11 @@ use pyo3_arrow::{PyArray, PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
 use super::store::PyRustStore;
+use crate::dataset::scan::DatasetStream;
 use crate::dataset::{self, WriteRequest};
-use crate::decode::ReadOptions;
-use crate::encode::EncodeOptions;
-use crate::filter;
-use crate::scan::DatasetStream;
+use crate::parquet::decode::ReadOptions;
+use crate::parquet::encode::EncodeOptions;
+use crate::parquet::filter;
 
 /// A filter as it crosses the boundary: `(column, op, values)`, where values
 /// is a pyarrow array (one value, several for `in`, or `None`).
@@ -165,7 +165,7 @@ pub fn read_part<'py>(
     opts.expected = schema.map(|s| s.into_inner());
     let decoded = super::run(py, async move {
         let size = handle.head(key).await?.size;
-        crate::decode::read_part(&handle, key, size, &opts).await
+        crate::parquet::decode::read_part(&handle, key, size, &opts).await
     })?;
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
 }
@@ -185,7 +185,9 @@ pub fn scan_dataset<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, batch_size)?;
-    stream_to_py(py, || crate::scan::scan(handle, key, opts, parallelism))
+    stream_to_py(py, || {
+        crate::dataset::scan::scan(handle, key, opts, parallelism)
+    })
 }
 
 /// Stream one part file as a `pyarrow.RecordBatchReader`: the HEAD, footer,
@@ -209,7 +211,7 @@ pub fn scan_part<'py>(
     let mut opts = read_options(columns, filter, batch_size)?;
     opts.row_groups = row_groups;
     opts.expected = schema.map(|s| s.into_inner());
-    stream_to_py(py, || crate::scan::scan_part(handle, key, opts))
+    stream_to_py(py, || crate::dataset::scan::scan_part(handle, key, opts))
 }
 
 /// The row count of each row group of the part at `key` (HEAD + footer).
@@ -217,7 +219,7 @@ pub fn scan_part<'py>(
 pub fn part_row_groups(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<Vec<u64>> {
     let handle = store.inner.clone();
     super::run(py, async move {
-        crate::decode::part_row_groups(&handle, key).await
+        crate::parquet::decode::part_row_groups(&handle, key).await
     })
 }
 
@@ -249,13 +251,13 @@ pub fn read_schema<'py>(
 /// (unions, run-end encoding, list views, ...). No I/O.
 #[pyfunction]
 pub fn check_schema(schema: PySchema) -> PyResult<()> {
-    crate::storage_types::check_writable(&schema.into_inner()).py_err()
+    crate::parquet::storage_types::check_writable(&schema.into_inner()).py_err()
 }
 
 /// Parse a base64 Arrow IPC schema (as manifests store it), safely: a
 /// malformed or hostile one raises `ValueError` with the reason.
 #[pyfunction]
 pub fn schema_from_ipc<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
-    let schema = crate::manifest::schema_from_ipc_base64(text).py_err()?;
+    let schema = crate::dataset::manifest::schema_from_ipc_base64(text).py_err()?;
     PySchema::new(schema).into_pyarrow(py)
 }

@@ -11,8 +11,8 @@ use pyo3::types::PyBytes;
 use pyo3_arrow::{PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
-use crate::encode::{EncodeOptions, CODECS};
-use crate::parts::EncodedParts;
+use crate::parquet::encode::{EncodeOptions, CODECS};
+use crate::parquet::parts::EncodedParts;
 
 /// Iterator of `(data, row_count, size_bytes, sha256, last)` per part.
 /// Parts are encoded several at once, with the GIL released.
@@ -107,9 +107,9 @@ pub fn decode_parts<'py>(
             }
             opts.expected = Some(match expected {
                 Some(s) => s,
-                None => crate::decode::bytes_schema(&parts[0].1, &parts[0].0)?,
+                None => crate::parquet::decode::bytes_schema(&parts[0].1, &parts[0].0)?,
             });
-            crate::parts::decode_parts(parts, &opts)
+            crate::parquet::parts::decode_parts(parts, &opts)
         })
         .py_err()?;
     let schema = decoded[0].schema.clone();
@@ -128,7 +128,7 @@ pub fn part_schema<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let data = Bytes::from_owner(data);
     let schema = py
-        .detach(|| crate::decode::bytes_schema(&data, &name))
+        .detach(|| crate::parquet::decode::bytes_schema(&data, &name))
         .py_err()?;
     PySchema::new(schema).into_pyarrow(py)
 }

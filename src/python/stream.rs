@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3_arrow::{PyRecordBatch, PySchema};
 
 use super::errors::to_py;
-use crate::scan::DatasetStream;
+use crate::dataset::scan::DatasetStream;
 
 /// An iterator of `pyarrow.RecordBatch`; waits for each with the GIL released.
 #[pyclass(module = "pds._core", name = "BatchStream")]

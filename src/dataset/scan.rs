@@ -17,8 +17,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::dataset::{child_key, expected_schema, open_dataset, vanished};
-use crate::decode::{self, PartStream, ReadOptions};
 use crate::error::{Error, Result};
+use crate::parquet::decode::{self, PartStream, ReadOptions};
 use crate::store::StoreHandle;
 
 /// Batches buffered between the scan task and the consumer.
@@ -95,7 +95,7 @@ pub fn scan(
 /// manifest's `row_count` rows.
 struct RowCheck {
     dataset_key: String,
-    manifest: crate::manifest::Manifest,
+    manifest: crate::dataset::manifest::Manifest,
 }
 
 /// Open a streaming read of the single part file at `key` (HEAD, footer,
@@ -213,8 +213,8 @@ async fn stream_parts(
 mod tests {
     use super::*;
     use crate::dataset::{write_dataset, WriteRequest};
-    use crate::encode::EncodeOptions;
-    use crate::filter::predicate;
+    use crate::parquet::encode::EncodeOptions;
+    use crate::parquet::filter::predicate;
     use arrow_array::{Array, Int64Array, RecordBatchIterator};
     use arrow_schema::{DataType, Field, Schema};
     use std::collections::BTreeMap;
@@ -223,7 +223,7 @@ mod tests {
     fn sample_dataset(
         row_group_size: usize,
         max_rows_per_file: Option<usize>,
-    ) -> (Arc<StoreHandle>, crate::manifest::Manifest) {
+    ) -> (Arc<StoreHandle>, crate::dataset::manifest::Manifest) {
         let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
         let schema = Arc::new(Schema::new(vec![
             Field::new("v", DataType::Int64, false),

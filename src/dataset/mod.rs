@@ -24,6 +24,9 @@
 //! concurrent *overwrites* of one key are not supported (readers with
 //! `verify=True` detect the result).
 
+pub mod manifest;
+pub mod scan;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -35,12 +38,12 @@ use object_store::buffered::BufWriter;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::decode::{self, Decoded, ReadOptions};
-use crate::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary};
 use crate::error::{Error, Result};
-use crate::manifest::{self, Manifest, PartInfo};
-use crate::split::{part_name, Piece, Splitter};
+use crate::parquet::decode::{self, Decoded, ReadOptions};
+use crate::parquet::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary};
+use crate::parquet::split::{part_name, Piece, Splitter};
 use crate::store::{PutMode, StoreHandle};
+use manifest::{Manifest, PartInfo};
 
 /// The commit marker, written last.
 pub const SUCCESS: &str = "_SUCCESS";
@@ -287,7 +290,7 @@ async fn run_part(
 ) -> Result<(String, PartSummary)> {
     let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
     let encoder = tokio::task::spawn_blocking(move || {
-        crate::error::contain(crate::encode::encoder_panic, || {
+        crate::error::contain(crate::parquet::encode::encoder_panic, || {
             encode_part(schema, opts, batches, chunk_tx)
         })
     });
@@ -331,7 +334,7 @@ pub fn write_dataset(
     req: WriteRequest,
 ) -> Result<Manifest> {
     crate::store::keys::object_segments(&req.location)?;
-    crate::storage_types::check_writable(&reader.schema())?;
+    crate::parquet::storage_types::check_writable(&reader.schema())?;
     let location = req.location.clone();
     let claim = crate::runtime::block_on({
         let store = store.clone();
@@ -403,7 +406,7 @@ fn write_parts_claimed(
     claim: Option<&Claim>,
 ) -> Result<WrittenParts> {
     crate::store::keys::object_segments(&req.location)?;
-    crate::storage_types::check_writable(&reader.schema())?;
+    crate::parquet::storage_types::check_writable(&reader.schema())?;
     if let Some(p) = &req.part_prefix {
         if p.is_empty()
             || !p
@@ -744,7 +747,7 @@ pub fn read_dataset(
         } else {
             None
         };
-        let target = crate::part_schema::project(
+        let target = crate::parquet::part_schema::project(
             &expected,
             match &opts.columns {
                 None => None,

@@ -18,8 +18,8 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use sha2::{Digest, Sha256};
 
-use crate::chunk_crc::ChunkCrcWriter;
 use crate::error::{Error, Result};
+use crate::parquet::chunk_crc::ChunkCrcWriter;
 
 /// The codec names pds accepts: pyarrow's, case-insensitive.
 pub const CODECS: &[&str] = &["none", "snappy", "gzip", "brotli", "lz4", "zstd"];
@@ -101,7 +101,7 @@ pub struct PartSummary {
 }
 
 /// A `Write` adapter that hashes and counts every byte on its way through,
-/// and computes the column-chunk checksums (see [`crate::chunk_crc`]).
+/// and computes the column-chunk checksums (see [`crate::parquet::chunk_crc`]).
 pub struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
@@ -148,7 +148,7 @@ pub struct PartEncoder<W: Write + Send> {
     factory: ArrowRowGroupWriterFactory,
     /// The caller's schema: every batch must have exactly these types.
     input: SchemaRef,
-    /// What is encoded (see [`crate::storage_types`]); batches are cast to it.
+    /// What is encoded (see [`crate::parquet::storage_types`]); batches are cast to it.
     schema: SchemaRef,
     cast: bool,
     row_group_rows: usize,
@@ -161,12 +161,12 @@ pub struct PartEncoder<W: Write + Send> {
 
 impl<W: Write + Send> PartEncoder<W> {
     /// Fails with `UnsupportedType` for a schema pds cannot store
-    /// (see [`crate::storage_types::check_writable`]).
+    /// (see [`crate::parquet::storage_types::check_writable`]).
     pub fn new(sink: W, input: SchemaRef, opts: &EncodeOptions) -> Result<Self> {
-        crate::storage_types::check_writable(&input)?;
-        let cast = crate::storage_types::needs_storage_cast(&input);
+        crate::parquet::storage_types::check_writable(&input)?;
+        let cast = crate::parquet::storage_types::needs_storage_cast(&input);
         let schema = if cast {
-            Arc::new(crate::storage_types::storage_schema(&input))
+            Arc::new(crate::parquet::storage_types::storage_schema(&input))
         } else {
             input.clone()
         };
@@ -217,7 +217,7 @@ impl<W: Write + Send> PartEncoder<W> {
         }
         let stored;
         let batch = if self.cast {
-            stored = crate::storage_types::to_storage(batch, &self.schema)?;
+            stored = crate::parquet::storage_types::to_storage(batch, &self.schema)?;
             &stored
         } else {
             batch
@@ -317,7 +317,7 @@ impl<W: Write + Send> PartEncoder<W> {
     pub fn finish(mut self) -> Result<(PartSummary, W)> {
         self.flush_row_group()?;
         self.writer.flush()?; // Every chunk's bytes have passed the checksums.
-        let ranges = crate::chunk_crc::flushed_ranges(self.writer.flushed_row_groups());
+        let ranges = crate::parquet::chunk_crc::flushed_ranges(self.writer.flushed_row_groups());
         if let Some(entry) = self.writer.inner_mut().crcs.entry(&ranges) {
             self.writer.append_key_value_metadata(entry);
         }

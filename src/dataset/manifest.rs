@@ -168,7 +168,7 @@ pub fn schema_from_ipc_base64(text: &str) -> Result<SchemaRef> {
                 .map_err(|e| Error::InvalidArgument(format!("invalid Arrow IPC schema: {e}")))?;
             let schema = reader.schema();
             arrow_array::RecordBatch::new_empty(schema.clone());
-            crate::storage_types::check_readable(&schema)?;
+            crate::parquet::storage_types::check_readable(&schema)?;
             Ok(schema)
         },
     )

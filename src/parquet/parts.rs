@@ -11,9 +11,9 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
-use crate::encode::{encode_to_bytes, EncodeOptions, PartSummary};
 use crate::error::{Error, Result};
-use crate::split::{Piece, Splitter};
+use crate::parquet::encode::{encode_to_bytes, EncodeOptions, PartSummary};
+use crate::parquet::split::{Piece, Splitter};
 
 /// One encoded part. `last` is true for the final part of the dataset.
 #[derive(Debug, Clone)]
@@ -89,9 +89,9 @@ impl EncodedParts {
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|payload| {
-                        Err(crate::encode::encoder_panic(crate::error::panic_message(
-                            payload.as_ref(),
-                        )))
+                        Err(crate::parquet::encode::encoder_panic(
+                            crate::error::panic_message(payload.as_ref()),
+                        ))
                     })
                 })
                 .collect()
@@ -127,8 +127,8 @@ impl Iterator for EncodedParts {
 /// Decode several in-memory parts at once; results keep the input order.
 pub fn decode_parts(
     parts: Vec<(String, Bytes)>,
-    opts: &crate::decode::ReadOptions,
-) -> Result<Vec<crate::decode::Decoded>> {
+    opts: &crate::parquet::decode::ReadOptions,
+) -> Result<Vec<crate::parquet::decode::Decoded>> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = parts
             .into_iter()
@@ -136,7 +136,7 @@ pub fn decode_parts(
                 let fallback = name.clone();
                 (
                     fallback,
-                    scope.spawn(move || crate::decode::decode_bytes(data, &name, opts)),
+                    scope.spawn(move || crate::parquet::decode::decode_bytes(data, &name, opts)),
                 )
             })
             .collect();

@@ -2,7 +2,7 @@
 //! request, then column chunks as coalesced range requests
 //! (`ObjectStore::get_ranges` merges nearby ranges). Every whole column
 //! chunk fetched is checked against the checksum pds wrote in the footer
-//! (see [`crate::chunk_crc`]).
+//! (see [`crate::parquet::chunk_crc`]).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use crate::chunk_crc::ChunkChecksums;
+use crate::parquet::chunk_crc::ChunkChecksums;
 
 /// Bytes fetched from the end of a file on the first request. Most footers
 /// fit, so the metadata costs one GET.

@@ -16,9 +16,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 
 use crate::error::{contain, panic_message, Error, Result};
-use crate::filter::Predicate;
-use crate::part_schema;
-use crate::range_reader::ObjectRangeReader;
+use crate::parquet::filter::Predicate;
+use crate::parquet::part_schema;
+use crate::parquet::range_reader::ObjectRangeReader;
 use crate::store::StoreHandle;
 
 /// Decoded batches of one part, with their (projected) schema.
@@ -114,7 +114,7 @@ fn projection(
 ) -> Result<(ProjectionMask, Option<Vec<usize>>, SchemaRef)> {
     let reference = match &opts.expected {
         Some(s) => s.clone(),
-        None => crate::chunk_crc::strip(metadata.schema()),
+        None => crate::parquet::chunk_crc::strip(metadata.schema()),
     };
     let Some(columns) = &opts.columns else {
         return Ok((ProjectionMask::all(), None, reference));
@@ -246,7 +246,7 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
     contain(decoder_panic(path), || {
         let err = corrupted(path);
         let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
-        let sums = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
+        let sums = crate::parquet::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
             .map_err(|reason| corrupt(path, reason))?;
         let builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), metadata.clone());
@@ -284,7 +284,7 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
 /// The Arrow schema of a Parquet file held in memory, from its footer.
 pub fn bytes_schema(data: &Bytes, path: &str) -> Result<SchemaRef> {
     contain(decoder_panic(path), || {
-        Ok(crate::chunk_crc::strip(
+        Ok(crate::parquet::chunk_crc::strip(
             ArrowReaderMetadata::load(data, Default::default())
                 .map_err(corrupted(path))?
                 .schema(),
@@ -430,7 +430,7 @@ pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>>
 /// The Arrow schema of a part, from its footer alone.
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
     let size = store.head(key).await?.size;
-    Ok(crate::chunk_crc::strip(
+    Ok(crate::parquet::chunk_crc::strip(
         open_footer(store, key, size).await?.schema(),
     ))
 }
@@ -438,7 +438,7 @@ pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{encode_to_bytes, EncodeOptions};
+    use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
     use arrow_array::{Int64Array, StringArray};
     use arrow_schema::{DataType, Field};
 
@@ -580,7 +580,7 @@ mod tests {
         )
         .unwrap();
         let metadata = ArrowReaderMetadata::load(&bytes, Default::default()).unwrap();
-        let sums = crate::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
+        let sums = crate::parquet::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
             .unwrap()
             .expect("pds writes chunk checksums");
         sums.check_all(&bytes).unwrap();
@@ -623,7 +623,7 @@ mod tests {
             a_values(decode_bytes(bytes.clone(), "p", &only(vec![1])).unwrap()),
             [2]
         );
-        let pred = crate::filter::predicate(vec![(
+        let pred = crate::parquet::filter::predicate(vec![(
             "a".into(),
             ">=".into(),
             Some(Arc::new(Int64Array::from(vec![2])) as arrow_array::ArrayRef),

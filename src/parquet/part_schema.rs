@@ -9,7 +9,7 @@
 //!
 //! - [`check`] compares the part's footer schema with it, column by column,
 //!   and fails with `PartCorrupted`, naming the part, on any difference other
-//!   than the storage substitutions of [`crate::storage_types`];
+//!   than the storage substitutions of [`crate::parquet::storage_types`];
 //! - [`conform`] gives each decoded batch exactly the expected (projected)
 //!   schema: the caller's types, names and schema metadata.
 
@@ -19,7 +19,7 @@ use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::storage_types::storage_type;
+use crate::parquet::storage_types::storage_type;
 
 fn mismatch(path: &str, reason: String) -> Error {
     Error::PartCorrupted {

@@ -390,7 +390,7 @@ pub type SharedPredicate = Arc<Predicate>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{encode_to_bytes, EncodeOptions};
+    use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
     use arrow_array::{Int64Array, StringArray};
     use arrow_schema::Field;
     use parquet::arrow::arrow_reader::ArrowReaderMetadata;

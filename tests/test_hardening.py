@@ -577,3 +577,14 @@ def test_errors_stay_remote_store_errors() -> None:
         assert issubclass(cls, RemoteStoreError)
     assert issubclass(pds.AlreadyExists, RemoteStoreError)
     assert NotFound is pds.NotFound
+
+
+@pytest.mark.spec("R-7")
+def test_read_schema_of_a_damaged_footer_is_part_corrupted(store: Store) -> None:
+    """A remote-store manifest records no schema: read_schema reads the first part's footer."""
+    from remote_store.ext.parquet import ParquetDatasetStore as RemoteStoreDatasets
+
+    RemoteStoreDatasets(store).write_dataset(sample(10), "r")
+    store.write("r/data.parquet", b"PAR1 not a footer PAR1", overwrite=True)
+    with pytest.raises(PartCorrupted, match=r"data\.parquet"):
+        ParquetDatasetStore(store).read_schema("r")

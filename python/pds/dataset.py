@@ -42,6 +42,7 @@ from pds.errors import (
     InvalidPath,
     ManifestCorrupted,
     NotFound,
+    PartCorrupted,
 )
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
 
@@ -776,9 +777,15 @@ class ParquetDatasetStore:
         if self._native is not None:
             native: pa.Schema = _core.read_schema(self._native, self._store.native_path(key))
             return native
-        with self._store.read_seekable(f"{key}/{manifest.parts[0]}") as f:
-            footer: pa.Schema = pq.read_schema(f)
-            return footer
+        part = f"{key}/{manifest.parts[0]}"
+        try:
+            with self._store.read_seekable(part) as f:
+                footer: pa.Schema = pq.read_schema(f)
+        except NotFound:
+            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: part {part!r} is missing", path=key) from None
+        except (pa.ArrowException, OSError) as exc:
+            raise PartCorrupted(f"part {part!r} is corrupted: its footer is unreadable: {exc}", path=part) from exc
+        return footer
 
     def dataset_exists(self, key: str) -> bool:
         """``True`` iff ``{key}/_SUCCESS`` exists (PDS-007)."""

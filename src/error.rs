@@ -37,6 +37,12 @@ pub enum Error {
     )]
     ClaimLost { key: String },
 
+    /// A commit lost the race for its version every time it tried.
+    #[error(
+        "commit to {key:?} lost to concurrent commits {attempts} times; nothing was committed"
+    )]
+    CommitConflict { key: String, attempts: u32 },
+
     /// A key that is empty, escapes the root, or holds forbidden characters.
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath { path: String, reason: String },

@@ -9,6 +9,7 @@
 //!   range reads, filters, part splitting, checksums, schema checks.
 //! - [`dataset`]: RFC-0008's datasets: parts, `manifest.json`, `_SUCCESS`;
 //!   the checked read and the streaming scan.
+//! - [`table`]: versions committed by compare-and-swap (the commit machinery).
 //!
 //! The `python` feature adds the `pds._core` extension module, whose bindings
 //! live in `python/` and only convert types, release the GIL and map errors.
@@ -18,6 +19,7 @@ pub mod error;
 pub mod parquet;
 pub mod runtime;
 pub mod store;
+pub mod table;
 
 #[cfg(feature = "python")]
 mod python;

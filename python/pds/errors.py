@@ -26,6 +26,7 @@ __all__ = [
     "AlreadyExists",
     "BackendUnavailable",
     "CapabilityNotSupported",
+    "CommitConflict",
     "DataError",
     "DatasetIncomplete",
     "DirectoryNotEmpty",
@@ -46,6 +47,11 @@ class PartCorrupted(RemoteStoreError):
     (with ``verify=True``) does not match the SHA-256 in the manifest.
     ``path`` names the part.
     """
+
+
+class CommitConflict(RemoteStoreError):
+    """A table commit lost the race for its version every time it tried
+    (after retries with backoff). Nothing was committed; try again later."""
 
 
 class PreconditionFailed(RemoteStoreError):

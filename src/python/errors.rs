@@ -71,6 +71,9 @@ pub fn to_py(err: Error) -> PyErr {
                 raise(py, "pds.errors", "PartCorrupted", msg, &[("path", path)])
             }
             Error::NoCredentials { .. } => raise(py, "remote_store", "PermissionDenied", msg, &[]),
+            Error::CommitConflict { key, .. } => {
+                raise(py, "pds.errors", "CommitConflict", msg, &[("path", key)])
+            }
             Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
             Error::Store(os) => match os {
                 object_store::Error::PermissionDenied { path, .. }

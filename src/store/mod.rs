@@ -163,6 +163,20 @@ impl StoreHandle {
         Ok(self.built.store.get(&path).await?.bytes().await?)
     }
 
+    /// GET a whole object with its metadata (the ETag / version a
+    /// compare-and-swap put needs). `NotFound` if it is absent.
+    pub async fn get_with_meta(&self, key: &str) -> Result<(Bytes, Meta)> {
+        let path = self.path(key)?;
+        let result = self.built.store.get(&path).await?;
+        let meta = self
+            .meta(result.meta.clone())
+            .ok_or_else(|| Error::InvalidPath {
+                path: key.to_string(),
+                reason: "the object lies outside the store root".into(),
+            })?;
+        Ok((result.bytes().await?, meta))
+    }
+
     /// GET a byte range `[start, end)`.
     pub async fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes> {
         if end < start {

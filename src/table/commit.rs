@@ -1,0 +1,387 @@
+//! The commit loop: read the latest version, build the next, create its
+//! manifest create-only, then move the pointer.
+//!
+//! See the module docs of [`crate::table`] for why the create-only manifest
+//! name, not the pointer, decides which writer gets a version. Building the
+//! next version is the caller's (`prepare`), kept apart from trying it: an
+//! append rebases on whatever won meanwhile; a delete or compaction can
+//! re-validate the files it touched, or give up.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::snapshot::TableManifest;
+use super::{manifest_key, pointer_key, Pointer};
+use crate::error::{Error, Result};
+use crate::store::{PutMode, StoreHandle};
+
+/// Commits that found versions a dead writer left unpointed are rolled
+/// forward at most this many versions at a time.
+const MAX_ROLL_FORWARD: u64 = 64;
+
+/// How hard a commit tries.
+#[derive(Debug, Clone)]
+pub struct CommitOptions {
+    /// Attempts before `CommitConflict`.
+    pub max_attempts: u32,
+    /// The first backoff after a lost race; doubled each time, with jitter.
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for CommitOptions {
+    fn default() -> Self {
+        Self {
+            max_attempts: 64,
+            base_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The latest committed version and what a pointer update needs.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    pub manifest: TableManifest,
+    /// The pointer object's ETag/version as read (`None`: no pointer yet).
+    pointer: Option<(Option<String>, Option<String>)>,
+    /// The version the pointer names (it may lag `manifest.version`).
+    pointed: Option<u64>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// A new version was committed.
+    Committed {
+        manifest: Box<TableManifest>,
+        attempts: u32,
+    },
+    /// `prepare` found nothing to commit; the latest version stays.
+    Unchanged { version: Option<u64> },
+}
+
+/// Read the pointer (with its ETag), roll forward over versions whose
+/// writers died before moving it, and GET the latest manifest.
+///
+/// `Ok(None)` if the table has no version at all.
+pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> {
+    let (pointed, pointer) = match store.get_with_meta(&pointer_key(table)).await {
+        Ok((raw, meta)) => {
+            let p = Pointer::from_json(&raw, &pointer_key(table))?;
+            (Some(p.version), Some((meta.e_tag, meta.version)))
+        }
+        Err(Error::NotFound { .. }) => (None, None),
+        Err(e) => return Err(e),
+    };
+    // A version exists from the moment its manifest does; the pointer may lag.
+    let mut version = pointed;
+    for _ in 0..MAX_ROLL_FORWARD {
+        let next = version.map_or(0, |v| v + 1);
+        if store.try_head(&manifest_key(table, next)).await?.is_none() {
+            break;
+        }
+        version = Some(next);
+    }
+    let Some(version) = version else {
+        return Ok(None);
+    };
+    let manifest = read_version(store, table, version).await?;
+    Ok(Some(Latest {
+        manifest,
+        pointer,
+        pointed,
+    }))
+}
+
+/// The manifest of `version` (a GET; no pointer involved).
+pub async fn read_version(store: &StoreHandle, table: &str, version: u64) -> Result<TableManifest> {
+    let key = manifest_key(table, version);
+    let raw = store.get(&key).await?;
+    TableManifest::from_json(&raw, &key, version)
+}
+
+/// Move the pointer to `version` if it still names what `latest` read
+/// (compare-and-swap; create-only for a table's first version). Losing is
+/// fine: whoever moved it moved it forward.
+async fn advance_pointer(
+    store: &StoreHandle,
+    table: &str,
+    latest: Option<&Latest>,
+    version: u64,
+) -> Result<()> {
+    let body = Bytes::from(Pointer::new(table, version).to_json()?);
+    let mode = match latest.and_then(|l| l.pointer.clone()) {
+        Some((e_tag, v)) => PutMode::Update { e_tag, version: v },
+        None => PutMode::Create,
+    };
+    match store.put(&pointer_key(table), body, mode).await {
+        Ok(_) | Err(Error::Precondition { .. }) | Err(Error::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A small, dependency-free jitter source.
+fn jitter(seed: &mut u64) -> f64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed % 1000) as f64 / 1000.0
+}
+
+/// Commit one new version of `table`.
+///
+/// Each attempt: [`latest`] (GET pointer, HEAD the next version name, GET
+/// manifest), `prepare(latest)` builds the next manifest (or `None`: nothing
+/// to commit), a create-only PUT of `manifest/v<next>.json`, and a
+/// compare-and-swap PUT of the pointer. A lost race (the name exists) backs
+/// off with jitter and starts over from the new latest version; after
+/// `max_attempts`, `CommitConflict`.
+///
+/// An attempt that wins at once costs 2 GETs, 1 HEAD and 2 PUTs. The
+/// version is committed when its manifest is created; the pointer update
+/// only lets readers find it in one GET.
+pub async fn commit<F>(
+    store: &StoreHandle,
+    table: &str,
+    opts: &CommitOptions,
+    mut prepare: F,
+) -> Result<Outcome>
+where
+    F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>>,
+{
+    let mut seed = (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9e37_79b9)
+        | 1;
+    let mut backoff = opts.base_backoff;
+    for attempt in 1..=opts.max_attempts.max(1) {
+        let base = latest(store, table).await?;
+        // Help a writer that died (or is about to) before moving the pointer.
+        if let Some(l) = &base {
+            if l.pointed != Some(l.manifest.version) {
+                advance_pointer(store, table, Some(l), l.manifest.version).await?;
+            }
+        }
+        let Some(mut next) = prepare(base.as_ref().map(|l| &l.manifest))? else {
+            return Ok(Outcome::Unchanged {
+                version: base.map(|l| l.manifest.version),
+            });
+        };
+        let version = base.as_ref().map_or(0, |l| l.manifest.version + 1);
+        next.version = version;
+        next.previous = version.checked_sub(1);
+        let body = Bytes::from(next.to_json()?);
+        match store
+            .put(&manifest_key(table, version), body, PutMode::Create)
+            .await
+        {
+            Ok(_) => {
+                let base = match &base {
+                    Some(l) if l.pointed == Some(l.manifest.version) => Some(l),
+                    _ => None, // The pointer moved above: re-read it below.
+                };
+                if base.is_some() || version == 0 {
+                    advance_pointer(store, table, base, version).await?;
+                } else if let Some(now) = latest(store, table).await? {
+                    if now.pointed.is_none_or(|p| p < version) {
+                        advance_pointer(store, table, Some(&now), now.manifest.version).await?;
+                    }
+                }
+                return Ok(Outcome::Committed {
+                    manifest: Box::new(next),
+                    attempts: attempt,
+                });
+            }
+            Err(Error::AlreadyExists { .. }) => {
+                let wait = backoff.mul_f64(0.5 + jitter(&mut seed));
+                tokio::time::sleep(wait).await;
+                backoff = (backoff * 2).min(opts.max_backoff);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::CommitConflict {
+        key: table.to_string(),
+        attempts: opts.max_attempts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    fn next_manifest(op: &str, files: Vec<super::super::snapshot::DataFile>) -> TableManifest {
+        let mut m = super::super::snapshot::tests::manifest(0);
+        m.operation = op.into();
+        m.data_files = files;
+        m
+    }
+
+    fn file(name: &str) -> super::super::snapshot::DataFile {
+        super::super::snapshot::DataFile {
+            path: format!("data/{name}.parquet"),
+            size_bytes: 1,
+            row_group_count: 1,
+            total_rows: 1,
+            columns: BTreeMap::new(),
+            sha256: String::new(),
+        }
+    }
+
+    /// An append: the base's files plus one new file, whatever the base is.
+    fn append(name: String) -> impl FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>> {
+        move |base| {
+            let mut files = base.map(|b| b.data_files.clone()).unwrap_or_default();
+            files.push(file(&name));
+            Ok(Some(next_manifest("append", files)))
+        }
+    }
+
+    /// Commit an append of file `name` with the default options.
+    fn append_now(store: &StoreHandle, name: &str) -> Outcome {
+        crate::runtime::block_on(commit(
+            store,
+            "t",
+            &CommitOptions::default(),
+            append(name.into()),
+        ))
+        .and_then(|r| r)
+        .unwrap()
+    }
+
+    fn stores() -> Vec<(Arc<StoreHandle>, Option<tempfile::TempDir>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path())
+            .unwrap()
+            .to_string();
+        vec![
+            (
+                Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap()),
+                None,
+            ),
+            (
+                Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap()),
+                Some(dir),
+            ),
+        ]
+    }
+
+    #[test]
+    fn concurrent_appends_all_land_exactly_once_in_contiguous_versions() {
+        for (store, _dir) in stores() {
+            let rt = crate::runtime::get().unwrap();
+            let writers = 8;
+            let each = 5;
+            let handles: Vec<_> = (0..writers)
+                .map(|w| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        for i in 0..each {
+                            crate::runtime::block_on(commit(
+                                &store,
+                                "t",
+                                &CommitOptions::default(),
+                                append(format!("w{w}-{i}")),
+                            ))
+                            .unwrap()
+                            .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            let last = rt.block_on(latest(&store, "t")).unwrap().unwrap();
+            assert_eq!(last.manifest.version, writers * each - 1);
+            assert_eq!(last.pointed, Some(last.manifest.version));
+            let mut names: Vec<String> = last
+                .manifest
+                .data_files
+                .iter()
+                .map(|f| f.path.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            assert_eq!(
+                names.len() as u64,
+                writers * each,
+                "every append exactly once"
+            );
+            for v in 0..=last.manifest.version {
+                let m = rt.block_on(read_version(&store, "t", v)).unwrap();
+                assert_eq!(m.data_files.len() as u64, v + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_writer_that_died_before_the_pointer_blocks_no_one() {
+        for (store, _dir) in stores() {
+            let rt = crate::runtime::get().unwrap();
+            append_now(&store, "a");
+            // A writer created v1 and died before moving the pointer.
+            let mut orphan = next_manifest("append", vec![file("a"), file("b")]);
+            orphan.version = 1;
+            orphan.previous = Some(0);
+            rt.block_on(store.put(
+                &manifest_key("t", 1),
+                Bytes::from(orphan.to_json().unwrap()),
+                PutMode::Create,
+            ))
+            .unwrap();
+            let seen = rt.block_on(latest(&store, "t")).unwrap().unwrap();
+            assert_eq!((seen.manifest.version, seen.pointed), (1, Some(0)));
+            let out = append_now(&store, "c");
+            let Outcome::Committed { manifest, .. } = out else {
+                panic!("nothing committed")
+            };
+            assert_eq!(manifest.version, 2);
+            assert_eq!(manifest.data_files.len(), 3, "built on the orphaned v1");
+            let now = rt.block_on(latest(&store, "t")).unwrap().unwrap();
+            assert_eq!((now.manifest.version, now.pointed), (2, Some(2)));
+        }
+    }
+
+    #[test]
+    fn nothing_to_commit_and_lost_races_end_cleanly() {
+        let store = StoreHandle::open("memory://", &BTreeMap::new()).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let out = rt
+            .block_on(commit(&store, "t", &CommitOptions::default(), |_| Ok(None)))
+            .unwrap();
+        assert!(matches!(out, Outcome::Unchanged { version: None }));
+        // A writer whose version name is always taken gives up with CommitConflict.
+        append_now(&store, "a");
+        let opts = CommitOptions {
+            max_attempts: 3,
+            base_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+        };
+        let store = Arc::new(store);
+        let racer = store.clone();
+        let err = rt
+            .block_on(commit(&store, "t", &opts, move |base| {
+                // Someone else commits the version this attempt is about to take.
+                let next = base.map_or(0, |b| b.version + 1);
+                let mut theirs = next_manifest("append", vec![]);
+                theirs.version = next;
+                theirs.previous = next.checked_sub(1);
+                let key = manifest_key("t", next);
+                let put = racer.put(&key, Bytes::from(theirs.to_json()?), PutMode::Create);
+                futures::executor::block_on(put)?;
+                Ok(Some(next_manifest("append", vec![])))
+            }))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::CommitConflict { attempts: 3, .. }),
+            "{err}"
+        );
+    }
+}

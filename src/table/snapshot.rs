@@ -1,0 +1,200 @@
+//! One version of a table: the immutable manifest `manifest/vNNNNNNNN.json`.
+//!
+//! A manifest names everything a reader of that version needs: the schema
+//! (a readable column list, and the full Arrow schema as a base64 IPC
+//! flatbuffer, as dataset manifests and ODF's SetDataSchema store it), the
+//! data files with their statistics and checksums, and the tombstones. It is
+//! written once, create-only, and never changed, so it can be cached.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The `format` every table manifest carries.
+pub const FORMAT: &str = "pds-table/1";
+
+/// Per-column statistics of a data file (JSON values, `None` when unknown).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ColumnStats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_count: Option<u64>,
+}
+
+/// A data file of the table, immutable and uniquely named.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Relative to the table key (`data/...parquet`).
+    pub path: String,
+    pub size_bytes: u64,
+    pub row_group_count: u64,
+    pub total_rows: u64,
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnStats>,
+    pub sha256: String,
+}
+
+/// One column of the readable schema list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub data_type: String,
+    pub nullable: bool,
+}
+
+/// The schema a version carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub columns: Vec<Column>,
+    /// The full Arrow schema, an IPC flatbuffer in base64.
+    pub arrow_schema: String,
+}
+
+/// A table manifest: one committed version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableManifest {
+    pub format: String,
+    pub version: u64,
+    /// The version this one was built on (`None` for the table's creation).
+    pub previous: Option<u64>,
+    pub created_at: String,
+    pub operation: String,
+    #[serde(default)]
+    pub operation_parameters: BTreeMap<String, serde_json::Value>,
+    pub schema: TableSchema,
+    #[serde(default)]
+    pub data_files: Vec<DataFile>,
+    /// Tombstone files (relative paths) that apply to this version.
+    #[serde(default)]
+    pub tombstones: Vec<String>,
+}
+
+impl TableManifest {
+    /// Canonical JSON (sorted keys, 2-space indent).
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let value = serde_json::to_value(self).map_err(|e| {
+            Error::InvalidArgument(format!("table manifest is not serialisable: {e}"))
+        })?;
+        serde_json::to_vec_pretty(&value)
+            .map_err(|e| Error::InvalidArgument(format!("table manifest is not serialisable: {e}")))
+    }
+
+    /// Parse and validate a manifest read from `path`; `version` is the one
+    /// its name promises. Every failure is `ManifestCorrupted`.
+    pub fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
+        let corrupted = |reason: String| Error::ManifestCorrupted {
+            path: path.to_string(),
+            reason,
+        };
+        let m: TableManifest = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        if m.format != FORMAT {
+            return Err(corrupted(format!(
+                "format is {:?}, this pds reads {FORMAT:?}",
+                m.format
+            )));
+        }
+        if m.version != version {
+            return Err(corrupted(format!(
+                "it says version {} but is stored as version {version}",
+                m.version
+            )));
+        }
+        match (m.previous, m.version) {
+            (None, 0) => {}
+            (Some(p), v) if p + 1 == v => {}
+            (p, v) => {
+                return Err(corrupted(format!(
+                    "version {v} cannot follow {p:?}: versions are contiguous"
+                )))
+            }
+        }
+        for f in &m.data_files {
+            let segments =
+                crate::store::keys::segments(&f.path).map_err(|e| corrupted(e.to_string()))?;
+            if segments.first().map(String::as_str) != Some("data") {
+                return Err(corrupted(format!(
+                    "data file {:?} is not under data/",
+                    f.path
+                )));
+            }
+        }
+        for t in &m.tombstones {
+            let segments = crate::store::keys::segments(t).map_err(|e| corrupted(e.to_string()))?;
+            if segments.first().map(String::as_str) != Some("tombstone") {
+                return Err(corrupted(format!(
+                    "tombstone {t:?} is not under tombstone/"
+                )));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Rows in the data files (before tombstones).
+    pub fn total_rows(&self) -> u64 {
+        self.data_files.iter().map(|f| f.total_rows).sum()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A valid manifest of `version` with one data file (shared by the tests).
+    pub(crate) fn manifest(version: u64) -> TableManifest {
+        TableManifest {
+            format: FORMAT.into(),
+            version,
+            previous: version.checked_sub(1),
+            created_at: "2026-11-23T00:00:00Z".into(),
+            operation: "append".into(),
+            operation_parameters: BTreeMap::new(),
+            schema: TableSchema {
+                columns: vec![Column {
+                    name: "id".into(),
+                    data_type: "int64".into(),
+                    nullable: false,
+                }],
+                arrow_schema: String::new(),
+            },
+            data_files: vec![DataFile {
+                path: "data/a.parquet".into(),
+                size_bytes: 10,
+                row_group_count: 1,
+                total_rows: 3,
+                columns: BTreeMap::new(),
+                sha256: "00".into(),
+            }],
+            tombstones: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_what_cannot_be_a_version() {
+        let m = manifest(4);
+        let json = m.to_json().unwrap();
+        assert_eq!(TableManifest::from_json(&json, "p", 4).unwrap(), m);
+        assert!(matches!(
+            TableManifest::from_json(&json, "p", 5),
+            Err(Error::ManifestCorrupted { .. })
+        ));
+        let mut gap = manifest(4);
+        gap.previous = Some(2);
+        let mut escape = manifest(4);
+        escape.data_files[0].path = "../x.parquet".into();
+        let mut outside = manifest(4);
+        outside.data_files[0].path = "manifest/v00000001.json".into();
+        for bad in [gap, escape, outside] {
+            let json = bad.to_json().unwrap();
+            assert!(matches!(
+                TableManifest::from_json(&json, "p", 4),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+        }
+    }
+}

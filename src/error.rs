@@ -43,6 +43,10 @@ pub enum Error {
     )]
     CommitConflict { key: String, attempts: u32 },
 
+    /// Data whose schema is not the table's (and cannot be merged into it).
+    #[error("schema mismatch on table {key:?}: {reason}")]
+    SchemaMismatch { key: String, reason: String },
+
     /// A key that is empty, escapes the root, or holds forbidden characters.
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath { path: String, reason: String },

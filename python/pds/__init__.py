@@ -29,8 +29,10 @@ from pds.errors import (
     PermissionDenied,
     PreconditionFailed,
     RemoteStoreError,
+    SchemaMismatch,
 )
 from pds.manifest import DatasetManifest, PartInfo
+from pds.table import Table
 
 __all__ = [
     "AlreadyExists",
@@ -50,6 +52,8 @@ __all__ = [
     "PermissionDenied",
     "PreconditionFailed",
     "RemoteStoreError",
+    "SchemaMismatch",
+    "Table",
     "__version__",
     "open_store",
 ]

@@ -225,3 +225,62 @@ class BatchStream(Iterator[pa.RecordBatch]):
 
 def codecs() -> list[str]:
     """Codec names accepted for ``compression``."""
+
+# -- tables ------------------------------------------------------------------
+# Manifests cross as JSON text (the manifest/vNNNNNNNN.json format).
+
+def table_create(
+    store: RustStore,
+    key: str,
+    schema: pa.Schema,
+    data: ArrowStreamExportable | None,
+    *,
+    primary_key: str | None,
+    exist_ok: bool,
+    compression: str,
+    row_group_size: int | None,
+    target_file_size: int | None,
+    parallelism: int,
+) -> str:
+    """Create the table at *key* (version 0, optionally with *data*); its manifest JSON."""
+
+def table_append(
+    store: RustStore,
+    key: str,
+    data: ArrowStreamExportable,
+    *,
+    schema_mode: Literal["strict", "merge"] | str,
+    metadata: Mapping[str, str] | None,
+    parallelism: int,
+) -> str:
+    """Append *data* as new data files and commit; the new version's manifest JSON."""
+
+def table_delete(
+    store: RustStore,
+    key: str,
+    filter: Sequence[tuple[str, str, pa.Array | None]],
+    *,
+    parallelism: int,
+) -> tuple[str, int | None, bool]:
+    """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed)."""
+
+def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> str:
+    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time."""
+
+def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[str]:
+    """Manifest JSON of versions from..=to, newest first (vacuumed ones skipped)."""
+
+def table_deleted_rows(store: RustStore, key: str, version: int) -> dict[str, int | None]:
+    """Rows known deleted per data file of *version* (None under a key-range tombstone)."""
+
+def table_scan(
+    store: RustStore,
+    key: str,
+    *,
+    version: int,
+    columns: Sequence[str] | None,
+    filter: Sequence[tuple[str, str, pa.Array | None]] | None,
+    batch_size: int | None,
+    parallelism: int,
+) -> pa.RecordBatchReader:
+    """Stream *version* with its deletes applied."""

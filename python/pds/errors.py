@@ -37,6 +37,7 @@ __all__ = [
     "PermissionDenied",
     "PreconditionFailed",
     "RemoteStoreError",
+    "SchemaMismatch",
 ]
 
 
@@ -52,6 +53,13 @@ class PartCorrupted(RemoteStoreError):
 class CommitConflict(RemoteStoreError):
     """A table commit lost the race for its version every time it tried
     (after retries with backoff). Nothing was committed; try again later."""
+
+
+class SchemaMismatch(RemoteStoreError):
+    """Data whose schema is not the table's: an append in ``schema_mode="strict"``
+    with other columns or types, or a merge that would narrow a type or drop a
+    not-null column. The message names every field that differs. Nothing was
+    written."""
 
 
 class PreconditionFailed(RemoteStoreError):

@@ -153,7 +153,7 @@ impl Claim {
 }
 
 /// A token no other writer holds: time, process, a counter and a hash of them.
-fn unique_token() -> String {
+pub fn unique_token() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()

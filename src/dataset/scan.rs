@@ -8,51 +8,16 @@
 //! a small channel: memory stays at a few batches, and decoding overlaps with
 //! whatever the consumer does with the previous batch.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-
-use arrow_array::{RecordBatch, RecordBatchReader};
-use arrow_schema::{ArrowError, SchemaRef};
-use futures::{FutureExt, StreamExt};
-use tokio::sync::mpsc;
 
 use crate::dataset::{child_key, expected_schema, open_dataset, vanished};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{self, PartStream, ReadOptions};
+use crate::parquet::scan::{ScanHooks, Source};
 use crate::store::StoreHandle;
 
-/// Batches buffered between the scan task and the consumer.
-const CHANNEL: usize = 4;
-
-/// A scan in progress; dropping it stops the background task.
-pub struct DatasetStream {
-    schema: SchemaRef,
-    rx: mpsc::Receiver<Result<RecordBatch>>,
-}
-
-impl DatasetStream {
-    /// The next batch with its typed error (the `Iterator` impl wraps errors
-    /// in `ArrowError` for Arrow consumers). Blocks; call without the GIL.
-    pub fn next_result(&mut self) -> Option<Result<RecordBatch>> {
-        self.rx.blocking_recv()
-    }
-}
-
-impl Iterator for DatasetStream {
-    type Item = std::result::Result<RecordBatch, ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.rx
-            .blocking_recv()
-            .map(|r| r.map_err(|e| ArrowError::ExternalError(Box::new(e))))
-    }
-}
-
-impl RecordBatchReader for DatasetStream {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-}
+/// A dataset scan in progress (the shared streaming reader).
+pub use crate::parquet::scan::BatchStream as DatasetStream;
 
 /// Open a streaming scan of the dataset at `key`.
 pub fn scan(
@@ -112,14 +77,8 @@ pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Resul
     spawn(store, first, Vec::new(), opts, 1, None)
 }
 
-/// What the scan task streams: a part already open, or one still to open.
-enum Source {
-    Open(Box<PartStream>),
-    Pending(String, u64),
-}
-
-/// Start the task that streams `first`, then `rest` (key, size) in order,
-/// opening up to `parallelism` parts ahead.
+/// Stream `first`, then `rest` (key, size) in order, opening up to
+/// `parallelism` parts ahead.
 fn spawn(
     store: Arc<StoreHandle>,
     first: PartStream,
@@ -128,85 +87,29 @@ fn spawn(
     parallelism: usize,
     rows: Option<RowCheck>,
 ) -> Result<DatasetStream> {
-    let runtime = crate::runtime::get()?;
     let schema = first.schema();
-    let (tx, rx) = mpsc::channel(CHANNEL);
-    let task = stream_parts(
-        store,
-        first,
-        rest,
-        Arc::new(opts),
-        parallelism,
-        rows,
-        tx.clone(),
-    );
-    runtime.spawn(async move {
-        // A panic in the decoder must reach the consumer as an error, never
-        // as an early, silent end of the stream.
-        if AssertUnwindSafe(task).catch_unwind().await.is_err() {
-            let _ = tx
-                .send(Err(Error::Task(
-                    "the scan task failed unexpectedly (a pds bug; please report it)".into(),
-                )))
-                .await;
-        }
-    });
-    Ok(DatasetStream { schema, rx })
-}
-
-async fn stream_parts(
-    store: Arc<StoreHandle>,
-    first: PartStream,
-    rest: Vec<(String, u64)>,
-    opts: Arc<ReadOptions>,
-    parallelism: usize,
-    rows: Option<RowCheck>,
-    tx: mpsc::Sender<Result<RecordBatch>>,
-) {
-    let dataset_key = rows
-        .as_ref()
-        .map(|r| r.dataset_key.clone())
-        .unwrap_or_default();
+    let opts = Arc::new(opts);
     let sources = std::iter::once(Source::Open(Box::new(first)))
-        .chain(rest.into_iter().map(|(k, s)| Source::Pending(k, s)));
-    let mut opened = futures::stream::iter(sources)
-        .map(|source| {
-            let store = store.clone();
-            let opts = opts.clone();
-            async move {
-                match source {
-                    Source::Open(part) => Ok(*part),
-                    Source::Pending(key, size) => {
-                        decode::open_part(&store, &key, size, &opts).await
-                    }
-                }
-            }
-        })
-        .buffered(parallelism.max(1));
-    let missing = vanished(&dataset_key);
-    let mut file_rows = 0u64;
-    while let Some(part) = opened.next().await {
-        let mut part = match part {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = tx.send(Err(missing(e))).await;
-                return;
-            }
-        };
-        file_rows = file_rows.saturating_add(part.file_rows());
-        while let Some(batch) = part.next_batch().await {
-            let failed = batch.is_err();
-            if tx.send(batch.map_err(&missing)).await.is_err() || failed {
-                return; // The consumer went away, or the error was delivered.
+        .chain(rest.into_iter().map(|(key, size)| Source::Pending {
+            key,
+            size,
+            opts: opts.clone(),
+        }))
+        .collect();
+    let hooks = match rows {
+        None => ScanHooks::default(),
+        Some(check) => {
+            let key = check.dataset_key.clone();
+            ScanHooks {
+                map_err: Arc::new(move |e| vanished(&key)(e)),
+                at_end: Some(Box::new(move |file_rows| {
+                    let path = child_key(&check.dataset_key, crate::dataset::MANIFEST);
+                    check.manifest.check_rows(file_rows, &path)
+                })),
             }
         }
-    }
-    if let Some(check) = rows {
-        let path = child_key(&check.dataset_key, crate::dataset::MANIFEST);
-        if let Err(e) = check.manifest.check_rows(file_rows, &path) {
-            let _ = tx.send(Err(e)).await;
-        }
-    }
+    };
+    crate::parquet::scan::spawn(store, schema, sources, parallelism, hooks)
 }
 
 #[cfg(test)]
@@ -215,7 +118,7 @@ mod tests {
     use crate::dataset::{write_dataset, WriteRequest};
     use crate::parquet::encode::EncodeOptions;
     use crate::parquet::filter::predicate;
-    use arrow_array::{Array, Int64Array, RecordBatchIterator};
+    use arrow_array::{Array, Int64Array, RecordBatch, RecordBatchIterator, RecordBatchReader};
     use arrow_schema::{DataType, Field, Schema};
     use std::collections::BTreeMap;
 

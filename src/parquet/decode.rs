@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use parquet::arrow::arrow_reader::{
     ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
-    RowFilter,
+    RowFilter, RowSelection, RowSelector,
 };
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
@@ -73,6 +73,70 @@ pub struct ReadOptions {
     /// before any data is decoded, and every batch comes out with exactly
     /// its (projected) schema. `None` trusts the part's own schema.
     pub expected: Option<SchemaRef>,
+    /// Rows to drop, or the only rows to keep, by position in the file.
+    pub positions: Option<Positions>,
+    /// Rows matching any of these are dropped (a table's key-range deletes).
+    /// Null never matches, so a row whose column is null stays.
+    pub exclude: Vec<Arc<Predicate>>,
+    /// Give every output batch this schema (by column name, see
+    /// [`part_schema::evolve`]): a table's file written before its schema
+    /// changed. `expected` is then the file's own schema.
+    pub evolve_to: Option<SchemaRef>,
+}
+
+/// Row positions in a file (0-based, sorted, without duplicates).
+#[derive(Debug, Clone)]
+pub enum Positions {
+    /// Read every row except these.
+    Drop(Arc<Vec<u64>>),
+    /// Read only these rows.
+    Keep(Arc<Vec<u64>>),
+}
+
+impl Positions {
+    /// The row selection over `row_groups` (in file order) of a file whose
+    /// row groups hold `group_rows` rows each.
+    fn selection(&self, group_rows: &[u64], row_groups: &[usize]) -> RowSelection {
+        let (listed, keep) = match self {
+            Positions::Drop(p) => (p.as_slice(), false),
+            Positions::Keep(p) => (p.as_slice(), true),
+        };
+        let mut starts = Vec::with_capacity(group_rows.len());
+        let mut at = 0u64;
+        for n in group_rows {
+            starts.push(at);
+            at += n;
+        }
+        let mut out: Vec<RowSelector> = Vec::new();
+        let mut push = |select: bool, n: u64| {
+            if n == 0 {
+                return;
+            }
+            let n = n as usize;
+            match out.last_mut() {
+                Some(last) if last.skip != select => last.row_count += n,
+                _ => out.push(if select {
+                    RowSelector::select(n)
+                } else {
+                    RowSelector::skip(n)
+                }),
+            }
+        };
+        for &rg in row_groups {
+            let (start, len) = (starts[rg], group_rows[rg]);
+            let end = start + len;
+            let from = listed.partition_point(|&p| p < start);
+            let to = listed.partition_point(|&p| p < end);
+            let mut cursor = start;
+            for &p in &listed[from..to] {
+                push(!keep, p - cursor);
+                push(keep, 1);
+                cursor = p + 1;
+            }
+            push(!keep, end - cursor);
+        }
+        RowSelection::from(out)
+    }
 }
 
 fn corrupt(path: &str, reason: String) -> Error {
@@ -163,19 +227,55 @@ fn configure<T>(
             Some(wanted.clone())
         }
     };
-    if let Some(pred) = &opts.predicate {
-        let bound = Arc::new(pred.as_ref().clone().bind(metadata.schema())?);
+    let bound = match &opts.predicate {
+        Some(pred) => Some(Arc::new(pred.as_ref().clone().bind(metadata.schema())?)),
+        None => None,
+    };
+    if let Some(bound) = &bound {
         let kept = bound.prune(metadata.metadata(), metadata.schema())?;
         selected = Some(match selected {
             None => kept,
             Some(wanted) => wanted.into_iter().filter(|i| kept.contains(i)).collect(),
         });
-        let cols = column_indices(metadata.schema(), &bound.columns())?;
+    }
+    let exclude = opts
+        .exclude
+        .iter()
+        .map(|p| p.as_ref().clone().bind(metadata.schema()))
+        .collect::<Result<Vec<_>>>()?;
+    if bound.is_some() || !exclude.is_empty() {
+        let mut columns = bound.as_ref().map(|b| b.columns()).unwrap_or_default();
+        for e in &exclude {
+            columns.extend(e.columns());
+        }
+        columns.sort();
+        columns.dedup();
+        let cols = column_indices(metadata.schema(), &columns)?;
         let filter_mask = ProjectionMask::roots(metadata.parquet_schema(), cols);
         read_mask.union(&filter_mask);
-        let eval = bound.clone();
-        let row_filter = ArrowPredicateFn::new(filter_mask, move |batch| eval.evaluate(&batch));
+        let row_filter = ArrowPredicateFn::new(filter_mask, move |batch| {
+            let mut keep = match &bound {
+                Some(b) => b.evaluate(&batch)?,
+                None => arrow_array::BooleanArray::from(vec![true; batch.num_rows()]),
+            };
+            for e in &exclude {
+                let hit = e.evaluate(&batch)?;
+                keep = arrow_arith::boolean::and(&keep, &arrow_arith::boolean::not(&hit)?)?;
+            }
+            Ok(keep)
+        });
         builder = builder.with_row_filter(RowFilter::new(vec![Box::new(row_filter)]));
+    }
+    if let Some(positions) = &opts.positions {
+        let groups = metadata.metadata().row_groups();
+        let group_rows: Vec<u64> = groups.iter().map(|g| g.num_rows().max(0) as u64).collect();
+        let mut list: Vec<usize> = selected
+            .clone()
+            .unwrap_or_else(|| (0..groups.len()).collect());
+        list.sort_unstable();
+        list.dedup();
+        builder = builder.with_row_selection(positions.selection(&group_rows, &list));
+        selected = Some(list);
     }
     if let Some(row_groups) = &selected {
         builder = builder.with_row_groups(row_groups.clone());
@@ -298,6 +398,7 @@ pub struct PartStream {
     stream: parquet::arrow::async_reader::ParquetRecordBatchStream<ObjectRangeReader>,
     order: Option<Vec<usize>>,
     schema: SchemaRef,
+    evolve: Option<SchemaRef>,
     file_rows: u64,
     /// Set once the decoder failed: the stream must not be polled again.
     failed: bool,
@@ -306,7 +407,7 @@ pub struct PartStream {
 impl PartStream {
     /// The schema of the batches this part yields (projected, caller's order).
     pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        self.evolve.clone().unwrap_or_else(|| self.schema.clone())
     }
 
     /// Rows in the whole part, as its footer states (before any filter).
@@ -334,7 +435,11 @@ impl PartStream {
         };
         let out = batch
             .map_err(corrupted(&self.key))
-            .and_then(|b| finish_batch(b, self.order.as_deref(), &self.schema, &self.key));
+            .and_then(|b| finish_batch(b, self.order.as_deref(), &self.schema, &self.key))
+            .and_then(|b| match &self.evolve {
+                None => Ok(b),
+                Some(to) => part_schema::evolve(&b, to),
+            });
         if out.is_err() {
             self.failed = true;
         }
@@ -368,6 +473,7 @@ pub async fn open_part(
             stream,
             order,
             schema,
+            evolve: opts.evolve_to.clone(),
             file_rows: footer_rows(&metadata),
             failed: false,
         })
@@ -425,6 +531,36 @@ pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>>
         .iter()
         .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
         .collect())
+}
+
+/// From one footer read: the rows of each row group of the file at `key`,
+/// and the row groups whose statistics may hold rows matching `predicate`
+/// (all of them without one, or if it does not apply to this file's types).
+pub async fn row_group_plan(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    predicate: Option<&Predicate>,
+) -> Result<(Vec<u64>, Vec<usize>)> {
+    let builder = open_footer(store, key, size).await?;
+    let metadata = builder.metadata();
+    let rows: Vec<u64> = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
+        .collect();
+    let all: Vec<usize> = (0..rows.len()).collect();
+    let kept = match predicate.filter(|p| !p.conditions.is_empty()) {
+        None => all,
+        Some(p) => {
+            let schema = crate::parquet::chunk_crc::strip(builder.schema());
+            match p.clone().bind(&schema) {
+                Ok(bound) => bound.prune(metadata, &schema)?,
+                Err(_) => all,
+            }
+        }
+    };
+    Ok((rows, kept))
 }
 
 /// The Arrow schema of a part, from its footer alone.

@@ -92,12 +92,15 @@ impl EncodeOptions {
     }
 }
 
-/// Row count, byte size and SHA-256 of one encoded part.
+/// Row count, byte size, SHA-256 and statistics of one encoded part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartSummary {
     pub row_count: u64,
     pub size_bytes: u64,
     pub sha256: String,
+    pub row_groups: u64,
+    /// Per top-level column min/max/null count (see [`crate::parquet::stats`]).
+    pub columns: std::collections::BTreeMap<String, crate::parquet::stats::ColumnStats>,
 }
 
 /// A `Write` adapter that hashes and counts every byte on its way through,
@@ -322,12 +325,17 @@ impl<W: Write + Send> PartEncoder<W> {
             self.writer.append_key_value_metadata(entry);
         }
         let rows = self.rows;
+        let flushed = self.writer.flushed_row_groups();
+        let row_groups = flushed.len() as u64;
+        let columns = crate::parquet::stats::file_stats(flushed, &self.schema);
         let mut hw = self.writer.into_inner()?;
         hw.flush()?;
         let summary = PartSummary {
             row_count: rows,
             size_bytes: hw.written,
             sha256: hex::encode(hw.hasher.finalize()),
+            row_groups,
+            columns,
         };
         Ok((summary, hw.inner))
     }

@@ -158,47 +158,65 @@ impl Predicate {
     /// Indices of the row groups that may hold matching rows.
     pub fn prune(&self, metadata: &ParquetMetaData, arrow_schema: &Schema) -> Result<Vec<usize>> {
         let groups = metadata.row_groups();
-        let n = groups.len();
-        let mut keep = vec![true; n];
-        for c in &self.conditions {
+        let rows: Vec<u64> = groups.iter().map(|g| g.num_rows().max(0) as u64).collect();
+        let keep = self.may_match(&rows, |column| {
             let conv = StatisticsConverter::try_new(
-                &c.column,
+                column,
                 arrow_schema,
                 metadata.file_metadata().schema_descr(),
             )?;
-            let may = match c.op {
-                Op::IsNull => {
-                    let nulls = conv.row_group_null_counts(groups.iter())?;
-                    (0..n)
-                        .map(|i| nulls.is_null(i) || nulls.value(i) > 0)
-                        .collect::<Vec<_>>()
-                }
-                Op::IsNotNull => {
-                    let nulls = conv.row_group_null_counts(groups.iter())?;
-                    let rows: UInt64Array =
-                        UInt64Array::from_iter_values(groups.iter().map(|g| g.num_rows() as u64));
-                    (0..n)
-                        .map(|i| nulls.is_null(i) || nulls.value(i) < rows.value(i))
-                        .collect()
-                }
-                Op::NotIn => vec![true; n],
-                op => {
-                    let (Some(values), mins, maxs) = (
-                        c.values.as_ref(),
-                        conv.row_group_mins(groups.iter())?,
-                        conv.row_group_maxes(groups.iter())?,
-                    ) else {
+            Ok(UnitStats {
+                mins: Some(conv.row_group_mins(groups.iter())?),
+                maxs: Some(conv.row_group_maxes(groups.iter())?),
+                null_counts: Some(conv.row_group_null_counts(groups.iter())?),
+            })
+        })?;
+        Ok((0..groups.len()).filter(|&i| keep[i]).collect())
+    }
+
+    /// For each of `rows.len()` units (row groups, or whole files) holding
+    /// `rows[i]` rows: may it hold a matching row? `stats(column)` gives the
+    /// units' statistics of a column; unknown statistics rule nothing out.
+    pub fn may_match<F>(&self, rows: &[u64], mut stats: F) -> Result<Vec<bool>>
+    where
+        F: FnMut(&str) -> Result<UnitStats>,
+    {
+        let n = rows.len();
+        let mut keep = vec![true; n];
+        for c in &self.conditions {
+            let s = stats(&c.column)?;
+            let may = match (c.op, &s.null_counts) {
+                (Op::IsNull, Some(nulls)) => (0..n)
+                    .map(|i| nulls.is_null(i) || nulls.value(i) > 0)
+                    .collect::<Vec<_>>(),
+                (Op::IsNotNull, Some(nulls)) => (0..n)
+                    .map(|i| nulls.is_null(i) || nulls.value(i) < rows[i])
+                    .collect(),
+                (Op::IsNull | Op::IsNotNull | Op::NotIn, _) => vec![true; n],
+                (op, _) => {
+                    let (Some(values), Some(mins), Some(maxs)) =
+                        (c.values.as_ref(), s.mins.as_ref(), s.maxs.as_ref())
+                    else {
                         continue;
                     };
-                    range_may_match(op, &mins, &maxs, values).unwrap_or_else(|_| vec![true; n])
+                    range_may_match(op, mins, maxs, values).unwrap_or_else(|_| vec![true; n])
                 }
             };
             for (k, m) in keep.iter_mut().zip(may) {
                 *k &= m;
             }
         }
-        Ok((0..n).filter(|&i| keep[i]).collect())
+        Ok(keep)
     }
+}
+
+/// Statistics of one column over several units (row groups or files); an
+/// unknown entry is null, an unknown array `None`.
+#[derive(Debug, Clone, Default)]
+pub struct UnitStats {
+    pub mins: Option<ArrayRef>,
+    pub maxs: Option<ArrayRef>,
+    pub null_counts: Option<UInt64Array>,
 }
 
 /// Dictionary columns compare by their values.

@@ -11,5 +11,7 @@ pub mod filter;
 pub mod part_schema;
 pub mod parts;
 pub mod range_reader;
+pub mod scan;
 pub mod split;
+pub mod stats;
 pub mod storage_types;

@@ -178,6 +178,43 @@ pub fn conform(batch: RecordBatch, target: &SchemaRef, path: &str) -> Result<Rec
     .map_err(|e| mismatch(path, e.to_string()))
 }
 
+/// Give `batch` the schema `target` by column name: a column it lacks
+/// becomes nulls, a column of a narrower type is cast (losslessly: a value
+/// that does not fit fails), and columns `target` lacks are dropped. Used for
+/// a table's older files after its schema evolved, and for input batches of
+/// an append. Nullability is enforced: nulls in a not-null column fail.
+pub fn evolve(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema_ref() == target {
+        return Ok(batch.clone());
+    }
+    let rows = batch.num_rows();
+    let opts = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns = target
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            None => Ok(arrow_array::new_null_array(f.data_type(), rows)),
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => arrow_cast::cast_with_options(c, f.data_type(), &opts).map_err(|e| {
+                Error::Arrow(arrow_schema::ArrowError::CastError(format!(
+                    "column {:?} ({}) cannot become {}: {e}",
+                    f.name(),
+                    c.data_type(),
+                    f.data_type()
+                )))
+            }),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        target.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

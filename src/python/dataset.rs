@@ -44,8 +44,7 @@ pub fn read_options(
         columns,
         batch_size,
         predicate,
-        row_groups: None,
-        expected: None,
+        ..Default::default()
     })
 }
 
@@ -227,7 +226,7 @@ pub fn part_row_groups(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResu
 /// `pyarrow.RecordBatchReader` over a [`super::stream::PyBatchStream`], so
 /// that an error mid-stream arrives as its documented exception class
 /// (`PartCorrupted`, `DatasetIncomplete`, ...), not as a generic Arrow error.
-fn stream_to_py<'py>(
+pub(crate) fn stream_to_py<'py>(
     py: Python<'py>,
     open: impl FnOnce() -> crate::error::Result<DatasetStream> + Send,
 ) -> PyResult<Bound<'py, PyAny>> {

@@ -74,6 +74,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::CommitConflict { key, .. } => {
                 raise(py, "pds.errors", "CommitConflict", msg, &[("path", key)])
             }
+            Error::SchemaMismatch { key, .. } => {
+                raise(py, "pds.errors", "SchemaMismatch", msg, &[("path", key)])
+            }
             Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
             Error::Store(os) => match os {
                 object_store::Error::PermissionDenied { path, .. }

@@ -6,6 +6,7 @@ mod errors;
 mod parts;
 mod store;
 mod stream;
+mod table;
 
 use std::future::Future;
 
@@ -44,5 +45,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parts::part_schema, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::check_schema, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_append, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_delete, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_versions, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_deleted_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_scan, m)?)?;
     Ok(())
 }

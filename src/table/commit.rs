@@ -231,6 +231,7 @@ mod tests {
             total_rows: 1,
             columns: BTreeMap::new(),
             sha256: String::new(),
+            schema: None,
         }
     }
 

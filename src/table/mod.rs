@@ -26,7 +26,12 @@
 //! and vacuum build on it.
 
 pub mod commit;
+pub mod delete;
+pub mod scan;
+pub mod schema;
 pub mod snapshot;
+pub mod tombstone;
+pub mod write;
 
 use serde::{Deserialize, Serialize};
 

@@ -15,16 +15,7 @@ use crate::error::{Error, Result};
 /// The `format` every table manifest carries.
 pub const FORMAT: &str = "pds-table/1";
 
-/// Per-column statistics of a data file (JSON values, `None` when unknown).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct ColumnStats {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub null_count: Option<u64>,
-}
+pub use crate::parquet::stats::ColumnStats;
 
 /// A data file of the table, immutable and uniquely named.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +28,10 @@ pub struct DataFile {
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnStats>,
     pub sha256: String,
+    /// The schema the file was written with, as a key of the manifest's
+    /// `file_schemas`; absent when it is the version's schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
 }
 
 /// One column of the readable schema list.
@@ -73,6 +68,48 @@ pub struct TableManifest {
     /// Tombstone files (relative paths) that apply to this version.
     #[serde(default)]
     pub tombstones: Vec<String>,
+    /// Schemas of files written before a schema change, by id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub file_schemas: BTreeMap<String, TableSchema>,
+    /// Settings fixed at creation and carried by every version.
+    #[serde(default)]
+    pub properties: TableProperties,
+}
+
+/// A table's settings, fixed when it is created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TableProperties {
+    /// The primary-key column: deletes by a range of it read no data file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_key: Option<String>,
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_group_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_file_size: Option<u64>,
+}
+
+fn default_compression() -> String {
+    "zstd".into()
+}
+
+impl TableSchema {
+    /// The readable column list and the IPC schema of `schema`.
+    pub fn of(schema: &arrow_schema::Schema) -> Result<Self> {
+        Ok(Self {
+            columns: schema
+                .fields()
+                .iter()
+                .map(|f| Column {
+                    name: f.name().clone(),
+                    data_type: f.data_type().to_string(),
+                    nullable: f.is_nullable(),
+                })
+                .collect(),
+            arrow_schema: crate::dataset::manifest::schema_to_ipc_base64(schema)?,
+        })
+    }
 }
 
 impl TableManifest {
@@ -124,6 +161,16 @@ impl TableManifest {
                 )));
             }
         }
+        for f in &m.data_files {
+            if let Some(id) = &f.schema {
+                if !m.file_schemas.contains_key(id) {
+                    return Err(corrupted(format!(
+                        "{} names schema {id:?}, which the manifest lacks",
+                        f.path
+                    )));
+                }
+            }
+        }
         for t in &m.tombstones {
             let segments = crate::store::keys::segments(t).map_err(|e| corrupted(e.to_string()))?;
             if segments.first().map(String::as_str) != Some("tombstone") {
@@ -133,6 +180,56 @@ impl TableManifest {
             }
         }
         Ok(m)
+    }
+
+    /// The full Arrow schema of this version.
+    pub fn arrow_schema(&self, path: &str) -> Result<arrow_schema::SchemaRef> {
+        crate::dataset::manifest::schema_from_ipc_base64(&self.schema.arrow_schema).map_err(|e| {
+            Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason: format!("its arrow_schema cannot be read: {e}"),
+            }
+        })
+    }
+
+    /// Make `schema` this version's schema: files that have none recorded
+    /// keep the old one, under its id in `file_schemas`.
+    pub fn record_schema_change(&mut self, schema: TableSchema) {
+        let old = std::mem::replace(&mut self.schema, schema);
+        let id = crate::parquet::encode::sha256_hex(old.arrow_schema.as_bytes())[..16].to_string();
+        let mut used = false;
+        for f in &mut self.data_files {
+            if f.schema.is_none() {
+                f.schema = Some(id.clone());
+                used = true;
+            }
+        }
+        if used {
+            self.file_schemas.insert(id, old);
+        }
+    }
+
+    /// The schema `file` was written with.
+    pub fn file_schema(&self, file: &DataFile, path: &str) -> Result<arrow_schema::SchemaRef> {
+        let text = match &file.schema {
+            None => &self.schema.arrow_schema,
+            Some(id) => {
+                &self
+                    .file_schemas
+                    .get(id)
+                    .ok_or_else(|| Error::ManifestCorrupted {
+                        path: path.to_string(),
+                        reason: format!("{} names schema {id:?}, which it lacks", file.path),
+                    })?
+                    .arrow_schema
+            }
+        };
+        crate::dataset::manifest::schema_from_ipc_base64(text).map_err(|e| {
+            Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason: format!("a schema cannot be read: {e}"),
+            }
+        })
     }
 
     /// Rows in the data files (before tombstones).
@@ -169,8 +266,11 @@ pub(crate) mod tests {
                 total_rows: 3,
                 columns: BTreeMap::new(),
                 sha256: "00".into(),
+                schema: None,
             }],
             tombstones: vec![],
+            file_schemas: BTreeMap::new(),
+            properties: TableProperties::default(),
         }
     }
 

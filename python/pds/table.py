@@ -1,0 +1,433 @@
+"""``pds.Table``: a Parquet table that grows by appends, loses rows to deletes
+without rewriting files, and reads as of any version, on plain object
+storage with no catalog or lock service.
+
+Objects under the table key (all immutable but the pointer)::
+
+    _latest_manifest              the commit pointer (compare-and-swap)
+    manifest/v00000007.json       one manifest per version
+    data/part-<unique>-00000.parquet
+    tombstone/v00000008-<unique>.del
+
+A version is committed when its manifest is created (create-only PUT); the
+pointer then follows by compare-and-swap. Concurrent appends are rebased and
+all land; a writer killed at any moment leaves only unreferenced objects.
+
+>>> import pyarrow as pa, pds
+>>> store = pds.open_store("memory://")
+>>> t = pds.Table.create(store, "events", data=pa.table({"id": [1, 2, 3]}))
+>>> t.append(pa.table({"id": [4, 5]}))
+1
+>>> t.delete([("id", "<", 3)])
+2
+>>> t.to_arrow().column("id").to_pylist()
+[3, 4, 5]
+>>> t.to_arrow(version=0).num_rows
+3
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from remote_store import CapabilityNotSupported, Store
+
+from pds import _core
+from pds._filters import core_conditions
+from pds.backend import native_handle, open_store
+from pds.dataset import (
+    Filter,
+    _arrow_input,
+    _check_batch_size,
+    _check_columns,
+    _check_filter,
+    _check_key,
+    _check_rows,
+    _filtered,
+    _parallelism,
+)
+
+__all__ = ["Table"]
+
+_MODES = ("strict", "merge")
+
+
+def _native(store: Store | str, options: Mapping[str, object]) -> tuple[Store, _core.RustStore]:
+    """The Store and its Rust handle; a URL string is opened with *options*."""
+    if isinstance(store, str):
+        store = open_store(store, **options)
+    elif options:
+        raise TypeError("storage options are for a URL; a Store is already configured")
+    if not isinstance(store, Store):
+        raise TypeError(f"store must be a remote_store.Store or a URL, got {type(store).__name__}")
+    handle = native_handle(store)
+    if handle is None:
+        raise CapabilityNotSupported(
+            "pds tables commit with conditional writes (create-only and compare-and-swap PUTs); "
+            "this Store's backend offers neither. Use a Store over pds.ObjectStoreBackend "
+            "(pds.open_store(url)) for memory://, file:// or s3://",
+            capability="conditional_write",
+        )
+    return store, handle
+
+
+def _schema_of(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _as_of(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime):
+        raise TypeError(f"as_of must be a datetime, got {type(value).__name__}")
+    # A naive datetime is local time, as datetime.astimezone reads it.
+    return value.astimezone(datetime.UTC).isoformat()
+
+
+def _version(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"version must be an int >= 0, got {value!r}")
+    return value
+
+
+class Table:
+    """A table under *key* in a store. Create one with :meth:`create`, open
+    one with :meth:`open`.
+
+    A ``Table`` is pinned to the version it last loaded (:attr:`version`):
+    :meth:`scan` and :meth:`to_arrow` read that snapshot until
+    :meth:`refresh` (or this object's own commit) moves it. Reading never
+    blocks writers, and writers never block each other.
+    """
+
+    def __init__(self, store: Store, handle: _core.RustStore, key: str, manifest: dict[str, Any]) -> None:
+        self._store = store
+        self._native = handle
+        self._key = key
+        self._path = store.native_path(key)
+        self._manifest = manifest
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        store: Store | str,
+        key: str,
+        schema: pa.Schema | None = None,
+        *,
+        data: object = None,
+        primary_key: str | None = None,
+        exist_ok: bool = False,
+        compression: str = "zstd",
+        row_group_size: int | None = None,
+        target_file_size: int | None = None,
+        **storage_options: object,
+    ) -> Table:
+        """Create a table: from a *schema* alone, or from *data* (anything with
+        ``__arrow_c_stream__``, taken with zero copy) as version 0.
+
+        Args:
+            store: A ``remote_store.Store`` over ``pds.ObjectStoreBackend``, or
+                a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``)
+                with its storage options as keywords.
+            schema: The table's schema; *data*'s if omitted.
+            primary_key: A column whose range (or equality) deletes read no
+                data file. Integer, float, string, boolean or temporal.
+            exist_ok: Return the existing table if one with this schema is
+                already there (only without *data*: data is never dropped).
+            compression: Parquet codec of the data files.
+            row_group_size: Rows per row group (default 1Mi).
+            target_file_size: Bytes per data file at most (default 512 MiB),
+                estimated from the Arrow size of the data.
+
+        Cost: 1 GET + 1 HEAD to see that no table exists, the data PUTs,
+        then 1 PUT for ``manifest/v00000000.json`` and 1 for the pointer.
+
+        Raises:
+            remote_store.AlreadyExists: a table exists at *key*.
+            pds.SchemaMismatch: *data* does not have *schema*, or (exist_ok)
+                the existing table has another schema.
+            remote_store.CapabilityNotSupported: the store cannot do
+                conditional writes (before any I/O).
+            TypeError / ValueError: bad arguments (before any I/O).
+        """
+        st, handle = _native(store, storage_options)
+        key = _check_key(key)
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        if primary_key is not None and not isinstance(primary_key, str):
+            raise TypeError("primary_key must be a column name (str); composite keys are not supported")
+        reader = None
+        if data is not None:
+            reader, data_schema, _, _ = _arrow_input(data)
+            schema = schema if schema is not None else data_schema
+        if schema is None:
+            raise TypeError("Table.create needs a schema or data")
+        text = _core.table_create(
+            handle,
+            st.native_path(key),
+            schema,
+            reader,
+            primary_key=primary_key,
+            exist_ok=bool(exist_ok),
+            compression=compression,
+            row_group_size=_check_rows(row_group_size, "row_group_size"),
+            target_file_size=_check_rows(target_file_size, "target_file_size"),
+            parallelism=_parallelism(),
+        )
+        return cls(st, handle, key, json.loads(text))
+
+    @classmethod
+    def open(cls, store: Store | str, key: str, **storage_options: object) -> Table:
+        """Open the table at *key* at its latest version.
+
+        Cost: 1 GET (pointer), 1 HEAD (a commit whose pointer move is
+        pending), 1 GET (manifest).
+
+        Raises:
+            remote_store.NotFound: no table at *key*.
+        """
+        st, handle = _native(store, storage_options)
+        key = _check_key(key)
+        text = _core.table_manifest(handle, st.native_path(key))
+        return cls(st, handle, key, json.loads(text))
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        """The table's key in its store."""
+        return self._key
+
+    @property
+    def version(self) -> int:
+        """The version this object reads."""
+        return int(self._manifest["version"])
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of :attr:`version` (the full Arrow schema)."""
+        return _schema_of(self._manifest["schema"]["arrow_schema"])
+
+    @property
+    def primary_key(self) -> str | None:
+        """The primary-key column, if the table declares one."""
+        pk = self._manifest.get("properties", {}).get("primary_key")
+        return str(pk) if pk is not None else None
+
+    def refresh(self) -> int:
+        """Move to the latest version and return it (cost as :meth:`open`)."""
+        self._manifest = json.loads(_core.table_manifest(self._native, self._path))
+        return self.version
+
+    def __repr__(self) -> str:
+        return f"Table({self._key!r}, version={self.version})"
+
+    # -- writing -------------------------------------------------------------
+
+    def append(self, data: object, *, schema_mode: str = "strict", metadata: Mapping[str, str] | None = None) -> int:
+        """Append *data* (anything with ``__arrow_c_stream__``) as new data
+        files; return the new version. Concurrent appends never conflict: a
+        lost race is rebased and retried, so each append lands exactly once.
+
+        Args:
+            schema_mode: ``"strict"``: the same columns and types (any
+                order). ``"merge"``: new columns are added as nullable, and
+                a column may widen (int32 to int64, float32 to float64, ...);
+                older files then read with nulls for what they lack. The
+                change shows in :meth:`history`.
+            metadata: Strings recorded with the version (shown in history).
+
+        Cost: the data PUTs, then 2 GETs, 1 HEAD and 2 PUTs (manifest
+        create-only, pointer compare-and-swap) when the commit wins at once.
+
+        Raises:
+            pds.SchemaMismatch: the schemas differ (naming the fields).
+            pds.CommitConflict: every retry lost (the data files are removed).
+        """
+        if schema_mode not in _MODES:
+            raise ValueError(f"schema_mode must be one of {_MODES}, got {schema_mode!r}")
+        if metadata is not None and (
+            not isinstance(metadata, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+        ):
+            raise TypeError("metadata must be a mapping of str to str")
+        reader, _, _, guard = _arrow_input(data)
+        try:
+            text = _core.table_append(
+                self._native,
+                self._path,
+                reader,
+                schema_mode=schema_mode,
+                metadata=dict(metadata) if metadata is not None else None,
+                parallelism=_parallelism(),
+            )
+        finally:
+            if guard is not None:
+                guard.reraise()
+        self._manifest = json.loads(text)
+        return self.version
+
+    def delete(self, filter: Sequence[tuple[str, str, Any]]) -> int:
+        """Delete the rows matching *filter* (the tuple list ``read_dataset``
+        takes; all conditions must hold) and return the version after it. No
+        data file is rewritten: one tombstone records the deleted row
+        groups, primary-key ranges or row positions.
+
+        A range (or equality) on the primary key reads no data file. Any
+        other filter reads only its columns, of the files and row groups
+        whose statistics may match. A delete that matches nothing commits
+        nothing and returns the current version.
+
+        Cost: 3 PUTs (tombstone, manifest, pointer) and 2 GETs + 1 HEAD,
+        plus, without a primary-key range, the footers and filter columns of
+        the candidate files.
+        """
+        raw, expression = _check_filter(filter)
+        if expression is not None or not raw:
+            raise TypeError("delete takes a non-empty list of (column, op, value) tuples")
+        self.refresh()
+        conditions = core_conditions(raw, self.schema)
+        text, _rows, _committed = _core.table_delete(self._native, self._path, conditions, parallelism=_parallelism())
+        self._manifest = json.loads(text)
+        return self.version
+
+    # -- reading -------------------------------------------------------------
+
+    def _pinned(self, version: object, as_of: object) -> dict[str, Any]:
+        v = _version(version)
+        t = _as_of(as_of)
+        if v is not None and t is not None:
+            raise ValueError("pass version or as_of, not both")
+        if v is None and t is None:
+            return self._manifest
+        if v == self.version:
+            return self._manifest
+        return dict(json.loads(_core.table_manifest(self._native, self._path, version=v, as_of=t)))
+
+    def scan(
+        self,
+        *,
+        columns: list[str] | None = None,
+        filter: Filter | None = None,
+        version: int | None = None,
+        as_of: datetime.datetime | None = None,
+        batch_size: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """Stream a snapshot as a ``pyarrow.RecordBatchReader``, with deletes applied.
+
+        Args:
+            columns: Columns to read, in output order.
+            filter: Tuples (pushed down: files pruned by the manifest's
+                statistics, row groups by the footers') or a
+                ``pyarrow.compute.Expression`` (applied after decoding).
+            version: Read this version (its manifest directly, no pointer).
+            as_of: Read the last version created at or before this time
+                (O(log versions) manifest GETs).
+            batch_size: Rows per batch at most.
+
+        The scan sees one snapshot for its whole life; commits that land
+        meanwhile stay invisible to it.
+
+        Cost: 1 GET for another version's manifest, the tombstones not yet
+        read by this process, then per surviving file its footer and the
+        projected column chunks (range GETs).
+        """
+        cols = _check_columns(columns)
+        raw, expression = _check_filter(filter)
+        size = _check_batch_size(batch_size)
+        manifest = self._pinned(version, as_of)
+        schema = _schema_of(manifest["schema"]["arrow_schema"])
+        conditions = core_conditions(raw, schema) if raw is not None else None
+        read_cols = None if expression is not None else cols
+        reader: pa.RecordBatchReader = _core.table_scan(
+            self._native,
+            self._path,
+            version=int(manifest["version"]),
+            columns=read_cols,
+            filter=conditions,
+            batch_size=size,
+            parallelism=_parallelism(),
+        )
+        if expression is None:
+            return reader
+        return _filtered(reader, expression, cols)
+
+    def to_arrow(
+        self,
+        *,
+        columns: list[str] | None = None,
+        filter: Filter | None = None,
+        version: int | None = None,
+        as_of: datetime.datetime | None = None,
+    ) -> pa.Table:
+        """:meth:`scan`, collected into a ``pyarrow.Table``."""
+        return self.scan(columns=columns, filter=filter, version=version, as_of=as_of).read_all()
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The versions, newest first (at most *limit*): ``version``,
+        ``previous``, ``created_at``, ``operation``, ``parameters``,
+        ``rows_added``, ``files_added``, ``rows_deleted``, ``files_removed``,
+        ``schema_change``. Versions already vacuumed are left out.
+
+        Cost: 1 GET per version listed (16 at once), after a :meth:`refresh`.
+        """
+        _check_rows(limit, "limit")
+        latest = self.refresh()
+        first = 0 if limit is None else max(0, latest - limit + 1)
+        out = []
+        for text in _core.table_versions(self._native, self._path, first, latest):
+            m = json.loads(text)
+            params = m.get("operation_parameters", {})
+            out.append(
+                {
+                    "version": m["version"],
+                    "previous": m.get("previous"),
+                    "created_at": datetime.datetime.fromisoformat(m["created_at"]),
+                    "operation": m["operation"],
+                    "parameters": params,
+                    "rows_added": params.get("rows_added", 0),
+                    "files_added": params.get("files_added", 0),
+                    "rows_deleted": params.get("rows_deleted", 0),
+                    "files_removed": params.get("files_removed", 0),
+                    "schema_change": params.get("schema_change"),
+                }
+            )
+        return out
+
+    def files(self, version: int | None = None) -> pa.Table:
+        """The data files of a version: ``path``, ``rows``, ``deleted_rows``
+        (null where a primary-key range applies: counted only by reading),
+        ``bytes``, ``row_groups``, ``sha256``, and per-column ``min`` /
+        ``max`` (JSON text) from the manifest.
+
+        Cost: 1 GET for another version, its tombstones, and a footer GET per
+        file that has whole-row-group deletes.
+        """
+        manifest = self._pinned(version, None)
+        deleted = _core.table_deleted_rows(self._native, self._path, int(manifest["version"]))
+        files = manifest.get("data_files", [])
+
+        def bound(f: dict[str, Any], which: str) -> str:
+            return json.dumps({c: s[which] for c, s in f.get("columns", {}).items() if which in s}, sort_keys=True)
+
+        return pa.table(
+            {
+                "path": pa.array([f["path"] for f in files], pa.string()),
+                "rows": pa.array([f["total_rows"] for f in files], pa.int64()),
+                "deleted_rows": pa.array([deleted.get(f["path"]) for f in files], pa.int64()),
+                "bytes": pa.array([f["size_bytes"] for f in files], pa.int64()),
+                "row_groups": pa.array([f["row_group_count"] for f in files], pa.int64()),
+                "sha256": pa.array([f["sha256"] for f in files], pa.string()),
+                "min": pa.array([bound(f, "min") for f in files], pa.string()),
+                "max": pa.array([bound(f, "max") for f in files], pa.string()),
+            }
+        )

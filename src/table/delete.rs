@@ -1,0 +1,400 @@
+//! Deleting rows by a filter, without rewriting any data file.
+//!
+//! 1. Files whose manifest statistics rule the filter out are skipped.
+//! 2. On a primary-key table, a filter that is a range (or equality) on the
+//!    key writes one `pk_range` entry per remaining file and reads no data
+//!    file at all.
+//! 3. Otherwise, per remaining file: its footer prunes row groups, then only
+//!    the filter's columns of the remaining row groups are read. A row group
+//!    whose rows are now all deleted becomes a `row_group` entry; other
+//!    matches become row positions in a roaring bitmap.
+//! 4. One tombstone object is written (create-only), then the version is
+//!    committed: 3 PUTs in all when the commit wins at once.
+//!
+//! A delete that matches nothing commits nothing. A concurrent commit that
+//! removed a file this delete marks (a compaction) makes it start over on
+//! the new version; appends are simply rebased on (their rows were not seen
+//! by the filter, and stay).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::Array;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::commit::{self, CommitOptions, Outcome};
+use super::manifest_key;
+use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate};
+use super::snapshot::{DataFile, TableManifest};
+use super::tombstone::{self, Entry, FileDeletes, Tombstone};
+use crate::dataset::manifest::now_iso8601;
+use crate::error::{Error, Result};
+use crate::parquet::decode;
+use crate::parquet::filter::{Op, Predicate};
+use crate::parquet::stats;
+use crate::store::{PutMode, StoreHandle};
+
+/// Attempts before a delete that keeps finding its files compacted away
+/// gives up with `CommitConflict`.
+const MAX_REPLANS: u32 = 8;
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub struct Deleted {
+    /// The version after the delete (unchanged if nothing matched).
+    pub manifest: TableManifest,
+    /// Rows deleted, when known (`None` for key-range entries, counted on read).
+    pub rows: Option<u64>,
+    /// Whether a version was committed.
+    pub committed: bool,
+}
+
+/// `(lower, upper)` bounds of a filter that is a range on `pk` alone, as
+/// JSON values with their exclusiveness; `None` if it is anything else.
+type Bound = Option<(Value, bool)>;
+
+fn pk_range(pred: &Predicate, pk: &str) -> Option<(Bound, Bound)> {
+    let (mut lo, mut hi): (Bound, Bound) = (None, None);
+    for c in &pred.conditions {
+        if c.column != pk {
+            return None;
+        }
+        let v = stats::to_json(c.values.as_ref()?.as_ref(), 0)?;
+        match c.op {
+            Op::Eq if lo.is_none() && hi.is_none() => {
+                lo = Some((v.clone(), false));
+                hi = Some((v, false));
+            }
+            Op::Gt | Op::Ge if lo.is_none() => lo = Some((v, c.op == Op::Gt)),
+            Op::Lt | Op::Le if hi.is_none() => hi = Some((v, c.op == Op::Lt)),
+            _ => return None,
+        }
+    }
+    (!pred.conditions.is_empty()).then_some((lo, hi))
+}
+
+/// Entries for one file by reading the filter's columns of its candidate
+/// row groups; `(entries, rows newly deleted)`.
+async fn plan_file(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    file: &DataFile,
+    predicate: &Predicate,
+    deletes: Option<&FileDeletes>,
+) -> Result<(Vec<Entry>, u64)> {
+    let path = manifest_key(table, manifest.version);
+    let schema = manifest.arrow_schema(&path)?;
+    let mut columns = predicate.columns();
+    if let (Some(pk), Some(d)) = (&manifest.properties.primary_key, deletes) {
+        if !d.pk_ranges.is_empty() && !columns.contains(pk) {
+            columns.push(pk.clone());
+        }
+    }
+    let needed = output_schema(&schema, Some(&columns))?;
+    // Read without row filter or deleted positions, so that the k-th row out
+    // is the k-th row of the row groups read; deletes are applied below.
+    let Some(mut opts) = file_read_options(manifest, file, &needed, None, None, None, &path)?
+    else {
+        return Ok((Vec::new(), 0));
+    };
+    let key = format!("{}/{}", table.trim_end_matches('/'), file.path);
+    // Only conditions on columns the file has can prune its row groups.
+    let mut local = predicate.clone();
+    local.conditions.retain(|c| {
+        opts.expected
+            .as_ref()
+            .is_some_and(|s| s.field_with_name(&c.column).is_ok())
+    });
+    let (groups, pruned) =
+        decode::row_group_plan(store, &key, file.size_bytes, Some(&local)).await?;
+    let dead_groups = deletes.map(|d| d.row_groups.clone()).unwrap_or_default();
+    let read: Vec<usize> = pruned
+        .into_iter()
+        .filter(|rg| !dead_groups.contains(&(*rg as u64)))
+        .collect();
+    if read.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    opts.row_groups = Some(read.clone());
+    let decoded = decode::read_part(store, &key, file.size_bytes, &opts).await?;
+    let mut starts = Vec::with_capacity(groups.len());
+    let mut at = 0u64;
+    for n in &groups {
+        starts.push(at);
+        at += n;
+    }
+    let bound = predicate.clone().bind(&needed)?;
+    let excludes: Vec<Predicate> = match (&manifest.properties.primary_key, deletes) {
+        (Some(pk), Some(d)) => d
+            .pk_ranges
+            .iter()
+            .filter_map(|r| pk_predicate(pk, r, &needed).transpose())
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .map(|p| p.bind(&needed))
+            .collect::<Result<Vec<_>>>()?,
+        _ => Vec::new(),
+    };
+    // Walk decoded rows through the row groups read, in order.
+    let mut rg_iter = read.iter().copied();
+    let mut current = rg_iter.next();
+    let mut offset_in_rg = 0u64;
+    let mut hits: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut dead_by_key: BTreeMap<usize, u64> = BTreeMap::new();
+    let old_rows = deletes.map(|d| d.rows.clone()).unwrap_or_default();
+    for batch in &decoded.batches {
+        let matched = bound.evaluate(batch)?;
+        let mut excluded = vec![false; batch.num_rows()];
+        for e in &excludes {
+            let m = e.evaluate(batch)?;
+            for (i, x) in excluded.iter_mut().enumerate() {
+                *x |= m.value(i);
+            }
+        }
+        for (i, &gone) in excluded.iter().enumerate() {
+            let Some(rg) = current else {
+                return Err(Error::PartCorrupted {
+                    path: key.clone(),
+                    reason: "it decoded more rows than its row groups hold".into(),
+                });
+            };
+            let pos = starts[rg] + offset_in_rg;
+            let in_bitmap = u32::try_from(pos).is_ok_and(|p| old_rows.contains(p));
+            if gone && !in_bitmap {
+                *dead_by_key.entry(rg).or_default() += 1;
+            } else if !gone && !in_bitmap && matched.is_valid(i) && matched.value(i) {
+                hits.entry(rg).or_default().push(pos);
+            }
+            offset_in_rg += 1;
+            if offset_in_rg == groups[rg] {
+                current = rg_iter.next();
+                offset_in_rg = 0;
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    let mut positions = Vec::new();
+    let mut newly = 0u64;
+    for (rg, rows) in hits {
+        newly += rows.len() as u64;
+        let (start, len) = (starts[rg], groups[rg]);
+        let dead_positions = match (u32::try_from(start), u32::try_from(start + len)) {
+            (Ok(lo), Ok(hi)) => old_rows.range_cardinality(lo..hi),
+            _ => 0,
+        };
+        let dead = dead_positions + dead_by_key.get(&rg).copied().unwrap_or(0);
+        if rows.len() as u64 + dead >= len {
+            entries.push(Entry::RowGroup {
+                file: file.path.clone(),
+                row_group: rg as u64,
+                rows: len,
+            });
+        } else {
+            positions.extend(rows);
+        }
+    }
+    if !positions.is_empty() {
+        let mut map = BTreeMap::new();
+        map.insert(file.path.clone(), positions);
+        for (f, b) in tombstone::bitmaps(map)? {
+            entries.push(Entry::rows(&f, &b)?);
+        }
+    }
+    Ok((entries, newly))
+}
+
+/// Delete the rows of `table` matching `predicate` (see the module docs).
+pub fn delete(
+    store: Arc<StoreHandle>,
+    table: &str,
+    predicate: Predicate,
+    parallelism: usize,
+) -> Result<Deleted> {
+    crate::store::keys::object_segments(table)?;
+    if predicate.conditions.is_empty() {
+        return Err(Error::InvalidArgument(
+            "delete needs a filter; an empty filter would delete every row".into(),
+        ));
+    }
+    for _ in 0..MAX_REPLANS {
+        let base = crate::runtime::block_on(commit::latest(&store, table))??
+            .ok_or_else(|| Error::NotFound {
+                path: table.to_string(),
+            })?
+            .manifest;
+        let path = manifest_key(table, base.version);
+        let schema = base.arrow_schema(&path)?;
+        let bound = predicate.clone().bind(&schema)?;
+        let candidates: Vec<&DataFile> = base
+            .data_files
+            .iter()
+            .map(|f| file_may_match(f, &schema, &bound).map(|keep| (f, keep)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .filter_map(|(f, keep)| keep.then_some(f))
+            .collect();
+        let pk = base.properties.primary_key.clone();
+        let (entries, rows) = match pk.as_deref().and_then(|pk| pk_range(&bound, pk)) {
+            Some((lo, hi)) => {
+                let entries = candidates
+                    .iter()
+                    .map(|f| Entry::PkRange {
+                        file: f.path.clone(),
+                        pk_min: lo.as_ref().map(|(v, _)| v.clone()),
+                        pk_max: hi.as_ref().map(|(v, _)| v.clone()),
+                        pk_min_exclusive: lo.as_ref().is_some_and(|(_, x)| *x),
+                        pk_max_exclusive: hi.as_ref().is_some_and(|(_, x)| *x),
+                    })
+                    .collect::<Vec<_>>();
+                (entries, None)
+            }
+            None => {
+                let tombstones =
+                    crate::runtime::block_on(tombstone::load(&store, table, &base.tombstones))??;
+                let deletes = tombstone::fold(&tombstones)?;
+                let base_ref = &base;
+                let bound_ref = &bound;
+                let deletes_ref = &deletes;
+                let store_ref = store.as_ref();
+                let planned = crate::runtime::block_on(async move {
+                    use futures::StreamExt;
+                    futures::stream::iter(candidates.into_iter().map(|f| async move {
+                        plan_file(
+                            store_ref,
+                            table,
+                            base_ref,
+                            f,
+                            bound_ref,
+                            deletes_ref.get(&f.path),
+                        )
+                        .await
+                    }))
+                    .buffered(parallelism.max(1))
+                    .collect::<Vec<_>>()
+                    .await
+                })?;
+                let mut entries = Vec::new();
+                let mut rows = 0;
+                for p in planned {
+                    let (e, n) = p?;
+                    entries.extend(e);
+                    rows += n;
+                }
+                (entries, Some(rows))
+            }
+        };
+        if entries.is_empty() {
+            return Ok(Deleted {
+                manifest: base,
+                rows: Some(0),
+                committed: false,
+            });
+        }
+        match commit_tombstone(&store, table, &base, entries, rows, &predicate)? {
+            Some(manifest) => {
+                return Ok(Deleted {
+                    manifest,
+                    rows,
+                    committed: true,
+                })
+            }
+            None => continue, // A file it marks was compacted away: plan again.
+        }
+    }
+    Err(Error::CommitConflict {
+        key: table.to_string(),
+        attempts: MAX_REPLANS,
+    })
+}
+
+/// A filter as JSON, for the history.
+fn describe(predicate: &Predicate) -> Value {
+    Value::Array(
+        predicate
+            .conditions
+            .iter()
+            .map(|c| {
+                let values: Vec<Value> = c
+                    .values
+                    .as_ref()
+                    .map(|v| {
+                        (0..v.len())
+                            .filter_map(|i| stats::to_json(v.as_ref(), i))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                serde_json::json!([c.column, format!("{:?}", c.op).to_lowercase(), values])
+            })
+            .collect(),
+    )
+}
+
+/// PUT the tombstone, then commit it; `None` if the version it was planned
+/// on lost a file it marks (the tombstone is then removed).
+fn commit_tombstone(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    base: &TableManifest,
+    entries: Vec<Entry>,
+    rows: Option<u64>,
+    predicate: &Predicate,
+) -> Result<Option<TableManifest>> {
+    let name = format!(
+        "tombstone/v{:08}-{}.del",
+        base.version + 1,
+        crate::dataset::unique_token()
+    );
+    let key = format!("{}/{name}", table.trim_end_matches('/'));
+    let touched: Vec<String> = {
+        let mut t: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
+        t.sort();
+        t.dedup();
+        t
+    };
+    let body = Bytes::from(Tombstone::new(entries).to_json()?);
+    crate::runtime::block_on(store.put(&key, body, PutMode::Create))??;
+    let mut stale = false;
+    let filter = describe(predicate);
+    let out = crate::runtime::block_on(commit::commit(
+        store,
+        table,
+        &CommitOptions::default(),
+        |now| {
+            let now = now.ok_or_else(|| Error::NotFound {
+                path: table.to_string(),
+            })?;
+            let present = |f: &String| now.data_files.iter().any(|d| &d.path == f);
+            if !touched.iter().all(present) {
+                stale = true;
+                return Ok(None);
+            }
+            let mut next = now.clone();
+            next.created_at = now_iso8601();
+            next.operation = "delete".into();
+            next.operation_parameters = BTreeMap::new();
+            next.operation_parameters
+                .insert("filter".into(), filter.clone());
+            next.operation_parameters
+                .insert("rows_deleted".into(), rows.map_or(Value::Null, Value::from));
+            next.operation_parameters
+                .insert("tombstone".into(), Value::from(name.clone()));
+            next.tombstones.push(name.clone());
+            Ok(Some(next))
+        },
+    ))
+    .and_then(|r| r);
+    match out {
+        Ok(Outcome::Committed { manifest, .. }) => Ok(Some(*manifest)),
+        Ok(Outcome::Unchanged { .. }) if stale => {
+            let _ = crate::runtime::block_on(store.delete(&key));
+            Ok(None)
+        }
+        Ok(Outcome::Unchanged { .. }) => Err(Error::Task("delete committed nothing".into())),
+        Err(e) => {
+            let _ = crate::runtime::block_on(store.delete(&key));
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Reading a table: which version, then which files, row groups and rows.
+//!
+//! A scan reads one manifest and nothing else that can change, so it sees
+//! one snapshot for its whole life: commits that land while it runs are
+//! invisible to it (data files and tombstones are immutable).
+//!
+//! Planning, per data file of the version:
+//! 1. the manifest's per-file min/max/null counts rule the file out for the
+//!    filter, without a request;
+//! 2. whole-row-group tombstones drop row groups before any fetch;
+//! 3. the footer's row-group statistics prune further (in the decoder);
+//! 4. only the projected (and filter) column chunks are range-read;
+//! 5. deleted row positions become a row selection, and primary-key range
+//!    tombstones a row filter, applied while decoding.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::Array;
+use arrow_schema::{Schema, SchemaRef};
+use chrono::{DateTime, Utc};
+
+use super::commit::{latest, read_version};
+use super::snapshot::{DataFile, TableManifest};
+use super::tombstone::{self, FileDeletes, PkRange};
+use super::{manifest_key, manifest_name};
+use crate::error::{Error, Result};
+use crate::parquet::decode::{column_indices, Positions, ReadOptions};
+use crate::parquet::filter::{Condition, Op, Predicate, UnitStats};
+use crate::parquet::scan::{BatchStream, ScanHooks, Source};
+use crate::parquet::stats;
+use crate::store::StoreHandle;
+
+/// Which version to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// The latest (the pointer, rolled forward).
+    Latest,
+    /// This version's manifest, directly.
+    Version(u64),
+    /// The last version created at or before this time.
+    AsOf(DateTime<Utc>),
+}
+
+/// The manifest of the version `at` names. `NotFound` if the table, or
+/// that version, does not exist (or was vacuumed).
+pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableManifest> {
+    let missing = || Error::NotFound {
+        path: table.to_string(),
+    };
+    match at {
+        At::Latest => Ok(latest(store, table).await?.ok_or_else(missing)?.manifest),
+        At::Version(v) => read_version(store, table, v).await,
+        At::AsOf(t) => {
+            let last = latest(store, table).await?.ok_or_else(missing)?.manifest;
+            as_of(store, table, last, t).await
+        }
+    }
+}
+
+fn created_at(m: &TableManifest, table: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&m.created_at)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| Error::ManifestCorrupted {
+            path: manifest_key(table, m.version),
+            reason: format!("created_at {:?} is not a time: {e}", m.created_at),
+        })
+}
+
+/// Binary search over versions `0..=last` by `created_at` (commits are
+/// made in time order): O(log n) manifest GETs.
+async fn as_of(
+    store: &StoreHandle,
+    table: &str,
+    last: TableManifest,
+    t: DateTime<Utc>,
+) -> Result<TableManifest> {
+    if created_at(&last, table)? <= t {
+        return Ok(last);
+    }
+    let (mut lo, mut hi) = (0u64, last.version); // Answer in [lo, hi).
+    let mut best: Option<TableManifest> = None;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let m = match read_version(store, table, mid).await {
+            Ok(m) => m,
+            // Vacuumed: nothing older than it can be read either.
+            Err(Error::NotFound { .. }) => {
+                lo = mid + 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if created_at(&m, table)? <= t {
+            lo = mid + 1;
+            best = Some(m);
+        } else {
+            hi = mid;
+        }
+    }
+    best.ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "table {table:?} has no version created at or before {}",
+            t.to_rfc3339()
+        ))
+    })
+}
+
+/// What to read.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    pub columns: Option<Vec<String>>,
+    pub predicate: Option<Arc<Predicate>>,
+    pub batch_size: Option<usize>,
+    pub parallelism: usize,
+}
+
+/// The table's schema projected to `columns` (caller's order).
+pub fn output_schema(schema: &Schema, columns: Option<&[String]>) -> Result<SchemaRef> {
+    match columns {
+        None => Ok(Arc::new(schema.clone())),
+        Some(c) => Ok(Arc::new(schema.project(&column_indices(schema, c)?)?)),
+    }
+}
+
+/// The statistics of one file as one-unit arrays, for [`Predicate::may_match`].
+fn file_unit_stats(file: &DataFile, schema: &Schema, column: &str) -> UnitStats {
+    let Ok(field) = schema.field_with_name(column) else {
+        return UnitStats::default();
+    };
+    let s = file.columns.get(column).cloned().unwrap_or_default();
+    UnitStats {
+        mins: stats::from_json(&[s.min.as_ref()], field.data_type()),
+        maxs: stats::from_json(&[s.max.as_ref()], field.data_type()),
+        null_counts: Some(arrow_array::UInt64Array::from(vec![s.null_count])),
+    }
+}
+
+/// Whether the manifest's statistics let `file` hold rows matching `pred`.
+pub fn file_may_match(file: &DataFile, schema: &Schema, pred: &Predicate) -> Result<bool> {
+    let keep = pred.may_match(&[file.total_rows], |c| Ok(file_unit_stats(file, schema, c)))?;
+    Ok(keep.first().copied().unwrap_or(true))
+}
+
+/// The predicate excluding rows in a primary-key range.
+pub fn pk_predicate(pk: &str, range: &PkRange, schema: &Schema) -> Result<Option<Predicate>> {
+    let Ok(field) = schema.field_with_name(pk) else {
+        return Ok(None);
+    };
+    let mut conditions = Vec::new();
+    for (bound, exclusive, op_in, op_ex) in [
+        (&range.min, range.min_exclusive, Op::Ge, Op::Gt),
+        (&range.max, range.max_exclusive, Op::Le, Op::Lt),
+    ] {
+        if let Some(v) = bound {
+            let values = stats::from_json(&[Some(v)], field.data_type())
+                .filter(|a| a.null_count() == 0)
+                .ok_or_else(|| Error::ManifestCorrupted {
+                    path: pk.to_string(),
+                    reason: format!("a key-range bound {v} is not a {}", field.data_type()),
+                })?;
+            conditions.push(Condition {
+                column: pk.to_string(),
+                op: if exclusive { op_ex } else { op_in },
+                values: Some(values),
+            });
+        }
+    }
+    if conditions.is_empty() {
+        // No bound at all: every row with a key.
+        conditions.push(Condition {
+            column: pk.to_string(),
+            op: Op::IsNotNull,
+            values: None,
+        });
+    }
+    Ok(Some(Predicate { conditions }))
+}
+
+/// How to read `file` of `manifest` so that its rows come out in the
+/// version's schema, projected to `columns`, with `deletes` applied.
+/// `None` if no row of it can survive.
+pub fn file_read_options(
+    manifest: &TableManifest,
+    file: &DataFile,
+    output: &SchemaRef,
+    predicate: Option<&Predicate>,
+    deletes: Option<&FileDeletes>,
+    batch_size: Option<usize>,
+    path: &str,
+) -> Result<Option<ReadOptions>> {
+    let file_schema = manifest.file_schema(file, path)?;
+    let evolved = file.schema.is_some();
+    let present = |c: &str| file_schema.field_with_name(c).is_ok();
+    // A column the file lacks is all null in it.
+    let mut predicate = predicate.cloned();
+    if let Some(p) = &mut predicate {
+        let mut kept = Vec::new();
+        for c in p.conditions.drain(..) {
+            if present(&c.column) {
+                kept.push(c);
+            } else if c.op != Op::IsNull {
+                return Ok(None);
+            }
+        }
+        p.conditions = kept;
+    }
+    let columns: Vec<String> = output
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|c| present(c))
+        .collect();
+    let mut opts = ReadOptions {
+        columns: Some(columns),
+        batch_size,
+        predicate: predicate.filter(|p| !p.conditions.is_empty()).map(Arc::new),
+        expected: Some(file_schema.clone()),
+        evolve_to: evolved.then(|| output.clone()),
+        ..Default::default()
+    };
+    if let Some(d) = deletes {
+        if !d.row_groups.is_empty() {
+            let kept: Vec<usize> = (0..file.row_group_count)
+                .filter(|rg| !d.row_groups.contains(rg))
+                .map(|rg| rg as usize)
+                .collect();
+            if kept.is_empty() {
+                return Ok(None);
+            }
+            opts.row_groups = Some(kept);
+        }
+        if !d.rows.is_empty() {
+            let rows: Vec<u64> = d.rows.iter().map(u64::from).collect();
+            opts.positions = Some(Positions::Drop(Arc::new(rows)));
+        }
+        if let Some(pk) = &manifest.properties.primary_key {
+            for r in &d.pk_ranges {
+                if let Some(p) = pk_predicate(pk, r, &file_schema)? {
+                    opts.exclude.push(Arc::new(p));
+                }
+            }
+        }
+    }
+    Ok(Some(opts))
+}
+
+/// Stream the rows of `manifest`'s version (see the module docs).
+///
+/// Cost: the tombstones not yet cached (one GET each, at once), then per
+/// file that survives pruning its footer and the projected column chunks.
+pub fn scan(
+    store: Arc<StoreHandle>,
+    table: &str,
+    manifest: &TableManifest,
+    opts: ScanOptions,
+) -> Result<BatchStream> {
+    let path = manifest_key(table, manifest.version);
+    let schema = manifest.arrow_schema(&path)?;
+    let output = output_schema(&schema, opts.columns.as_deref())?;
+    let predicate = match &opts.predicate {
+        Some(p) => Some(p.as_ref().clone().bind(&schema)?),
+        None => None,
+    };
+    let tombstones =
+        crate::runtime::block_on(tombstone::load(&store, table, &manifest.tombstones))??;
+    let deletes = tombstone::fold(&tombstones)?;
+    let mut sources = Vec::new();
+    for file in &manifest.data_files {
+        if let Some(p) = &predicate {
+            if !file_may_match(file, &schema, p)? {
+                continue;
+            }
+        }
+        let Some(read) = file_read_options(
+            manifest,
+            file,
+            &output,
+            predicate.as_ref(),
+            deletes.get(&file.path),
+            opts.batch_size,
+            &path,
+        )?
+        else {
+            continue;
+        };
+        sources.push(Source::Pending {
+            key: format!("{}/{}", table.trim_end_matches('/'), file.path),
+            size: file.size_bytes,
+            opts: Arc::new(read),
+        });
+    }
+    let version = manifest_name(manifest.version);
+    let table_key = table.to_string();
+    let hooks = ScanHooks {
+        map_err: Arc::new(move |e| match e {
+            Error::NotFound { path } => Error::ManifestCorrupted {
+                path: format!("{table_key}/{version}"),
+                reason: format!("its data file {path:?} is missing (removed by hand?)"),
+            },
+            other => other,
+        }),
+        at_end: None,
+    };
+    crate::parquet::scan::spawn(store, output, sources, opts.parallelism.max(1), hooks)
+}
+
+/// Per data file of `manifest`: rows, rows known deleted (`None` where a
+/// key-range tombstone applies: those are counted only by reading).
+pub async fn deleted_rows(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+) -> Result<BTreeMap<String, Option<u64>>> {
+    let tombstones = tombstone::load(store, table, &manifest.tombstones).await?;
+    let deletes = tombstone::fold(&tombstones)?;
+    let mut out = BTreeMap::new();
+    for f in &manifest.data_files {
+        let n = match deletes.get(&f.path) {
+            None => Some(0),
+            Some(d) if !d.pk_ranges.is_empty() => None,
+            Some(d) => {
+                // Row groups of a pds file are full but the last: positions of
+                // whole-row-group deletes need the footer, so count overlap
+                // only when both kinds apply.
+                if d.row_groups.is_empty() {
+                    Some(d.rows.len())
+                } else {
+                    let (starts, rows) = crate::parquet::decode::part_row_groups(
+                        store,
+                        &format!("{}/{}", table.trim_end_matches('/'), f.path),
+                    )
+                    .await
+                    .map(|rows| {
+                        let mut at = 0;
+                        let starts = rows
+                            .iter()
+                            .map(|n| {
+                                let s = at;
+                                at += n;
+                                s
+                            })
+                            .collect::<Vec<_>>();
+                        (starts, rows)
+                    })?;
+                    Some(d.known_rows(&starts, &rows))
+                }
+            }
+        };
+        out.insert(f.path.clone(), n);
+    }
+    Ok(out)
+}

@@ -1,0 +1,349 @@
+//! Tombstones: deletes recorded without rewriting any data file.
+//!
+//! A delete writes one immutable `tombstone/<unique>.del` object, JSON:
+//!
+//! ```json
+//! {"format": "pds-tombstone/1", "created_at": "...", "entries": [
+//!   {"kind": "row_group", "file": "data/a.parquet", "row_group": 3, "rows": 1048576},
+//!   {"kind": "pk_range", "file": "data/b.parquet", "pk_min": 100, "pk_max": 200},
+//!   {"kind": "rows", "file": "data/c.parquet", "bitmap": "<base64>", "rows": 17}
+//! ]}
+//! ```
+//!
+//! - `row_group`: every row of that row group is deleted; scans skip it
+//!   before fetching anything.
+//! - `pk_range`: rows whose primary key lies in `[pk_min, pk_max]` are deleted
+//!   (either bound may be absent, or exclusive with `pk_min_exclusive` /
+//!   `pk_max_exclusive`). Written without reading the file; applied while
+//!   decoding.
+//! - `rows`: row positions in the file, as a roaring bitmap in the portable
+//!   serialization every roaring implementation reads, base64.
+//!
+//! The objects come from a store, so they are untrusted: they are parsed
+//! and checked (paths, bitmaps) before use, and every failure is
+//! `ManifestCorrupted` naming the tombstone.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use base64::Engine;
+use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::store::StoreHandle;
+
+/// The `format` of every tombstone object.
+pub const FORMAT: &str = "pds-tombstone/1";
+
+/// One entry of a tombstone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    RowGroup {
+        file: String,
+        row_group: u64,
+        /// Rows in the row group (all deleted).
+        rows: u64,
+    },
+    PkRange {
+        file: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pk_min: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pk_max: Option<Value>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pk_min_exclusive: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pk_max_exclusive: bool,
+    },
+    Rows {
+        file: String,
+        /// Portable roaring serialization, base64.
+        bitmap: String,
+        /// Positions in the bitmap.
+        rows: u64,
+    },
+}
+
+impl Entry {
+    /// The data file the entry applies to.
+    pub fn file(&self) -> &str {
+        match self {
+            Entry::RowGroup { file, .. }
+            | Entry::PkRange { file, .. }
+            | Entry::Rows { file, .. } => file,
+        }
+    }
+
+    /// A `rows` entry for `positions`.
+    pub fn rows(file: &str, positions: &RoaringBitmap) -> Result<Self> {
+        let mut buf = Vec::with_capacity(positions.serialized_size());
+        positions.serialize_into(&mut buf)?;
+        Ok(Entry::Rows {
+            file: file.to_string(),
+            bitmap: base64::engine::general_purpose::STANDARD.encode(buf),
+            rows: positions.len(),
+        })
+    }
+}
+
+/// A tombstone object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub format: String,
+    pub created_at: String,
+    pub entries: Vec<Entry>,
+}
+
+impl Tombstone {
+    pub fn new(entries: Vec<Entry>) -> Self {
+        Self {
+            format: FORMAT.into(),
+            created_at: crate::dataset::manifest::now_iso8601(),
+            entries,
+        }
+    }
+
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self)
+            .map_err(|e| Error::InvalidArgument(format!("tombstone is not serialisable: {e}")))
+    }
+
+    /// Parse and check a tombstone read from `path`.
+    pub fn from_json(raw: &[u8], path: &str) -> Result<Self> {
+        let corrupted = |reason: String| Error::ManifestCorrupted {
+            path: path.to_string(),
+            reason,
+        };
+        let t: Tombstone = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        if t.format != FORMAT {
+            return Err(corrupted(format!(
+                "format is {:?}, this pds reads {FORMAT:?}",
+                t.format
+            )));
+        }
+        for e in &t.entries {
+            if let Entry::Rows { bitmap, rows, .. } = e {
+                let b = decode_bitmap(bitmap).map_err(&corrupted)?;
+                if b.len() != *rows {
+                    return Err(corrupted(format!(
+                        "a bitmap holds {} rows but says {rows}",
+                        b.len()
+                    )));
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+fn decode_bitmap(text: &str) -> std::result::Result<RoaringBitmap, String> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("a bitmap is not base64: {e}"))?;
+    // The checked deserializer validates container headers and sizes.
+    RoaringBitmap::deserialize_from(&raw[..]).map_err(|e| format!("a bitmap is invalid: {e}"))
+}
+
+/// A primary-key range deleted from one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PkRange {
+    pub min: Option<Value>,
+    pub max: Option<Value>,
+    pub min_exclusive: bool,
+    pub max_exclusive: bool,
+}
+
+/// Everything deleted from one data file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileDeletes {
+    /// Whole row groups, by index.
+    pub row_groups: BTreeSet<u64>,
+    /// Rows deleted in whole row groups (counted once per row group).
+    pub row_group_rows: u64,
+    pub pk_ranges: Vec<PkRange>,
+    /// Row positions.
+    pub rows: RoaringBitmap,
+}
+
+impl FileDeletes {
+    /// Rows known to be deleted (whole row groups and positions, counted
+    /// once; key ranges are counted only when the file is read).
+    pub fn known_rows(&self, group_starts: &[u64], group_rows: &[u64]) -> u64 {
+        let mut n = self.row_group_rows;
+        let mut overlap = 0;
+        for &rg in &self.row_groups {
+            let (Some(&start), Some(&len)) =
+                (group_starts.get(rg as usize), group_rows.get(rg as usize))
+            else {
+                continue;
+            };
+            let (Ok(lo), Ok(hi)) = (u32::try_from(start), u32::try_from(start + len)) else {
+                continue;
+            };
+            overlap += self.rows.range_cardinality(lo..hi);
+        }
+        n += self.rows.len() - overlap;
+        n
+    }
+}
+
+/// Deletes of a version, by data file.
+pub type Deletes = HashMap<String, FileDeletes>;
+
+/// Fold tombstones into per-file deletes.
+pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
+    let mut out: Deletes = HashMap::new();
+    for t in tombstones {
+        for e in &t.entries {
+            let d = out.entry(e.file().to_string()).or_default();
+            match e {
+                Entry::RowGroup {
+                    row_group, rows, ..
+                } => {
+                    if d.row_groups.insert(*row_group) {
+                        d.row_group_rows += rows;
+                    }
+                }
+                Entry::PkRange {
+                    pk_min,
+                    pk_max,
+                    pk_min_exclusive,
+                    pk_max_exclusive,
+                    ..
+                } => d.pk_ranges.push(PkRange {
+                    min: pk_min.clone(),
+                    max: pk_max.clone(),
+                    min_exclusive: *pk_min_exclusive,
+                    max_exclusive: *pk_max_exclusive,
+                }),
+                Entry::Rows { bitmap, .. } => {
+                    // Checked when the tombstone was parsed.
+                    let b = decode_bitmap(bitmap).map_err(|reason| Error::ManifestCorrupted {
+                        path: e.file().to_string(),
+                        reason,
+                    })?;
+                    d.rows |= b;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Tombstones are immutable: once read, they are kept (per store URL and
+/// key) for later scans of this process.
+type Cache = Mutex<HashMap<(String, String), Arc<Tombstone>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Entries kept before the cache is emptied.
+const CACHE_LIMIT: usize = 4096;
+
+/// GET (or take from the cache) the tombstones `names` of `table`, at once.
+pub async fn load(
+    store: &StoreHandle,
+    table: &str,
+    names: &[String],
+) -> Result<Vec<Arc<Tombstone>>> {
+    let fetch = names.iter().map(|name| async move {
+        let key = format!("{}/{name}", table.trim_end_matches('/'));
+        let id = (store.url().to_string(), key.clone());
+        if let Some(t) = cache().lock().ok().and_then(|c| c.get(&id).cloned()) {
+            return Ok(t);
+        }
+        let raw = store.get(&key).await.map_err(|e| match e {
+            Error::NotFound { path } => Error::ManifestCorrupted {
+                path,
+                reason: "a tombstone the manifest lists is missing".into(),
+            },
+            other => other,
+        })?;
+        let t = Arc::new(Tombstone::from_json(&raw, &key)?);
+        if let Ok(mut c) = cache().lock() {
+            if c.len() >= CACHE_LIMIT {
+                c.clear();
+            }
+            c.insert(id, t.clone());
+        }
+        Ok::<_, Error>(t)
+    });
+    futures::future::try_join_all(fetch).await
+}
+
+/// Bitmaps per file from sorted positions (the planner's output).
+pub fn bitmaps(positions: BTreeMap<String, Vec<u64>>) -> Result<BTreeMap<String, RoaringBitmap>> {
+    positions
+        .into_iter()
+        .map(|(file, rows)| {
+            let mut b = RoaringBitmap::new();
+            for p in rows {
+                let p = u32::try_from(p).map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "{file} has more than 2^32 rows; pds tables hold files below that"
+                    ))
+                })?;
+                b.insert(p);
+            }
+            Ok((file, b))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_folds_and_refuses_damage() {
+        let mut b = RoaringBitmap::new();
+        b.insert_range(10..20);
+        b.insert(5);
+        let t = Tombstone::new(vec![
+            Entry::RowGroup {
+                file: "data/a.parquet".into(),
+                row_group: 1,
+                rows: 100,
+            },
+            Entry::rows("data/a.parquet", &b).unwrap(),
+            Entry::PkRange {
+                file: "data/b.parquet".into(),
+                pk_min: Some(Value::from(3)),
+                pk_max: None,
+                pk_min_exclusive: true,
+                pk_max_exclusive: false,
+            },
+        ]);
+        let raw = t.to_json().unwrap();
+        let back = Tombstone::from_json(&raw, "t").unwrap();
+        assert_eq!(back, t);
+        let d = fold(&[Arc::new(back)]).unwrap();
+        assert_eq!(d["data/a.parquet"].rows.len(), 11);
+        assert_eq!(d["data/a.parquet"].row_groups.len(), 1);
+        assert_eq!(d["data/b.parquet"].pk_ranges.len(), 1);
+        // Row group 1 covers positions 100..200: no overlap with the bitmap.
+        assert_eq!(d["data/a.parquet"].known_rows(&[0, 100], &[100, 100]), 111);
+        // Row group 0 covers 0..100, which holds all 11 positions.
+        let mut overlap = d["data/a.parquet"].clone();
+        overlap.row_groups = [0].into();
+        assert_eq!(overlap.known_rows(&[0, 100], &[100, 100]), 100);
+
+        let text = String::from_utf8(raw).unwrap();
+        for bad in [
+            text.replace(FORMAT, "pds-tombstone/9"),
+            text.replace("\"rows\":11", "\"rows\":12"),
+            text.replace("\"bitmap\":\"", "\"bitmap\":\"AAAA"),
+            "[1, 2]".to_string(),
+        ] {
+            assert!(matches!(
+                Tombstone::from_json(bad.as_bytes(), "t"),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+        }
+    }
+}

@@ -284,3 +284,16 @@ def table_scan(
     parallelism: int,
 ) -> pa.RecordBatchReader:
     """Stream *version* with its deletes applied."""
+
+def table_changes(
+    store: RustStore, key: str, from_version: int, to_version: int, *, parallelism: int
+) -> pa.RecordBatchReader:
+    """Stream the rows inserted and deleted by versions from..=to, with _change_type and _commit_version."""
+
+def table_compact(
+    store: RustStore, key: str, *, target_file_size: int | None, min_deleted_fraction: float, parallelism: int
+) -> tuple[str, bool, int, int]:
+    """Compact: (manifest JSON, committed, files removed, files added)."""
+
+def table_vacuum(store: RustStore, key: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
+    """Keys (relative to the table) removed, or with dry_run to be removed."""

@@ -431,3 +431,90 @@ class Table:
                 "max": pa.array([bound(f, "max") for f in files], pa.string()),
             }
         )
+
+    def changes(self, from_version: int, to_version: int | None = None) -> pa.RecordBatchReader:
+        """The rows appended and deleted by versions *from_version* through
+        *to_version* (inclusive; default: the latest), as Delta's change data
+        feed gives them: the columns of *to_version*'s schema, then
+        ``_change_type`` (``"insert"`` or ``"delete"``) and
+        ``_commit_version``. Nothing is rewritten to produce it: inserts are
+        the files a version added, deletes the rows its tombstones newly
+        cover, read back by position. Compactions change no row and add
+        nothing. A pipeline that processed up to version ``n`` follows the
+        table with ``changes(n + 1)``.
+
+        Cost: a manifest GET per version (and the one before), the new
+        tombstones, then the added files and the deleted rows' row groups.
+
+        Raises:
+            ValueError: *from_version* is after *to_version*.
+            remote_store.NotFound: a version in the range was vacuumed.
+        """
+        start = _version(from_version)
+        if start is None:
+            raise ValueError("from_version is required")
+        end = _version(to_version)
+        if end is None:
+            end = self.refresh()
+        if start > end:
+            raise ValueError(f"from_version {start} is after to_version {end}")
+        reader: pa.RecordBatchReader = _core.table_changes(
+            self._native, self._path, start, end, parallelism=_parallelism()
+        )
+        return reader
+
+    def compact(self, target_file_size: int | None = None, min_deleted_fraction: float = 0.5) -> int:
+        """Rewrite the files whose deleted fraction reaches
+        *min_deleted_fraction*, and merge small files (below half of
+        *target_file_size*), into new files; coalesce the tombstones of the
+        other files into one; commit. Returns the version after it (the
+        current one if there was nothing to do).
+
+        No concurrent change is lost: appends are rebased on; a delete that
+        lands meanwhile on a file being rewritten makes the compaction start
+        over from the new version (a few times, then ``pds.CommitConflict``,
+        with its new files removed). The old files and tombstones stay until
+        :meth:`vacuum` removes them, so time travel to earlier versions works.
+
+        Args:
+            target_file_size: Bytes per new file at most (default: the
+                table's, else 512 MiB).
+            min_deleted_fraction: From 0 to 1.
+        """
+        target = _check_rows(target_file_size, "target_file_size")
+        if isinstance(min_deleted_fraction, bool) or not isinstance(min_deleted_fraction, int | float):
+            raise TypeError("min_deleted_fraction must be a number from 0 to 1")
+        if not 0.0 <= float(min_deleted_fraction) <= 1.0:
+            raise ValueError(f"min_deleted_fraction must be from 0 to 1, got {min_deleted_fraction!r}")
+        text, _committed, _removed, _added = _core.table_compact(
+            self._native,
+            self._path,
+            target_file_size=target,
+            min_deleted_fraction=float(min_deleted_fraction),
+            parallelism=_parallelism(),
+        )
+        self._manifest = json.loads(text)
+        return self.version
+
+    def vacuum(self, retain: datetime.timedelta = datetime.timedelta(days=7), dry_run: bool = True) -> list[str]:
+        """Remove what no retained version references, once it is older than
+        *retain*: data files of crashed writers, manifests of versions past
+        the window, tombstones and files a compaction replaced. Retained: the
+        latest version, every version created within *retain*, and the
+        newest one before the window (so ``as_of`` anywhere in the window
+        reads). Objects younger than *retain* always stay, so a writer still
+        uploading is never robbed. Returns the keys (relative to the table)
+        removed, or with ``dry_run=True`` (the default) to be removed.
+
+        Versions past the window can no longer be read afterwards.
+
+        Cost: 1 LIST of the table key, a GET per retained manifest, then a
+        DELETE per object removed.
+        """
+        if not isinstance(retain, datetime.timedelta):
+            raise TypeError(f"retain must be a datetime.timedelta, got {type(retain).__name__}")
+        if retain < datetime.timedelta(0):
+            raise ValueError("retain must not be negative")
+        return list(
+            _core.table_vacuum(self._native, self._path, retain_seconds=retain.total_seconds(), dry_run=bool(dry_run))
+        )

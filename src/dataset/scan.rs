@@ -94,6 +94,7 @@ fn spawn(
             key,
             size,
             opts: opts.clone(),
+            map: None,
         }))
         .collect();
     let hooks = match rows {

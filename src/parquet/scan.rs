@@ -52,6 +52,9 @@ impl RecordBatchReader for BatchStream {
     }
 }
 
+/// Applied to every batch of one source (e.g. to add constant columns).
+pub type BatchMap = Arc<dyn Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync>;
+
 /// One file to stream: already open, or its key, size and read options.
 pub enum Source {
     Open(Box<PartStream>),
@@ -59,6 +62,7 @@ pub enum Source {
         key: String,
         size: u64,
         opts: Arc<ReadOptions>,
+        map: Option<BatchMap>,
     },
 }
 
@@ -122,10 +126,15 @@ async fn stream_sources(
             let store = store.clone();
             async move {
                 match source {
-                    Source::Open(part) => Ok(*part),
-                    Source::Pending { key, size, opts } => {
-                        decode::open_part(&store, &key, size, &opts).await
-                    }
+                    Source::Open(part) => Ok((*part, None)),
+                    Source::Pending {
+                        key,
+                        size,
+                        opts,
+                        map,
+                    } => decode::open_part(&store, &key, size, &opts)
+                        .await
+                        .map(|p| (p, map)),
                 }
             }
         })
@@ -133,7 +142,7 @@ async fn stream_sources(
     let map_err = hooks.map_err;
     let mut file_rows = 0u64;
     while let Some(part) = opened.next().await {
-        let mut part = match part {
+        let (mut part, map) = match part {
             Ok(p) => p,
             Err(e) => {
                 let _ = tx.send(Err(map_err(e))).await;
@@ -142,6 +151,10 @@ async fn stream_sources(
         };
         file_rows = file_rows.saturating_add(part.file_rows());
         while let Some(batch) = part.next_batch().await {
+            let batch = match (&map, batch) {
+                (Some(f), Ok(b)) => f(b),
+                (_, other) => other,
+            };
             let failed = batch.is_err();
             if tx.send(batch.map_err(|e| map_err(e))).await.is_err() || failed {
                 return; // The consumer went away, or the error was delivered.

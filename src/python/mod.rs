@@ -52,5 +52,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_versions, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_deleted_rows, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_compact, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_vacuum, m)?)?;
     Ok(())
 }

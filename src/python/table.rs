@@ -220,3 +220,72 @@ pub fn table_scan<'py>(
         )
     })
 }
+
+/// Stream the changes of versions `from_version..=to_version`.
+#[pyfunction]
+#[pyo3(signature = (store, key, from_version, to_version, *, parallelism))]
+pub fn table_changes<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: String,
+    from_version: u64,
+    to_version: u64,
+    parallelism: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    stream_to_py(py, move || {
+        crate::table::changes::changes(handle, &key, from_version, to_version, parallelism)
+    })
+}
+
+/// Compact; returns `(manifest JSON, committed, files removed, files added)`.
+#[pyfunction]
+#[pyo3(signature = (store, key, *, target_file_size, min_deleted_fraction, parallelism))]
+pub fn table_compact(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    target_file_size: Option<u64>,
+    min_deleted_fraction: f64,
+    parallelism: usize,
+) -> PyResult<(String, bool, usize, usize)> {
+    let handle = store.inner.clone();
+    let opts = crate::table::compact::CompactOptions {
+        target_file_size,
+        min_deleted_fraction,
+        parallelism,
+    };
+    let c = py
+        .detach(|| crate::table::compact::compact(handle, &key, opts))
+        .py_err()?;
+    let json = c.manifest.to_json().py_err()?;
+    Ok((
+        String::from_utf8_lossy(&json).into_owned(),
+        c.committed,
+        c.files_removed,
+        c.files_added,
+    ))
+}
+
+/// Vacuum: the keys (relative to the table) removed, or to remove.
+#[pyfunction]
+#[pyo3(signature = (store, key, *, retain_seconds, dry_run))]
+pub fn table_vacuum(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    retain_seconds: f64,
+    dry_run: bool,
+) -> PyResult<Vec<String>> {
+    if !retain_seconds.is_finite() || retain_seconds < 0.0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "retain must be a non-negative timedelta",
+        ));
+    }
+    let retain = chrono::Duration::milliseconds((retain_seconds * 1000.0) as i64);
+    let handle = store.inner.clone();
+    let v = super::run(py, async move {
+        crate::table::vacuum::vacuum(&handle, &key, retain, dry_run, chrono::Utc::now()).await
+    })?;
+    Ok(v.removed)
+}

@@ -20,6 +20,10 @@ use crate::store::{PutMode, StoreHandle};
 /// forward at most this many versions at a time.
 const MAX_ROLL_FORWARD: u64 = 64;
 
+/// Compare-and-swap attempts to move the pointer forward before leaving it
+/// to the next commit.
+const MAX_POINTER_ATTEMPTS: u32 = 16;
+
 /// How hard a commit tries.
 #[derive(Debug, Clone)]
 pub struct CommitOptions {
@@ -62,11 +66,20 @@ pub enum Outcome {
     Unchanged { version: Option<u64> },
 }
 
-/// Read the pointer (with its ETag), roll forward over versions whose
-/// writers died before moving it, and GET the latest manifest.
+/// Read the pointer (with its ETag) and GET the manifest it names.
+///
+/// With `roll_forward`, also look past the pointer (a HEAD per version) for
+/// versions whose writers died before moving it: writers do this after a
+/// lost race, so such a version never blocks them. Readers skip it: a
+/// version whose writer died unannounced becomes visible with the next
+/// commit, which rolls the pointer past it.
 ///
 /// `Ok(None)` if the table has no version at all.
-pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> {
+pub async fn latest_with(
+    store: &StoreHandle,
+    table: &str,
+    roll_forward: bool,
+) -> Result<Option<Latest>> {
     let (pointed, pointer) = match store.get_with_meta(&pointer_key(table)).await {
         Ok((raw, meta)) => {
             let p = Pointer::from_json(&raw, &pointer_key(table))?;
@@ -75,14 +88,17 @@ pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> 
         Err(Error::NotFound { .. }) => (None, None),
         Err(e) => return Err(e),
     };
-    // A version exists from the moment its manifest does; the pointer may lag.
     let mut version = pointed;
-    for _ in 0..MAX_ROLL_FORWARD {
-        let next = version.map_or(0, |v| v + 1);
-        if store.try_head(&manifest_key(table, next)).await?.is_none() {
-            break;
+    if roll_forward || pointed.is_none() {
+        // A version exists from the moment its manifest does. (Without a
+        // pointer, a first writer may have died before creating it.)
+        for _ in 0..MAX_ROLL_FORWARD {
+            let next = version.map_or(0, |v| v + 1);
+            if store.try_head(&manifest_key(table, next)).await?.is_none() {
+                break;
+            }
+            version = Some(next);
         }
-        version = Some(next);
     }
     let Some(version) = version else {
         return Ok(None);
@@ -95,6 +111,11 @@ pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> 
     }))
 }
 
+/// [`latest_with`] as a reader: the pointer and its manifest, 2 GETs.
+pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> {
+    latest_with(store, table, false).await
+}
+
 /// The manifest of `version` (a GET; no pointer involved).
 pub async fn read_version(store: &StoreHandle, table: &str, version: u64) -> Result<TableManifest> {
     let key = manifest_key(table, version);
@@ -102,24 +123,42 @@ pub async fn read_version(store: &StoreHandle, table: &str, version: u64) -> Res
     TableManifest::from_json(&raw, &key, version)
 }
 
-/// Move the pointer to `version` if it still names what `latest` read
-/// (compare-and-swap; create-only for a table's first version). Losing is
-/// fine: whoever moved it moved it forward.
+/// Move the pointer forward to `version`: compare-and-swap against the
+/// pointer `latest` read (create-only for a table's first version). If
+/// another writer moved it meanwhile, re-read it and try again, unless it
+/// already names `version` or a later one. The pointer never moves back.
 async fn advance_pointer(
     store: &StoreHandle,
     table: &str,
     latest: Option<&Latest>,
     version: u64,
 ) -> Result<()> {
+    let key = pointer_key(table);
     let body = Bytes::from(Pointer::new(table, version).to_json()?);
-    let mode = match latest.and_then(|l| l.pointer.clone()) {
-        Some((e_tag, v)) => PutMode::Update { e_tag, version: v },
-        None => PutMode::Create,
-    };
-    match store.put(&pointer_key(table), body, mode).await {
-        Ok(_) | Err(Error::Precondition { .. }) | Err(Error::AlreadyExists { .. }) => Ok(()),
-        Err(e) => Err(e),
+    let mut current = latest.and_then(|l| l.pointer.clone());
+    for _ in 0..MAX_POINTER_ATTEMPTS {
+        let mode = match current.take() {
+            Some((e_tag, v)) => PutMode::Update { e_tag, version: v },
+            None => PutMode::Create,
+        };
+        match store.put(&key, body.clone(), mode).await {
+            Ok(_) => return Ok(()),
+            Err(Error::Precondition { .. }) | Err(Error::AlreadyExists { .. }) => {
+                let (raw, meta) = match store.get_with_meta(&key).await {
+                    Ok(got) => got,
+                    Err(Error::NotFound { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
+                if Pointer::from_json(&raw, &key)?.version >= version {
+                    return Ok(());
+                }
+                current = Some((meta.e_tag, meta.version));
+            }
+            Err(e) => return Err(e),
+        }
     }
+    // Committed all the same; the next commit rolls the pointer forward.
+    Ok(())
 }
 
 /// A small, dependency-free jitter source.
@@ -132,20 +171,22 @@ fn jitter(seed: &mut u64) -> f64 {
 
 /// Commit one new version of `table`.
 ///
-/// Each attempt: [`latest`] (GET pointer, HEAD the next version name, GET
-/// manifest), `prepare(latest)` builds the next manifest (or `None`: nothing
-/// to commit), a create-only PUT of `manifest/v<next>.json`, and a
-/// compare-and-swap PUT of the pointer. A lost race (the name exists) backs
-/// off with jitter and starts over from the new latest version; after
-/// `max_attempts`, `CommitConflict`.
+/// Each attempt: the latest version (`base` for the first attempt if the
+/// caller already read it, else GET pointer + GET manifest), `prepare`
+/// builds the next manifest from it (or `None`: nothing to commit), a
+/// create-only PUT of `manifest/v<next>.json`, and a compare-and-swap PUT of
+/// the pointer. A lost race (the name exists) backs off with jitter and
+/// starts over from the new latest version, rolling forward past versions
+/// whose writers died; after `max_attempts`, `CommitConflict`.
 ///
-/// An attempt that wins at once costs 2 GETs, 1 HEAD and 2 PUTs. The
-/// version is committed when its manifest is created; the pointer update
-/// only lets readers find it in one GET.
+/// An attempt that wins at once costs 2 GETs and 2 PUTs (2 PUTs alone with
+/// `base`). The version is committed when its manifest is created; the
+/// pointer update lets readers find it in one GET.
 pub async fn commit<F>(
     store: &StoreHandle,
     table: &str,
     opts: &CommitOptions,
+    base: Option<Latest>,
     mut prepare: F,
 ) -> Result<Outcome>
 where
@@ -158,8 +199,12 @@ where
             .unwrap_or(0x9e37_79b9)
         | 1;
     let mut backoff = opts.base_backoff;
+    let mut given = base;
     for attempt in 1..=opts.max_attempts.max(1) {
-        let base = latest(store, table).await?;
+        let base = match given.take() {
+            Some(b) => Some(b),
+            None => latest_with(store, table, attempt > 1).await?,
+        };
         // Help a writer that died (or is about to) before moving the pointer.
         if let Some(l) = &base {
             if l.pointed != Some(l.manifest.version) {
@@ -180,17 +225,7 @@ where
             .await
         {
             Ok(_) => {
-                let base = match &base {
-                    Some(l) if l.pointed == Some(l.manifest.version) => Some(l),
-                    _ => None, // The pointer moved above: re-read it below.
-                };
-                if base.is_some() || version == 0 {
-                    advance_pointer(store, table, base, version).await?;
-                } else if let Some(now) = latest(store, table).await? {
-                    if now.pointed.is_none_or(|p| p < version) {
-                        advance_pointer(store, table, Some(&now), now.manifest.version).await?;
-                    }
-                }
+                advance_pointer(store, table, base.as_ref(), version).await?;
                 return Ok(Outcome::Committed {
                     manifest: Box::new(next),
                     attempts: attempt,
@@ -250,6 +285,7 @@ mod tests {
             store,
             "t",
             &CommitOptions::default(),
+            None,
             append(name.into()),
         ))
         .and_then(|r| r)
@@ -288,6 +324,7 @@ mod tests {
                                 &store,
                                 "t",
                                 &CommitOptions::default(),
+                                None,
                                 append(format!("w{w}-{i}")),
                             ))
                             .unwrap()
@@ -337,7 +374,13 @@ mod tests {
                 PutMode::Create,
             ))
             .unwrap();
+            // Readers follow the pointer; writers look past it.
             let seen = rt.block_on(latest(&store, "t")).unwrap().unwrap();
+            assert_eq!((seen.manifest.version, seen.pointed), (0, Some(0)));
+            let seen = rt
+                .block_on(latest_with(&store, "t", true))
+                .unwrap()
+                .unwrap();
             assert_eq!((seen.manifest.version, seen.pointed), (1, Some(0)));
             let out = append_now(&store, "c");
             let Outcome::Committed { manifest, .. } = out else {
@@ -355,7 +398,9 @@ mod tests {
         let store = StoreHandle::open("memory://", &BTreeMap::new()).unwrap();
         let rt = crate::runtime::get().unwrap();
         let out = rt
-            .block_on(commit(&store, "t", &CommitOptions::default(), |_| Ok(None)))
+            .block_on(commit(&store, "t", &CommitOptions::default(), None, |_| {
+                Ok(None)
+            }))
             .unwrap();
         assert!(matches!(out, Outcome::Unchanged { version: None }));
         // A writer whose version name is always taken gives up with CommitConflict.
@@ -368,7 +413,7 @@ mod tests {
         let store = Arc::new(store);
         let racer = store.clone();
         let err = rt
-            .block_on(commit(&store, "t", &opts, move |base| {
+            .block_on(commit(&store, "t", &opts, None, move |base| {
                 // Someone else commits the version this attempt is about to take.
                 let next = base.map_or(0, |b| b.version + 1);
                 let mut theirs = next_manifest("append", vec![]);

@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::commit::{self, CommitOptions, Outcome};
 use super::manifest_key;
 use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate};
-use super::snapshot::{DataFile, TableManifest};
+use super::snapshot::{DataFile, TableManifest, TombstoneRef};
 use super::tombstone::{self, Entry, FileDeletes, Tombstone};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
@@ -219,11 +219,13 @@ pub fn delete(
         ));
     }
     for _ in 0..MAX_REPLANS {
-        let base = crate::runtime::block_on(commit::latest(&store, table))??
-            .ok_or_else(|| Error::NotFound {
-                path: table.to_string(),
-            })?
-            .manifest;
+        let latest =
+            crate::runtime::block_on(commit::latest(&store, table))??.ok_or_else(|| {
+                Error::NotFound {
+                    path: table.to_string(),
+                }
+            })?;
+        let base = latest.manifest.clone();
         let path = manifest_key(table, base.version);
         let schema = base.arrow_schema(&path)?;
         let bound = predicate.clone().bind(&schema)?;
@@ -292,7 +294,7 @@ pub fn delete(
                 committed: false,
             });
         }
-        match commit_tombstone(&store, table, &base, entries, rows, &predicate)? {
+        match commit_tombstone(&store, table, latest, entries, rows, &predicate)? {
             Some(manifest) => {
                 return Ok(Deleted {
                     manifest,
@@ -336,14 +338,14 @@ fn describe(predicate: &Predicate) -> Value {
 fn commit_tombstone(
     store: &Arc<StoreHandle>,
     table: &str,
-    base: &TableManifest,
+    latest: commit::Latest,
     entries: Vec<Entry>,
     rows: Option<u64>,
     predicate: &Predicate,
 ) -> Result<Option<TableManifest>> {
     let name = format!(
         "tombstone/v{:08}-{}.del",
-        base.version + 1,
+        latest.manifest.version + 1,
         crate::dataset::unique_token()
     );
     let key = format!("{}/{name}", table.trim_end_matches('/'));
@@ -361,6 +363,7 @@ fn commit_tombstone(
         store,
         table,
         &CommitOptions::default(),
+        Some(latest),
         |now| {
             let now = now.ok_or_else(|| Error::NotFound {
                 path: table.to_string(),
@@ -380,7 +383,10 @@ fn commit_tombstone(
                 .insert("rows_deleted".into(), rows.map_or(Value::Null, Value::from));
             next.operation_parameters
                 .insert("tombstone".into(), Value::from(name.clone()));
-            next.tombstones.push(name.clone());
+            next.tombstones.push(TombstoneRef {
+                path: name.clone(),
+                files: touched.clone(),
+            });
             Ok(Some(next))
         },
     ))

@@ -25,12 +25,17 @@
 //! loop). Appends, deletes with tombstones, scans, time travel, compaction
 //! and vacuum build on it.
 
+pub mod changes;
 pub mod commit;
+pub mod compact;
 pub mod delete;
 pub mod scan;
 pub mod schema;
 pub mod snapshot;
+#[cfg(test)]
+mod tests;
 pub mod tombstone;
+pub mod vacuum;
 pub mod write;
 
 use serde::{Deserialize, Serialize};

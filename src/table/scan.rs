@@ -190,7 +190,13 @@ pub fn file_read_options(
     path: &str,
 ) -> Result<Option<ReadOptions>> {
     let file_schema = manifest.file_schema(file, path)?;
-    let evolved = file.schema.is_some();
+    // The file's columns come out as the output's unless they differ.
+    let evolved = output.fields().iter().any(|f| {
+        file_schema
+            .field_with_name(f.name())
+            .map(|ff| ff.data_type() != f.data_type() || ff.is_nullable() != f.is_nullable())
+            .unwrap_or(true)
+    });
     let present = |c: &str| file_schema.field_with_name(c).is_ok();
     // A column the file lacks is all null in it.
     let mut predicate = predicate.cloned();
@@ -262,16 +268,27 @@ pub fn scan(
         Some(p) => Some(p.as_ref().clone().bind(&schema)?),
         None => None,
     };
-    let tombstones =
-        crate::runtime::block_on(tombstone::load(&store, table, &manifest.tombstones))??;
-    let deletes = tombstone::fold(&tombstones)?;
-    let mut sources = Vec::new();
+    let mut files = Vec::new();
     for file in &manifest.data_files {
         if let Some(p) = &predicate {
             if !file_may_match(file, &schema, p)? {
                 continue;
             }
         }
+        files.push(file);
+    }
+    // Only the tombstones of the files read.
+    let read: std::collections::BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let refs: Vec<_> = manifest
+        .tombstones
+        .iter()
+        .filter(|t| t.files.iter().any(|f| read.contains(f.as_str())))
+        .cloned()
+        .collect();
+    let tombstones = crate::runtime::block_on(tombstone::load(&store, table, &refs))??;
+    let deletes = tombstone::fold(&tombstones)?;
+    let mut sources = Vec::new();
+    for file in files {
         let Some(read) = file_read_options(
             manifest,
             file,
@@ -288,6 +305,7 @@ pub fn scan(
             key: format!("{}/{}", table.trim_end_matches('/'), file.path),
             size: file.size_bytes,
             opts: Arc::new(read),
+            map: None,
         });
     }
     let version = manifest_name(manifest.version);
@@ -348,6 +366,84 @@ pub async fn deleted_rows(
             }
         };
         out.insert(f.path.clone(), n);
+    }
+    Ok(out)
+}
+
+/// Every deleted row position of `file` under `deletes`: positions, whole
+/// row groups, and the rows a key range covers (read from the key column).
+///
+/// Cost: nothing for positions alone; the footer for row groups; the key
+/// column for key ranges.
+pub async fn deleted_positions(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    file: &DataFile,
+    deletes: &FileDeletes,
+) -> Result<roaring::RoaringBitmap> {
+    let mut out = deletes.rows.clone();
+    let key = format!("{}/{}", table.trim_end_matches('/'), file.path);
+    let too_big = || Error::PartCorrupted {
+        path: key.clone(),
+        reason: "it holds more than 2^32 rows".into(),
+    };
+    if deletes.row_groups.is_empty() && deletes.pk_ranges.is_empty() {
+        return Ok(out);
+    }
+    let (groups, _) =
+        crate::parquet::decode::row_group_plan(store, &key, file.size_bytes, None).await?;
+    let mut starts = Vec::with_capacity(groups.len());
+    let mut at = 0u64;
+    for n in &groups {
+        starts.push(at);
+        at += n;
+    }
+    for &rg in &deletes.row_groups {
+        let (Some(&s), Some(&n)) = (starts.get(rg as usize), groups.get(rg as usize)) else {
+            continue;
+        };
+        let lo = u32::try_from(s).map_err(|_| too_big())?;
+        let hi = u32::try_from(s + n).map_err(|_| too_big())?;
+        out.insert_range(lo..hi);
+    }
+    let Some(pk) = &manifest.properties.primary_key else {
+        return Ok(out);
+    };
+    if deletes.pk_ranges.is_empty() {
+        return Ok(out);
+    }
+    let path = manifest_key(table, manifest.version);
+    let schema = manifest.file_schema(file, &path)?;
+    let preds = deletes
+        .pk_ranges
+        .iter()
+        .filter_map(|r| pk_predicate(pk, r, &schema).transpose())
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .map(|p| p.bind(&schema))
+        .collect::<Result<Vec<_>>>()?;
+    let opts = ReadOptions {
+        columns: Some(vec![pk.clone()]),
+        expected: Some(schema.clone()),
+        ..Default::default()
+    };
+    let decoded = crate::parquet::decode::read_part(store, &key, file.size_bytes, &opts).await?;
+    let mut position = 0u64;
+    for batch in &decoded.batches {
+        let mut hit = vec![false; batch.num_rows()];
+        for p in &preds {
+            let m = p.evaluate(batch)?;
+            for (i, h) in hit.iter_mut().enumerate() {
+                *h |= m.value(i);
+            }
+        }
+        for (i, h) in hit.into_iter().enumerate() {
+            if h {
+                out.insert(u32::try_from(position + i as u64).map_err(|_| too_big())?);
+            }
+        }
+        position += batch.num_rows() as u64;
     }
     Ok(out)
 }

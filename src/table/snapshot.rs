@@ -65,15 +65,24 @@ pub struct TableManifest {
     pub schema: TableSchema,
     #[serde(default)]
     pub data_files: Vec<DataFile>,
-    /// Tombstone files (relative paths) that apply to this version.
+    /// Tombstone objects that apply to this version.
     #[serde(default)]
-    pub tombstones: Vec<String>,
+    pub tombstones: Vec<TombstoneRef>,
     /// Schemas of files written before a schema change, by id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub file_schemas: BTreeMap<String, TableSchema>,
     /// Settings fixed at creation and carried by every version.
     #[serde(default)]
     pub properties: TableProperties,
+}
+
+/// A tombstone object, and the data files it deletes rows of (so that a
+/// scan reads only the tombstones of the files it reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TombstoneRef {
+    /// Relative to the table key (`tombstone/...del`).
+    pub path: String,
+    pub files: Vec<String>,
 }
 
 /// A table's settings, fixed when it is created.
@@ -172,10 +181,12 @@ impl TableManifest {
             }
         }
         for t in &m.tombstones {
-            let segments = crate::store::keys::segments(t).map_err(|e| corrupted(e.to_string()))?;
+            let segments =
+                crate::store::keys::segments(&t.path).map_err(|e| corrupted(e.to_string()))?;
             if segments.first().map(String::as_str) != Some("tombstone") {
                 return Err(corrupted(format!(
-                    "tombstone {t:?} is not under tombstone/"
+                    "tombstone {:?} is not under tombstone/",
+                    t.path
                 )));
             }
         }

@@ -31,6 +31,7 @@ use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::snapshot::TombstoneRef;
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 
@@ -245,14 +246,14 @@ fn cache() -> &'static Cache {
 /// Entries kept before the cache is emptied.
 const CACHE_LIMIT: usize = 4096;
 
-/// GET (or take from the cache) the tombstones `names` of `table`, at once.
+/// GET (or take from the cache) the tombstones `refs` of `table`, at once.
 pub async fn load(
     store: &StoreHandle,
     table: &str,
-    names: &[String],
+    refs: &[TombstoneRef],
 ) -> Result<Vec<Arc<Tombstone>>> {
-    let fetch = names.iter().map(|name| async move {
-        let key = format!("{}/{name}", table.trim_end_matches('/'));
+    let fetch = refs.iter().map(|r| async move {
+        let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
         let id = (store.url().to_string(), key.clone());
         if let Some(t) = cache().lock().ok().and_then(|c| c.get(&id).cloned()) {
             return Ok(t);

@@ -86,7 +86,7 @@ impl RecordBatchReader for Conformed {
 
 /// Upload `reader` as data files of `table` whose batches have the schema
 /// `target`. Returns the files (paths relative to the table), none for no rows.
-fn upload(
+pub(super) fn upload(
     store: &Arc<StoreHandle>,
     table: &str,
     mut reader: BoxedReader,
@@ -144,7 +144,7 @@ fn upload(
 }
 
 /// Remove data files a failed commit leaves behind (best effort).
-fn discard(store: &StoreHandle, table: &str, files: &[DataFile]) {
+pub(super) fn discard(store: &StoreHandle, table: &str, files: &[DataFile]) {
     let keys: Vec<String> = files
         .iter()
         .map(|f| format!("{}/{}", table.trim_end_matches('/'), f.path))
@@ -159,6 +159,7 @@ fn commit_or_discard<F>(
     store: &Arc<StoreHandle>,
     table: &str,
     files: &[DataFile],
+    base: Option<commit::Latest>,
     prepare: F,
 ) -> Result<Outcome>
 where
@@ -168,6 +169,7 @@ where
         store,
         table,
         &CommitOptions::default(),
+        base,
         prepare,
     ))
     .and_then(|r| r);
@@ -222,7 +224,7 @@ pub fn create(
     };
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
     let mut lost_to: Option<TableManifest> = None;
-    let out = commit_or_discard(&store, table, &files, |base| {
+    let out = commit_or_discard(&store, table, &files, None, |base| {
         if let Some(b) = base {
             lost_to = Some(b.clone());
             return Ok(None);
@@ -262,8 +264,8 @@ pub fn create(
 /// Append `reader` to `table`; returns the new version's manifest, or the
 /// latest one unchanged if `reader` holds no rows.
 ///
-/// Cost: one HEAD and one GET for the schema, the data PUTs, then the
-/// commit (2 GETs, 1 HEAD and 2 PUTs when it wins at once).
+/// Cost: 2 GETs (pointer, manifest), the data PUTs, then 2 PUTs (manifest
+/// create-only, pointer compare-and-swap) when the commit wins at once.
 pub fn append(
     store: Arc<StoreHandle>,
     table: &str,
@@ -279,7 +281,7 @@ pub fn append(
             path: table.to_string(),
         });
     };
-    let base = latest.manifest;
+    let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
     let target = reconcile(&old, &reader.schema(), mode, table)?;
@@ -291,7 +293,7 @@ pub fn append(
         return Ok(base);
     }
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    let out = commit_or_discard(&store, table, &files, |now| {
+    let out = commit_or_discard(&store, table, &files, Some(latest), |now| {
         let now = now.ok_or_else(|| Error::NotFound {
             path: table.to_string(),
         })?;

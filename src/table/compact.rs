@@ -1,0 +1,316 @@
+//! Compaction: rewrite the files that deletes have thinned out, and small
+//! files, into new files; coalesce the tombstones into one.
+//!
+//! A file is rewritten when its deleted fraction reaches the threshold, or
+//! when it is small (below half the target size) and there are other small
+//! files to merge it with. A file whose rows are all deleted is dropped
+//! without being read. The new files hold the remaining rows, in the
+//! table's current schema; the tombstone entries of the other files are
+//! merged into one new tombstone object. Then a normal commit.
+//!
+//! Concurrency: appends that land meanwhile are rebased on. A delete that
+//! lands meanwhile and touches a file being rewritten would be lost by the
+//! rewrite, so the compaction then starts over from the new version (up to
+//! [`MAX_REPLANS`] times, then `CommitConflict`, having removed its new
+//! files): no concurrent change is ever lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::commit::{self, CommitOptions, Outcome};
+use super::scan::{deleted_positions, scan, ScanOptions};
+use super::snapshot::{DataFile, TableManifest, TombstoneRef};
+use super::tombstone::{self, Entry, Tombstone};
+use super::write::{discard, upload, DEFAULT_TARGET_FILE_SIZE};
+use crate::dataset::manifest::now_iso8601;
+use crate::error::{Error, Result};
+use crate::store::{PutMode, StoreHandle};
+
+/// Attempts before a compaction that keeps racing deletes gives up.
+pub const MAX_REPLANS: u32 = 4;
+
+/// How to compact.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// Bytes per new file at most (default: the table's, else 512 MiB).
+    pub target_file_size: Option<u64>,
+    /// Rewrite a file once this fraction of its rows is deleted.
+    pub min_deleted_fraction: f64,
+    pub parallelism: usize,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    pub manifest: TableManifest,
+    pub committed: bool,
+    pub files_removed: usize,
+    pub files_added: usize,
+}
+
+/// The files to rewrite or drop, with their live row counts.
+struct Plan {
+    rewrite: Vec<DataFile>,
+    drop: Vec<DataFile>,
+}
+
+async fn plan(
+    store: &StoreHandle,
+    table: &str,
+    base: &TableManifest,
+    opts: &CompactOptions,
+    target: u64,
+) -> Result<Plan> {
+    let tombstones = tombstone::load(store, table, &base.tombstones).await?;
+    let deletes = tombstone::fold(&tombstones)?;
+    let mut rewrite = Vec::new();
+    let mut drop = Vec::new();
+    let mut small = Vec::new();
+    for f in &base.data_files {
+        let dead = match deletes.get(&f.path) {
+            Some(d) => deleted_positions(store, table, base, f, d).await?.len(),
+            None => 0,
+        };
+        if f.total_rows == 0 || dead >= f.total_rows {
+            drop.push(f.clone());
+        } else if dead > 0 && dead as f64 / f.total_rows as f64 >= opts.min_deleted_fraction {
+            rewrite.push(f.clone());
+        } else if f.size_bytes < target / 2 {
+            small.push((f.clone(), dead));
+        }
+    }
+    // Small files are merged with each other, or with the files rewritten.
+    if small.len() >= 2 || (!small.is_empty() && !rewrite.is_empty()) {
+        rewrite.extend(small.into_iter().map(|(f, _)| f));
+    }
+    Ok(Plan { rewrite, drop })
+}
+
+/// Compact `table` (see the module docs).
+///
+/// Cost: the tombstones, a footer per file with whole-row-group deletes, the
+/// key column of files with key-range deletes; then the rewritten files are
+/// read and written, one tombstone PUT, and the commit (2 PUTs).
+pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Result<Compacted> {
+    crate::store::keys::object_segments(table)?;
+    if !(0.0..=1.0).contains(&opts.min_deleted_fraction) {
+        return Err(Error::InvalidArgument(format!(
+            "min_deleted_fraction must be between 0 and 1, got {}",
+            opts.min_deleted_fraction
+        )));
+    }
+    if opts.target_file_size == Some(0) {
+        return Err(Error::InvalidArgument(
+            "target_file_size must be >= 1".into(),
+        ));
+    }
+    for _ in 0..MAX_REPLANS {
+        let latest =
+            crate::runtime::block_on(commit::latest(&store, table))??.ok_or_else(|| {
+                Error::NotFound {
+                    path: table.to_string(),
+                }
+            })?;
+        let base = latest.manifest.clone();
+        let mut props = base.properties.clone();
+        let target = opts
+            .target_file_size
+            .or(props.target_file_size)
+            .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
+        props.target_file_size = Some(target);
+        let plan = crate::runtime::block_on(plan(&store, table, &base, &opts, target))??;
+        if plan.rewrite.is_empty() && plan.drop.is_empty() {
+            return Ok(Compacted {
+                manifest: base,
+                committed: false,
+                files_removed: 0,
+                files_added: 0,
+            });
+        }
+        // The rows left in the files to rewrite, as the table's schema.
+        let mut subset = base.clone();
+        subset.data_files = plan.rewrite.clone();
+        let schema = base.arrow_schema(&super::manifest_key(table, base.version))?;
+        let added = if plan.rewrite.is_empty() {
+            Vec::new()
+        } else {
+            let rows = scan(
+                store.clone(),
+                table,
+                &subset,
+                ScanOptions {
+                    parallelism: opts.parallelism,
+                    ..Default::default()
+                },
+            )?;
+            upload(
+                &store,
+                table,
+                Box::new(rows),
+                schema,
+                &props,
+                opts.parallelism,
+            )?
+        };
+        match commit_compaction(&store, table, latest, &plan, &added)? {
+            Some(manifest) => {
+                return Ok(Compacted {
+                    manifest,
+                    committed: true,
+                    files_removed: plan.rewrite.len() + plan.drop.len(),
+                    files_added: added.len(),
+                })
+            }
+            None => discard(&store, table, &added),
+        }
+    }
+    Err(Error::CommitConflict {
+        key: table.to_string(),
+        attempts: MAX_REPLANS,
+    })
+}
+
+/// Coalesce the tombstones that still apply into one object, PUT it and
+/// commit; `None` if a concurrent change touched the files rewritten.
+fn commit_compaction(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    latest: commit::Latest,
+    plan: &Plan,
+    added: &[DataFile],
+) -> Result<Option<TableManifest>> {
+    let base = latest.manifest.clone();
+    let gone: BTreeSet<String> = plan
+        .rewrite
+        .iter()
+        .chain(&plan.drop)
+        .map(|f| f.path.clone())
+        .collect();
+    let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
+    let mut kept: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+    for t in &tombstones {
+        for e in &t.entries {
+            if !gone.contains(e.file()) {
+                kept.entry(e.file().to_string())
+                    .or_default()
+                    .push(e.clone());
+            }
+        }
+    }
+    // Merge each file's position bitmaps into one entry.
+    let mut entries = Vec::new();
+    for (file, list) in kept {
+        let mut rows = roaring::RoaringBitmap::new();
+        for e in list {
+            match e {
+                Entry::Rows { .. } => {
+                    let d = tombstone::fold(&[Arc::new(Tombstone::new(vec![e]))])?;
+                    if let Some(fd) = d.get(&file) {
+                        rows |= &fd.rows;
+                    }
+                }
+                other => entries.push(other),
+            }
+        }
+        if !rows.is_empty() {
+            entries.push(Entry::rows(&file, &rows)?);
+        }
+    }
+    let coalesced = if entries.is_empty() {
+        None
+    } else {
+        let name = format!(
+            "tombstone/v{:08}-{}.del",
+            base.version + 1,
+            crate::dataset::unique_token()
+        );
+        let key = format!("{}/{name}", table.trim_end_matches('/'));
+        let body = Bytes::from(Tombstone::new(entries).to_json()?);
+        crate::runtime::block_on(store.put(&key, body, PutMode::Create))??;
+        let files: BTreeSet<String> = tombstones
+            .iter()
+            .flat_map(|t| t.entries.iter().map(|e| e.file().to_string()))
+            .filter(|f| !gone.contains(f))
+            .collect();
+        Some((
+            TombstoneRef {
+                path: name,
+                files: files.into_iter().collect(),
+            },
+            key,
+        ))
+    };
+    let base_tombstones: BTreeSet<String> =
+        base.tombstones.iter().map(|t| t.path.clone()).collect();
+    let mut stale = false;
+    let out = crate::runtime::block_on(commit::commit(
+        store,
+        table,
+        &CommitOptions::default(),
+        Some(latest),
+        |now| {
+            let now = now.ok_or_else(|| Error::NotFound {
+                path: table.to_string(),
+            })?;
+            let present: BTreeSet<&str> = now.data_files.iter().map(|f| f.path.as_str()).collect();
+            let newer: Vec<TombstoneRef> = now
+                .tombstones
+                .iter()
+                .filter(|t| !base_tombstones.contains(&t.path))
+                .cloned()
+                .collect();
+            let touched = newer
+                .iter()
+                .any(|t| t.files.iter().any(|f| gone.contains(f)));
+            if touched
+                || gone.iter().any(|g| !present.contains(g.as_str()))
+                || now.schema != base.schema
+            {
+                stale = true;
+                return Ok(None);
+            }
+            let mut next = now.clone();
+            next.created_at = now_iso8601();
+            next.operation = "compact".into();
+            next.data_files.retain(|f| !gone.contains(&f.path));
+            next.data_files.extend(added.iter().cloned());
+            next.tombstones = coalesced.iter().map(|(r, _)| r.clone()).collect();
+            next.tombstones.extend(newer.iter().cloned());
+            let mut params = BTreeMap::new();
+            params.insert("files_removed".into(), Value::from(gone.len()));
+            params.insert("files_added".into(), Value::from(added.len()));
+            params.insert(
+                "rows_rewritten".into(),
+                Value::from(added.iter().map(|f| f.total_rows).sum::<u64>()),
+            );
+            params.insert(
+                "tombstones_coalesced".into(),
+                Value::from(base.tombstones.len()),
+            );
+            next.operation_parameters = params;
+            Ok(Some(next))
+        },
+    ))
+    .and_then(|r| r);
+    let forget = || {
+        if let Some((_, key)) = &coalesced {
+            let _ = crate::runtime::block_on(store.delete(key));
+        }
+    };
+    match out {
+        Ok(Outcome::Committed { manifest, .. }) => Ok(Some(*manifest)),
+        Ok(Outcome::Unchanged { .. }) if stale => {
+            forget();
+            Ok(None)
+        }
+        Ok(Outcome::Unchanged { .. }) => Err(Error::Task("compaction committed nothing".into())),
+        Err(e) => {
+            forget();
+            discard(store, table, added);
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! End-to-end tests of the table layer on an in-memory store whose requests
+//! are counted, so that the costs the docs state are checked.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, RecordBatchIterator, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use super::delete::delete;
+use super::scan::{resolve, scan, At, ScanOptions};
+use super::schema::SchemaMode;
+use super::snapshot::TableProperties;
+use super::write::{append, create};
+use crate::error::Error;
+use crate::parquet::filter::{predicate, Predicate};
+use crate::store::StoreHandle;
+
+/// Requests by kind.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub get: AtomicUsize,
+    pub head: AtomicUsize,
+    pub put: AtomicUsize,
+    pub list: AtomicUsize,
+    pub delete: AtomicUsize,
+}
+
+impl Counts {
+    fn take(&self) -> [usize; 5] {
+        [
+            self.get.swap(0, Ordering::SeqCst),
+            self.head.swap(0, Ordering::SeqCst),
+            self.put.swap(0, Ordering::SeqCst),
+            self.list.swap(0, Ordering::SeqCst),
+            self.delete.swap(0, Ordering::SeqCst),
+        ]
+    }
+}
+
+/// An `InMemory` store that counts the requests made to it.
+#[derive(Debug)]
+pub(crate) struct Counting {
+    inner: InMemory,
+    pub counts: Arc<Counts>,
+}
+
+impl fmt::Display for Counting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Counting({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Counting {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.counts.put.fetch_add(1, Ordering::SeqCst);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.counts.put.fetch_add(1, Ordering::SeqCst);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let counter = if options.head {
+            &self.counts.head
+        } else {
+            &self.counts.get
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let counts = self.counts.clone();
+        let counted = locations
+            .inspect(move |_| {
+                counts.delete.fetch_add(1, Ordering::SeqCst);
+            })
+            .boxed();
+        self.inner.delete_stream(counted)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.counts.list.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.counts.list.fetch_add(1, Ordering::SeqCst);
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.counts.put.fetch_add(1, Ordering::SeqCst);
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+pub(crate) fn counting_store() -> (Arc<StoreHandle>, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let store = Counting {
+        inner: InMemory::new(),
+        counts: counts.clone(),
+    };
+    let handle = StoreHandle::from_object_store(Arc::new(store), "").unwrap();
+    (Arc::new(handle), counts)
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("customer", DataType::Utf8, true),
+    ]))
+}
+
+/// Rows `ids` with customer `c<id % 7>`.
+fn rows(ids: std::ops::Range<i64>) -> Box<dyn arrow_array::RecordBatchReader + Send> {
+    let schema = schema();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids.clone())) as ArrayRef,
+            Arc::new(StringArray::from_iter_values(
+                ids.map(|i| format!("c{}", i % 7)),
+            )),
+        ],
+    )
+    .unwrap();
+    Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema))
+}
+
+fn props(pk: Option<&str>) -> TableProperties {
+    TableProperties {
+        primary_key: pk.map(str::to_string),
+        compression: "zstd".into(),
+        row_group_size: Some(100),
+        target_file_size: None,
+    }
+}
+
+fn cond(column: &str, op: &str, value: Option<ArrayRef>) -> (String, String, Option<ArrayRef>) {
+    (column.into(), op.into(), value)
+}
+
+fn int(v: i64) -> Option<ArrayRef> {
+    Some(Arc::new(Int64Array::from(vec![v])))
+}
+
+fn text(v: &str) -> Option<ArrayRef> {
+    Some(Arc::new(StringArray::from(vec![v])))
+}
+
+/// The sorted ids of a version, optionally filtered.
+fn ids(store: &Arc<StoreHandle>, at: At, pred: Option<Predicate>) -> Vec<i64> {
+    let m = crate::runtime::block_on(resolve(store, "t", at))
+        .unwrap()
+        .unwrap();
+    let opts = ScanOptions {
+        columns: Some(vec!["id".into()]),
+        predicate: pred.map(Arc::new),
+        batch_size: Some(37),
+        parallelism: 2,
+    };
+    let mut out: Vec<i64> = scan(store.clone(), "t", &m, opts)
+        .unwrap()
+        .flat_map(|b| {
+            b.unwrap()
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn append_delete_scan_and_time_travel_cost_what_the_docs_say() {
+    let (store, counts) = counting_store();
+    create(
+        store.clone(),
+        "t",
+        schema(),
+        Some(rows(0..1000)),
+        props(None),
+        false,
+        2,
+    )
+    .unwrap();
+    counts.take();
+
+    // An append that wins at once: 2 GETs, the data PUT, 2 PUTs.
+    let m = append(
+        store.clone(),
+        "t",
+        rows(1000..1500),
+        SchemaMode::Strict,
+        None,
+        2,
+    )
+    .unwrap();
+    assert_eq!(m.version, 1);
+    assert_eq!(
+        counts.take(),
+        [2, 0, 3, 0, 0],
+        "[get, head, put, list, delete]"
+    );
+
+    // A scattered delete (one customer's rows, in every row group): reads the
+    // footers and the filter column, then 3 PUTs.
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("customer", "==", text("c3"))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    assert!(d.committed);
+    assert_eq!(
+        d.rows,
+        Some((0..1500).filter(|i| i % 7 == 3).count() as u64)
+    );
+    let [_, _, puts, lists, deletes] = counts.take();
+    assert_eq!((puts, lists, deletes), (3, 0, 0));
+
+    let expected: Vec<i64> = (0..1500).filter(|i| i % 7 != 3).collect();
+    assert_eq!(ids(&store, At::Latest, None), expected);
+    assert_eq!(
+        ids(&store, At::Version(1), None),
+        (0..1500).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ids(&store, At::Version(0), None),
+        (0..1000).collect::<Vec<_>>()
+    );
+    // As of the creation time of version 1: version 1.
+    let v1 = crate::runtime::block_on(resolve(&store, "t", At::Version(1)))
+        .unwrap()
+        .unwrap();
+    let t1 = chrono::DateTime::parse_from_rfc3339(&v1.created_at)
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    assert_eq!(ids(&store, At::AsOf(t1), None).len(), 1500);
+    let before = t1 - chrono::Duration::days(365);
+    assert!(matches!(
+        crate::runtime::block_on(resolve(&store, "t", At::AsOf(before))).unwrap(),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // Whole row groups: ids 100..300 are row groups 1 and 2 of the first file.
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("id", ">=", int(100)), cond("id", "<", int(300))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    let t = crate::runtime::block_on(super::tombstone::load(
+        &store,
+        "t",
+        &d.manifest.tombstones[1..],
+    ))
+    .unwrap()
+    .unwrap();
+    let kinds: Vec<&str> = t[0]
+        .entries
+        .iter()
+        .map(|e| match e {
+            super::tombstone::Entry::RowGroup { .. } => "row_group",
+            super::tombstone::Entry::PkRange { .. } => "pk_range",
+            super::tombstone::Entry::Rows { .. } => "rows",
+        })
+        .collect();
+    assert_eq!(kinds, ["row_group", "row_group"]);
+    let expected: Vec<i64> = (0..1500)
+        .filter(|i| i % 7 != 3 && !(100..300).contains(i))
+        .collect();
+    assert_eq!(ids(&store, At::Latest, None), expected);
+
+    // A delete that matches nothing commits nothing.
+    counts.take();
+    let none = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("id", ">", int(10_000))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    assert!(!none.committed);
+    assert_eq!(none.manifest.version, 3);
+    assert_eq!(counts.take()[2], 0, "no PUT");
+
+    // Filters and deletes compose.
+    let pred = predicate(vec![cond("id", "<", int(120))]).unwrap();
+    let expected: Vec<i64> = (0..100).filter(|i| i % 7 != 3).collect();
+    assert_eq!(ids(&store, At::Latest, Some(pred)), expected);
+}
+
+#[test]
+fn primary_key_range_deletes_read_no_data_file() {
+    let (store, counts) = counting_store();
+    create(
+        store.clone(),
+        "t",
+        schema(),
+        Some(rows(0..1000)),
+        props(Some("id")),
+        false,
+        2,
+    )
+    .unwrap();
+    append(
+        store.clone(),
+        "t",
+        rows(1000..2000),
+        SchemaMode::Strict,
+        None,
+        2,
+    )
+    .unwrap();
+    counts.take();
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("id", ">=", int(950)), cond("id", "<", int(1010))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    assert!(d.committed);
+    assert_eq!(d.rows, None, "key ranges are counted on read");
+    // Pointer + manifest, then tombstone + manifest + pointer.
+    assert_eq!(
+        counts.take(),
+        [2, 0, 3, 0, 0],
+        "[get, head, put, list, delete]"
+    );
+    let expected: Vec<i64> = (0..2000).filter(|i| !(950..1010).contains(i)).collect();
+    assert_eq!(ids(&store, At::Latest, None), expected);
+    // An equality on the key, and a later general delete over a key range.
+    delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("id", "==", int(5))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("customer", "==", text("c0"))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    let expected: Vec<i64> = (0..2000)
+        .filter(|i| !(950..1010).contains(i) && *i != 5 && i % 7 != 0)
+        .collect();
+    // Rows already gone under a key range are not counted again.
+    let already = (0..2000)
+        .filter(|i| i % 7 == 0 && (950..1010).contains(i))
+        .count() as u64;
+    assert_eq!(
+        d.rows,
+        Some((0..2000).filter(|i| i % 7 == 0).count() as u64 - already)
+    );
+    assert_eq!(ids(&store, At::Latest, None), expected);
+}
+
+#[test]
+fn schemas_are_checked_and_merged_and_old_files_read_with_nulls() {
+    let (store, _) = counting_store();
+    create(
+        store.clone(),
+        "t",
+        schema(),
+        Some(rows(0..10)),
+        props(None),
+        false,
+        2,
+    )
+    .unwrap();
+    let wide = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("customer", DataType::Utf8, true),
+        Field::new("score", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        wide.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![100])) as ArrayRef,
+            Arc::new(StringArray::from(vec!["x"])),
+            Arc::new(Int64Array::from(vec![7])),
+        ],
+    )
+    .unwrap();
+    let input = || -> Box<dyn arrow_array::RecordBatchReader + Send> {
+        Box::new(RecordBatchIterator::new(
+            vec![Ok(batch.clone())],
+            wide.clone(),
+        ))
+    };
+    assert!(matches!(
+        append(store.clone(), "t", input(), SchemaMode::Strict, None, 2),
+        Err(Error::SchemaMismatch { .. })
+    ));
+    let m = append(store.clone(), "t", input(), SchemaMode::Merge, None, 2).unwrap();
+    assert_eq!(m.version, 1);
+    assert!(m.operation_parameters.contains_key("schema_change"));
+    let opts = ScanOptions {
+        columns: Some(vec!["score".into(), "id".into()]),
+        predicate: Some(Arc::new(
+            predicate(vec![cond("score", "is_null", None)]).unwrap(),
+        )),
+        batch_size: None,
+        parallelism: 1,
+    };
+    let got: usize = scan(store.clone(), "t", &m, opts)
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            assert_eq!(b.schema().field(0).name(), "score");
+            assert_eq!(b.column(0).null_count(), b.num_rows());
+            b.num_rows()
+        })
+        .sum();
+    assert_eq!(got, 10, "the old file's rows, with null scores");
+    // Deleting by the new column reaches only the new file.
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("score", "==", int(7))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    assert_eq!(d.rows, Some(1));
+    assert_eq!(ids(&store, At::Latest, None), (0..10).collect::<Vec<_>>());
+    assert_eq!(
+        ids(&store, At::Version(1), None),
+        (0..10).chain([100]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn create_refuses_what_it_cannot_keep() {
+    let (store, _) = counting_store();
+    create(store.clone(), "t", schema(), None, props(None), false, 1).unwrap();
+    assert!(matches!(
+        create(store.clone(), "t", schema(), None, props(None), false, 1),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert_eq!(
+        create(store.clone(), "t", schema(), None, props(None), true, 1)
+            .unwrap()
+            .version,
+        0
+    );
+    assert!(matches!(
+        create(
+            store.clone(),
+            "t",
+            schema(),
+            Some(rows(0..3)),
+            props(None),
+            true,
+            1
+        ),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        create(
+            store.clone(),
+            "u",
+            schema(),
+            None,
+            props(Some("nope")),
+            false,
+            1
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        append(
+            store.clone(),
+            "absent",
+            rows(0..3),
+            SchemaMode::Strict,
+            None,
+            1
+        ),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        delete(store.clone(), "t", Predicate::default(), 1),
+        Err(Error::InvalidArgument(_))
+    ));
+}

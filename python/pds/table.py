@@ -480,6 +480,11 @@ class Table:
             target_file_size: Bytes per new file at most (default: the
                 table's, else 512 MiB).
             min_deleted_fraction: From 0 to 1.
+
+        Cost: the tombstones, a footer per file with whole-row-group
+        deletes and the key column of files with key-range deletes; then the
+        rewritten files are read and written, 1 PUT for the coalesced
+        tombstone, and the commit (2 GETs + 2 PUTs).
         """
         target = _check_rows(target_file_size, "target_file_size")
         if isinstance(min_deleted_fraction, bool) or not isinstance(min_deleted_fraction, int | float):

@@ -11,9 +11,20 @@ use crate::store::keys::is_staging_name;
 /// Remove staging files below `dir`, then every folder left empty, `dir`
 /// included. Other files (objects written after the listing) stay.
 pub fn remove_leftovers(dir: &Path) -> Result<()> {
+    remove_staging(dir, None).map(|_| ())
+}
+
+/// Remove the staging files below `dir` last modified before `older_than`
+/// (all of them if `None`: a write still running has a young one), then
+/// every folder left empty. Returns the files removed.
+pub fn remove_staging(
+    dir: &Path,
+    older_than: Option<std::time::SystemTime>,
+) -> Result<Vec<std::path::PathBuf>> {
+    let mut removed = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
         Err(e) => return Err(e.into()),
     };
     for entry in entries {
@@ -21,17 +32,23 @@ pub fn remove_leftovers(dir: &Path) -> Result<()> {
         let path = entry.path();
         let kind = entry.file_type()?;
         if kind.is_dir() {
-            remove_leftovers(&path)?;
+            removed.extend(remove_staging(&path, older_than)?);
         } else if entry.file_name().to_str().is_some_and(is_staging_name) {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
+            let old = match older_than {
+                None => true,
+                Some(t) => entry.metadata()?.modified()? < t,
+            };
+            if old {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => removed.push(path),
+                }
             }
         }
     }
     // Fails harmlessly if something was written meanwhile.
     let _ = std::fs::remove_dir(dir);
-    Ok(())
+    Ok(removed)
 }
 
 #[cfg(test)]

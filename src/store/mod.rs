@@ -302,6 +302,34 @@ impl StoreHandle {
         Ok(deleted)
     }
 
+    /// On `file://`, remove the staging files of killed writes below the
+    /// folder `key` older than `older_than` (see [`local_leftovers`]); returns
+    /// their keys (with the `#<digits>` suffix). Nothing elsewhere.
+    pub async fn remove_staging(
+        &self,
+        key: &str,
+        older_than: std::time::SystemTime,
+    ) -> Result<Vec<String>> {
+        let (Some(fs), Some(prefix)) = (&self.built.local, self.prefix_path(key)?) else {
+            return Ok(Vec::new());
+        };
+        let dir = fs.path_to_filesystem(&prefix)?;
+        let base = dir.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            local_leftovers::remove_staging(&dir, Some(older_than))
+        })
+        .await??;
+        let key = keys::segments(key)?.join("/");
+        Ok(removed
+            .iter()
+            .filter_map(|p| p.strip_prefix(&base).ok())
+            .map(|p| {
+                let rel = p.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/");
+                format!("{key}/{rel}")
+            })
+            .collect())
+    }
+
     /// Delete the given object keys concurrently, ignoring absent ones.
     pub async fn delete_many(&self, keys: &[String]) -> Result<()> {
         let paths: Vec<Result<Path>> = keys.iter().map(|k| self.path(k)).collect();

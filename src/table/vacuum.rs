@@ -115,6 +115,16 @@ pub async fn vacuum(
         let keys: Vec<String> = removed.iter().map(|r| format!("{root}{r}")).collect();
         store.delete_many(&keys).await?;
     }
+    if !dry_run {
+        // file:// only: staging files of killed uploads, which no LIST shows.
+        let older: std::time::SystemTime = cutoff.into();
+        for key in store.remove_staging(table, older).await? {
+            if let Some(rel) = key.strip_prefix(&root) {
+                removed.push(rel.to_string());
+            }
+        }
+        removed.sort();
+    }
     retained.sort_unstable();
     Ok(Vacuumed { removed, retained })
 }

@@ -235,7 +235,7 @@ def show(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None:
             "compression": m.compression,
             "created_at_utc": m.created_at_utc,
         }
-        parts = [{"part": p.name, "rows": p.row_count, "bytes": p.size_bytes} for p in m.part_info]
+        parts = [{"part": p.name, "rows": p.row_count, "bytes": p.size_bytes} for p in (m.part_info or [])]
         if as_json:
             ctx.emit({**info, "schema": _schema_rows(schema), "parts": parts})
             return
@@ -331,7 +331,7 @@ def verify(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None:
         expected = list(_table_files(ctx.store, key))
     elif kind == "dataset":
         m = ParquetDatasetStore(ctx.store).read_manifest(key)
-        expected = [(f"{key.strip('/')}/{p.name}", p.sha256) for p in m.part_info]
+        expected = [(f"{key.strip('/')}/{p.name}", p.sha256) for p in (m.part_info or [])]
         if not expected:
             raise ValueError("this manifest records no checksums (written by remote-store?)")
     else:

@@ -35,7 +35,7 @@ import pds.spark
 from pds.errors import DatasetIncomplete
 from pds.spark._arrow_conf import MAX_BYTES_PER_BATCH, UNCAPPED
 from pds.spark._job import WriteJob, WriteSettings, spark_store
-from pds.spark.datasource import PdsDataSource, PdsWriter
+from pds.spark.datasource import PdsDataSource, PdsTableWriter, PdsWriter
 from pds.spark.filters import (
     apply_filter_tuples,
     filters_from_json,
@@ -198,10 +198,34 @@ class FlakyPdsDataSource(PdsDataSource):
     def name(cls) -> str:
         return "pds_flaky"
 
-    def writer(self, schema: StructType, overwrite: bool) -> PdsWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> sds.DataSourceWriter:
         always = self.options.pop("fail", "first") == "always"
         marker_dir = self.options.pop("marker_dir")
-        return FlakyWriter(super().writer(schema, overwrite), always, marker_dir)
+        inner = super().writer(schema, overwrite)
+        if isinstance(inner, PdsTableWriter):
+            return FlakyTableWriter(inner, always, marker_dir)
+        assert isinstance(inner, PdsWriter)
+        return FlakyWriter(inner, always, marker_dir)
+
+
+class FlakyTableWriter(PdsTableWriter):
+    """Uploads its data files like ``PdsTableWriter``, then fails partition 1 (first attempt, or always)."""
+
+    def __init__(self, writer: PdsTableWriter, always: bool, marker_dir: str) -> None:
+        super().__init__(writer._job)
+        self._always = always
+        self._marker_dir = marker_dir
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        message = super().write(iterator)
+        ctx = TaskContext.get()
+        assert ctx is not None
+        if ctx.partitionId() == 1 and (self._always or ctx.attemptNumber() == 0):
+            names = [f["path"] for f in message.files.files]
+            marker = Path(self._marker_dir) / f"attempt-{ctx.taskAttemptId()}.json"
+            marker.write_text(json.dumps(names))
+            raise RuntimeError(f"injected failure after uploading {names}")
+        return message
 
 
 def failed_attempt_parts(marker_dir: Path) -> list[str]:
@@ -1149,3 +1173,97 @@ def test_filter_tuples_evaluate_with_sql_nulls_and_json_round_trip() -> None:
     assert apply_filter_tuples(t, filters_from_json(json.dumps([["i", "==", 2**40]]), t.schema)).num_rows == 0
     with pytest.raises(TypeError, match="does not compare"):
         filters_from_json(json.dumps([["i", "==", "x"]]), t.schema)
+
+
+# -- tables (issue D-12) ------------------------------------------------------------
+
+
+def _table_rows(n: int, offset: int = 0) -> pa.Table:
+    ids = range(offset, offset + n)
+    return pa.table({"id": pa.array(ids, pa.int64()), "customer": pa.array([f"c{i % 5}" for i in ids], pa.string())})
+
+
+def _read_ids(spark: SparkSession, url: str, options: dict[str, str], key: str, **extra: Any) -> list[int]:
+    reader = spark.read.format("pds").option("store", url)
+    for k, v in {**options, **extra}.items():
+        reader = reader.option(k, v)
+    return sorted(r["id"] for r in reader.load(key).select("id").collect())
+
+
+@pytest.mark.spec("D-12")
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_spark_creates_appends_overwrites_and_time_travels_a_table(
+    spark: SparkSession, kind: str, request: pytest.FixtureRequest
+) -> None:
+    url, options, store = request.getfixturevalue(f"{kind}_store")
+
+    def write(rows: pa.Table, mode: str, **extra: str) -> None:
+        w = spark_df(spark, rows).write.format("pds").option("store", url)
+        for k, v in {**options, **extra}.items():
+            w = w.option(k, v)
+        w.mode(mode).save("events")
+
+    write(_table_rows(100), "append", table="true", primary_key="id", row_group_size="10")
+    t = pds.Table.open(store, "events")
+    assert (t.version, t.primary_key) == (0, "id")
+    assert t.files().num_rows == 2, "one file per task, one commit per job"
+    write(_table_rows(50, offset=100), "append")  # the key holds a table: no option needed
+    assert t.refresh() == 1
+    assert _read_ids(spark, url, options, "events") == list(range(150))
+    version = pds.spark.delete(url, "events", [("id", "<", 20)], **options)
+    assert version == 2
+    assert _read_ids(spark, url, options, "events") == list(range(20, 150))
+    assert _read_ids(spark, url, options, "events", versionAsOf="1") == list(range(150))
+    created = {h["version"]: h["created_at"] for h in t.history()}
+    stamp = created[0].isoformat()
+    assert _read_ids(spark, url, options, "events", timestampAsOf=stamp) == list(range(100))
+    filtered = (
+        spark.read.format("pds")
+        .option("store", url)
+        .options(**options)
+        .option("filters", '[["id", ">=", 140]]')
+        .load("events")
+    )
+    assert sorted(r["id"] for r in filtered.collect()) == list(range(140, 150))
+    write(_table_rows(10, offset=1000), "overwrite")
+    assert t.refresh() == 3
+    assert t.history(1)[0]["operation"] == "overwrite"
+    assert _read_ids(spark, url, options, "events") == list(range(1000, 1010))
+    assert _read_ids(spark, url, options, "events", versionAsOf="2") == list(range(20, 150))
+    with pytest.raises(Exception, match="versionAsOf"):
+        spark.read.format("pds").option("store", url).options(**options).option("versionAsOf", "x").load(
+            "events"
+        ).collect()
+
+
+@pytest.mark.spec("D-12")
+def test_a_retried_table_task_leaves_no_duplicate_and_no_orphan(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store], tmp_path: Path
+) -> None:
+    url, _, store = file_store
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    pds.Table.create(store, "t", _table_rows(1).schema)
+    df = spark_df(spark, _table_rows(300))
+    df.write.format("pds_flaky").option("store", url).option("marker_dir", str(markers)).mode("append").save("t")
+    failed = failed_attempt_parts(markers)
+    assert failed, "the first attempt of partition 1 uploaded files before failing"
+    t = pds.Table.open(store, "t")
+    assert t.version == 1
+    assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(300))
+    referenced = set(t.files().column("path").to_pylist())
+    on_store = {k for k in dataset_files(store, "t") if k.startswith("data/")}
+    assert on_store == referenced, "no orphan from the failed attempt"
+    assert not set(failed) & referenced
+    # A job that fails in every attempt commits nothing and leaves nothing.
+    with pytest.raises(Exception, match="injected failure"):
+        (
+            df.write.format("pds_flaky")
+            .option("store", url)
+            .option("fail", "always")
+            .option("marker_dir", str(markers))
+            .mode("append")
+            .save("t")
+        )
+    assert pds.Table.open(store, "t").version == 1
+    assert {k for k in dataset_files(store, "t") if k.startswith("data/")} == referenced

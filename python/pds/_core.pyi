@@ -282,8 +282,9 @@ def table_scan(
     filter: Sequence[tuple[str, str, pa.Array | None]] | None,
     batch_size: int | None,
     parallelism: int,
+    files: Sequence[str] | None = None,
 ) -> pa.RecordBatchReader:
-    """Stream *version* with its deletes applied."""
+    """Stream *version* with its deletes applied (only *files*, if given)."""
 
 def table_changes(
     store: RustStore, key: str, from_version: int, to_version: int, *, parallelism: int
@@ -297,3 +298,32 @@ def table_compact(
 
 def table_vacuum(store: RustStore, key: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
     """Keys (relative to the table) removed, or with dry_run to be removed."""
+
+def table_write_files(
+    store: RustStore,
+    key: str,
+    data: ArrowStreamExportable,
+    *,
+    prefix: str,
+    schema: pa.Schema,
+    compression: str,
+    row_group_size: int | None,
+    target_file_size: int | None,
+    parallelism: int,
+) -> str:
+    """Upload *data* as uncommitted data files data/part-<prefix>-NNNNN.parquet; their entries as JSON."""
+
+def table_commit_files(
+    store: RustStore,
+    key: str,
+    files: str,
+    *,
+    mode: Literal["append", "overwrite"] | str,
+    schema: pa.Schema,
+    primary_key: str | None,
+    compression: str,
+    row_group_size: int | None,
+    target_file_size: int | None,
+    metadata: Mapping[str, str] | None,
+) -> str:
+    """Commit files from table_write_files in one version (creating the table if needed)."""

@@ -223,6 +223,16 @@ class Table:
         pk = self._manifest.get("properties", {}).get("primary_key")
         return str(pk) if pk is not None else None
 
+    def at(self, *, version: int | None = None, as_of: datetime.datetime | None = None) -> Table:
+        """A ``Table`` pinned to another version (*version*, or the last one
+        created at or before *as_of*; this one's if neither). Cost: 1 GET
+        (``as_of``: O(log versions) GETs).
+
+        Raises:
+            remote_store.NotFound: no such version (or it was vacuumed).
+        """
+        return Table(self._store, self._native, self._key, self._pinned(version, as_of))
+
     def refresh(self) -> int:
         """Move to the latest version and return it (cost as :meth:`open`)."""
         self._manifest = json.loads(_core.table_manifest(self._native, self._path))

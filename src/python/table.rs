@@ -190,7 +190,7 @@ pub fn table_deleted_rows(
 
 /// Stream a version's rows as a `pyarrow.RecordBatchReader`.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, version, columns, filter, batch_size, parallelism))]
+#[pyo3(signature = (store, key, *, version, columns, filter, batch_size, parallelism, files = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn table_scan<'py>(
     py: Python<'py>,
@@ -201,6 +201,7 @@ pub fn table_scan<'py>(
     filter: Option<FilterArg>,
     batch_size: Option<usize>,
     parallelism: usize,
+    files: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = read_options(columns, filter, batch_size)?;
     let handle = store.inner.clone();
@@ -216,6 +217,7 @@ pub fn table_scan<'py>(
                 predicate: opts.predicate,
                 batch_size: opts.batch_size,
                 parallelism,
+                files,
             },
         )
     })
@@ -288,4 +290,93 @@ pub fn table_vacuum(
         crate::table::vacuum::vacuum(&handle, &key, retain, dry_run, chrono::Utc::now()).await
     })?;
     Ok(v.removed)
+}
+
+/// Upload `data` as uncommitted data files of the table at `key` (a Spark
+/// task's share), named `data/part-<prefix>-NNNNN.parquet`; returns their
+/// manifest entries as JSON.
+#[pyfunction]
+#[pyo3(signature = (store, key, data, *, prefix, schema, compression, row_group_size, target_file_size, parallelism))]
+#[allow(clippy::too_many_arguments)]
+pub fn table_write_files(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    data: PyRecordBatchReader,
+    prefix: String,
+    schema: PySchema,
+    compression: String,
+    row_group_size: Option<usize>,
+    target_file_size: Option<u64>,
+    parallelism: usize,
+) -> PyResult<String> {
+    let reader = data.into_reader()?;
+    let props = TableProperties {
+        primary_key: None,
+        compression,
+        row_group_size,
+        target_file_size,
+    };
+    let handle = store.inner.clone();
+    let schema = schema.into_inner();
+    let files = py
+        .detach(|| {
+            write::upload(
+                &handle,
+                &key,
+                reader,
+                schema,
+                &props,
+                parallelism,
+                Some(prefix),
+            )
+        })
+        .py_err()?;
+    serde_json::to_string(&files)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
+/// Commit files from [`table_write_files`] in one version (`append` or
+/// `overwrite`), creating the table if needed; returns the manifest JSON.
+#[pyfunction]
+#[pyo3(signature = (store, key, files, *, mode, schema, primary_key, compression, row_group_size, target_file_size, metadata))]
+#[allow(clippy::too_many_arguments)]
+pub fn table_commit_files(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    files: &str,
+    mode: &str,
+    schema: PySchema,
+    primary_key: Option<String>,
+    compression: String,
+    row_group_size: Option<usize>,
+    target_file_size: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+) -> PyResult<String> {
+    let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
+    let mode = match mode {
+        "append" => write::FilesMode::Append,
+        "overwrite" => write::FilesMode::Overwrite,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "mode must be append or overwrite, got {other:?}"
+            )))
+        }
+    };
+    let props = TableProperties {
+        primary_key,
+        compression,
+        row_group_size,
+        target_file_size,
+    };
+    let handle = store.inner.clone();
+    let schema = schema.into_inner();
+    let m = py
+        .detach(|| write::commit_files(handle, &key, files, mode, schema, props, metadata))
+        .py_err()?;
+    m.to_json()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .py_err()
 }

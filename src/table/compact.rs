@@ -153,6 +153,7 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
                 schema,
                 &props,
                 opts.parallelism,
+                None,
             )?
         };
         match commit_compaction(&store, table, latest, &plan, &added)? {

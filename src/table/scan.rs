@@ -113,6 +113,9 @@ pub struct ScanOptions {
     pub predicate: Option<Arc<Predicate>>,
     pub batch_size: Option<usize>,
     pub parallelism: usize,
+    /// Read only these data files (paths relative to the table), e.g. one
+    /// per Spark task; `None` reads all.
+    pub files: Option<Vec<String>>,
 }
 
 /// The table's schema projected to `columns` (caller's order).
@@ -268,8 +271,26 @@ pub fn scan(
         Some(p) => Some(p.as_ref().clone().bind(&schema)?),
         None => None,
     };
+    if let Some(only) = &opts.files {
+        if let Some(bad) = only
+            .iter()
+            .find(|p| !manifest.data_files.iter().any(|f| &f.path == *p))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{bad:?} is not a data file of version {}",
+                manifest.version
+            )));
+        }
+    }
     let mut files = Vec::new();
     for file in &manifest.data_files {
+        if opts
+            .files
+            .as_ref()
+            .is_some_and(|only| !only.contains(&file.path))
+        {
+            continue;
+        }
         if let Some(p) = &predicate {
             if !file_may_match(file, &schema, p)? {
                 continue;

@@ -195,6 +195,7 @@ fn ids(store: &Arc<StoreHandle>, at: At, pred: Option<Predicate>) -> Vec<i64> {
         predicate: pred.map(Arc::new),
         batch_size: Some(37),
         parallelism: 2,
+        files: None,
     };
     let mut out: Vec<i64> = scan(store.clone(), "t", &m, opts)
         .unwrap()
@@ -448,6 +449,7 @@ fn schemas_are_checked_and_merged_and_old_files_read_with_nulls() {
         )),
         batch_size: None,
         parallelism: 1,
+        files: None,
     };
     let got: usize = scan(store.clone(), "t", &m, opts)
         .unwrap()

@@ -85,14 +85,17 @@ impl RecordBatchReader for Conformed {
 }
 
 /// Upload `reader` as data files of `table` whose batches have the schema
-/// `target`. Returns the files (paths relative to the table), none for no rows.
-pub(super) fn upload(
+/// `target`, named `data/part-<prefix>-NNNNN.parquet` (a unique prefix if
+/// `None`), without committing them. Returns the files (paths relative to
+/// the table), none for no rows.
+pub fn upload(
     store: &Arc<StoreHandle>,
     table: &str,
     mut reader: BoxedReader,
     target: SchemaRef,
     props: &TableProperties,
     parallelism: usize,
+    prefix: Option<String>,
 ) -> Result<Vec<DataFile>> {
     // Rows per file from the target size and the first batch's Arrow size
     // (Parquet is smaller, so files come out at or below the target).
@@ -123,7 +126,7 @@ pub(super) fn upload(
     let req = WriteRequest {
         location: format!("{}/data", table.trim_end_matches('/')),
         parallelism: parallelism.max(1),
-        part_prefix: Some(dataset::unique_token()),
+        part_prefix: Some(prefix.unwrap_or_else(dataset::unique_token)),
         ..Default::default()
     };
     let written = dataset::write_parts(store.clone(), Box::new(conformed), &opts, &req)?;
@@ -144,7 +147,7 @@ pub(super) fn upload(
 }
 
 /// Remove data files a failed commit leaves behind (best effort).
-pub(super) fn discard(store: &StoreHandle, table: &str, files: &[DataFile]) {
+pub fn discard(store: &StoreHandle, table: &str, files: &[DataFile]) {
     let keys: Vec<String> = files
         .iter()
         .map(|f| format!("{}/{}", table.trim_end_matches('/'), f.path))
@@ -219,7 +222,15 @@ pub fn create(
         None => Vec::new(),
         Some(reader) => {
             reconcile(&schema, &reader.schema(), SchemaMode::Strict, table)?;
-            upload(&store, table, reader, schema.clone(), &props, parallelism)?
+            upload(
+                &store,
+                table,
+                reader,
+                schema.clone(),
+                &props,
+                parallelism,
+                None,
+            )?
         }
     };
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
@@ -288,7 +299,15 @@ pub fn append(
     let checked = base.schema.arrow_schema.clone();
     let new_schema = TableSchema::of(&target)?;
     let change = describe_change(&old, &target);
-    let files = upload(&store, table, reader, target, &base.properties, parallelism)?;
+    let files = upload(
+        &store,
+        table,
+        reader,
+        target,
+        &base.properties,
+        parallelism,
+        None,
+    )?;
     if files.is_empty() {
         return Ok(base);
     }
@@ -330,5 +349,114 @@ pub fn append(
     match out {
         Outcome::Committed { manifest, .. } => Ok(*manifest),
         Outcome::Unchanged { .. } => Err(Error::Task("append committed nothing".into())),
+    }
+}
+
+/// How [`commit_files`] changes the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilesMode {
+    /// Add the files (creating the table if there is none).
+    Append,
+    /// Replace every file and tombstone with the files, in one version.
+    Overwrite,
+}
+
+/// Commit data files uploaded earlier with [`upload`] (by Spark tasks, say)
+/// in one version: appended, or replacing the content. Creates the table
+/// with `schema` and `props` if none exists. Every file is checked to be
+/// there first (a HEAD each, at once). On failure the files are removed.
+///
+/// `SchemaMismatch` if the table's schema is not `schema` (append), or
+/// changed while the files were written.
+pub fn commit_files(
+    store: Arc<StoreHandle>,
+    table: &str,
+    files: Vec<DataFile>,
+    mode: FilesMode,
+    schema: SchemaRef,
+    props: TableProperties,
+    metadata: Option<BTreeMap<String, String>>,
+) -> Result<TableManifest> {
+    crate::store::keys::object_segments(table)?;
+    check_properties(&props, &schema)?;
+    for f in &files {
+        let segments = crate::store::keys::segments(&f.path)?;
+        if segments.len() != 2 || segments[0] != "data" || f.schema.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} is not a data file written by upload()",
+                f.path
+            )));
+        }
+    }
+    let table_schema = TableSchema::of(&schema)?;
+    let heads = files.iter().map(|f| {
+        let key = format!("{}/{}", table.trim_end_matches('/'), f.path);
+        let store = store.clone();
+        async move { store.head(&key).await }
+    });
+    crate::runtime::block_on(futures::future::try_join_all(heads))??;
+    let rows: u64 = files.iter().map(|f| f.total_rows).sum();
+    let out = commit_or_discard(&store, table, &files, None, |now| {
+        let mut params = BTreeMap::new();
+        params.insert("rows_added".into(), rows.into());
+        params.insert("files_added".into(), files.len().into());
+        if let Some(m) = &metadata {
+            params.insert(
+                "metadata".into(),
+                serde_json::to_value(m).unwrap_or_default(),
+            );
+        }
+        let Some(now) = now else {
+            return Ok(Some(TableManifest {
+                format: FORMAT.into(),
+                version: 0,
+                previous: None,
+                created_at: now_iso8601(),
+                operation: "create".into(),
+                operation_parameters: params,
+                schema: table_schema.clone(),
+                data_files: files.clone(),
+                tombstones: Vec::new(),
+                file_schemas: BTreeMap::new(),
+                properties: props.clone(),
+            }));
+        };
+        let mut next = now.clone();
+        next.created_at = now_iso8601();
+        match mode {
+            FilesMode::Append => {
+                if now.schema.arrow_schema != table_schema.arrow_schema {
+                    let theirs = now.arrow_schema(table)?;
+                    return Err(Error::SchemaMismatch {
+                        key: table.to_string(),
+                        reason: format!(
+                            "the files were written as {schema:?}; the table's schema is {theirs:?}"
+                        ),
+                    });
+                }
+                next.operation = "append".into();
+                next.data_files.extend(files.iter().cloned());
+            }
+            FilesMode::Overwrite => {
+                let old = now.arrow_schema(table)?;
+                let change = describe_change(&old, &schema);
+                next.operation = "overwrite".into();
+                params.insert("files_removed".into(), now.data_files.len().into());
+                params.insert("rows_removed".into(), now.total_rows().into());
+                if now.schema.arrow_schema != table_schema.arrow_schema {
+                    params.insert("schema_change".into(), change.into());
+                }
+                next.schema = table_schema.clone();
+                next.file_schemas = BTreeMap::new();
+                next.data_files = files.clone();
+                next.tombstones = Vec::new();
+            }
+        }
+        next.operation_parameters = params;
+        Ok(Some(next))
+    })?;
+    match out {
+        Outcome::Committed { manifest, .. } => Ok(*manifest),
+        Outcome::Unchanged { .. } => Err(Error::Task("commit_files committed nothing".into())),
     }
 }

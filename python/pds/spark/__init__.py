@@ -5,6 +5,12 @@
 >>> pds.spark.write_dataset(df, "s3://bucket/lake", "orders", endpoint=..., region=...)
 >>> pds.spark.read_dataset(spark, "s3://bucket/lake", "orders", columns=["id"], filter=[("id", ">", 10)])
 
+Tables (append, delete, time travel)::
+
+>>> df.write.format("pds").option("store", url).option("table", "true").mode("append").save("events")
+>>> spark.read.format("pds").option("store", url).option("versionAsOf", 3).load("events")
+>>> pds.spark.delete(url, "events", [("customer", "==", "c42")])
+
 Install with ``pip install "pds[spark]"``. ``format("pds")`` works without
 registration (PySpark discovers the ``pyspark_pds`` module);
 :func:`register` registers the source explicitly.
@@ -24,7 +30,7 @@ from pds.spark.filters import (
     spark_filters_to_tuples,
     translate_filter,
 )
-from pds.spark.helpers import read_dataset, register, write_dataset
+from pds.spark.helpers import delete, read_dataset, register, write_dataset
 
 __all__ = [
     "FilterTuple",
@@ -32,6 +38,7 @@ __all__ = [
     "WriteJob",
     "WriteSettings",
     "apply_filter_tuples",
+    "delete",
     "filter_expression",
     "read_dataset",
     "register",

@@ -88,6 +88,11 @@ STORAGE_EXCLUDED = frozenset(
         "filters",
         "pushfilters",
         "splitrowgroups",
+        "table",
+        "primary_key",
+        "target_file_size",
+        "versionasof",
+        "timestampasof",
     }
 )
 """Data source options that are not storage options (lower case)."""

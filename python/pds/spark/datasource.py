@@ -27,6 +27,7 @@ explicitly.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,14 @@ from pds.spark._job import (
     store_from_options,
 )
 from pds.spark._schema import arrow_to_spark, spark_read_target, spark_to_arrow
+from pds.spark._table_job import (
+    TableFiles,
+    TableSettings,
+    TableWriteJob,
+    is_table,
+    table_snapshot_files,
+    version_options,
+)
 from pds.spark.filters import (
     FilterTuple,
     filter_columns,
@@ -64,6 +73,7 @@ from pds.spark.filters import (
     split_for_core,
     translate_filter,
 )
+from pds.table import Table
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter  # PySpark >= 4.1
@@ -289,28 +299,82 @@ class PdsReader(DataSourceReader):
             row_groups=partition.row_groups,
             schema=self._dataset_schema,
         )
-        try:
-            expression = filter_expression(residual, reader.schema) if residual else None
-            decoded = pa.schema([reader.schema.field(n) for n in names])
-            cast = not decoded.equals(self._target)
-            for batch in reader:
-                if expression is None and not extra and not cast:
-                    if batch.num_rows:
-                        yield batch
-                    continue
-                # Table methods: RecordBatch.filter/cast need newer pyarrow than pds requires.
-                table = pa.Table.from_batches([batch])
-                if expression is not None:
-                    table = table.filter(expression)
-                if extra:
-                    table = table.select(names)
-                if cast:
-                    table = table.cast(self._target)
-                for out in table.to_batches():
-                    if out.num_rows:
-                        yield out
-        finally:
-            reader.close()  # stops the background decoder if Spark stops early (LIMIT)
+        yield from _finish(reader, residual, names, extra, self._target)
+
+
+def _finish(
+    reader: pa.RecordBatchReader,
+    residual: Sequence[FilterTuple],
+    names: Sequence[str],
+    extra: Sequence[str],
+    target: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """Batches of *reader* with the *residual* filters applied, the *extra*
+    filter columns dropped, cast to *target*; empty batches skipped."""
+    try:
+        expression = filter_expression(list(residual), reader.schema) if residual else None
+        decoded = pa.schema([reader.schema.field(n) for n in names])
+        cast = not decoded.equals(target)
+        for batch in reader:
+            if expression is None and not extra and not cast:
+                if batch.num_rows:
+                    yield batch
+                continue
+            # Table methods: RecordBatch.filter/cast need newer pyarrow than pds requires.
+            table = pa.Table.from_batches([batch])
+            if expression is not None:
+                table = table.filter(expression)
+            if extra:
+                table = table.select(list(names))
+            if cast:
+                table = table.cast(target)
+            for out in table.to_batches():
+                if out.num_rows:
+                    yield out
+    finally:
+        reader.close()  # stops the background decoder if Spark stops early (LIMIT)
+
+
+class PdsTableReader(DataSourceReader):
+    """Reads one version of a pds table with its deletes applied: one input
+    partition per data file that holds rows. Each task reads its file's
+    footer, the tombstones that touch it, and only the columns of the Spark
+    schema (the filters prune row groups and rows as in :class:`PdsReader`).
+    """
+
+    def __init__(self, store: Store, table: Table, schema: StructType, filters: Sequence[FilterTuple]) -> None:
+        self._store = store
+        self._location = str(store.native_path(table.key))
+        self._version = table.version
+        self._table_schema = table.schema
+        self._target = spark_read_target(schema)
+        _check_castable(self._table_schema, self._target)
+        self._filters = list(filters)
+        self._partitions = [PdsPartition(path, rows) for path, rows in table_snapshot_files(table, table.version)]
+
+    def partitions(self) -> list[InputPartition]:
+        """One partition per data file of the version that holds rows."""
+        return list(self._partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the live rows of one data file as batches of Spark's schema."""
+        if not isinstance(partition, PdsPartition):
+            return
+        names = self._target.names
+        core, residual = split_for_core(self._filters, self._table_schema)
+        extra = [c for c in filter_columns(residual) if c not in names]
+        rust: _core.RustStore = self._store.unwrap(_core.RustStore)
+        reader = _core.table_scan(
+            rust,
+            self._location,
+            version=self._version,
+            columns=[*names, *extra],
+            filter=core or None,
+            batch_size=_BATCH_ROWS,
+            parallelism=1,
+            files=[partition.key],
+        )
+        yield from _finish(reader, residual, names, extra, self._target)
 
 
 class PdsPushdownReader(PdsReader):
@@ -341,6 +405,37 @@ class PdsCommitMessage(WriterCommitMessage):
     """What one write task tells the driver: the parts its attempt wrote."""
 
     task: TaskParts
+
+
+@dataclasses.dataclass
+class PdsTableCommitMessage(WriterCommitMessage):
+    """What one table write task tells the driver: the files its attempt wrote."""
+
+    files: TableFiles
+
+
+class PdsTableWriter(DataSourceArrowWriter):
+    """Writes a DataFrame into a pds table in one commit; see :mod:`pds.spark._table_job`."""
+
+    def __init__(self, job: TableWriteJob) -> None:
+        self._job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PdsTableCommitMessage:
+        """Upload this task's rows as uncommitted data files (executor side)."""
+        return PdsTableCommitMessage(self._job.write_task(iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Commit every successful attempt's files in one version (driver side)."""
+        results: list[TableFiles] = []
+        for m in messages:
+            if not isinstance(m, PdsTableCommitMessage):
+                raise RuntimeError(f"pds commit got {type(m).__name__} instead of a task's PdsTableCommitMessage")
+            results.append(m.files)
+        self._job.commit(results)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Remove every file of this job; commit nothing."""
+        self._job.abort(m.files for m in messages if isinstance(m, PdsTableCommitMessage))
 
 
 class PdsWriter(DataSourceArrowWriter):
@@ -419,8 +514,33 @@ class PdsDataSource(DataSource):
             DatasetIncomplete: no committed dataset at the key.
         """
         store = store_from_options(self.options)
-        snapshot = dataset_snapshot(store, dataset_key_from_options(self.options))
+        key = dataset_key_from_options(self.options)
+        table = self._table(store, key)
+        if table is not None:
+            return arrow_to_spark(project(table.schema, _columns_option(self.options)))
+        snapshot = dataset_snapshot(store, key)
         return arrow_to_spark(project(snapshot.schema, _columns_option(self.options)))
+
+    def _table(self, store: Store, key: str) -> Table | None:
+        """The table at *key* pinned to the version the options name
+        (``versionAsOf``, ``timestampAsOf``, else the latest), or ``None``
+        for a dataset.
+
+        Raises:
+            ValueError: a version option on a key that holds no table.
+        """
+        version, stamp = version_options(self.options)
+        if not is_table(store, key):
+            if version is not None or stamp is not None:
+                raise ValueError(f"versionAsOf / timestampAsOf read tables; {key!r} holds no pds table")
+            return None
+        table = Table.open(store, key)
+        if stamp is not None:
+            when = datetime.datetime.fromisoformat(stamp)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.UTC)
+            return table.at(as_of=when)
+        return table.at(version=version)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader of the dataset's current commit for the columns of *schema*.
@@ -434,6 +554,11 @@ class PdsDataSource(DataSource):
         """
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
+        table = self._table(store, key)
+        if table is not None:
+            raw = self.options.get("filters")
+            table_filters = filters_from_json(raw, table.schema) if raw else []
+            return PdsTableReader(store, table, schema, table_filters)
         snapshot = dataset_snapshot(store, key)
         raw_filters = self.options.get("filters")
         filters = filters_from_json(raw_filters, snapshot.schema) if raw_filters else []
@@ -449,8 +574,13 @@ class PdsDataSource(DataSource):
                 column names.
             AlreadyExists: mode ``append`` and a dataset exists at the key.
         """
-        settings = WriteSettings.from_options(self.options)
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
+        if str(self.options.get("table", "false")).strip().lower() in _TRUE or is_table(store, key):
+            table_job = TableWriteJob.start(
+                store, key, spark_to_arrow(schema), TableSettings.from_options(self.options), overwrite=overwrite
+            )
+            return PdsTableWriter(table_job)
+        settings = WriteSettings.from_options(self.options)
         job = WriteJob.start(store, key, spark_to_arrow(schema), settings, overwrite=overwrite)
         return PdsWriter(job)

@@ -30,7 +30,7 @@ from pds.spark._schema import spark_read_target, spark_to_arrow
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
 
-__all__ = ["read_dataset", "register", "write_dataset"]
+__all__ = ["delete", "read_dataset", "register", "write_dataset"]
 
 _PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -293,3 +293,21 @@ def read_dataset(
         if columns is not None:
             df = df.select(*columns)
     return df
+
+
+def delete(store: Store | str, key: str, filter: Sequence[FilterTuple], **options: Any) -> int:
+    """Delete the rows of the pds table at *key* that match *filter* (a list
+    of ``(column, op, value)`` tuples that must all hold), from a pipeline's
+    driver; return the version after it. No data file is rewritten: see
+    :meth:`pds.Table.delete` for what it reads and writes (3 PUTs).
+
+    *store* is a URL (``file:///abs/dir``, ``s3://bucket/prefix``, with
+    storage *options*) or a Store over ``pds.ObjectStoreBackend``.
+
+    Raises:
+        remote_store.NotFound: no table at *key*.
+        TypeError / ValueError: a malformed filter (before any write).
+    """
+    from pds.table import Table
+
+    return Table.open(spark_store(store, **options), key).delete(list(filter))

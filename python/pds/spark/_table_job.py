@@ -1,0 +1,247 @@
+"""One Spark write job to a pds table: tasks upload data files, the driver
+commits them in one version by compare-and-swap.
+
+Data file names carry the job, the partition and the task attempt
+(``data/part-<job>-<partition:05d>-<task attempt id>-<n:05d>.parquet``), so
+two attempts of one task (a retry, a speculative copy) never write the same
+name. The driver commits exactly the files of the one attempt per partition
+that Spark reports as successful (checked to be there), in one version:
+``append`` adds them (creating the table on first write), ``overwrite``
+replaces the table's content. It then removes the files of the other
+attempts (listing ``data/`` for the job's prefix). A failed job removes
+every file with its prefix and commits nothing. Concurrent writers, and
+pipelines appending meanwhile, are fine: the commit rebases on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from typing import Any
+
+import pyarrow as pa
+from remote_store import NotFound, Store
+
+from pds import _core
+from pds.errors import SchemaMismatch
+from pds.spark._job import ABORT_SETTLE_LIMIT, ABORT_SETTLE_SECONDS, _task_identity, check_dataset_key
+from pds.spark._schema import conform_batches
+from pds.table import Table
+
+__all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
+
+
+def is_table(store: Store, key: str) -> bool:
+    """Whether a pds table lives at *key* (one HEAD, two if it is new)."""
+    key = key.strip("/")
+    return bool(store.exists(f"{key}/_latest_manifest") or store.exists(f"{key}/manifest/v00000000.json"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSettings:
+    """Table options of a Spark write (data source options, lower case)."""
+
+    compression: str = "zstd"
+    row_group_size: int | None = None
+    target_file_size: int | None = None
+    primary_key: str | None = None
+    metadata: Mapping[str, str] | None = None
+    parallelism: int | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> TableSettings:
+        """Settings from the data source options.
+
+        Raises:
+            ValueError: a malformed size or ``metadata``.
+        """
+        from pds.spark._job import WriteSettings, _positive_int
+
+        base = WriteSettings.from_options(options)
+        return cls(
+            compression=base.compression,
+            row_group_size=base.row_group_size,
+            target_file_size=_positive_int(options, "target_file_size"),
+            primary_key=options.get("primary_key") or None,
+            metadata=base.metadata,
+            parallelism=base.parallelism,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFiles:
+    """The data files one successful task attempt wrote (manifest entries)."""
+
+    partition_id: int
+    task_attempt_id: int
+    files: tuple[dict[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableWriteJob:
+    """A write of one table by many Spark tasks; pickled to the executors."""
+
+    store: Store
+    key: str
+    schema: pa.Schema
+    settings: TableSettings
+    overwrite: bool
+    job_id: str
+
+    @classmethod
+    def start(
+        cls, store: Store, key: str, schema: pa.Schema, settings: TableSettings, *, overwrite: bool
+    ) -> TableWriteJob:
+        """Check the job against the table (driver side); nothing is written.
+
+        Appends to an existing table must have its columns (any order; the
+        table's types are used); an overwrite sets the DataFrame's schema.
+
+        Raises:
+            SchemaMismatch: an append whose columns are not the table's.
+        """
+        key = check_dataset_key(key)
+        target = schema
+        settings_used = settings
+        try:
+            table = Table.open(store, key)
+        except NotFound:
+            table = None
+        if table is not None:
+            current = table.schema
+            if not overwrite:
+                if sorted(current.names) != sorted(schema.names):
+                    raise SchemaMismatch(
+                        f"the DataFrame has columns {schema.names}, the table {current.names}", path=key
+                    )
+                target = current
+            props = table._manifest.get("properties", {})
+            settings_used = dataclasses.replace(
+                settings,
+                compression=props.get("compression", settings.compression),
+                row_group_size=props.get("row_group_size", settings.row_group_size),
+                target_file_size=props.get("target_file_size", settings.target_file_size),
+                primary_key=props.get("primary_key"),
+            )
+        return cls(store, key, target, settings_used, overwrite, uuid.uuid4().hex[:12])
+
+    @property
+    def location(self) -> str:
+        """The table's folder as the backend names it."""
+        return str(self.store.native_path(self.key))
+
+    def _rust(self) -> _core.RustStore:
+        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        return rust
+
+    # -- executor side ----------------------------------------------------------------
+
+    def write_task(
+        self, batches: Iterable[pa.RecordBatch], *, identity: tuple[int, int, int, int] | None = None
+    ) -> TableFiles:
+        """Upload this task's rows as uncommitted data files (executor side)."""
+        partition_id, _attempt, attempt_id, cpus = identity or _task_identity()
+        stream = conform_batches(iter(batches), self.schema)
+        first = next(stream, None)
+        if first is None:
+            return TableFiles(partition_id, attempt_id, ())
+        reader = pa.RecordBatchReader.from_batches(self.schema, chain([first], stream))
+        text = _core.table_write_files(
+            self._rust(),
+            self.location,
+            reader,
+            prefix=f"{self.job_id}-{partition_id:05d}-{attempt_id}",
+            schema=self.schema,
+            compression=self.settings.compression,
+            row_group_size=self.settings.row_group_size,
+            target_file_size=self.settings.target_file_size,
+            parallelism=self.settings.parallelism or max(2, cpus),
+        )
+        return TableFiles(partition_id, attempt_id, tuple(json.loads(text)))
+
+    # -- driver side ------------------------------------------------------------------
+
+    def _job_files(self) -> list[str]:
+        objects, _ = self._rust().list(f"{self.location}/data", recursive=True)
+        prefix = f"{self.location}/data/part-{self.job_id}-"
+        return [o.key for o in objects if o.key.startswith(prefix)]
+
+    def _delete(self, keys: Iterable[str]) -> None:
+        rust = self._rust()
+        for k in keys:
+            rust.delete(k)
+
+    def commit(self, results: Sequence[TableFiles]) -> int:
+        """Commit the files of the successful attempts in one version; return it.
+
+        Raises:
+            RuntimeError: two results for one partition.
+            remote_store.NotFound: a committed attempt's file is missing.
+            SchemaMismatch: the table's schema changed since the job started.
+        """
+        seen: dict[int, TableFiles] = {}
+        for r in results:
+            if r.partition_id in seen:
+                raise RuntimeError(f"two task attempts reported partition {r.partition_id}")
+            seen[r.partition_id] = r
+        files = [f for pid in sorted(seen) for f in seen[pid].files]
+        text = _core.table_commit_files(
+            self._rust(),
+            self.location,
+            json.dumps(files),
+            mode="overwrite" if self.overwrite else "append",
+            schema=self.schema,
+            primary_key=self.settings.primary_key,
+            compression=self.settings.compression,
+            row_group_size=self.settings.row_group_size,
+            target_file_size=self.settings.target_file_size,
+            metadata=dict(self.settings.metadata) if self.settings.metadata else None,
+        )
+        committed = {f"{self.location}/{f['path']}" for f in files}
+        self._delete(k for k in self._job_files() if k not in committed)
+        return int(json.loads(text)["version"])
+
+    def abort(self, results: Iterable[TableFiles | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
+        """Remove every file this job wrote, re-listing until none turns up
+        for *settle* seconds (tasks still being killed may finish an upload)."""
+        keys = {f"{self.location}/{f['path']}" for r in results if r is not None for f in r.files}
+        self._delete(sorted(keys | set(self._job_files())))
+        deadline = time.monotonic() + ABORT_SETTLE_LIMIT
+        quiet_since = time.monotonic()
+        while settle > 0 and time.monotonic() - quiet_since < settle and time.monotonic() < deadline:
+            time.sleep(min(0.25, settle))
+            late = self._job_files()
+            if late:
+                self._delete(late)
+                quiet_since = time.monotonic()
+
+
+def table_snapshot_files(table: Table, version: int) -> list[tuple[str, int]]:
+    """``(path, rows)`` of every data file of *version* that holds rows."""
+    f = table.files(version)
+    return [(p, n) for p, n in zip(f.column("path").to_pylist(), f.column("rows").to_pylist(), strict=True) if n]
+
+
+def version_options(options: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """``versionAsOf`` / ``timestampAsOf`` (lower-cased keys).
+
+    Raises:
+        ValueError: both, or a malformed value.
+    """
+    v = options.get("versionasof")
+    t = options.get("timestampasof")
+    if v and t:
+        raise ValueError("pass versionAsOf or timestampAsOf, not both")
+    if v:
+        try:
+            version = int(v)
+        except ValueError:
+            raise ValueError(f"versionAsOf must be an integer, got {v!r}") from None
+        if version < 0:
+            raise ValueError(f"versionAsOf must be >= 0, got {v!r}")
+        return version, None
+    return None, t or None

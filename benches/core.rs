@@ -1,5 +1,6 @@
-//! Criterion benches of the Rust hot paths: encode, decode, hashing, and the
-//! dataset write/read protocol on the in-memory store.
+//! Criterion benches of the Rust hot paths: encode, decode, hashing, the
+//! dataset write/read protocol on the in-memory store, and tables: the
+//! commit, deletes, and the tombstone filter in a scan.
 //!
 //!     cargo bench --bench core
 
@@ -17,7 +18,13 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pds::dataset::{read_dataset, write_dataset, WriteRequest};
 use pds::parquet::decode::{decode_bytes, ReadOptions};
 use pds::parquet::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
+use pds::parquet::filter::predicate;
 use pds::store::StoreHandle;
+use pds::table::commit::{commit, CommitOptions};
+use pds::table::delete::delete;
+use pds::table::scan::{resolve, scan, At, ScanOptions};
+use pds::table::snapshot::{DataFile, TableProperties};
+use pds::table::write::create;
 
 const ROWS: usize = 250_000;
 
@@ -146,5 +153,94 @@ fn bench_protocol(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_encode_decode, bench_protocol);
+fn bench_table(c: &mut Criterion) {
+    let (schema, batches) = table(ROWS * 4);
+    let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
+    let reader = Box::new(RecordBatchIterator::new(
+        batches.clone().into_iter().map(Ok),
+        schema.clone(),
+    ));
+    let props = TableProperties {
+        primary_key: Some("id".into()),
+        compression: "zstd".into(),
+        row_group_size: Some(65_536),
+        target_file_size: None,
+    };
+    create(store.clone(), "t", schema, Some(reader), props, false, 2).expect("create");
+    let rows = |at: At| {
+        let m = pds::runtime::block_on(resolve(&store, "t", at))
+            .expect("runtime")
+            .expect("version");
+        let opts = ScanOptions {
+            parallelism: 2,
+            ..Default::default()
+        };
+        let n: usize = scan(store.clone(), "t", &m, opts)
+            .expect("scan")
+            .map(|b| b.expect("batch").num_rows())
+            .sum();
+        n
+    };
+    let value =
+        |v: f64| -> Option<arrow_array::ArrayRef> { Some(Arc::new(Float64Array::from(vec![v]))) };
+    // 10 % of the rows, scattered over every row group.
+    let tenth = predicate(vec![("amount".into(), "<".into(), value(100.0))]).expect("predicate");
+    delete(store.clone(), "t", tenth, 2).expect("delete");
+
+    let mut g = c.benchmark_group("table_memory_store");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((ROWS * 4) as u64));
+    g.bench_function("scan_1M_rows", |b| b.iter(|| rows(At::Version(0))));
+    g.bench_function("scan_1M_rows_10pct_deleted", |b| {
+        b.iter(|| rows(At::Latest))
+    });
+    g.throughput(Throughput::Elements(1));
+    let ids =
+        |lo: i64| -> Option<arrow_array::ArrayRef> { Some(Arc::new(Int64Array::from(vec![lo]))) };
+    let mut lo = 0i64;
+    g.bench_function("delete_pk_range", |b| {
+        b.iter(|| {
+            lo += 100;
+            let p = predicate(vec![
+                ("id".into(), ">=".into(), ids(lo)),
+                ("id".into(), "<".into(), ids(lo + 100)),
+            ])
+            .expect("predicate");
+            delete(store.clone(), "t", p, 2).expect("delete")
+        })
+    });
+    // The commit alone: a manifest of 100 files, create-only PUT + pointer CAS.
+    let files: Vec<DataFile> = (0..100)
+        .map(|i| DataFile {
+            path: format!("data/f{i}.parquet"),
+            size_bytes: 1 << 28,
+            row_group_count: 64,
+            total_rows: 1 << 20,
+            columns: BTreeMap::new(),
+            sha256: "0".repeat(64),
+            schema: None,
+        })
+        .collect();
+    g.bench_function("commit_100_file_manifest", |b| {
+        b.iter(|| {
+            pds::runtime::block_on(commit(
+                &store,
+                "t",
+                &CommitOptions::default(),
+                None,
+                |base| {
+                    let mut next = base.cloned().expect("table exists");
+                    next.data_files = files.clone();
+                    next.tombstones.clear();
+                    Ok(Some(next))
+                },
+            ))
+            .expect("runtime")
+            .expect("commit")
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_encode_decode, bench_protocol, bench_table);
 criterion_main!(benches);

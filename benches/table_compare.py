@@ -9,8 +9,10 @@ rows), each tool:
 
 - ``append``: appends of 1M rows (the table is built that way; median);
 - ``scan``: a full scan, before any delete;
-- ``delete customer``: one customer's rows (0.1 %, in every file);
-- ``delete pk 1%``: a 1 % range of ``id`` (pds declares ``id`` its primary key);
+- ``delete customer``: one customer's rows (0.1 %, in every file; median of 3
+  customers);
+- ``delete pk 1%``: a 1 % range of ``id`` (pds declares ``id`` its primary key;
+  median of 5 ranges);
 - ``scan after 10%``: a full scan after deleting 10 % of rows (scattered:
   100 customers), as a ratio to the scan before;
 - ``time travel``: a full read of the version before the deletes;
@@ -310,14 +312,23 @@ def run_tool(cls: type[Tool], where: Where, rows: int, counter: Counter, log: Ca
     before = tool.version()
     res["scan"], n = timed(tool.scan_rows)
     assert n == rows, (cls.name, n, rows)
-    with counter.count(res["requests"], "delete customer"):
-        res["delete customer"], _ = timed(lambda: tool.delete("customer", "c42"))
-    lo = rows // 2
-    with counter.count(res["requests"], "delete pk 1%"):
-        res["delete pk 1%"], _ = timed(lambda: tool.delete("id", lo, lo + rows // 100))
-    after_small = rows - rows // CUSTOMERS - rows // 100
+    # The small deletes, repeated on other customers / key ranges: the median.
+    times = []
+    for i, c in enumerate(("c42", "c43", "c44")):
+        with counter.count(res["requests"] if i == 0 else {}, "delete customer"):
+            s, _ = timed(lambda c=c: tool.delete("customer", c))
+        times.append(s)
+    res["delete customer"] = statistics.median(times)
+    times = []
+    for i in range(5):
+        lo = rows // 2 + i * (rows // 100)
+        with counter.count(res["requests"] if i == 0 else {}, "delete pk 1%"):
+            s, _ = timed(lambda lo=lo: tool.delete("id", lo, lo + rows // 100))
+        times.append(s)
+    res["delete pk 1%"] = statistics.median(times)
+    after_small = rows - 3 * rows // CUSTOMERS - 5 * rows // 100
     _, n = timed(tool.scan_rows)
-    assert abs(n - after_small) <= rows // 1000, (cls.name, n, after_small)
+    assert abs(n - after_small) <= 3 * rows // 1000, (cls.name, n, after_small)
     ten = [f"c{i}" for i in range(100, 200)]
     res["delete 10%"], _ = timed(lambda: tool.delete("customer", None, values=ten))
     res["scan after 10%"], n = timed(tool.scan_rows)
@@ -327,9 +338,17 @@ def run_tool(cls: type[Tool], where: Where, rows: int, counter: Counter, log: Ca
     assert n == rows, (cls.name, "time travel", n)
     # 8 appenders at once, 5 appends of 10k rows each.
     small = chunk(10**10, 10_000)
+
+    def attempt(_: int) -> bool:
+        try:
+            return tool.concurrent_append(small)
+        except Exception as e:  # noqa: BLE001 - a commit that gave up is counted, not fatal
+            log(f"    {cls.name} concurrent append gave up: {type(e).__name__}: {str(e)[:80]}")
+            return False
+
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        landed = list(pool.map(lambda _: tool.concurrent_append(small), range(40)))
+        landed = list(pool.map(attempt, range(40)))
     wall = time.perf_counter() - t0
     res["8 appenders"] = f"{sum(landed)}/40 landed, {sum(landed) / wall:.1f} commits/s"
     log(f"  {cls.name} {rows:,}: " + ", ".join(f"{k} {v:.2f}s" for k, v in res.items() if isinstance(v, float)))

@@ -1,10 +1,11 @@
 //! Streaming reads of several Parquet files as one `RecordBatchReader` with
 //! bounded memory.
 //!
-//! A background task opens up to `parallelism` files ahead (footers, pruning)
-//! and streams their batches, in file order, through a small channel: memory
-//! stays at a few batches, and decoding overlaps with whatever the consumer
-//! does with the previous batch. Each file has its own read options (a table
+//! Up to `parallelism` files are opened and decoded at once, each on its own
+//! task, and their batches are streamed in file order through a small
+//! channel. Decoded batches wait for the consumer within a fixed memory
+//! budget (256 MiB), so a scan uses every core and its memory stays bounded
+//! whatever the table's size. Each file has its own read options (a table
 //! scan drops other rows in each file).
 
 use std::panic::AssertUnwindSafe;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
@@ -114,6 +115,70 @@ pub fn spawn(
     Ok(BatchStream { schema, rx })
 }
 
+/// Decoded batches buffered ahead of the consumer, in all parts together.
+const AHEAD_BYTES: usize = 256 * 1024 * 1024;
+
+/// What a part's decode task sends: its footer's row count, then batches.
+enum Decoded {
+    Rows(u64),
+    Batch(Result<RecordBatch>, tokio::sync::OwnedSemaphorePermit),
+}
+
+/// Decode one source into `out`, each batch holding its size in KiB of
+/// `budget` (at most `cap`, the budget's size) until the consumer takes it.
+async fn decode_source(
+    store: Arc<StoreHandle>,
+    source: Source,
+    budget: Arc<tokio::sync::Semaphore>,
+    cap: usize,
+    out: mpsc::UnboundedSender<Decoded>,
+) {
+    let opened = match source {
+        Source::Open(part) => Ok((*part, None)),
+        Source::Pending {
+            key,
+            size,
+            opts,
+            map,
+        } => decode::open_part(&store, &key, size, &opts)
+            .await
+            .map(|p| (p, map)),
+    };
+    let (mut part, map) = match opened {
+        Ok(p) => p,
+        Err(e) => {
+            if let Ok(permit) = budget.clone().acquire_many_owned(0).await {
+                let _ = out.send(Decoded::Batch(Err(e), permit));
+            }
+            return;
+        }
+    };
+    if out.send(Decoded::Rows(part.file_rows())).is_err() {
+        return;
+    }
+    while let Some(batch) = part.next_batch().await {
+        let batch = match (&map, batch) {
+            (Some(f), Ok(b)) => f(b),
+            (_, other) => other,
+        };
+        let kib = batch
+            .as_ref()
+            .map(|b| b.get_array_memory_size() / 1024)
+            .unwrap_or(0)
+            .min(cap) as u32;
+        let Ok(permit) = budget.clone().acquire_many_owned(kib).await else {
+            return;
+        };
+        let failed = batch.is_err();
+        if out.send(Decoded::Batch(batch, permit)).is_err() || failed {
+            return; // The scan stopped, or the error is on its way.
+        }
+    }
+}
+
+/// Decode up to `parallelism` sources at once, each on its own task (so a
+/// scan uses every core), and deliver their batches in source order. Parts
+/// decode ahead of the consumer within a shared memory budget.
 async fn stream_sources(
     store: Arc<StoreHandle>,
     sources: Vec<Source>,
@@ -121,45 +186,62 @@ async fn stream_sources(
     hooks: ScanHooks,
     tx: mpsc::Sender<Result<RecordBatch>>,
 ) {
-    let mut opened = futures::stream::iter(sources)
-        .map(|source| {
-            let store = store.clone();
-            async move {
-                match source {
-                    Source::Open(part) => Ok((*part, None)),
-                    Source::Pending {
-                        key,
-                        size,
-                        opts,
-                        map,
-                    } => decode::open_part(&store, &key, size, &opts)
-                        .await
-                        .map(|p| (p, map)),
+    // Each part has its own share of the memory budget, so a part decoding
+    // ahead can never starve the one being consumed.
+    let share = (AHEAD_BYTES / 1024 / parallelism.max(1)).max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
+    let (parts_tx, mut parts_rx) = mpsc::channel(parallelism.max(1));
+    let budgets: Arc<std::sync::Mutex<Vec<Arc<tokio::sync::Semaphore>>>> = Arc::default();
+    let launcher = {
+        let budgets = budgets.clone();
+        tokio::spawn(async move {
+            for source in sources {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let (btx, brx) = mpsc::unbounded_channel();
+                if parts_tx.send(brx).await.is_err() {
+                    return;
                 }
+                let budget = Arc::new(tokio::sync::Semaphore::new(share));
+                if let Ok(mut all) = budgets.lock() {
+                    all.retain(|b| !b.is_closed() && Arc::strong_count(b) > 1);
+                    all.push(budget.clone());
+                }
+                let store = store.clone();
+                tokio::spawn(async move {
+                    decode_source(store, source, budget, share, btx).await;
+                    drop(slot);
+                });
             }
         })
-        .buffered(parallelism.max(1));
+    };
     let map_err = hooks.map_err;
     let mut file_rows = 0u64;
-    while let Some(part) = opened.next().await {
-        let (mut part, map) = match part {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = tx.send(Err(map_err(e))).await;
-                return;
-            }
-        };
-        file_rows = file_rows.saturating_add(part.file_rows());
-        while let Some(batch) = part.next_batch().await {
-            let batch = match (&map, batch) {
-                (Some(f), Ok(b)) => f(b),
-                (_, other) => other,
-            };
-            let failed = batch.is_err();
-            if tx.send(batch.map_err(|e| map_err(e))).await.is_err() || failed {
-                return; // The consumer went away, or the error was delivered.
+    let mut failed = false;
+    'parts: while let Some(mut part) = parts_rx.recv().await {
+        while let Some(item) = part.recv().await {
+            match item {
+                Decoded::Rows(n) => file_rows = file_rows.saturating_add(n),
+                Decoded::Batch(batch, permit) => {
+                    let error = batch.is_err();
+                    let sent = tx.send(batch.map_err(|e| map_err(e))).await;
+                    drop(permit);
+                    if sent.is_err() || error {
+                        failed = true; // The consumer went away, or the error was delivered.
+                        break 'parts;
+                    }
+                }
             }
         }
+    }
+    if failed {
+        launcher.abort();
+        // Wake decode tasks waiting for memory: they stop.
+        if let Ok(all) = budgets.lock() {
+            all.iter().for_each(|b| b.close());
+        }
+        return;
     }
     if let Some(check) = hooks.at_end {
         if let Err(e) = check(file_rows) {

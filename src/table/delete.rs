@@ -137,42 +137,65 @@ async fn plan_file(
             .collect::<Result<Vec<_>>>()?,
         _ => Vec::new(),
     };
-    // Walk decoded rows through the row groups read, in order.
-    let mut rg_iter = read.iter().copied();
-    let mut current = rg_iter.next();
-    let mut offset_in_rg = 0u64;
+    // The k-th decoded row is the k-th row of the row groups read, in order.
+    let mut read_starts = Vec::with_capacity(read.len());
+    let mut total = 0u64;
+    for &rg in &read {
+        read_starts.push(total);
+        total += groups[rg];
+    }
+    let locate = |k: u64| -> Result<(usize, u64)> {
+        let idx = read_starts.partition_point(|&s| s <= k).saturating_sub(1);
+        let rg = read[idx];
+        let offset = k - read_starts[idx];
+        if offset >= groups[rg] {
+            return Err(Error::PartCorrupted {
+                path: key.clone(),
+                reason: "it decoded more rows than its row groups hold".into(),
+            });
+        }
+        Ok((rg, starts[rg] + offset))
+    };
     let mut hits: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut dead_by_key: BTreeMap<usize, u64> = BTreeMap::new();
     let old_rows = deletes.map(|d| d.rows.clone()).unwrap_or_default();
+    let already = |pos: u64| u32::try_from(pos).is_ok_and(|p| old_rows.contains(p));
+    let mut k0 = 0u64;
     for batch in &decoded.batches {
+        // Only the rows that match are visited (nulls do not match).
         let matched = bound.evaluate(batch)?;
-        let mut excluded = vec![false; batch.num_rows()];
+        let mut excluded: Option<arrow_array::BooleanArray> = None;
         for e in &excludes {
             let m = e.evaluate(batch)?;
-            for (i, x) in excluded.iter_mut().enumerate() {
-                *x |= m.value(i);
-            }
+            excluded = Some(match excluded {
+                None => m,
+                Some(x) => arrow_arith::boolean::or(&x, &m)?,
+            });
         }
-        for (i, &gone) in excluded.iter().enumerate() {
-            let Some(rg) = current else {
-                return Err(Error::PartCorrupted {
-                    path: key.clone(),
-                    reason: "it decoded more rows than its row groups hold".into(),
-                });
-            };
-            let pos = starts[rg] + offset_in_rg;
-            let in_bitmap = u32::try_from(pos).is_ok_and(|p| old_rows.contains(p));
-            if gone && !in_bitmap {
-                *dead_by_key.entry(rg).or_default() += 1;
-            } else if !gone && !in_bitmap && matched.is_valid(i) && matched.value(i) {
+        for i in matched.values().set_indices() {
+            if excluded.as_ref().is_some_and(|x| x.value(i)) {
+                continue;
+            }
+            let (rg, pos) = locate(k0 + i as u64)?;
+            if !already(pos) {
                 hits.entry(rg).or_default().push(pos);
             }
-            offset_in_rg += 1;
-            if offset_in_rg == groups[rg] {
-                current = rg_iter.next();
-                offset_in_rg = 0;
+        }
+        if let Some(x) = &excluded {
+            for i in x.values().set_indices() {
+                let (rg, pos) = locate(k0 + i as u64)?;
+                if !already(pos) {
+                    *dead_by_key.entry(rg).or_default() += 1;
+                }
             }
         }
+        k0 += batch.num_rows() as u64;
+    }
+    if k0 != total {
+        return Err(Error::PartCorrupted {
+            path: key.clone(),
+            reason: format!("it decoded {k0} rows where its row groups hold {total}"),
+        });
     }
     let mut entries = Vec::new();
     let mut positions = Vec::new();
@@ -256,22 +279,23 @@ pub fn delete(
                 let tombstones =
                     crate::runtime::block_on(tombstone::load(&store, table, &base.tombstones))??;
                 let deletes = tombstone::fold(&tombstones)?;
-                let base_ref = &base;
-                let bound_ref = &bound;
-                let deletes_ref = &deletes;
-                let store_ref = store.as_ref();
-                let planned = crate::runtime::block_on(async move {
+                // One task per file, so that files decode on every core.
+                let shared = Arc::new((base.clone(), bound.clone(), deletes));
+                let planned = crate::runtime::block_on(async {
                     use futures::StreamExt;
-                    futures::stream::iter(candidates.into_iter().map(|f| async move {
-                        plan_file(
-                            store_ref,
-                            table,
-                            base_ref,
-                            f,
-                            bound_ref,
-                            deletes_ref.get(&f.path),
-                        )
-                        .await
+                    futures::stream::iter(candidates.into_iter().cloned().map(|f| {
+                        let (store, shared, table) =
+                            (store.clone(), shared.clone(), table.to_string());
+                        async move {
+                            tokio::spawn(async move {
+                                let (base, bound, deletes) = shared.as_ref();
+                                plan_file(&store, &table, base, &f, bound, deletes.get(&f.path))
+                                    .await
+                            })
+                            .await
+                            .map_err(Error::from)
+                            .and_then(|r| r)
+                        }
                     }))
                     .buffered(parallelism.max(1))
                     .collect::<Vec<_>>()

@@ -15,6 +15,13 @@ use crate::table::schema::SchemaMode;
 use crate::table::snapshot::TableProperties;
 use crate::table::{delete, scan, write};
 
+/// A manifest as the JSON text Python parses.
+fn manifest_json(m: &crate::table::snapshot::TableManifest) -> PyResult<String> {
+    m.to_json()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .py_err()
+}
+
 fn at(version: Option<u64>, as_of: Option<&str>) -> PyResult<At> {
     match (version, as_of) {
         (Some(_), Some(_)) => Err(pyo3::exceptions::PyValueError::new_err(
@@ -59,9 +66,7 @@ pub fn table_create(
     let m = py
         .detach(|| write::create(handle, &key, schema, reader, props, exist_ok, parallelism))
         .py_err()?;
-    m.to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()
+    manifest_json(&m)
 }
 
 /// Append `data`; returns the new version's manifest JSON.
@@ -82,9 +87,7 @@ pub fn table_append(
     let m = py
         .detach(|| write::append(handle, &key, reader, mode, metadata, parallelism))
         .py_err()?;
-    m.to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()
+    manifest_json(&m)
 }
 
 /// Delete rows matching `filter`; returns `(manifest JSON, rows deleted or
@@ -107,12 +110,7 @@ pub fn table_delete(
     let d = py
         .detach(|| delete::delete(handle, &key, predicate, parallelism))
         .py_err()?;
-    let json = d.manifest.to_json().py_err()?;
-    Ok((
-        String::from_utf8_lossy(&json).into_owned(),
-        d.rows,
-        d.committed,
-    ))
+    Ok((manifest_json(&d.manifest)?, d.rows, d.committed))
 }
 
 /// The manifest JSON of a version (latest, `version`, or `as_of` an
@@ -129,9 +127,7 @@ pub fn table_manifest(
     let at = at(version, as_of.as_deref())?;
     let handle = store.inner.clone();
     let m = super::run(py, async move { scan::resolve(&handle, &key, at).await })?;
-    m.to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()
+    manifest_json(&m)
 }
 
 /// Manifest JSON of versions `from..=to`, newest first; versions already
@@ -164,11 +160,7 @@ pub fn table_versions(
     manifests
         .into_iter()
         .flatten()
-        .map(|m| {
-            m.to_json()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .py_err()
-        })
+        .map(|m| manifest_json(&m))
         .collect()
 }
 
@@ -260,9 +252,8 @@ pub fn table_compact(
     let c = py
         .detach(|| crate::table::compact::compact(handle, &key, opts))
         .py_err()?;
-    let json = c.manifest.to_json().py_err()?;
     Ok((
-        String::from_utf8_lossy(&json).into_owned(),
+        manifest_json(&c.manifest)?,
         c.committed,
         c.files_removed,
         c.files_added,
@@ -376,7 +367,5 @@ pub fn table_commit_files(
     let m = py
         .detach(|| write::commit_files(handle, &key, files, mode, schema, props, metadata))
         .py_err()?;
-    m.to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()
+    manifest_json(&m)
 }

@@ -111,6 +111,14 @@ pub async fn latest_with(
     }))
 }
 
+/// [`latest`] of a table that must exist (`NotFound` otherwise), from a
+/// thread outside the runtime.
+pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
+    crate::runtime::block_on(latest(store, table))??.ok_or_else(|| Error::NotFound {
+        path: table.to_string(),
+    })
+}
+
 /// [`latest_with`] as a reader: the pointer and its manifest, 2 GETs.
 pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> {
     latest_with(store, table, false).await

@@ -108,12 +108,7 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         ));
     }
     for _ in 0..MAX_REPLANS {
-        let latest =
-            crate::runtime::block_on(commit::latest(&store, table))??.ok_or_else(|| {
-                Error::NotFound {
-                    path: table.to_string(),
-                }
-            })?;
+        let latest = commit::latest_existing(&store, table)?;
         let base = latest.manifest.clone();
         let mut props = base.properties.clone();
         let target = opts

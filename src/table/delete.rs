@@ -242,12 +242,7 @@ pub fn delete(
         ));
     }
     for _ in 0..MAX_REPLANS {
-        let latest =
-            crate::runtime::block_on(commit::latest(&store, table))??.ok_or_else(|| {
-                Error::NotFound {
-                    path: table.to_string(),
-                }
-            })?;
+        let latest = commit::latest_existing(&store, table)?;
         let base = latest.manifest.clone();
         let path = manifest_key(table, base.version);
         let schema = base.arrow_schema(&path)?;

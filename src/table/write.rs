@@ -182,6 +182,28 @@ where
     out
 }
 
+/// The manifest of a table's version 0.
+fn first_version(
+    schema: &TableSchema,
+    files: &[DataFile],
+    props: &TableProperties,
+    params: BTreeMap<String, serde_json::Value>,
+) -> TableManifest {
+    TableManifest {
+        format: FORMAT.into(),
+        version: 0,
+        previous: None,
+        created_at: now_iso8601(),
+        operation: "create".into(),
+        operation_parameters: params,
+        schema: schema.clone(),
+        data_files: files.to_vec(),
+        tombstones: Vec::new(),
+        file_schemas: BTreeMap::new(),
+        properties: props.clone(),
+    }
+}
+
 /// Create `table` with `schema` and, optionally, `data` as its version 0.
 ///
 /// If a table exists at the key: with `exist_ok` and no data, its latest
@@ -243,19 +265,7 @@ pub fn create(
         let mut params = BTreeMap::new();
         params.insert("rows_added".into(), rows.into());
         params.insert("files_added".into(), files.len().into());
-        Ok(Some(TableManifest {
-            format: FORMAT.into(),
-            version: 0,
-            previous: None,
-            created_at: now_iso8601(),
-            operation: "create".into(),
-            operation_parameters: params,
-            schema: table_schema.clone(),
-            data_files: files.clone(),
-            tombstones: Vec::new(),
-            file_schemas: BTreeMap::new(),
-            properties: props.clone(),
-        }))
+        Ok(Some(first_version(&table_schema, &files, &props, params)))
     })?;
     match out {
         Outcome::Committed { manifest, .. } => Ok(*manifest),
@@ -287,11 +297,7 @@ pub fn append(
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
     crate::parquet::storage_types::check_writable(&reader.schema())?;
-    let Some(latest) = crate::runtime::block_on(commit::latest(&store, table))?? else {
-        return Err(Error::NotFound {
-            path: table.to_string(),
-        });
-    };
+    let latest = commit::latest_existing(&store, table)?;
     let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
@@ -407,19 +413,7 @@ pub fn commit_files(
             );
         }
         let Some(now) = now else {
-            return Ok(Some(TableManifest {
-                format: FORMAT.into(),
-                version: 0,
-                previous: None,
-                created_at: now_iso8601(),
-                operation: "create".into(),
-                operation_parameters: params,
-                schema: table_schema.clone(),
-                data_files: files.clone(),
-                tombstones: Vec::new(),
-                file_schemas: BTreeMap::new(),
-                properties: props.clone(),
-            }));
+            return Ok(Some(first_version(&table_schema, &files, &props, params)));
         };
         let mut next = now.clone();
         next.created_at = now_iso8601();

@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from itertools import chain
@@ -256,8 +256,39 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+class StoreJob:
+    """What every Spark write job has: a Store and a key on it."""
+
+    store: Store
+    key: str
+
+    @property
+    def location(self) -> str:
+        """The key's folder as the backend names it."""
+        return str(self.store.native_path(self.key))
+
+    def _rust(self) -> _core.RustStore:
+        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        return rust
+
+
+def remove_until_settled(late: Callable[[], list[str]], delete: Callable[[list[str]], None], settle: float) -> None:
+    """Delete what *late* lists until it has stayed empty for *settle*
+    seconds (at most ``ABORT_SETTLE_LIMIT``): Spark reports a failed job
+    while its other tasks are still being killed, and one of them may
+    finish an upload meanwhile."""
+    deadline = time.monotonic() + ABORT_SETTLE_LIMIT
+    quiet_since = time.monotonic()
+    while settle > 0 and time.monotonic() - quiet_since < settle and time.monotonic() < deadline:
+        time.sleep(min(0.25, settle))
+        found = late()
+        if found:
+            delete(found)
+            quiet_since = time.monotonic()
+
+
 @dataclasses.dataclass(frozen=True)
-class WriteJob:
+class WriteJob(StoreJob):
     """A write of one dataset by many Spark tasks; pickled to the executors.
 
     Create it on the driver with :meth:`start`, run :meth:`write_task` in
@@ -297,15 +328,6 @@ class WriteJob:
                 path=key,
             )
         return cls(store, key, schema, settings, overwrite, uuid.uuid4().hex[:12])
-
-    @property
-    def location(self) -> str:
-        """The dataset's folder as the backend names it."""
-        return str(self.store.native_path(self.key))
-
-    def _rust(self) -> _core.RustStore:
-        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
-        return rust
 
     def _part_prefix(self, label: str) -> str:
         return f"{self.job_id}-{label}"
@@ -454,14 +476,7 @@ class WriteJob:
         try:
             keys.update(k for k in self._list() if k.startswith(prefix))
             self._delete(sorted(keys))
-            deadline = time.monotonic() + ABORT_SETTLE_LIMIT
-            quiet_since = time.monotonic()
-            while settle > 0 and time.monotonic() - quiet_since < settle and time.monotonic() < deadline:
-                time.sleep(min(0.25, settle))
-                late = sorted(k for k in self._list() if k.startswith(prefix))
-                if late:
-                    self._delete(late)
-                    quiet_since = time.monotonic()
+            remove_until_settled(lambda: sorted(k for k in self._list() if k.startswith(prefix)), self._delete, settle)
         except Exception as exc:  # noqa: BLE001 - abort is best effort; the job's error matters
             _log.warning(
                 "pds.spark: could not remove all parts of aborted job %s under %r: %s", self.job_id, self.key, exc

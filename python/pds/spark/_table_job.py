@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
@@ -28,7 +27,13 @@ from remote_store import NotFound, Store
 
 from pds import _core
 from pds.errors import SchemaMismatch
-from pds.spark._job import ABORT_SETTLE_LIMIT, ABORT_SETTLE_SECONDS, _task_identity, check_dataset_key
+from pds.spark._job import (
+    ABORT_SETTLE_SECONDS,
+    StoreJob,
+    _task_identity,
+    check_dataset_key,
+    remove_until_settled,
+)
 from pds.spark._schema import conform_batches
 from pds.table import Table
 
@@ -82,7 +87,7 @@ class TableFiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class TableWriteJob:
+class TableWriteJob(StoreJob):
     """A write of one table by many Spark tasks; pickled to the executors."""
 
     store: Store
@@ -128,15 +133,6 @@ class TableWriteJob:
                 primary_key=props.get("primary_key"),
             )
         return cls(store, key, target, settings_used, overwrite, uuid.uuid4().hex[:12])
-
-    @property
-    def location(self) -> str:
-        """The table's folder as the backend names it."""
-        return str(self.store.native_path(self.key))
-
-    def _rust(self) -> _core.RustStore:
-        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
-        return rust
 
     # -- executor side ----------------------------------------------------------------
 
@@ -210,14 +206,7 @@ class TableWriteJob:
         for *settle* seconds (tasks still being killed may finish an upload)."""
         keys = {f"{self.location}/{f['path']}" for r in results if r is not None for f in r.files}
         self._delete(sorted(keys | set(self._job_files())))
-        deadline = time.monotonic() + ABORT_SETTLE_LIMIT
-        quiet_since = time.monotonic()
-        while settle > 0 and time.monotonic() - quiet_since < settle and time.monotonic() < deadline:
-            time.sleep(min(0.25, settle))
-            late = self._job_files()
-            if late:
-                self._delete(late)
-                quiet_since = time.monotonic()
+        remove_until_settled(self._job_files, self._delete, settle)
 
 
 def table_snapshot_files(table: Table, version: int) -> list[tuple[str, int]]:

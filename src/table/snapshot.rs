@@ -308,4 +308,44 @@ pub(crate) mod tests {
             ));
         }
     }
+
+    /// Damaged manifests (flipped bytes, truncations) parse or fail as
+    /// `ManifestCorrupted`, never panic; a schema that parses is usable.
+    #[test]
+    fn damaged_manifests_never_panic() {
+        let mut m = manifest(3);
+        m.schema = TableSchema::of(&arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Int64,
+            false,
+        )]))
+        .unwrap();
+        let good = m.to_json().unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let mut damaged = good.clone();
+            if next() % 2 == 0 {
+                let at = (next() % damaged.len() as u64) as usize;
+                damaged[at] = (next() % 256) as u8;
+            } else {
+                damaged.truncate((next() % damaged.len() as u64) as usize);
+            }
+            match TableManifest::from_json(&damaged, "p", 3) {
+                Ok(parsed) => {
+                    let _ = parsed.arrow_schema("p");
+                    for f in &parsed.data_files {
+                        let _ = parsed.file_schema(f, "p");
+                    }
+                }
+                Err(Error::ManifestCorrupted { .. }) => {}
+                Err(other) => panic!("unexpected error {other}"),
+            }
+        }
+    }
 }

@@ -9,7 +9,10 @@
 //!   range reads, filters, part splitting, checksums, schema checks.
 //! - [`dataset`]: RFC-0008's datasets: parts, `manifest.json`, `_SUCCESS`;
 //!   the checked read and the streaming scan.
-//! - [`table`]: versions committed by compare-and-swap (the commit machinery).
+//! - [`table`]: tables: appends, deletes by tombstone, snapshot scans, time
+//!   travel, compaction and vacuum, committed by compare-and-swap.
+//! - [`producers`]: the engine of incremental map/reduce stages (external
+//!   sort, k-way merge, group cursor).
 //!
 //! The `python` feature adds the `pds._core` extension module, whose bindings
 //! live in `python/` and only convert types, release the GIL and map errors.
@@ -17,6 +20,7 @@
 pub mod dataset;
 pub mod error;
 pub mod parquet;
+pub mod producers;
 pub mod runtime;
 pub mod store;
 pub mod table;

@@ -1,0 +1,22 @@
+//! Producers (the incremental map/reduce seed): the Rust engine that sorts,
+//! merges and scans by key, so that only the user's `Produce` runs in Python.
+//!
+//! - [`keys`]: compound keys as arrow's row format (byte-comparable rows).
+//! - [`sort`]: an external sort within a memory budget (sorted runs spilled
+//!   to local Arrow IPC files), read back as one sorted stream.
+//! - [`merge`]: a streaming k-way merge of sorted streams.
+//! - [`group`]: a group cursor handing out each key's values lazily,
+//!   forward-only, for groups of any size.
+//!
+//! Stage state, incremental updates and the pipeline commit build on these
+//! (not built yet).
+
+pub mod group;
+pub mod keys;
+pub mod merge;
+pub mod sort;
+
+use arrow_array::RecordBatch;
+
+/// A stream of batches, each `Result`.
+pub type BatchIter = Box<dyn Iterator<Item = crate::error::Result<RecordBatch>> + Send>;

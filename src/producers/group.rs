@@ -81,6 +81,11 @@ impl GroupCursor {
         Some(key)
     }
 
+    /// The current group's key as row-format bytes (see [`super::keys`]).
+    pub fn group_row(&self) -> Option<arrow_row::Row<'_>> {
+        self.group.as_ref().map(|g| g.row())
+    }
+
     /// The next slice of the current group's rows (all columns); `None`
     /// once the group ends (or before the first `next_group`).
     pub fn next_values(&mut self) -> Option<Result<RecordBatch>> {

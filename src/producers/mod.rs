@@ -7,11 +7,13 @@
 //! - [`merge`]: a streaming k-way merge of sorted streams.
 //! - [`group`]: a group cursor handing out each key's values lazily,
 //!   forward-only, for groups of any size.
+//! - [`join`]: a merge-join scan over several sorted sources by key.
 //!
 //! Stage state, incremental updates and the pipeline commit build on these
 //! (not built yet).
 
 pub mod group;
+pub mod join;
 pub mod keys;
 pub mod merge;
 pub mod sort;

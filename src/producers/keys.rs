@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// Encodes the key columns of batches of one schema.
 #[derive(Debug)]
 pub struct KeyEncoder {
+    names: Vec<String>,
     indices: Vec<usize>,
     converter: RowConverter,
 }
@@ -31,16 +32,26 @@ impl KeyEncoder {
             .collect();
         let converter = RowConverter::new(fields)
             .map_err(|e| Error::InvalidArgument(format!("key {key:?} cannot be ordered: {e}")))?;
-        Ok(Self { indices, converter })
+        Ok(Self {
+            names: key.to_vec(),
+            indices,
+            converter,
+        })
     }
 
-    /// The key rows of `batch`.
+    /// The key rows of `batch`, whose key columns are found by name (the
+    /// batch may hold other columns too). `InvalidArgument` if one is
+    /// missing; an Arrow error if its type is not the key's.
     pub fn rows(&self, batch: &RecordBatch) -> Result<Rows> {
-        let columns: Vec<_> = self
-            .indices
+        let columns = self
+            .names
             .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
+            .map(|n| {
+                batch.column_by_name(n).cloned().ok_or_else(|| {
+                    Error::InvalidArgument(format!("key column {n:?} is missing from a batch"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(self.converter.convert_columns(&columns)?)
     }
 

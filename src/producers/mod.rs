@@ -8,15 +8,19 @@
 //! - [`group`]: a group cursor handing out each key's values lazily,
 //!   forward-only, for groups of any size.
 //! - [`join`]: a merge-join scan over several sorted sources by key.
+//! - [`stage`]: one stage's incremental update (content, key-mappings and
+//!   the update for downstream stages), as forward scans plus a sort of the
+//!   changes only.
 //!
-//! Stage state, incremental updates and the pipeline commit build on these
-//! (not built yet).
+//! Key-range parts, multi-stage pipelines, merges, the pipeline commit and
+//! the Python API build on these (not built yet).
 
 pub mod group;
 pub mod join;
 pub mod keys;
 pub mod merge;
 pub mod sort;
+pub mod stage;
 
 use arrow_array::RecordBatch;
 

@@ -8,6 +8,8 @@
 //! - [`group`]: a group cursor handing out each key's values lazily,
 //!   forward-only, for groups of any size.
 //! - [`join`]: a merge-join scan over several sorted sources by key.
+//! - [`parts`]: a sorted stream written as key-range Parquet parts, cut at
+//!   key boundaries, with each part's key range recorded.
 //! - [`stage`]: one stage's incremental update (content, key-mappings and
 //!   the update for downstream stages), as forward scans plus a sort of the
 //!   changes only.
@@ -19,6 +21,7 @@ pub mod group;
 pub mod join;
 pub mod keys;
 pub mod merge;
+pub mod parts;
 pub mod sort;
 pub mod stage;
 

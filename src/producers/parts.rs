@@ -1,0 +1,208 @@
+//! Writing a sorted stream as key-range Parquet parts.
+//!
+//! A part holds about `target_rows` rows and is cut only at a key boundary,
+//! so a key never spans two parts: an update that touches some keys can
+//! rewrite just the parts whose ranges hold them and keep the others by
+//! reference. Each part's first and last key are recorded (as JSON values,
+//! see [`crate::parquet::stats`]) with its rows, size and SHA-256.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::keys::KeyEncoder;
+use super::BatchIter;
+use crate::error::{Error, Result};
+use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
+use crate::store::{PutMode, StoreHandle};
+
+/// One key-range part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RangePart {
+    /// Relative to the location written to.
+    pub name: String,
+    pub rows: u64,
+    pub size_bytes: u64,
+    pub sha256: String,
+    /// The key of the first and of the last row (one value per key column).
+    pub first_key: Vec<Option<Value>>,
+    pub last_key: Vec<Option<Value>>,
+}
+
+fn key_values(batch: &RecordBatch, key: &[String], row: usize) -> Vec<Option<Value>> {
+    key.iter()
+        .map(|k| {
+            batch
+                .column_by_name(k)
+                .and_then(|c| crate::parquet::stats::to_json(c.as_ref(), row))
+        })
+        .collect()
+}
+
+/// Where and how [`write_range_parts`] writes.
+#[derive(Debug, Clone)]
+pub struct PartSpec<'a> {
+    /// The folder key the parts go under.
+    pub location: &'a str,
+    /// Parts are named `<prefix>-NNNNN.parquet`.
+    pub prefix: &'a str,
+    /// Rows per part, before the cut at the next key boundary.
+    pub target_rows: usize,
+    pub opts: &'a EncodeOptions,
+}
+
+/// Write `stream` (sorted by `key`) as key-range parts (see [`PartSpec`]),
+/// cut at key boundaries. Returns the parts in key order. On failure, the
+/// parts already written are removed.
+pub fn write_range_parts(
+    store: Arc<StoreHandle>,
+    spec: &PartSpec<'_>,
+    schema: SchemaRef,
+    key: &[String],
+    stream: BatchIter,
+) -> Result<Vec<RangePart>> {
+    let PartSpec {
+        location,
+        prefix,
+        target_rows,
+        opts,
+    } = *spec;
+    if target_rows == 0 {
+        return Err(Error::InvalidArgument("target_rows must be >= 1".into()));
+    }
+    crate::store::keys::object_segments(location)?;
+    let encoder = KeyEncoder::new(&schema, key)?;
+    let mut written: Vec<RangePart> = Vec::new();
+    let result = (|| {
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0usize;
+        let mut flush = |pending: &mut Vec<RecordBatch>| -> Result<()> {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let (first, last) = (&pending[0], &pending[pending.len() - 1]);
+            let first_key = key_values(first, key, 0);
+            let last_key = key_values(last, key, last.num_rows() - 1);
+            let (bytes, summary) = encode_to_bytes(pending, schema.clone(), opts)?;
+            let name = format!("{prefix}-{:05}.parquet", written.len());
+            let object = format!("{}/{name}", location.trim_end_matches('/'));
+            crate::runtime::block_on(store.put(&object, Bytes::clone(&bytes), PutMode::Create))??;
+            written.push(RangePart {
+                name,
+                rows: summary.row_count,
+                size_bytes: summary.size_bytes,
+                sha256: summary.sha256,
+                first_key,
+                last_key,
+            });
+            pending.clear();
+            Ok(())
+        };
+        for batch in stream {
+            let mut batch = batch?;
+            while batch.num_rows() > 0 {
+                if rows < target_rows {
+                    let take = (target_rows - rows).min(batch.num_rows());
+                    pending.push(batch.slice(0, take));
+                    rows += take;
+                    batch = batch.slice(take, batch.num_rows() - take);
+                    continue;
+                }
+                // Full: keep the rows that share the last key, then cut.
+                let Some(last) = pending.last() else { break };
+                let last_rows = encoder.rows(last)?;
+                let boundary = last_rows.row(last.num_rows() - 1).owned();
+                let rows_here = encoder.rows(&batch)?;
+                let same = (0..batch.num_rows())
+                    .take_while(|&i| rows_here.row(i) == boundary.row())
+                    .count();
+                if same > 0 {
+                    pending.push(batch.slice(0, same));
+                    batch = batch.slice(same, batch.num_rows() - same);
+                    if batch.num_rows() == 0 {
+                        break; // The key may go on in the next batch.
+                    }
+                }
+                flush(&mut pending)?;
+                rows = 0;
+            }
+        }
+        flush(&mut pending)
+    })();
+    if let Err(e) = result {
+        let keys: Vec<String> = written
+            .iter()
+            .map(|p| format!("{}/{}", location.trim_end_matches('/'), p.name))
+            .collect();
+        let _ = crate::runtime::block_on(store.delete_many(&keys));
+        return Err(e);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::producers::sort::tests::{batch, collect, schema};
+    use crate::producers::sort::ExternalSorter;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn parts_are_cut_at_key_boundaries_and_record_their_ranges() {
+        let key = vec!["k".to_string()];
+        let mut s = ExternalSorter::new(schema(), &key, 1 << 30, None).unwrap();
+        for i in 0..5 {
+            s.push(batch(i * 1000, 1000, 17 + i as u64)).unwrap();
+        }
+        // Re-batch into small batches so that keys cross batch edges.
+        let sorted: BatchIter = Box::new(s.finish().unwrap().flat_map(|b| {
+            let b = b.unwrap();
+            (0..b.num_rows())
+                .step_by(3)
+                .map(|i| Ok(b.slice(i, 3.min(b.num_rows() - i))))
+                .collect::<Vec<_>>()
+        }));
+        let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
+        let opts = EncodeOptions::new("zstd", None, None).unwrap();
+        let spec = PartSpec {
+            location: "st/content",
+            prefix: "p",
+            target_rows: 400,
+            opts: &opts,
+        };
+        let parts = write_range_parts(store.clone(), &spec, schema(), &key, sorted).unwrap();
+        assert!(parts.len() >= 10, "{} parts", parts.len());
+        assert_eq!(parts.iter().map(|p| p.rows).sum::<u64>(), 5000);
+        let mut all = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            assert!(p.rows >= 400 || i == parts.len() - 1, "cut early: {p:?}");
+            let data = crate::runtime::block_on(store.get(&format!("st/content/{}", p.name)))
+                .unwrap()
+                .unwrap();
+            let d =
+                crate::parquet::decode::decode_bytes(data, &p.name, &Default::default()).unwrap();
+            let rows = collect(Box::new(d.batches.into_iter().map(Ok)));
+            assert_eq!(
+                rows.first().map(|r| r.0.map(Value::from)),
+                Some(p.first_key[0].clone())
+            );
+            assert_eq!(
+                rows.last().map(|r| r.0.map(Value::from)),
+                Some(p.last_key[0].clone())
+            );
+            all.extend(rows);
+        }
+        // No key in two parts.
+        for w in parts.windows(2) {
+            assert_ne!(w[0].last_key, w[1].first_key, "a key spans two parts");
+        }
+        let keys: Vec<Option<i64>> = all.iter().map(|r| r.0).collect();
+        let mut sorted_keys = keys.clone();
+        sorted_keys.sort();
+        assert_eq!(keys, sorted_keys);
+    }
+}

@@ -69,6 +69,9 @@ pub struct ReadOptions {
     /// Row groups to read (indices in file order); `None` reads all. Combined
     /// with the predicate's pruning.
     pub row_groups: Option<Vec<usize>>,
+    /// Row groups not to read (e.g. deleted whole); indices the file does not
+    /// have are ignored.
+    pub skip_row_groups: Option<Arc<std::collections::BTreeSet<u64>>>,
     /// The dataset's full schema. Each part's footer is checked against it
     /// before any data is decoded, and every batch comes out with exactly
     /// its (projected) schema. `None` trusts the part's own schema.
@@ -227,6 +230,14 @@ fn configure<T>(
             Some(wanted.clone())
         }
     };
+    if let Some(skip) = opts.skip_row_groups.as_ref().filter(|s| !s.is_empty()) {
+        let all = selected.unwrap_or_else(|| (0..metadata.metadata().num_row_groups()).collect());
+        selected = Some(
+            all.into_iter()
+                .filter(|&i| !skip.contains(&(i as u64)))
+                .collect(),
+        );
+    }
     let bound = match &opts.predicate {
         Some(pred) => Some(Arc::new(pred.as_ref().clone().bind(metadata.schema())?)),
         None => None,

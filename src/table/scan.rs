@@ -230,14 +230,14 @@ pub fn file_read_options(
     };
     if let Some(d) = deletes {
         if !d.row_groups.is_empty() {
-            let kept: Vec<usize> = (0..file.row_group_count)
-                .filter(|rg| !d.row_groups.contains(rg))
-                .map(|rg| rg as usize)
-                .collect();
-            if kept.is_empty() {
+            // Counted against the manifest (no allocation by its numbers);
+            // the footer's own count decides what is read.
+            if (0..file.row_group_count).all(|rg| d.row_groups.contains(&rg))
+                && file.row_group_count > 0
+            {
                 return Ok(None);
             }
-            opts.row_groups = Some(kept);
+            opts.skip_row_groups = Some(Arc::new(d.row_groups.clone()));
         }
         if !d.rows.is_empty() {
             let rows: Vec<u64> = d.rows.iter().map(u64::from).collect();

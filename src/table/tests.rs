@@ -531,3 +531,37 @@ fn create_refuses_what_it_cannot_keep() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn hostile_row_group_counts_in_a_manifest_allocate_nothing() {
+    use super::scan::file_read_options;
+    use super::tombstone::FileDeletes;
+    let (store, _) = counting_store();
+    let m = create(
+        store,
+        "t",
+        schema(),
+        Some(rows(0..10)),
+        props(None),
+        false,
+        1,
+    )
+    .unwrap();
+    let mut file = m.data_files[0].clone();
+    file.row_group_count = u64::MAX;
+    let deletes = FileDeletes {
+        row_groups: [0, 1].into(),
+        ..Default::default()
+    };
+    let opts = file_read_options(&m, &file, &schema(), None, Some(&deletes), None, "p")
+        .unwrap()
+        .expect("not every row group is deleted");
+    assert_eq!(opts.skip_row_groups.as_ref().map(|s| s.len()), Some(2));
+    // And a file whose every row group is deleted is not read at all.
+    file.row_group_count = 2;
+    assert!(
+        file_read_options(&m, &file, &schema(), None, Some(&deletes), None, "p")
+            .unwrap()
+            .is_none()
+    );
+}

@@ -458,6 +458,48 @@ impl PartStream {
     }
 }
 
+/// A part's footer, read once, to plan with and then to read through
+/// [`open_part_with`] without fetching it again.
+#[derive(Debug, Clone)]
+pub struct Footer {
+    metadata: ArrowReaderMetadata,
+    size: u64,
+}
+
+impl Footer {
+    /// The rows of each row group.
+    pub fn row_group_rows(&self) -> Vec<u64> {
+        self.metadata
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
+            .collect()
+    }
+
+    /// The row groups whose statistics may hold rows matching `predicate`
+    /// (all without one, or if it does not apply to this file's types).
+    pub fn prune(&self, predicate: Option<&Predicate>) -> Result<Vec<usize>> {
+        let all: Vec<usize> = (0..self.metadata.metadata().num_row_groups()).collect();
+        let Some(p) = predicate.filter(|p| !p.conditions.is_empty()) else {
+            return Ok(all);
+        };
+        let schema = crate::parquet::chunk_crc::strip(self.metadata.schema());
+        match p.clone().bind(&schema) {
+            Ok(bound) => bound.prune(self.metadata.metadata(), &schema),
+            Err(_) => Ok(all),
+        }
+    }
+}
+
+/// Fetch and parse the footer of the part at `key` (`size` bytes).
+pub async fn read_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
+    let builder = open_footer(store, key, size).await?;
+    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
+        .map_err(corrupted(key))?;
+    Ok(Footer { metadata, size })
+}
+
 /// Open one part: read its footer, prune row groups, and prepare to fetch
 /// only the byte ranges of the projected column chunks. `size` comes from the
 /// HEAD the caller made.
@@ -467,11 +509,31 @@ pub async fn open_part(
     size: u64,
     opts: &ReadOptions,
 ) -> Result<PartStream> {
+    let footer = std::panic::AssertUnwindSafe(read_footer(store, key, size))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| Err(decoder_panic(key)(panic_message(payload.as_ref()))))?;
+    open_part_with(store, key, &footer, opts).await
+}
+
+/// [`open_part`] with a footer read before (no footer request).
+pub async fn open_part_with(
+    store: &StoreHandle,
+    key: &str,
+    footer: &Footer,
+    opts: &ReadOptions,
+) -> Result<PartStream> {
     let opened = std::panic::AssertUnwindSafe(async {
         let err = corrupted(key);
-        let builder = open_footer(store, key, size).await?;
-        let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
-            .map_err(&err)?;
+        let metadata = footer.metadata.clone();
+        let reader = ObjectRangeReader::with_metadata(
+            store.object_store().clone(),
+            store.path(key)?,
+            footer.size,
+            metadata.metadata(),
+        )
+        .map_err(&err)?;
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
         let Configured {
             builder,
             order,
@@ -553,25 +615,8 @@ pub async fn row_group_plan(
     size: u64,
     predicate: Option<&Predicate>,
 ) -> Result<(Vec<u64>, Vec<usize>)> {
-    let builder = open_footer(store, key, size).await?;
-    let metadata = builder.metadata();
-    let rows: Vec<u64> = metadata
-        .row_groups()
-        .iter()
-        .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
-        .collect();
-    let all: Vec<usize> = (0..rows.len()).collect();
-    let kept = match predicate.filter(|p| !p.conditions.is_empty()) {
-        None => all,
-        Some(p) => {
-            let schema = crate::parquet::chunk_crc::strip(builder.schema());
-            match p.clone().bind(&schema) {
-                Ok(bound) => bound.prune(metadata, &schema)?,
-                Err(_) => all,
-            }
-        }
-    };
-    Ok((rows, kept))
+    let footer = read_footer(store, key, size).await?;
+    Ok((footer.row_group_rows(), footer.prune(predicate)?))
 }
 
 /// The Arrow schema of a part, from its footer alone.

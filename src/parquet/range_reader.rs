@@ -43,6 +43,25 @@ impl ObjectRangeReader {
         }
     }
 
+    /// A reader of a file whose footer was read already: its chunk
+    /// checksums come from `metadata` (`get_metadata` is then not called).
+    pub fn with_metadata(
+        store: Arc<dyn ObjectStore>,
+        path: Path,
+        size: u64,
+        metadata: &ParquetMetaData,
+    ) -> Result<Self> {
+        let checksums = ChunkChecksums::from_metadata(metadata)
+            .map_err(ParquetError::General)?
+            .map(Arc::new);
+        Ok(Self {
+            store,
+            path,
+            size,
+            checksums,
+        })
+    }
+
     fn check(&self, start: u64, data: &Bytes) -> Result<()> {
         match &self.checksums {
             Some(c) => c.check(start, data).map_err(ParquetError::General),

@@ -107,8 +107,9 @@ async fn plan_file(
             .as_ref()
             .is_some_and(|s| s.field_with_name(&c.column).is_ok())
     });
-    let (groups, pruned) =
-        decode::row_group_plan(store, &key, file.size_bytes, Some(&local)).await?;
+    // One footer read serves the plan and the read.
+    let footer = decode::read_footer(store, &key, file.size_bytes).await?;
+    let (groups, pruned) = (footer.row_group_rows(), footer.prune(Some(&local))?);
     let dead_groups = deletes.map(|d| d.row_groups.clone()).unwrap_or_default();
     let read: Vec<usize> = pruned
         .into_iter()
@@ -118,7 +119,11 @@ async fn plan_file(
         return Ok((Vec::new(), 0));
     }
     opts.row_groups = Some(read.clone());
-    let decoded = decode::read_part(store, &key, file.size_bytes, &opts).await?;
+    let mut part = decode::open_part_with(store, &key, &footer, &opts).await?;
+    let mut batches = Vec::new();
+    while let Some(b) = part.next_batch().await {
+        batches.push(b?);
+    }
     let mut starts = Vec::with_capacity(groups.len());
     let mut at = 0u64;
     for n in &groups {
@@ -161,7 +166,7 @@ async fn plan_file(
     let old_rows = deletes.map(|d| d.rows.clone()).unwrap_or_default();
     let already = |pos: u64| u32::try_from(pos).is_ok_and(|p| old_rows.contains(p));
     let mut k0 = 0u64;
-    for batch in &decoded.batches {
+    for batch in &batches {
         // Only the rows that match are visited (nulls do not match).
         let matched = bound.evaluate(batch)?;
         let mut excluded: Option<arrow_array::BooleanArray> = None;

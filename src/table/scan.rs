@@ -412,8 +412,8 @@ pub async fn deleted_positions(
     if deletes.row_groups.is_empty() && deletes.pk_ranges.is_empty() {
         return Ok(out);
     }
-    let (groups, _) =
-        crate::parquet::decode::row_group_plan(store, &key, file.size_bytes, None).await?;
+    let footer = crate::parquet::decode::read_footer(store, &key, file.size_bytes).await?;
+    let groups = footer.row_group_rows();
     let mut starts = Vec::with_capacity(groups.len());
     let mut at = 0u64;
     for n in &groups {
@@ -449,9 +449,13 @@ pub async fn deleted_positions(
         expected: Some(schema.clone()),
         ..Default::default()
     };
-    let decoded = crate::parquet::decode::read_part(store, &key, file.size_bytes, &opts).await?;
+    let mut part = crate::parquet::decode::open_part_with(store, &key, &footer, &opts).await?;
+    let mut batches = Vec::new();
+    while let Some(b) = part.next_batch().await {
+        batches.push(b?);
+    }
     let mut position = 0u64;
-    for batch in &decoded.batches {
+    for batch in &batches {
         let mut hit = vec![false; batch.num_rows()];
         for p in &preds {
             let m = p.evaluate(batch)?;

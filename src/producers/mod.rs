@@ -9,7 +9,8 @@
 //!   forward-only, for groups of any size.
 //! - [`join`]: a merge-join scan over several sorted sources by key.
 //! - [`parts`]: a sorted stream written as key-range Parquet parts, cut at
-//!   key boundaries, with each part's key range recorded.
+//!   key boundaries, with each part's key range recorded; which parts an
+//!   update's keys touch (the others are kept by reference).
 //! - [`stage`]: one stage's incremental update (content, key-mappings and
 //!   the update for downstream stages), as forward scans plus a sort of the
 //!   changes only.

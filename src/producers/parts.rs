@@ -144,6 +144,74 @@ pub fn write_range_parts(
     Ok(written)
 }
 
+/// Which of `parts` (in key order, from [`write_range_parts`]) an update
+/// touching the keys in `touched` must rewrite; the others are kept by
+/// reference. A key inside a part's range touches that part; a key between
+/// two parts' ranges (a new key) touches the next part, or the last part if
+/// it is beyond them all. `key_schema` holds the key columns' types;
+/// `touched` batches hold (at least) the key columns.
+///
+/// Cost: a binary search per touched key over the parts' ranges; no I/O.
+pub fn touched_parts(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+    touched: &[RecordBatch],
+) -> Result<Vec<bool>> {
+    let mut hit = vec![false; parts.len()];
+    if parts.is_empty() {
+        return Ok(hit);
+    }
+    // The parts' last keys as rows of the key's row format.
+    let encoder = KeyEncoder::new(key_schema, key)?;
+    let idx = crate::parquet::decode::column_indices(key_schema, key)?;
+    let mut columns = Vec::with_capacity(key.len());
+    for (n, &i) in idx.iter().enumerate() {
+        let field = key_schema.field(i);
+        let values: Vec<Option<&Value>> = parts
+            .iter()
+            .map(|p| p.last_key.get(n).and_then(|v| v.as_ref()))
+            .collect();
+        let array =
+            crate::parquet::stats::from_json(&values, field.data_type()).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "key column {:?} of type {} has no recorded ranges",
+                    field.name(),
+                    field.data_type()
+                ))
+            })?;
+        columns.push(array);
+    }
+    let lasts = RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(
+            idx.iter()
+                .map(|&i| key_schema.field(i).clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        )),
+        columns,
+    )?;
+    let last_rows = encoder.rows(&lasts)?;
+    for batch in touched {
+        let rows = encoder.rows(batch)?;
+        for i in 0..batch.num_rows() {
+            let r = rows.row(i);
+            // The first part whose last key is >= the touched key.
+            let (mut lo, mut hi) = (0, parts.len());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if last_rows.row(mid) < r {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            let j = lo;
+            hit[j.min(parts.len() - 1)] = true;
+        }
+    }
+    Ok(hit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +272,46 @@ mod tests {
         let mut sorted_keys = keys.clone();
         sorted_keys.sort();
         assert_eq!(keys, sorted_keys);
+    }
+
+    #[test]
+    fn updates_touch_only_the_parts_holding_their_keys() {
+        let key = vec!["k".to_string()];
+        let key_schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "k",
+            arrow_schema::DataType::Int64,
+            true,
+        )]));
+        let part = |first: i64, last: i64| RangePart {
+            name: format!("p{first}"),
+            rows: 1,
+            size_bytes: 1,
+            sha256: String::new(),
+            first_key: vec![Some(Value::from(first))],
+            last_key: vec![Some(Value::from(last))],
+        };
+        let parts = vec![part(0, 99), part(100, 199), part(250, 300)];
+        let keys = |ks: &[i64]| {
+            vec![RecordBatch::try_new(
+                key_schema.clone(),
+                vec![Arc::new(arrow_array::Int64Array::from(ks.to_vec())) as arrow_array::ArrayRef],
+            )
+            .unwrap()]
+        };
+        let touched = |ks: &[i64]| touched_parts(&parts, &key_schema, &key, &keys(ks)).unwrap();
+        assert_eq!(touched(&[]), [false, false, false]);
+        assert_eq!(touched(&[5]), [true, false, false]);
+        assert_eq!(touched(&[99, 100]), [true, true, false]);
+        assert_eq!(
+            touched(&[220]),
+            [false, false, true],
+            "a new key in a gap: the next part"
+        );
+        assert_eq!(
+            touched(&[10_000]),
+            [false, false, true],
+            "beyond the last: the last part"
+        );
+        assert_eq!(touched(&[-5]), [true, false, false]);
     }
 }

@@ -149,7 +149,10 @@ pub fn write_range_parts(
 /// reference. A key inside a part's range touches that part; a key between
 /// two parts' ranges (a new key) touches the next part, or the last part if
 /// it is beyond them all. `key_schema` holds the key columns' types;
-/// `touched` batches hold (at least) the key columns.
+/// `touched` batches hold (at least) the key columns. `key` must be the key
+/// the parts were cut at (or the leading columns of their sort key only if
+/// no value of those columns spans two parts): a key spanning parts would
+/// touch only the first of them.
 ///
 /// Cost: a binary search per touched key over the parts' ranges; no I/O.
 pub fn touched_parts(

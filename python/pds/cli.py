@@ -34,7 +34,7 @@ from rich.table import Table as RichTable
 
 from pds.backend import open_store
 from pds.dataset import ParquetDatasetStore
-from pds.table import Table
+from pds.table import Table, is_table
 
 __all__ = ["main"]
 
@@ -95,7 +95,7 @@ class _Context:
     def kind(self, key: str) -> str | None:
         """``table``, ``dataset``, or ``None`` (two HEADs at most)."""
         key = key.strip("/")
-        if self.store.exists(f"{key}/_latest_manifest") or self.store.exists(f"{key}/manifest/v00000000.json"):
+        if is_table(self.store, key):
             return "table"
         if self.store.exists(f"{key}/_SUCCESS") or self.store.exists(f"{key}/manifest.json"):
             return "dataset"
@@ -181,7 +181,9 @@ def ls(url: str, prefix: str, options: tuple[str, ...], as_json: bool) -> None:
         kind = ctx.kind(folder)
         if kind == "table":
             t = Table.open(ctx.store, folder)
-            found.append({"key": folder, "kind": "table", "version": t.version, "files": t.files().num_rows})
+            found.append(
+                {"key": folder, "kind": "table", "version": t.version, "files": len(t.manifest.get("data_files", []))}
+            )
         elif kind == "dataset":
             m = ParquetDatasetStore(ctx.store).read_manifest(folder)
             found.append({"key": folder, "kind": "dataset", "rows": m.row_count, "parts": len(m.parts)})
@@ -312,8 +314,7 @@ def scan(
 
 
 def _table_files(store: Store, key: str) -> Iterator[tuple[str, str]]:
-    t = Table.open(store, key)
-    for f in t.files().to_pylist():
+    for f in Table.open(store, key).manifest.get("data_files", []):
         yield f"{key.strip('/')}/{f['path']}", f["sha256"]
 
 

@@ -29,6 +29,7 @@ all land; a writer killed at any moment leaves only unreferenced objects.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import json
 from collections.abc import Mapping, Sequence
@@ -52,7 +53,7 @@ from pds.dataset import (
     _parallelism,
 )
 
-__all__ = ["Table"]
+__all__ = ["Table", "is_table"]
 
 _MODES = ("strict", "merge")
 
@@ -74,6 +75,13 @@ def _native(store: Store | str, options: Mapping[str, object]) -> tuple[Store, _
             capability="conditional_write",
         )
     return store, handle
+
+
+def is_table(store: Store, key: str) -> bool:
+    """Whether a pds table lives at *key* of *store* (one HEAD; two for a
+    table whose first commit has not moved its pointer yet)."""
+    key = key.strip("/")
+    return bool(store.exists(f"{key}/_latest_manifest") or store.exists(f"{key}/manifest/v00000000.json"))
 
 
 def _schema_of(text: str) -> pa.Schema:
@@ -189,8 +197,7 @@ class Table:
     def open(cls, store: Store | str, key: str, **storage_options: object) -> Table:
         """Open the table at *key* at its latest version.
 
-        Cost: 1 GET (pointer), 1 HEAD (a commit whose pointer move is
-        pending), 1 GET (manifest).
+        Cost: 2 GETs (the pointer, then the manifest it names).
 
         Raises:
             remote_store.NotFound: no table at *key*.
@@ -216,6 +223,12 @@ class Table:
     def schema(self) -> pa.Schema:
         """The schema of :attr:`version` (the full Arrow schema)."""
         return _schema_of(self._manifest["schema"]["arrow_schema"])
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of :attr:`version` as parsed JSON (a copy): its data
+        files with their statistics, tombstones, schema and properties. No I/O."""
+        return copy.deepcopy(self._manifest)
 
     @property
     def primary_key(self) -> str | None:
@@ -256,8 +269,9 @@ class Table:
                 change shows in :meth:`history`.
             metadata: Strings recorded with the version (shown in history).
 
-        Cost: the data PUTs, then 2 GETs, 1 HEAD and 2 PUTs (manifest
-        create-only, pointer compare-and-swap) when the commit wins at once.
+        Cost: 2 GETs (pointer, manifest), the data PUTs, then 2 PUTs
+        (manifest create-only, pointer compare-and-swap) when the commit wins
+        at once.
 
         Raises:
             pds.SchemaMismatch: the schemas differ (naming the fields).
@@ -297,9 +311,11 @@ class Table:
         whose statistics may match. A delete that matches nothing commits
         nothing and returns the current version.
 
-        Cost: 3 PUTs (tombstone, manifest, pointer) and 2 GETs + 1 HEAD,
-        plus, without a primary-key range, the footers and filter columns of
-        the candidate files.
+        Cost: 3 PUTs (tombstone, manifest, pointer) and 4 GETs (the pointer
+        and manifest are read first to make the filter exact against the
+        current schema, then again by the commit), plus, without a
+        primary-key range, one footer and the filter columns of each
+        candidate file.
         """
         raw, expression = _check_filter(filter)
         if expression is not None or not raw:

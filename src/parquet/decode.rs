@@ -381,11 +381,15 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
                     path: path.to_string(),
                     reason: e.to_string(),
                 })?;
-                finish_batch(b, order.as_deref(), &target, path)
+                let b = finish_batch(b, order.as_deref(), &target, path)?;
+                match &opts.evolve_to {
+                    None => Ok(b),
+                    Some(to) => part_schema::evolve(&b, to),
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Decoded {
-            schema: target,
+            schema: opts.evolve_to.clone().unwrap_or(target),
             batches,
             file_rows: footer_rows(&metadata),
         })

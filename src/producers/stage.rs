@@ -277,14 +277,16 @@ pub fn update_rows(
         }
     }
     if !deletions.is_empty() {
-        out.extend(deletions);
-        let key: Vec<String> = keys.target.clone();
-        let all: BatchIter = Box::new(out.into_iter().map(Ok));
-        let mut s = ExternalSorter::new(out_schema.clone(), &key, usize::MAX / 2, None)?;
-        for b in all {
-            s.push(b?)?;
-        }
-        out = s.finish()?.collect::<Result<Vec<_>>>()?;
+        // Both are sorted by the target key already: merge, do not sort.
+        let found: BatchIter = Box::new(out.into_iter().map(Ok));
+        let gone: BatchIter = Box::new(deletions.into_iter().map(Ok));
+        out = merge_sorted(
+            out_schema.clone(),
+            &keys.target,
+            vec![found, gone],
+            BATCH_ROWS,
+        )?
+        .collect::<Result<Vec<_>>>()?;
     }
     Ok((out_schema, out))
 }
@@ -343,6 +345,22 @@ mod tests {
         out
     }
 
+    /// The two Int64 columns of key-mapping batches, as pairs.
+    fn pairs(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let (s, t) = (
+                    b.column(0).as_primitive::<Int64Type>(),
+                    b.column(1).as_primitive::<Int64Type>(),
+                );
+                (0..b.num_rows())
+                    .map(|i| (s.value(i), t.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The seed's worked example: content (105, 6, apple), (105, 9, banana),
     /// (108, 4, mango); source key 6 is updated to produce (107, 6, cherry).
     #[test]
@@ -371,19 +389,7 @@ mod tests {
             &changed,
         )
         .unwrap();
-        let gone_pairs: Vec<(i64, i64)> = gone
-            .iter()
-            .flat_map(|b| {
-                let (s, t) = (
-                    b.column(0).as_primitive::<Int64Type>(),
-                    b.column(1).as_primitive::<Int64Type>(),
-                );
-                (0..b.num_rows())
-                    .map(|i| (s.value(i), t.value(i)))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        assert_eq!(gone_pairs, [(6, 105)]);
+        assert_eq!(pairs(&gone), [(6, 105)]);
         // Step 2: the new content.
         let c = new_content(
             &schema(),
@@ -416,19 +422,7 @@ mod tests {
         .unwrap()
         .collect::<Result<Vec<_>>>()
         .unwrap();
-        let pairs: Vec<(i64, i64)> = m
-            .iter()
-            .flat_map(|b| {
-                let (s, t) = (
-                    b.column(0).as_primitive::<Int64Type>(),
-                    b.column(1).as_primitive::<Int64Type>(),
-                );
-                (0..b.num_rows())
-                    .map(|i| (s.value(i), t.value(i)))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        assert_eq!(pairs, [(4, 108), (6, 107), (9, 105)]);
+        assert_eq!(pairs(&m), [(4, 108), (6, 107), (9, 105)]);
         // Step 4: the update: every row of 105 (not only 6's), and 107's.
         let mut touched = gone;
         touched.extend(produced);

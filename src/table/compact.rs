@@ -17,7 +17,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
 
 use super::commit::{self, CommitOptions, Outcome};
@@ -27,7 +26,7 @@ use super::tombstone::{self, Entry, Tombstone};
 use super::write::{discard, upload, DEFAULT_TARGET_FILE_SIZE};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
-use crate::store::{PutMode, StoreHandle};
+use crate::store::StoreHandle;
 
 /// Attempts before a compaction that keeps racing deletes gives up.
 pub const MAX_REPLANS: u32 = 4;
@@ -186,31 +185,24 @@ fn commit_compaction(
         .map(|f| f.path.clone())
         .collect();
     let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
-    let mut kept: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+    // The entries of the files kept; each file's position bitmaps merged.
+    let mut kept: BTreeMap<String, (Vec<Entry>, roaring::RoaringBitmap)> = BTreeMap::new();
     for t in &tombstones {
-        for e in &t.entries {
-            if !gone.contains(e.file()) {
-                kept.entry(e.file().to_string())
-                    .or_default()
-                    .push(e.clone());
+        for (i, e) in t.entries.iter().enumerate() {
+            if gone.contains(e.file()) {
+                continue;
+            }
+            let (others, rows) = kept.entry(e.file().to_string()).or_default();
+            match t.rows_of(i) {
+                Some(b) => *rows |= b,
+                None => others.push(e.clone()),
             }
         }
     }
-    // Merge each file's position bitmaps into one entry.
+    let files: Vec<String> = kept.keys().cloned().collect();
     let mut entries = Vec::new();
-    for (file, list) in kept {
-        let mut rows = roaring::RoaringBitmap::new();
-        for e in list {
-            match e {
-                Entry::Rows { .. } => {
-                    let d = tombstone::fold(&[Arc::new(Tombstone::new(vec![e]))])?;
-                    if let Some(fd) = d.get(&file) {
-                        rows |= &fd.rows;
-                    }
-                }
-                other => entries.push(other),
-            }
-        }
+    for (file, (others, rows)) in kept {
+        entries.extend(others);
         if !rows.is_empty() {
             entries.push(Entry::rows(&file, &rows)?);
         }
@@ -218,26 +210,9 @@ fn commit_compaction(
     let coalesced = if entries.is_empty() {
         None
     } else {
-        let name = format!(
-            "tombstone/v{:08}-{}.del",
-            base.version + 1,
-            crate::dataset::unique_token()
-        );
+        let name = crate::runtime::block_on(Tombstone::put(store, table, base.version, entries))??;
         let key = format!("{}/{name}", table.trim_end_matches('/'));
-        let body = Bytes::from(Tombstone::new(entries).to_json()?);
-        crate::runtime::block_on(store.put(&key, body, PutMode::Create))??;
-        let files: BTreeSet<String> = tombstones
-            .iter()
-            .flat_map(|t| t.entries.iter().map(|e| e.file().to_string()))
-            .filter(|f| !gone.contains(f))
-            .collect();
-        Some((
-            TombstoneRef {
-                path: name,
-                files: files.into_iter().collect(),
-            },
-            key,
-        ))
+        Some((TombstoneRef { path: name, files }, key))
     };
     let base_tombstones: BTreeSet<String> =
         base.tombstones.iter().map(|t| t.path.clone()).collect();

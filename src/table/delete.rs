@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::Array;
-use bytes::Bytes;
 use serde_json::Value;
 
 use super::commit::{self, CommitOptions, Outcome};
@@ -33,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::parquet::decode;
 use crate::parquet::filter::{Op, Predicate};
 use crate::parquet::stats;
-use crate::store::{PutMode, StoreHandle};
+use crate::store::StoreHandle;
 
 /// Attempts before a delete that keeps finding its files compacted away
 /// gives up with `CommitConflict`.
@@ -367,20 +366,19 @@ fn commit_tombstone(
     rows: Option<u64>,
     predicate: &Predicate,
 ) -> Result<Option<TableManifest>> {
-    let name = format!(
-        "tombstone/v{:08}-{}.del",
-        latest.manifest.version + 1,
-        crate::dataset::unique_token()
-    );
-    let key = format!("{}/{name}", table.trim_end_matches('/'));
     let touched: Vec<String> = {
         let mut t: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
         t.sort();
         t.dedup();
         t
     };
-    let body = Bytes::from(Tombstone::new(entries).to_json()?);
-    crate::runtime::block_on(store.put(&key, body, PutMode::Create))??;
+    let name = crate::runtime::block_on(Tombstone::put(
+        store,
+        table,
+        latest.manifest.version,
+        entries,
+    ))??;
+    let key = format!("{}/{name}", table.trim_end_matches('/'));
     let mut stale = false;
     let filter = describe(predicate);
     let out = crate::runtime::block_on(commit::commit(

@@ -96,15 +96,51 @@ pub struct Tombstone {
     pub format: String,
     pub created_at: String,
     pub entries: Vec<Entry>,
+    /// The bitmap of each `rows` entry, decoded once (when the tombstone is
+    /// built or parsed), by entry index; `None` for other entries.
+    #[serde(skip)]
+    bitmaps: Vec<Option<RoaringBitmap>>,
 }
 
 impl Tombstone {
     pub fn new(entries: Vec<Entry>) -> Self {
+        let bitmaps = entries
+            .iter()
+            .map(|e| match e {
+                Entry::Rows { bitmap, .. } => decode_bitmap(bitmap).ok(),
+                _ => None,
+            })
+            .collect();
         Self {
             format: FORMAT.into(),
             created_at: crate::dataset::manifest::now_iso8601(),
             entries,
+            bitmaps,
         }
+    }
+
+    /// The row positions of entry `i` if it is a `rows` entry.
+    pub fn rows_of(&self, i: usize) -> Option<&RoaringBitmap> {
+        self.bitmaps.get(i).and_then(Option::as_ref)
+    }
+
+    /// Write a new tombstone with `entries` for the version after `base`
+    /// (create-only, uniquely named); returns its name under the table.
+    pub async fn put(
+        store: &StoreHandle,
+        table: &str,
+        base: u64,
+        entries: Vec<Entry>,
+    ) -> Result<String> {
+        let name = format!(
+            "tombstone/v{:08}-{}.del",
+            base + 1,
+            crate::dataset::unique_token()
+        );
+        let key = format!("{}/{name}", table.trim_end_matches('/'));
+        let body = bytes::Bytes::from(Self::new(entries).to_json()?);
+        store.put(&key, body, crate::store::PutMode::Create).await?;
+        Ok(name)
     }
 
     pub fn to_json(&self) -> Result<Vec<u8>> {
@@ -118,24 +154,30 @@ impl Tombstone {
             path: path.to_string(),
             reason,
         };
-        let t: Tombstone = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        let mut t: Tombstone = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
         if t.format != FORMAT {
             return Err(corrupted(format!(
                 "format is {:?}, this pds reads {FORMAT:?}",
                 t.format
             )));
         }
+        let mut bitmaps = Vec::with_capacity(t.entries.len());
         for e in &t.entries {
-            if let Entry::Rows { bitmap, rows, .. } = e {
-                let b = decode_bitmap(bitmap).map_err(&corrupted)?;
-                if b.len() != *rows {
-                    return Err(corrupted(format!(
-                        "a bitmap holds {} rows but says {rows}",
-                        b.len()
-                    )));
+            bitmaps.push(match e {
+                Entry::Rows { bitmap, rows, .. } => {
+                    let b = decode_bitmap(bitmap).map_err(&corrupted)?;
+                    if b.len() != *rows {
+                        return Err(corrupted(format!(
+                            "a bitmap holds {} rows but says {rows}",
+                            b.len()
+                        )));
+                    }
+                    Some(b)
                 }
-            }
+                _ => None,
+            });
         }
+        t.bitmaps = bitmaps;
         Ok(t)
     }
 }
@@ -198,7 +240,7 @@ pub type Deletes = HashMap<String, FileDeletes>;
 pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
     let mut out: Deletes = HashMap::new();
     for t in tombstones {
-        for e in &t.entries {
+        for (i, e) in t.entries.iter().enumerate() {
             let d = out.entry(e.file().to_string()).or_default();
             match e {
                 Entry::RowGroup {
@@ -220,11 +262,11 @@ pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
                     min_exclusive: *pk_min_exclusive,
                     max_exclusive: *pk_max_exclusive,
                 }),
-                Entry::Rows { bitmap, .. } => {
-                    // Checked when the tombstone was parsed.
-                    let b = decode_bitmap(bitmap).map_err(|reason| Error::ManifestCorrupted {
+                Entry::Rows { .. } => {
+                    // Decoded (and checked) when the tombstone was parsed.
+                    let b = t.rows_of(i).ok_or_else(|| Error::ManifestCorrupted {
                         path: e.file().to_string(),
-                        reason,
+                        reason: "a rows entry holds no valid bitmap".into(),
                     })?;
                     d.rows |= b;
                 }

@@ -35,15 +35,9 @@ from pds.spark._job import (
     remove_until_settled,
 )
 from pds.spark._schema import conform_batches
-from pds.table import Table
+from pds.table import Table, is_table
 
 __all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
-
-
-def is_table(store: Store, key: str) -> bool:
-    """Whether a pds table lives at *key* (one HEAD, two if it is new)."""
-    key = key.strip("/")
-    return bool(store.exists(f"{key}/_latest_manifest") or store.exists(f"{key}/manifest/v00000000.json"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +118,7 @@ class TableWriteJob(StoreJob):
                         f"the DataFrame has columns {schema.names}, the table {current.names}", path=key
                     )
                 target = current
-            props = table._manifest.get("properties", {})
+            props = table.manifest.get("properties", {})
             settings_used = dataclasses.replace(
                 settings,
                 compression=props.get("compression", settings.compression),
@@ -209,10 +203,10 @@ class TableWriteJob(StoreJob):
         remove_until_settled(self._job_files, self._delete, settle)
 
 
-def table_snapshot_files(table: Table, version: int) -> list[tuple[str, int]]:
-    """``(path, rows)`` of every data file of *version* that holds rows."""
-    f = table.files(version)
-    return [(p, n) for p, n in zip(f.column("path").to_pylist(), f.column("rows").to_pylist(), strict=True) if n]
+def table_snapshot_files(table: Table) -> list[tuple[str, int]]:
+    """``(path, rows)`` of every data file of the table's version that holds
+    rows, from its manifest (no I/O)."""
+    return [(f["path"], f["total_rows"]) for f in table.manifest.get("data_files", []) if f["total_rows"]]
 
 
 def version_options(options: Mapping[str, str]) -> tuple[int | None, str | None]:

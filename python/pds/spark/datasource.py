@@ -350,7 +350,7 @@ class PdsTableReader(DataSourceReader):
         self._target = spark_read_target(schema)
         _check_castable(self._table_schema, self._target)
         self._filters = list(filters)
-        self._partitions = [PdsPartition(path, rows) for path, rows in table_snapshot_files(table, table.version)]
+        self._partitions = [PdsPartition(path, rows) for path, rows in table_snapshot_files(table)]
 
     def partitions(self) -> list[InputPartition]:
         """One partition per data file of the version that holds rows."""

@@ -182,6 +182,35 @@ pub fn merge_sorted(
     Ok(Box::new(merge))
 }
 
+/// `stream` (sorted by `key`) with each run of rows of equal `key` cut to
+/// its first row: the distinct keys of a sorted stream, say. Streaming.
+pub fn dedup_sorted(schema: SchemaRef, key: &[String], stream: BatchIter) -> Result<BatchIter> {
+    let encoder = KeyEncoder::new(&schema, key)?;
+    let mut last: Option<arrow_row::OwnedRow> = None;
+    Ok(Box::new(stream.filter_map(move |b| {
+        let step = (|| {
+            let b = b?;
+            if b.num_rows() == 0 {
+                return Ok(None);
+            }
+            let rows = encoder.rows(&b)?;
+            let mask: arrow_array::BooleanArray = (0..b.num_rows())
+                .map(|i| {
+                    let r = rows.row(i);
+                    let new = last.as_ref().is_none_or(|l| l.row() != r);
+                    if new {
+                        last = Some(r.owned());
+                    }
+                    Some(new)
+                })
+                .collect();
+            let kept = arrow_select::filter::filter_record_batch(&b, &mask)?;
+            Ok((kept.num_rows() > 0).then_some(kept))
+        })();
+        step.transpose()
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

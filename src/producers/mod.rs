@@ -4,27 +4,35 @@
 //! - [`keys`]: compound keys as arrow's row format (byte-comparable rows).
 //! - [`sort`]: an external sort within a memory budget (sorted runs spilled
 //!   to local Arrow IPC files), read back as one sorted stream.
-//! - [`merge`]: a streaming k-way merge of sorted streams.
+//! - [`merge`]: a streaming k-way merge of sorted streams; distinct keys.
 //! - [`group`]: a group cursor handing out each key's values lazily,
 //!   forward-only, for groups of any size.
 //! - [`join`]: a merge-join scan over several sorted sources by key.
 //! - [`parts`]: a sorted stream written as key-range Parquet parts, cut at
 //!   key boundaries, with each part's key range recorded; which parts an
-//!   update's keys touch (the others are kept by reference).
-//! - [`stage`]: one stage's incremental update (content, key-mappings and
-//!   the update for downstream stages), as forward scans plus a sort of the
-//!   changes only.
-//!
-//! Key-range parts, multi-stage pipelines, merges, the pipeline commit and
-//! the Python API build on these (not built yet).
+//!   update's keys touch.
+//! - [`partset`]: a set of key-range parts read whole or by key, and
+//!   rewritten only where a change lands (the rest kept by reference).
+//! - [`manifest`]: a pipeline version (graph + every node's parts),
+//!   committed by the table layer's compare-and-swap loop.
+//! - [`node`]: a source, stage or merge at one version, and the reads an
+//!   update needs from it (its update, content by key, augmented updates).
+//! - [`chunks`]: the groups handed to `Produce`, in chunks.
+//! - [`run`]: one stage's incremental update over its stored parts.
+//! - [`source`]: a source's update from the user's changes; a merge's update.
 
+pub mod chunks;
 pub mod group;
 pub mod join;
 pub mod keys;
+pub mod manifest;
 pub mod merge;
+pub mod node;
 pub mod parts;
+pub mod partset;
+pub mod run;
 pub mod sort;
-pub mod stage;
+pub mod source;
 
 use arrow_array::RecordBatch;
 

@@ -144,29 +144,14 @@ pub fn write_range_parts(
     Ok(written)
 }
 
-/// Which of `parts` (in key order, from [`write_range_parts`]) an update
-/// touching the keys in `touched` must rewrite; the others are kept by
-/// reference. A key inside a part's range touches that part; a key between
-/// two parts' ranges (a new key) touches the next part, or the last part if
-/// it is beyond them all. `key_schema` holds the key columns' types;
-/// `touched` batches hold (at least) the key columns. `key` must be the key
-/// the parts were cut at (or the leading columns of their sort key only if
-/// no value of those columns spans two parts): a key spanning parts would
-/// touch only the first of them.
-///
-/// Cost: a binary search per touched key over the parts' ranges; no I/O.
-pub fn touched_parts(
+/// The parts' last keys (`key` columns of `key_schema`) as rows of the
+/// key's row format, one per part. `InvalidArgument` for a key type
+/// without recorded ranges.
+pub fn last_key_rows(
     parts: &[RangePart],
     key_schema: &SchemaRef,
     key: &[String],
-    touched: &[RecordBatch],
-) -> Result<Vec<bool>> {
-    let mut hit = vec![false; parts.len()];
-    if parts.is_empty() {
-        return Ok(hit);
-    }
-    // The parts' last keys as rows of the key's row format.
-    let encoder = KeyEncoder::new(key_schema, key)?;
+) -> Result<arrow_row::Rows> {
     let idx = crate::parquet::decode::column_indices(key_schema, key)?;
     let mut columns = Vec::with_capacity(key.len());
     for (n, &i) in idx.iter().enumerate() {
@@ -193,7 +178,32 @@ pub fn touched_parts(
         )),
         columns,
     )?;
-    let last_rows = encoder.rows(&lasts)?;
+    KeyEncoder::new(&lasts.schema(), key)?.rows(&lasts)
+}
+
+/// Which of `parts` (in key order, from [`write_range_parts`]) an update
+/// touching the keys in `touched` must rewrite; the others are kept by
+/// reference. A key inside a part's range touches that part; a key between
+/// two parts' ranges (a new key) touches the next part, or the last part if
+/// it is beyond them all. `key_schema` holds the key columns' types;
+/// `touched` batches hold (at least) the key columns. `key` must be the key
+/// the parts were cut at (or the leading columns of their sort key only if
+/// no value of those columns spans two parts): a key spanning parts would
+/// touch only the first of them.
+///
+/// Cost: a binary search per touched key over the parts' ranges; no I/O.
+pub fn touched_parts(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+    touched: &[RecordBatch],
+) -> Result<Vec<bool>> {
+    let mut hit = vec![false; parts.len()];
+    if parts.is_empty() {
+        return Ok(hit);
+    }
+    let encoder = KeyEncoder::new(key_schema, key)?;
+    let last_rows = last_key_rows(parts, key_schema, key)?;
     for batch in touched {
         let rows = encoder.rows(batch)?;
         for i in 0..batch.num_rows() {

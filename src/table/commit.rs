@@ -44,10 +44,39 @@ impl Default for CommitOptions {
     }
 }
 
+/// A manifest the commit loop can version: tables' and pipelines' alike.
+pub trait Versioned: Sized {
+    /// The version this manifest holds.
+    fn version(&self) -> u64;
+    /// Set when the commit loop picks the version this attempt tries.
+    fn set_version(&mut self, version: u64, previous: Option<u64>);
+    /// The bytes stored at `manifest/vNNNNNNNN.json`.
+    fn to_json(&self) -> Result<Vec<u8>>;
+    /// Parse and validate bytes read from `path` (untrusted); `version` is
+    /// the one the name promises. Every failure is `ManifestCorrupted`.
+    fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self>;
+}
+
+impl Versioned for TableManifest {
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn set_version(&mut self, version: u64, previous: Option<u64>) {
+        self.version = version;
+        self.previous = previous;
+    }
+    fn to_json(&self) -> Result<Vec<u8>> {
+        TableManifest::to_json(self)
+    }
+    fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
+        TableManifest::from_json(raw, path, version)
+    }
+}
+
 /// The latest committed version and what a pointer update needs.
 #[derive(Debug, Clone)]
-pub struct Latest {
-    pub manifest: TableManifest,
+pub struct Latest<M = TableManifest> {
+    pub manifest: M,
     /// The pointer object's ETag/version as read (`None`: no pointer yet).
     pointer: Option<(Option<String>, Option<String>)>,
     /// The version the pointer names (it may lag `manifest.version`).
@@ -56,12 +85,9 @@ pub struct Latest {
 
 /// What a commit did.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub enum Outcome<M = TableManifest> {
     /// A new version was committed.
-    Committed {
-        manifest: Box<TableManifest>,
-        attempts: u32,
-    },
+    Committed { manifest: Box<M>, attempts: u32 },
     /// `prepare` found nothing to commit; the latest version stays.
     Unchanged { version: Option<u64> },
 }
@@ -80,6 +106,15 @@ pub async fn latest_with(
     table: &str,
     roll_forward: bool,
 ) -> Result<Option<Latest>> {
+    latest_of(store, table, roll_forward).await
+}
+
+/// [`latest_with`] for any [`Versioned`] manifest.
+pub async fn latest_of<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    roll_forward: bool,
+) -> Result<Option<Latest<M>>> {
     let (pointed, pointer) = match store.get_with_meta(&pointer_key(table)).await {
         Ok((raw, meta)) => {
             let p = Pointer::from_json(&raw, &pointer_key(table))?;
@@ -103,7 +138,7 @@ pub async fn latest_with(
     let Some(version) = version else {
         return Ok(None);
     };
-    let manifest = read_version(store, table, version).await?;
+    let manifest = read_version_of::<M>(store, table, version).await?;
     Ok(Some(Latest {
         manifest,
         pointer,
@@ -126,19 +161,28 @@ pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> 
 
 /// The manifest of `version` (a GET; no pointer involved).
 pub async fn read_version(store: &StoreHandle, table: &str, version: u64) -> Result<TableManifest> {
+    read_version_of(store, table, version).await
+}
+
+/// [`read_version`] for any [`Versioned`] manifest.
+pub async fn read_version_of<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+) -> Result<M> {
     let key = manifest_key(table, version);
     let raw = store.get(&key).await?;
-    TableManifest::from_json(&raw, &key, version)
+    M::from_json(&raw, &key, version)
 }
 
 /// Move the pointer forward to `version`: compare-and-swap against the
 /// pointer `latest` read (create-only for a table's first version). If
 /// another writer moved it meanwhile, re-read it and try again, unless it
 /// already names `version` or a later one. The pointer never moves back.
-async fn advance_pointer(
+async fn advance_pointer<M>(
     store: &StoreHandle,
     table: &str,
-    latest: Option<&Latest>,
+    latest: Option<&Latest<M>>,
     version: u64,
 ) -> Result<()> {
     let key = pointer_key(table);
@@ -195,10 +239,25 @@ pub async fn commit<F>(
     table: &str,
     opts: &CommitOptions,
     base: Option<Latest>,
-    mut prepare: F,
+    prepare: F,
 ) -> Result<Outcome>
 where
     F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>>,
+{
+    commit_versioned(store, table, opts, base, prepare).await
+}
+
+/// [`commit`] for any [`Versioned`] manifest (a pipeline's, say).
+pub async fn commit_versioned<M, F>(
+    store: &StoreHandle,
+    table: &str,
+    opts: &CommitOptions,
+    base: Option<Latest<M>>,
+    mut prepare: F,
+) -> Result<Outcome<M>>
+where
+    M: Versioned,
+    F: FnMut(Option<&M>) -> Result<Option<M>>,
 {
     let mut seed = (std::process::id() as u64) << 32
         ^ std::time::SystemTime::now()
@@ -211,22 +270,21 @@ where
     for attempt in 1..=opts.max_attempts.max(1) {
         let base = match given.take() {
             Some(b) => Some(b),
-            None => latest_with(store, table, attempt > 1).await?,
+            None => latest_of::<M>(store, table, attempt > 1).await?,
         };
         // Help a writer that died (or is about to) before moving the pointer.
         if let Some(l) = &base {
-            if l.pointed != Some(l.manifest.version) {
-                advance_pointer(store, table, Some(l), l.manifest.version).await?;
+            if l.pointed != Some(l.manifest.version()) {
+                advance_pointer(store, table, Some(l), l.manifest.version()).await?;
             }
         }
         let Some(mut next) = prepare(base.as_ref().map(|l| &l.manifest))? else {
             return Ok(Outcome::Unchanged {
-                version: base.map(|l| l.manifest.version),
+                version: base.map(|l| l.manifest.version()),
             });
         };
-        let version = base.as_ref().map_or(0, |l| l.manifest.version + 1);
-        next.version = version;
-        next.previous = version.checked_sub(1);
+        let version = base.as_ref().map_or(0, |l| l.manifest.version() + 1);
+        next.set_version(version, version.checked_sub(1));
         let body = Bytes::from(next.to_json()?);
         match store
             .put(&manifest_key(table, version), body, PutMode::Create)

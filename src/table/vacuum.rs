@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::commit::{latest_with, read_version};
+use super::commit::{latest_of, read_version_of, Versioned};
 use super::snapshot::TableManifest;
 use super::{manifest_name, POINTER};
 use crate::error::{Error, Result};
@@ -32,16 +32,26 @@ pub struct Vacuumed {
     pub retained: Vec<u64>,
 }
 
-fn created(m: &TableManifest) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(&m.created_at)
-        .ok()
-        .map(|d| d.with_timezone(&Utc))
+/// A versioned manifest vacuum can collect around: when it was created and
+/// which objects (relative to its key) it references.
+pub trait Collectable: Versioned {
+    fn created(&self) -> Option<DateTime<Utc>>;
+    /// Add the objects this version needs, its own manifest included.
+    fn references(&self, keep: &mut BTreeSet<String>);
 }
 
-fn references(m: &TableManifest, keep: &mut BTreeSet<String>) {
-    keep.insert(manifest_name(m.version));
-    keep.extend(m.data_files.iter().map(|f| f.path.clone()));
-    keep.extend(m.tombstones.iter().map(|t| t.path.clone()));
+impl Collectable for TableManifest {
+    fn created(&self) -> Option<DateTime<Utc>> {
+        DateTime::parse_from_rfc3339(&self.created_at)
+            .ok()
+            .map(|d| d.with_timezone(&Utc))
+    }
+
+    fn references(&self, keep: &mut BTreeSet<String>) {
+        keep.insert(manifest_name(self.version));
+        keep.extend(self.data_files.iter().map(|f| f.path.clone()));
+        keep.extend(self.tombstones.iter().map(|t| t.path.clone()));
+    }
 }
 
 /// The version a manifest object name stands for (`manifest/v00000012.json`).
@@ -64,10 +74,21 @@ pub async fn vacuum(
     dry_run: bool,
     now: DateTime<Utc>,
 ) -> Result<Vacuumed> {
+    vacuum_of::<TableManifest>(store, table, retain, dry_run, now).await
+}
+
+/// [`vacuum`] for any [`Collectable`] manifest (a pipeline's, say).
+pub async fn vacuum_of<M: Collectable>(
+    store: &StoreHandle,
+    table: &str,
+    retain: Duration,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<Vacuumed> {
     if retain < Duration::zero() {
         return Err(Error::InvalidArgument("retain must not be negative".into()));
     }
-    let Some(latest) = latest_with(store, table, true).await? else {
+    let Some(latest) = latest_of::<M>(store, table, true).await? else {
         return Err(Error::NotFound {
             path: table.to_string(),
         });
@@ -77,29 +98,29 @@ pub async fn vacuum(
     let listing = store.list(table, true).await?;
     let mut keep = BTreeSet::new();
     keep.insert(POINTER.to_string());
-    references(&latest.manifest, &mut keep);
-    let mut retained = vec![latest.manifest.version];
+    latest.manifest.references(&mut keep);
+    let mut retained = vec![latest.manifest.version()];
     // Manifests by version, newest first: keep those created within the
     // window and the newest one before it.
     let mut versions: Vec<u64> = listing
         .objects
         .iter()
         .filter_map(|o| version_of(o.key.strip_prefix(&root)?))
-        .filter(|v| *v < latest.manifest.version)
+        .filter(|v| *v < latest.manifest.version())
         .collect();
     versions.sort_unstable_by(|a, b| b.cmp(a));
-    if created(&latest.manifest).is_none_or(|t| t < cutoff) {
+    if latest.manifest.created().is_none_or(|t| t < cutoff) {
         versions.clear(); // The latest is what `as_of` the cutoff reads.
     }
     for v in versions {
-        let m = match read_version(store, table, v).await {
+        let m = match read_version_of::<M>(store, table, v).await {
             Ok(m) => m,
             Err(Error::NotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
-        references(&m, &mut keep);
+        m.references(&mut keep);
         retained.push(v);
-        if created(&m).is_none_or(|t| t < cutoff) {
+        if m.created().is_none_or(|t| t < cutoff) {
             break; // The newest version before the window: older ones go.
         }
     }

@@ -1,0 +1,207 @@
+//! What a stage's `Produce` is handed: chunks of groups.
+//!
+//! A [`Chunk`] holds, for a run of consecutive keys, each source's rows and
+//! where each key's rows start (`offsets`). The batched form hands whole
+//! groups; the row form may get a group cut over several chunks (a group
+//! larger than memory), the later ones marked `continued`, so memory stays
+//! one chunk whatever a group's size.
+
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_row::{OwnedRow, Rows};
+use arrow_schema::SchemaRef;
+
+use super::keys::KeyEncoder;
+use super::partset::Splitter;
+use super::BatchIter;
+use crate::error::{Error, Result};
+
+/// Consecutive keys and each source's rows for them.
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// The keys, distinct, in order (key columns).
+    pub keys: RecordBatch,
+    /// Per source: its rows (public columns) and `keys.num_rows() + 1`
+    /// offsets: key `i`'s rows are `offsets[i]..offsets[i + 1]`.
+    pub sources: Vec<(RecordBatch, Vec<u32>)>,
+    /// The first key goes on from the previous chunk (row form only).
+    pub continued: bool,
+}
+
+/// Where each run of equal rows starts, and the end.
+fn run_starts(rows: &Rows, n: usize) -> Vec<u32> {
+    let mut starts = Vec::new();
+    for i in 0..n {
+        if i == 0 || rows.row(i) != rows.row(i - 1) {
+            starts.push(i as u32);
+        }
+    }
+    starts.push(n as u32);
+    starts
+}
+
+fn concat(schema: &SchemaRef, parts: &[RecordBatch]) -> Result<RecordBatch> {
+    Ok(arrow_select::concat::concat_batches(schema, parts)?)
+}
+
+/// Chunks of one sorted source.
+pub struct SingleChunker {
+    stream: BatchIter,
+    schema: SchemaRef,
+    encoder: KeyEncoder,
+    key_idx: Vec<usize>,
+    carry: Option<RecordBatch>,
+    last: Option<OwnedRow>,
+}
+
+impl SingleChunker {
+    /// Over `stream` (batches of `schema`, sorted by `key`).
+    pub fn new(schema: SchemaRef, key: &[String], stream: BatchIter) -> Result<Self> {
+        let encoder = KeyEncoder::new(&schema, key)?;
+        Ok(Self {
+            key_idx: encoder.indices().to_vec(),
+            encoder,
+            stream,
+            schema,
+            carry: None,
+            last: None,
+        })
+    }
+
+    fn pull(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(c) = self.carry.take() {
+            return Ok(Some(c));
+        }
+        for b in self.stream.by_ref() {
+            let b = b?;
+            if b.num_rows() > 0 {
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next chunk of about `max_rows` rows; with `whole`, it ends at a
+    /// group's end (so it may hold more). `None` at the end.
+    pub fn next(&mut self, whole: bool, max_rows: usize) -> Result<Option<Chunk>> {
+        let mut parts = Vec::new();
+        let mut n = 0;
+        while n < max_rows.max(1) {
+            match self.pull()? {
+                Some(b) => {
+                    n += b.num_rows();
+                    parts.push(b);
+                }
+                None => break,
+            }
+        }
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        if whole {
+            // Take the rest of the last group from the batches that follow.
+            while let Some(tail) = parts.last() {
+                let tail_rows = self.encoder.rows(tail)?;
+                let last = tail_rows.row(tail.num_rows() - 1).owned();
+                let Some(b) = self.pull()? else { break };
+                let rows = self.encoder.rows(&b)?;
+                let same = (0..b.num_rows())
+                    .take_while(|&i| rows.row(i) == last.row())
+                    .count();
+                if same == b.num_rows() {
+                    parts.push(b);
+                    continue;
+                }
+                if same > 0 {
+                    parts.push(b.slice(0, same));
+                }
+                self.carry = Some(b.slice(same, b.num_rows() - same));
+                break;
+            }
+        }
+        let batch = concat(&self.schema, &parts)?;
+        let rows = self.encoder.rows(&batch)?;
+        let n = batch.num_rows();
+        let offsets = run_starts(&rows, n);
+        let starts = UInt32Array::from(offsets[..offsets.len() - 1].to_vec());
+        let keys = arrow_select::take::take_record_batch(&batch.project(&self.key_idx)?, &starts)?;
+        let continued = self.last.as_ref().is_some_and(|l| l.row() == rows.row(0));
+        self.last = Some(rows.row(n - 1).owned());
+        Ok(Some(Chunk {
+            keys,
+            sources: vec![(batch, offsets)],
+            continued,
+        }))
+    }
+}
+
+/// Chunks of several sources over a known key list (a join's changed keys):
+/// whole groups only.
+pub struct JoinChunker {
+    keys: Splitter,
+    key_schema: SchemaRef,
+    key_encoder: KeyEncoder,
+    sources: Vec<(SchemaRef, KeyEncoder, Splitter)>,
+}
+
+impl JoinChunker {
+    /// `keys`: sorted distinct keys (key columns); `sources`: each one's
+    /// public schema, key columns and rows (sorted by key, no key outside `keys`).
+    pub fn new(
+        key_schema: SchemaRef,
+        keys: BatchIter,
+        sources: Vec<(SchemaRef, Vec<String>, BatchIter)>,
+    ) -> Result<Self> {
+        let names: Vec<String> = key_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let mut out = Vec::new();
+        for (schema, key, rows) in sources {
+            let split = Splitter::new(rows, KeyEncoder::new(&schema, &key)?);
+            out.push((schema.clone(), KeyEncoder::new(&schema, &key)?, split));
+        }
+        Ok(Self {
+            keys: Splitter::new(keys, KeyEncoder::new(&key_schema, &names)?),
+            key_encoder: KeyEncoder::new(&key_schema, &names)?,
+            key_schema,
+            sources: out,
+        })
+    }
+
+    /// The next chunk of at most `max_keys` keys.
+    pub fn next(&mut self, max_keys: usize) -> Result<Option<Chunk>> {
+        let keys = self.keys.take_rows(max_keys.max(1))?;
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let keys = concat(&self.key_schema, &keys)?;
+        let krows = self.key_encoder.rows(&keys)?;
+        let bound = krows.row(keys.num_rows() - 1);
+        let mut sources = Vec::with_capacity(self.sources.len());
+        for (schema, enc, split) in &mut self.sources {
+            let batch = concat(schema, &split.take_until(Some(bound))?)?;
+            let rows = enc.rows(&batch)?;
+            let mut offsets = Vec::with_capacity(keys.num_rows() + 1);
+            let mut p = 0;
+            for i in 0..keys.num_rows() {
+                offsets.push(p as u32);
+                while p < batch.num_rows() && rows.row(p) == krows.row(i) {
+                    p += 1;
+                }
+            }
+            if p != batch.num_rows() {
+                return Err(Error::Task(
+                    "a join source holds a key outside the changed keys".into(),
+                ));
+            }
+            offsets.push(p as u32);
+            sources.push((batch, offsets));
+        }
+        Ok(Some(Chunk {
+            keys,
+            sources,
+            continued: false,
+        }))
+    }
+}

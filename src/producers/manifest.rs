@@ -1,0 +1,256 @@
+//! A pipeline's versions: one immutable manifest per version, committed by
+//! the table layer's compare-and-swap loop ([`crate::table::commit`]).
+//!
+//! A manifest holds the stage graph as the user declared it (opaque JSON
+//! here; the Python facade compares it with the declared one) and, per
+//! node, the key-range parts of its state at that version: `content`,
+//! `mappings` (stages only) and the `update` the version made (`rows` with
+//! every row of each changed key, `deleted` keys left with none). Part
+//! names are relative to the pipeline's key, so a part written by one
+//! version is kept by later ones by reference.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::parts::RangePart;
+use crate::error::{Error, Result};
+use crate::table::commit::Versioned;
+use crate::table::vacuum::Collectable;
+
+/// The `format` every pipeline manifest carries.
+pub const FORMAT: &str = "pds-pipeline/1";
+
+/// What one version changed in a node (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateFiles {
+    #[serde(default)]
+    pub rows: Vec<RangePart>,
+    #[serde(default)]
+    pub deleted: Vec<RangePart>,
+}
+
+impl UpdateFiles {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.deleted.is_empty()
+    }
+}
+
+/// A node's state at one version.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// Sources and stages: the content, sorted, cut by the (target) key.
+    #[serde(default)]
+    pub content: Vec<RangePart>,
+    /// Stages: `(K_s, K_t)`, sorted, cut by the source key.
+    #[serde(default)]
+    pub mappings: Vec<RangePart>,
+    /// What this version changed.
+    #[serde(default)]
+    pub update: UpdateFiles,
+}
+
+impl NodeState {
+    /// Every part this state references.
+    pub fn parts(&self) -> impl Iterator<Item = &RangePart> {
+        self.content
+            .iter()
+            .chain(&self.mappings)
+            .chain(&self.update.rows)
+            .chain(&self.update.deleted)
+    }
+
+    /// The same state with an empty update (a version that did not touch it).
+    pub fn carried(&self) -> Self {
+        Self {
+            content: self.content.clone(),
+            mappings: self.mappings.clone(),
+            update: UpdateFiles::default(),
+        }
+    }
+}
+
+/// One version of a pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineManifest {
+    pub format: String,
+    pub version: u64,
+    #[serde(default)]
+    pub previous: Option<u64>,
+    pub timestamp_ms: i64,
+    /// `create`, `update`, `rebuild`.
+    pub operation: String,
+    /// What the operation was given (sources updated, stage rebuilt, ...).
+    #[serde(default)]
+    pub detail: Value,
+    /// The declared stage graph (names, kinds, sources, schemas).
+    pub graph: Value,
+    pub nodes: BTreeMap<String, NodeState>,
+}
+
+/// A node name is a path segment of its parts: letters, digits, `_`, `-`, `.`.
+pub fn check_node_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "node name {name:?} must be 1-128 of [A-Za-z0-9_.-], not starting with '.'"
+        )))
+    }
+}
+
+impl PipelineManifest {
+    /// A manifest for the next version (the commit loop sets the number).
+    pub fn new(
+        operation: &str,
+        detail: Value,
+        graph: Value,
+        nodes: BTreeMap<String, NodeState>,
+    ) -> Self {
+        Self {
+            format: FORMAT.into(),
+            version: 0,
+            previous: None,
+            timestamp_ms: chrono::Utc::now().timestamp_millis(),
+            operation: operation.into(),
+            detail,
+            graph,
+            nodes,
+        }
+    }
+
+    /// Every part any node references.
+    pub fn parts(&self) -> impl Iterator<Item = &RangePart> {
+        self.nodes.values().flat_map(|n| n.parts())
+    }
+}
+
+impl Versioned for PipelineManifest {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn set_version(&mut self, version: u64, previous: Option<u64>) {
+        self.version = version;
+        self.previous = previous;
+    }
+
+    fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(self).map_err(|e| {
+            Error::InvalidArgument(format!("pipeline manifest is not serialisable: {e}"))
+        })
+    }
+
+    fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
+        let corrupted = |reason: String| Error::ManifestCorrupted {
+            path: path.to_string(),
+            reason,
+        };
+        let m: PipelineManifest =
+            serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        if m.format != FORMAT {
+            return Err(corrupted(format!(
+                "format {:?} is not {FORMAT:?}",
+                m.format
+            )));
+        }
+        if m.version != version {
+            return Err(corrupted(format!(
+                "it holds version {} under the name of version {version}",
+                m.version
+            )));
+        }
+        for name in m.nodes.keys() {
+            check_node_name(name).map_err(|e| corrupted(e.to_string()))?;
+        }
+        for part in m.parts() {
+            // A key from a store must stay below the pipeline's key.
+            crate::store::keys::object_segments(&part.name)
+                .map_err(|e| corrupted(format!("part name {:?}: {e}", part.name)))?;
+            if part
+                .name
+                .split('/')
+                .any(|s| s.is_empty() || s == ".." || s == ".")
+            {
+                return Err(corrupted(format!(
+                    "part name {:?} leaves the pipeline",
+                    part.name
+                )));
+            }
+        }
+        Ok(m)
+    }
+}
+
+impl Collectable for PipelineManifest {
+    fn created(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        chrono::DateTime::from_timestamp_millis(self.timestamp_ms)
+    }
+
+    fn references(&self, keep: &mut std::collections::BTreeSet<String>) {
+        keep.insert(crate::table::manifest_name(self.version));
+        keep.extend(self.parts().map(|p| p.name.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str) -> RangePart {
+        RangePart {
+            name: name.into(),
+            rows: 1,
+            size_bytes: 1,
+            sha256: String::new(),
+            first_key: vec![],
+            last_key: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_damaged_manifests() {
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            "a".to_string(),
+            NodeState {
+                content: vec![part("nodes/a/content/x-00000.parquet")],
+                ..Default::default()
+            },
+        );
+        let mut m = PipelineManifest::new("update", Value::Null, Value::Null, nodes);
+        m.set_version(3, Some(2));
+        let raw = m.to_json().unwrap();
+        assert_eq!(PipelineManifest::from_json(&raw, "p", 3).unwrap(), m);
+        assert!(matches!(
+            PipelineManifest::from_json(&raw, "p", 4),
+            Err(Error::ManifestCorrupted { .. })
+        ));
+        for bad in ["../../etc/passwd", "nodes/../../x", "/abs", ""] {
+            let mut m2 = m.clone();
+            m2.nodes.get_mut("a").unwrap().content[0].name = bad.into();
+            let raw = m2.to_json().unwrap();
+            assert!(
+                matches!(
+                    PipelineManifest::from_json(&raw, "p", 3),
+                    Err(Error::ManifestCorrupted { .. })
+                ),
+                "{bad}"
+            );
+        }
+        // Truncations and garbage are ManifestCorrupted, never a panic.
+        for n in 0..raw.len() {
+            let _ = PipelineManifest::from_json(&raw[..n], "p", 3);
+        }
+        assert!(check_node_name("by_email").is_ok());
+        assert!(check_node_name("a/b").is_err());
+        assert!(check_node_name("..").is_err());
+    }
+}

@@ -1,0 +1,567 @@
+//! A sorted data set stored as key-range parts (see [`super::parts`]): read
+//! back whole or by key, and rewritten where an update touches it.
+//!
+//! A [`Layout`] says what the parts hold: their schema, the sort key and
+//! the *cut key* (a leading part of the sort key that no two parts share a
+//! value of). [`Layout::rewrite`] applies a change (rows to remove by some
+//! key, rows to add in sort order) by rewriting only the parts whose key
+//! ranges the change touches; the other parts are kept by reference. So a
+//! change costs reads and writes of the parts it lands in, not of the set.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_row::{OwnedRow, Row, Rows};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+
+use super::keys::KeyEncoder;
+use super::merge::merge_sorted;
+use super::parts::{last_key_rows, write_range_parts, PartSpec, RangePart};
+use super::sort::BATCH_ROWS;
+use super::BatchIter;
+use crate::error::{Error, Result};
+use crate::parquet::decode::{decode_bytes, ReadOptions};
+use crate::parquet::encode::EncodeOptions;
+use crate::store::StoreHandle;
+
+/// Parts fetched at once by lookups and scans.
+const FETCH_AHEAD: usize = 4;
+
+/// What a set of key-range parts holds and where it lives.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub store: Arc<StoreHandle>,
+    /// The key part names are relative to (a pipeline's key).
+    pub root: String,
+    pub schema: SchemaRef,
+    pub sort_key: Vec<String>,
+    /// A leading part of `sort_key`; no value of it spans two parts.
+    pub cut_key: Vec<String>,
+    pub opts: EncodeOptions,
+    /// Rows per part before the cut at the next key boundary.
+    pub target_rows: usize,
+}
+
+/// Which rows a rewrite removes from the parts it rewrites.
+#[derive(Debug)]
+pub enum Remove {
+    Nothing,
+    /// Rows whose `key` columns (as row-format bytes) are in `set`.
+    Keys {
+        key: Vec<String>,
+        set: HashSet<OwnedRow>,
+    },
+}
+
+/// A change to apply with [`Layout::rewrite`].
+pub struct Change {
+    pub remove: Remove,
+    /// Cut-key values (batches of the cut key's columns, sorted, repeats
+    /// allowed) whose parts must be rewritten even if nothing is added
+    /// there: where the removed rows live.
+    pub touch: BatchIter,
+    /// Rows to add (the layout's schema), sorted by the sort key.
+    pub adds: BatchIter,
+    /// Return the removed rows.
+    pub collect_removed: bool,
+    /// Select, for an update, every row (after the change) of each cut-key
+    /// value that was touched or added, and the touched values left with
+    /// no row.
+    pub select: bool,
+    /// New parts are named `<prefix>-sNNNNN-NNNNN.parquet`.
+    pub prefix: String,
+}
+
+/// What [`Layout::rewrite`] did.
+#[derive(Debug, Default)]
+pub struct Rewritten {
+    /// The new part list, in key order.
+    pub parts: Vec<RangePart>,
+    /// Every object this rewrite created (for cleanup if the caller fails).
+    pub created: Vec<String>,
+    pub removed: Vec<RecordBatch>,
+    /// With `select`: the selected rows, as parts (references to new parts
+    /// that are selected whole, or new parts of the selected rows), in key order.
+    pub selected: Vec<RangePart>,
+    /// With `select`: touched cut-key values left with no row (cut-key columns).
+    pub deleted: Vec<RecordBatch>,
+}
+
+/// Splits a sorted stream at key bounds.
+pub struct Splitter {
+    stream: BatchIter,
+    encoder: KeyEncoder,
+    head: Option<(RecordBatch, Rows, usize)>,
+}
+
+impl Splitter {
+    pub fn new(stream: BatchIter, encoder: KeyEncoder) -> Self {
+        Self {
+            stream,
+            encoder,
+            head: None,
+        }
+    }
+
+    /// Make sure a batch with unread rows is at the head; `false` at the end.
+    fn fill(&mut self) -> Result<bool> {
+        while self.head.is_none() {
+            let Some(b) = self.stream.next() else {
+                return Ok(false);
+            };
+            let b = b?;
+            if b.num_rows() > 0 {
+                let rows = self.encoder.rows(&b)?;
+                self.head = Some((b, rows, 0));
+            }
+        }
+        Ok(true)
+    }
+
+    /// The next `n` rows at most.
+    pub fn take_rows(&mut self, n: usize) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut left = n;
+        while left > 0 && self.fill()? {
+            let Some((batch, _, pos)) = self.head.as_mut() else {
+                break;
+            };
+            let take = left.min(batch.num_rows() - *pos);
+            out.push(batch.slice(*pos, take));
+            *pos += take;
+            left -= take;
+            if *pos == batch.num_rows() {
+                self.head = None;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The next rows whose key is `<= bound` (all the rest if `None`).
+    pub fn take_until(&mut self, bound: Option<Row<'_>>) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        loop {
+            if !self.fill()? {
+                return Ok(out);
+            }
+            let Some((batch, rows, pos)) = self.head.as_ref() else {
+                return Ok(out);
+            };
+            let len = batch.num_rows();
+            // The first row past the bound (rows are sorted by the cut key).
+            let end = match bound {
+                None => len,
+                Some(bound) => {
+                    let (mut lo, mut hi) = (*pos, len);
+                    while lo < hi {
+                        let mid = lo + (hi - lo) / 2;
+                        if rows.row(mid) <= bound {
+                            lo = mid + 1;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    lo
+                }
+            };
+            if end > *pos {
+                out.push(batch.slice(*pos, end - *pos));
+            }
+            if end < len {
+                if let Some(h) = self.head.as_mut() {
+                    h.2 = end;
+                }
+                return Ok(out);
+            }
+            self.head = None;
+        }
+    }
+}
+
+/// Rows of `batches` whose `key` columns are (`keep == true`) or are not in `set`.
+pub fn filter_by_keys(
+    batches: &[RecordBatch],
+    encoder: &KeyEncoder,
+    set: &HashSet<OwnedRow>,
+    keep: bool,
+) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+    let (mut hit, mut miss) = (Vec::new(), Vec::new());
+    for b in batches {
+        let rows = encoder.rows(b)?;
+        let mask: BooleanArray = (0..b.num_rows())
+            .map(|i| Some(set.contains(&rows.row(i).owned())))
+            .collect();
+        let inverse = arrow_arith::boolean::not(&mask)?;
+        let (yes, no) = (
+            arrow_select::filter::filter_record_batch(b, &mask)?,
+            arrow_select::filter::filter_record_batch(b, &inverse)?,
+        );
+        let (a, c) = if keep { (yes, no) } else { (no, yes) };
+        if a.num_rows() > 0 {
+            hit.push(a);
+        }
+        if c.num_rows() > 0 {
+            miss.push(c);
+        }
+    }
+    Ok((hit, miss))
+}
+
+/// The distinct key rows of `batches`.
+pub fn key_set(batches: &[RecordBatch], encoder: &KeyEncoder) -> Result<HashSet<OwnedRow>> {
+    let mut set = HashSet::new();
+    for b in batches {
+        let rows = encoder.rows(b)?;
+        for i in 0..b.num_rows() {
+            set.insert(rows.row(i).owned());
+        }
+    }
+    Ok(set)
+}
+
+impl Layout {
+    /// `root/<name>`.
+    pub fn object(&self, part: &RangePart) -> String {
+        format!("{}/{}", self.root.trim_end_matches('/'), part.name)
+    }
+
+    fn encoder(&self, key: &[String]) -> Result<KeyEncoder> {
+        KeyEncoder::new(&self.schema, key)
+    }
+
+    /// GET a part and check its size and SHA-256 against the manifest's
+    /// record: bytes from a store are untrusted.
+    async fn fetch(&self, part: &RangePart) -> Result<Bytes> {
+        let path = self.object(part);
+        let data = self.store.get(&path).await?;
+        if data.len() as u64 != part.size_bytes {
+            return Err(Error::PartCorrupted {
+                path,
+                reason: format!(
+                    "{} bytes, the manifest records {}",
+                    data.len(),
+                    part.size_bytes
+                ),
+            });
+        }
+        let sum = crate::parquet::encode::sha256_hex(&data);
+        if sum != part.sha256 {
+            return Err(Error::PartCorrupted {
+                path,
+                reason: "its SHA-256 is not the one the manifest records".into(),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Decode a fetched part: its schema is checked against the layout's
+    /// before any data is decoded, and its row count against the record.
+    fn decode(
+        &self,
+        part: &RangePart,
+        data: Bytes,
+        columns: Option<&[String]>,
+    ) -> Result<Vec<RecordBatch>> {
+        let path = self.object(part);
+        let opts = ReadOptions {
+            columns: columns.map(|c| c.to_vec()),
+            expected: Some(self.schema.clone()),
+            ..Default::default()
+        };
+        let d = decode_bytes(data, &path, &opts)?;
+        if d.file_rows != part.rows {
+            return Err(Error::PartCorrupted {
+                path,
+                reason: format!("{} rows, the manifest records {}", d.file_rows, part.rows),
+            });
+        }
+        Ok(d.batches)
+    }
+
+    /// Every row of `parts`, in order, as a stream (`columns` projected);
+    /// a few parts are fetched ahead.
+    pub fn scan(
+        self: &Arc<Self>,
+        parts: Vec<RangePart>,
+        columns: Option<Vec<String>>,
+    ) -> BatchIter {
+        let this = self.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<RecordBatch>>>(2);
+        let rt = match crate::runtime::get() {
+            Ok(rt) => rt,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        rt.spawn(async move {
+            let this2 = this.clone();
+            let mut fetches = futures::stream::iter(parts.into_iter().map(move |p| {
+                let this = this2.clone();
+                async move { this.fetch(&p).await.map(|d| (p, d)) }
+            }))
+            .buffered(FETCH_AHEAD);
+            while let Some(got) = fetches.next().await {
+                let cols = columns.clone();
+                let this = this.clone();
+                let decoded =
+                    match got {
+                        Ok((p, data)) => tokio::task::spawn_blocking(move || {
+                            this.decode(&p, data, cols.as_deref())
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(Error::Task(format!("a part decode failed: {e}")))),
+                        Err(e) => Err(e),
+                    };
+                let failed = decoded.is_err();
+                let sent = tx.clone();
+                let gone = tokio::task::spawn_blocking(move || sent.send(decoded).is_err())
+                    .await
+                    .unwrap_or(true);
+                if gone || failed {
+                    return;
+                }
+            }
+        });
+        Box::new(rx.into_iter().flat_map(|r| match r {
+            Ok(batches) => batches.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        }))
+    }
+
+    /// Fetch and decode several parts at once (the GETs concurrently).
+    fn read_many(
+        &self,
+        parts: &[RangePart],
+        columns: Option<&[String]>,
+    ) -> Result<Vec<Vec<RecordBatch>>> {
+        let fetched: Vec<Bytes> = crate::runtime::block_on(
+            futures::stream::iter(parts.iter().map(|p| self.fetch(p)))
+                .buffered(FETCH_AHEAD)
+                .try_collect(),
+        )??;
+        parts
+            .iter()
+            .zip(fetched)
+            .map(|(p, d)| self.decode(p, d, columns))
+            .collect()
+    }
+
+    /// The rows (projected to `columns`) whose cut key is one of `keys`
+    /// (batches holding the cut key's columns), in sort order. Reads only
+    /// the parts whose ranges hold those keys.
+    pub fn lookup(
+        &self,
+        parts: &[RangePart],
+        keys: &[RecordBatch],
+        columns: &[String],
+    ) -> Result<Vec<RecordBatch>> {
+        if parts.is_empty() || keys.iter().all(|k| k.num_rows() == 0) {
+            return Ok(Vec::new());
+        }
+        let hit = super::parts::touched_parts(parts, &self.schema, &self.cut_key, keys)?;
+        let wanted: Vec<RangePart> = parts
+            .iter()
+            .zip(&hit)
+            .filter(|(_, h)| **h)
+            .map(|(p, _)| p.clone())
+            .collect();
+        let key_enc = KeyEncoder::new(&keys[0].schema(), &self.cut_key)?;
+        let set = key_set(keys, &key_enc)?;
+        let enc = self.encoder(&self.cut_key)?;
+        let mut out = Vec::new();
+        for batches in self.read_many(&wanted, Some(columns))? {
+            out.extend(filter_by_keys(&batches, &enc, &set, true)?.0);
+        }
+        Ok(out)
+    }
+
+    /// Write a sorted stream as new parts named `<prefix>-NNNNN.parquet`.
+    fn write(
+        &self,
+        prefix: &str,
+        stream: BatchIter,
+        created: &mut Vec<String>,
+    ) -> Result<Vec<RangePart>> {
+        let spec = PartSpec {
+            location: &self.root,
+            prefix,
+            target_rows: self.target_rows,
+            opts: &self.opts,
+        };
+        let parts = write_range_parts(
+            self.store.clone(),
+            &spec,
+            self.schema.clone(),
+            &self.cut_key,
+            stream,
+        )?;
+        created.extend(parts.iter().map(|p| self.object(p)));
+        Ok(parts)
+    }
+
+    /// Apply `change` to `parts` (see [`Change`]); only the parts whose key
+    /// ranges the touched or added keys fall in are read and rewritten. A
+    /// failure removes what this call wrote.
+    pub fn rewrite(&self, parts: &[RangePart], change: Change) -> Result<Rewritten> {
+        let mut out = Rewritten::default();
+        match self.rewrite_into(parts, change, &mut out) {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                let _ = crate::runtime::block_on(self.store.delete_many(&out.created));
+                Err(e)
+            }
+        }
+    }
+
+    fn rewrite_into(&self, parts: &[RangePart], change: Change, out: &mut Rewritten) -> Result<()> {
+        let cut = self.encoder(&self.cut_key)?;
+        let Change {
+            remove,
+            touch,
+            adds,
+            collect_removed,
+            select,
+            prefix,
+        } = change;
+        // Touch keys come as batches of the cut key's columns only.
+        let mut touch_split =
+            Splitter::new(touch, KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?);
+        if parts.is_empty() {
+            // Nothing stored: the adds are the new set, every row selected.
+            let touched = touch_split.take_until(None)?;
+            let seen = Arc::new(std::sync::Mutex::new(HashSet::<OwnedRow>::new()));
+            let check = select && touched.iter().any(|b| b.num_rows() > 0);
+            let stream: BatchIter = if check {
+                let tap_enc = self.encoder(&self.cut_key)?;
+                let seen = seen.clone();
+                Box::new(adds.map(move |b| {
+                    let b = b?;
+                    let rows = tap_enc.rows(&b)?;
+                    let mut s = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
+                    for i in 0..b.num_rows() {
+                        s.insert(rows.row(i).owned());
+                    }
+                    Ok(b)
+                }))
+            } else {
+                adds
+            };
+            out.parts = self.write(&format!("{prefix}-s00000"), stream, &mut out.created)?;
+            if select {
+                out.selected = out.parts.clone();
+                let seen = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
+                let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
+                out.deleted = missing(&touched, &tenc, &seen)?;
+            }
+            return Ok(());
+        }
+        let mut add_split = Splitter::new(adds, self.encoder(&self.cut_key)?);
+        let bounds = last_key_rows(parts, &self.schema, &self.cut_key)?;
+        let remove_enc = match &remove {
+            Remove::Keys { key, .. } => Some(self.encoder(key)?),
+            Remove::Nothing => None,
+        };
+        let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
+        // Selected rows not yet written (flushed before a reference).
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut written_selections = 0usize;
+        let mut flush = |pending: &mut Vec<RecordBatch>, out: &mut Rewritten| -> Result<()> {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let stream: BatchIter = Box::new(std::mem::take(pending).into_iter().map(Ok));
+            let name = format!("{prefix}-u{written_selections:05}");
+            written_selections += 1;
+            let made = self.write(&name, stream, &mut out.created)?;
+            out.selected.extend(made);
+            Ok(())
+        };
+        let last = parts.len() - 1;
+        // Touched parts are read a few at a time, ahead of need.
+        for (j, part) in parts.iter().enumerate() {
+            let bound = (j < last).then(|| bounds.row(j));
+            let adds_j = add_split.take_until(bound)?;
+            let touch_j = touch_split.take_until(bound)?;
+            let has = |v: &[RecordBatch]| v.iter().any(|b| b.num_rows() > 0);
+            if !has(&adds_j) && !has(&touch_j) {
+                out.parts.push(part.clone());
+                continue;
+            }
+            let old = self.read_many(std::slice::from_ref(part), None)?.remove(0);
+            let kept = match (&remove, &remove_enc) {
+                (Remove::Keys { set, .. }, Some(enc)) => {
+                    let (kept, gone) = filter_by_keys(&old, enc, set, false)?;
+                    if collect_removed {
+                        out.removed.extend(gone);
+                    }
+                    kept
+                }
+                _ => old,
+            };
+            let merged: Vec<RecordBatch> = merge_sorted(
+                self.schema.clone(),
+                &self.sort_key,
+                vec![
+                    Box::new(kept.into_iter().map(Ok)),
+                    Box::new(adds_j.clone().into_iter().map(Ok)),
+                ],
+                BATCH_ROWS,
+            )?
+            .collect::<Result<_>>()?;
+            let new_parts = self.write(
+                &format!("{prefix}-s{j:05}"),
+                Box::new(merged.clone().into_iter().map(Ok)),
+                &mut out.created,
+            )?;
+            out.parts.extend(new_parts.iter().cloned());
+            if !select {
+                continue;
+            }
+            // The cut-key values this part's change is about.
+            let mut wanted = key_set(&touch_j, &tenc)?;
+            wanted.extend(key_set(&adds_j, &cut)?);
+            let (picked, rest) = filter_by_keys(&merged, &cut, &wanted, true)?;
+            if rest.is_empty() && !picked.is_empty() {
+                flush(&mut pending, out)?;
+                out.selected.extend(new_parts);
+            } else {
+                pending.extend(picked);
+            }
+            let present = key_set(&merged, &cut)?;
+            out.deleted.extend(missing(&touch_j, &tenc, &present)?);
+        }
+        flush(&mut pending, out)?;
+        Ok(())
+    }
+
+    /// The schema of the cut key's columns.
+    pub fn cut_schema(&self) -> Result<SchemaRef> {
+        let idx = crate::parquet::decode::column_indices(&self.schema, &self.cut_key)?;
+        Ok(Arc::new(self.schema.project(&idx)?))
+    }
+}
+
+/// The distinct rows of `keys` whose key is not in `present`, in order.
+fn missing(
+    keys: &[RecordBatch],
+    encoder: &KeyEncoder,
+    present: &HashSet<OwnedRow>,
+) -> Result<Vec<RecordBatch>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for b in keys {
+        let rows = encoder.rows(b)?;
+        let mask: BooleanArray = (0..b.num_rows())
+            .map(|i| {
+                let r = rows.row(i).owned();
+                Some(!present.contains(&r) && seen.insert(r))
+            })
+            .collect();
+        let kept = arrow_select::filter::filter_record_batch(b, &mask)?;
+        if kept.num_rows() > 0 {
+            out.push(kept);
+        }
+    }
+    Ok(out)
+}

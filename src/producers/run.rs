@@ -1,0 +1,669 @@
+//! One stage's incremental update (the seed's Implementation 2) over its
+//! stored key-range parts.
+//!
+//! A [`StageRun`] hands the caller (the Python facade, which calls the
+//! user's `Produce`) the groups of every changed source key, takes back what
+//! `Produce` emitted as `(K_t, K_s, V)` rows, and then, in [`StageRun::finish`]:
+//!
+//! 1. rewrites the key-mappings parts that hold the changed source keys:
+//!    their old rows go (and are returned: the *old targets*), the new
+//!    `(K_s, K_t)` rows come in;
+//! 2. rewrites the content parts that hold an old target or a new row:
+//!    rows of changed source keys go, the new rows come in;
+//! 3. selects, from the rewritten content parts, every row of each touched
+//!    target key, and lists the touched target keys left with no row: the
+//!    update the stages downstream consume.
+//!
+//! Only the emitted rows and the touched keys are sorted; the stored parts
+//! are read and written only where the change lands, the others are kept
+//! by reference. So an update costs in proportion to the change.
+
+use std::collections::HashSet;
+
+use arrow_array::RecordBatch;
+use arrow_row::OwnedRow;
+use arrow_schema::SchemaRef;
+
+use super::chunks::{Chunk, JoinChunker, SingleChunker};
+use super::keys::KeyEncoder;
+use super::manifest::{NodeState, UpdateFiles};
+use super::merge::{dedup_sorted, merge_sorted};
+use super::node::{renamed, union_of_update_keys, Env, Kind, NodeView};
+use super::partset::{key_set, Change, Remove};
+use super::sort::{ExternalSorter, BATCH_ROWS};
+use super::BatchIter;
+use crate::error::{Error, Result};
+
+enum Input {
+    Single(SingleChunker),
+    Join(JoinChunker),
+}
+
+/// See the module docs.
+pub struct StageRun {
+    env: Env,
+    stage: NodeView,
+    input: Input,
+    /// The changed source keys, sorted runs (physical `__pds_src.*` names).
+    changed: Vec<RecordBatch>,
+    changed_schema: SchemaRef,
+    content: ExternalSorter,
+    mappings: ExternalSorter,
+    mapping_idx: Vec<usize>,
+    /// Rows handed out / taken back.
+    pub rows_in: u64,
+    pub rows_out: u64,
+}
+
+impl StageRun {
+    /// Start updating `stage` from `sources` (in the stage's order) at the
+    /// versions they were just updated to. With `rebuild`, every source key
+    /// counts as changed and its whole content is handed out again.
+    pub fn new(env: Env, stage: NodeView, sources: Vec<NodeView>, rebuild: bool) -> Result<Self> {
+        if stage.kind != Kind::Stage || sources.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} is not a stage with sources",
+                stage.name
+            )));
+        }
+        let changed_schema = {
+            let idx = crate::parquet::decode::column_indices(&stage.schema, &stage.source_key)?;
+            std::sync::Arc::new(stage.schema.project(&idx)?)
+        };
+        for s in &sources {
+            let types: Vec<_> = s
+                .key_schema()?
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
+            let want: Vec<_> = changed_schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
+            if types != want {
+                return Err(Error::InvalidArgument(format!(
+                    "stage {:?}: source {:?} has key types {types:?}, the stage's source key is {want:?}",
+                    stage.name, s.name
+                )));
+            }
+        }
+        let mut changed = Vec::new();
+        let input = if sources.len() == 1 {
+            let s = &sources[0];
+            let stream = if rebuild {
+                s.full_scan(&env)?
+            } else {
+                for d in s.update_deleted(&env)? {
+                    changed.push(renamed(&d, &stage.source_key)?);
+                }
+                s.update_rows(&env)
+            };
+            Input::Single(SingleChunker::new(s.public_schema()?, &s.key, stream)?)
+        } else {
+            let names = sources[0].key.clone();
+            let keys = if rebuild {
+                let mut all: Vec<BatchIter> = Vec::new();
+                for s in &sources {
+                    let ks = s.key_schema()?;
+                    let key = s.key.clone();
+                    let scan = s.full_scan(&env)?;
+                    let idx = crate::parquet::decode::column_indices(&*s.public_schema()?, &key)?;
+                    let names = names.clone();
+                    all.push(dedup_sorted(
+                        ks,
+                        &key,
+                        Box::new(scan.map(move |b| renamed(&b?.project(&idx)?, &names))),
+                    )?);
+                }
+                let ks = renamed_schema(&sources[0].key_schema()?, &names);
+                let merged = merge_sorted(ks.clone(), &names, all, BATCH_ROWS)?;
+                dedup_sorted(ks, &names, merged)?.collect::<Result<Vec<_>>>()?
+            } else {
+                let refs: Vec<&NodeView> = sources.iter().collect();
+                union_of_update_keys(&env, &refs, &names)?
+            };
+            let mut inputs = Vec::new();
+            for s in &sources {
+                let rows = if rebuild {
+                    s.full_scan(&env)?.collect::<Result<Vec<_>>>()?
+                } else {
+                    s.augmented(&env, &keys)?
+                };
+                inputs.push((
+                    s.public_schema()?,
+                    s.key.clone(),
+                    Box::new(rows.into_iter().map(Ok)) as BatchIter,
+                ));
+            }
+            for k in &keys {
+                changed.push(renamed(k, &stage.source_key)?);
+            }
+            let ks = keys
+                .first()
+                .map(|k| k.schema())
+                .unwrap_or_else(|| renamed_schema(&changed_schema, &names));
+            Input::Join(JoinChunker::new(
+                ks,
+                Box::new(keys.into_iter().map(Ok)),
+                inputs,
+            )?)
+        };
+        let mapping_cols: Vec<String> =
+            stage.source_key.iter().chain(&stage.key).cloned().collect();
+        let mapping_idx = crate::parquet::decode::column_indices(&stage.schema, &mapping_cols)?;
+        let mapping_schema = std::sync::Arc::new(stage.schema.project(&mapping_idx)?);
+        let half = Env {
+            sort_budget: (env.sort_budget / 2).max(1),
+            ..env.clone()
+        };
+        let content_key: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
+        Ok(Self {
+            content: half.sorter(stage.schema.clone(), &content_key)?,
+            mappings: half.sorter(mapping_schema, &mapping_cols)?,
+            mapping_idx,
+            changed,
+            changed_schema,
+            input,
+            stage,
+            env,
+            rows_in: 0,
+            rows_out: 0,
+        })
+    }
+
+    /// The stage's physical schema: what [`Self::push`] takes.
+    pub fn schema(&self) -> SchemaRef {
+        self.stage.schema.clone()
+    }
+
+    /// The next chunk of groups (see [`Chunk`]); `whole` for the batched
+    /// form; about `max_rows` rows (a join: that many keys at most).
+    pub fn next_chunk(&mut self, whole: bool, max_rows: usize) -> Result<Option<Chunk>> {
+        let chunk = match &mut self.input {
+            Input::Single(c) => c.next(whole, max_rows)?,
+            Input::Join(c) => c.next(max_rows)?,
+        };
+        if let Some(c) = &chunk {
+            if let Input::Single(_) = self.input {
+                self.changed.push(renamed(&c.keys, &self.stage.source_key)?);
+            }
+            self.rows_in += c.sources.iter().map(|s| s.0.num_rows() as u64).sum::<u64>();
+        }
+        Ok(chunk)
+    }
+
+    /// Rows `Produce` emitted: the stage's physical schema exactly.
+    pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.stage.schema.fields() {
+            return Err(Error::SchemaMismatch {
+                key: self.stage.name.clone(),
+                reason: format!(
+                    "emitted rows have schema {:?}, the stage's is {:?}",
+                    batch.schema(),
+                    self.stage.schema
+                ),
+            });
+        }
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.rows_out += batch.num_rows() as u64;
+        self.mappings.push(batch.project(&self.mapping_idx)?)?;
+        self.content.push(batch)
+    }
+
+    /// Apply what was emitted (see the module docs); returns the stage's
+    /// new state and every object written. Nothing is committed here; a
+    /// failure removes what this call wrote.
+    pub fn finish(self) -> Result<(NodeState, Vec<String>)> {
+        let Self {
+            env,
+            stage,
+            changed,
+            changed_schema,
+            content,
+            mappings,
+            ..
+        } = self;
+        let token = crate::dataset::unique_token();
+        let base = format!("nodes/{}", stage.name);
+        let stored = !stage.state.content.is_empty() || !stage.state.mappings.is_empty();
+        // The changed source keys, sorted and distinct (runs are sorted each).
+        let changed = if stored {
+            env.sorted_distinct(&changed_schema, &stage.source_key, changed)?
+        } else {
+            Vec::new()
+        };
+        let remove = |set: &HashSet<OwnedRow>| {
+            if stored {
+                Remove::Keys {
+                    key: stage.source_key.clone(),
+                    set: set.clone(),
+                }
+            } else {
+                Remove::Nothing
+            }
+        };
+        let set = if stored {
+            key_set(
+                &changed,
+                &KeyEncoder::new(&changed_schema, &stage.source_key)?,
+            )?
+        } else {
+            HashSet::new()
+        };
+        let mut created = Vec::new();
+        let result = (|| {
+            // 1. Key-mappings: the old targets of the changed keys go.
+            let ml = stage.mappings_layout(&env)?;
+            let adds = dedup_sorted(ml.schema.clone(), &ml.sort_key, mappings.finish()?)?;
+            let m = ml.rewrite(
+                &stage.state.mappings,
+                Change {
+                    remove: remove(&set),
+                    touch: Box::new(changed.clone().into_iter().map(Ok)),
+                    adds,
+                    collect_removed: stored,
+                    select: false,
+                    prefix: format!("{base}/mappings/{token}"),
+                },
+            )?;
+            created.extend(m.created.iter().cloned());
+            // The old targets, sorted by target key.
+            let ks = stage.key_schema()?;
+            let kidx = crate::parquet::decode::column_indices(&ml.schema, &stage.key)?;
+            let old: Vec<RecordBatch> = m
+                .removed
+                .iter()
+                .map(|b| b.project(&kidx).map_err(Error::from))
+                .collect::<Result<_>>()?;
+            let old_targets = env.sorted_distinct(&ks, &stage.key, old)?;
+            // 2. Content, and 3. the update.
+            let cl = stage.content_layout(&env);
+            let c = cl.rewrite(
+                &stage.state.content,
+                Change {
+                    remove: remove(&set),
+                    touch: Box::new(old_targets.into_iter().map(Ok)),
+                    adds: content.finish()?,
+                    collect_removed: false,
+                    select: true,
+                    prefix: format!("{base}/content/{token}"),
+                },
+            )?;
+            created.extend(c.created.iter().cloned());
+            let deleted = write_deleted(
+                &env,
+                &stage,
+                &format!("{base}/update/{token}"),
+                c.deleted,
+                &mut created,
+            )?;
+            Ok(NodeState {
+                content: c.parts,
+                mappings: m.parts,
+                update: UpdateFiles {
+                    rows: c.selected,
+                    deleted,
+                },
+            })
+        })();
+        match result {
+            Ok(state) => Ok((state, created)),
+            Err(e) => {
+                let _ = crate::runtime::block_on(env.store.delete_many(&created));
+                Err(e)
+            }
+        }
+    }
+}
+
+/// `schema` with its fields renamed to `names`.
+fn renamed_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
+    std::sync::Arc::new(arrow_schema::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .zip(names)
+            .map(|(f, n)| f.as_ref().clone().with_name(n))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Write an update's deleted keys (sorted key columns) as parts.
+pub fn write_deleted(
+    env: &Env,
+    node: &NodeView,
+    prefix: &str,
+    deleted: Vec<RecordBatch>,
+    created: &mut Vec<String>,
+) -> Result<Vec<super::parts::RangePart>> {
+    if deleted.iter().all(|b| b.num_rows() == 0) {
+        return Ok(Vec::new());
+    }
+    let layout = node.deleted_layout(env)?;
+    let ks = layout.schema.clone();
+    let batches = deleted
+        .iter()
+        .map(|b| RecordBatch::try_new(ks.clone(), b.columns().to_vec()).map_err(Error::from))
+        .collect::<Result<Vec<_>>>()?;
+    let spec = super::parts::PartSpec {
+        location: &env.root,
+        prefix,
+        target_rows: env.target_rows,
+        opts: &env.opts,
+    };
+    let parts = super::parts::write_range_parts(
+        env.store.clone(),
+        &spec,
+        ks,
+        &node.key,
+        Box::new(batches.into_iter().map(Ok)),
+    )?;
+    created.extend(parts.iter().map(|p| layout.object(p)));
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parquet::encode::EncodeOptions;
+    use crate::producers::source;
+    use crate::store::StoreHandle;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Array, Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    pub(crate) fn env(target_rows: usize) -> Env {
+        Env {
+            store: Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap()),
+            root: "p".into(),
+            opts: EncodeOptions::new("zstd", None, None).unwrap(),
+            target_rows,
+            sort_budget: 1 << 20,
+            spill: None,
+        }
+    }
+
+    fn source_view(state: NodeState) -> NodeView {
+        NodeView {
+            name: "src".into(),
+            kind: Kind::Source,
+            key: vec!["ks".into()],
+            values: vec!["v".into()],
+            source_key: vec![],
+            schema: Arc::new(Schema::new(vec![
+                Field::new("ks", DataType::Int64, false),
+                Field::new("v", DataType::Utf8, true),
+            ])),
+            state,
+            feeders: vec![],
+        }
+    }
+
+    fn stage_view(state: NodeState) -> NodeView {
+        NodeView {
+            name: "st".into(),
+            kind: Kind::Stage,
+            key: vec!["kt".into()],
+            values: vec!["v".into()],
+            source_key: vec!["__pds_src.ks".into()],
+            schema: Arc::new(Schema::new(vec![
+                Field::new("kt", DataType::Int64, false),
+                Field::new("__pds_src.ks", DataType::Int64, false),
+                Field::new("v", DataType::Utf8, true),
+            ])),
+            state,
+            feeders: vec![],
+        }
+    }
+
+    fn pairs(ks: &[i64], vs: &[&str]) -> RecordBatch {
+        RecordBatch::try_new(
+            source_view(NodeState::default()).schema,
+            vec![
+                Arc::new(Int64Array::from(ks.to_vec())),
+                Arc::new(StringArray::from(vs.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn keys(ks: &[i64]) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("ks", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(ks.to_vec()))],
+        )
+        .unwrap()
+    }
+
+    /// `Produce` for the seed's example: source key 4 -> 108, 6 -> 105 or
+    /// 107 (by value), 9 -> 105; the value passes through.
+    fn produce(run: &mut StageRun) {
+        while let Some(chunk) = run.next_chunk(false, 2).unwrap() {
+            let (rows, _) = &chunk.sources[0];
+            let k = rows.column(0).as_primitive::<Int64Type>();
+            let v = rows.column(1).as_string::<i32>();
+            let target: Vec<i64> = (0..rows.num_rows())
+                .map(|i| match (k.value(i), v.value(i)) {
+                    (4, _) => 108,
+                    (6, "cherry") => 107,
+                    (6, _) | (9, _) => 105,
+                    (other, _) => other * 100,
+                })
+                .collect();
+            let out = RecordBatch::try_new(
+                run.schema(),
+                vec![
+                    Arc::new(Int64Array::from(target)),
+                    rows.column(0).clone(),
+                    rows.column(1).clone(),
+                ],
+            )
+            .unwrap();
+            run.push(out).unwrap();
+        }
+    }
+
+    fn triples(
+        env: &Env,
+        view: &NodeView,
+        parts: &[super::super::parts::RangePart],
+    ) -> Vec<(i64, i64, String)> {
+        let layout = view.content_layout(env);
+        layout
+            .scan(parts.to_vec(), None)
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let (t, s, v) = (
+                    b.column(0).as_primitive::<Int64Type>().clone(),
+                    b.column(1).as_primitive::<Int64Type>().clone(),
+                    b.column(2).as_string::<i32>().clone(),
+                );
+                (0..b.num_rows())
+                    .map(|i| (t.value(i), s.value(i), v.value(i).to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn mapping_pairs(env: &Env, view: &NodeView) -> Vec<(i64, i64)> {
+        let layout = view.mappings_layout(env).unwrap();
+        layout
+            .scan(view.state.mappings.clone(), None)
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let (s, t) = (
+                    b.column(0).as_primitive::<Int64Type>().clone(),
+                    b.column(1).as_primitive::<Int64Type>().clone(),
+                );
+                (0..b.num_rows())
+                    .map(|i| (s.value(i), t.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn deleted(env: &Env, view: &NodeView) -> Vec<i64> {
+        view.update_deleted(env)
+            .unwrap()
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect()
+    }
+
+    /// The seed's worked example, through stored key-range parts: content
+    /// (105, 6, apple), (105, 9, banana), (108, 4, mango); source key 6 is
+    /// updated; then source key 4 is deleted.
+    #[test]
+    fn the_seeds_worked_example() {
+        let env = env(1);
+        // v1: the first build.
+        let (s1, _) = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            vec![pairs(&[9, 4, 6], &["banana", "mango", "apple"])],
+            vec![],
+        )
+        .unwrap();
+        let mut run = StageRun::new(
+            env.clone(),
+            stage_view(NodeState::default()),
+            vec![source_view(s1.clone())],
+            false,
+        )
+        .unwrap();
+        produce(&mut run);
+        let (t1, _) = run.finish().unwrap();
+        let st1 = stage_view(t1.clone());
+        assert_eq!(
+            triples(&env, &st1, &t1.content),
+            [
+                (105, 6, "apple".into()),
+                (105, 9, "banana".into()),
+                (108, 4, "mango".into())
+            ]
+        );
+        assert_eq!(mapping_pairs(&env, &st1), [(4, 108), (6, 105), (9, 105)]);
+        assert_eq!(
+            t1.update.rows, t1.content,
+            "a first build's update is its content"
+        );
+        // Parts are cut at target keys: 105's two rows share one part.
+        assert_eq!(t1.content.len(), 2);
+
+        // v2: source key 6 now holds 'cherry' (its Produce emits 107).
+        let (s2, _) = source::apply(
+            &env,
+            &source_view(s1),
+            vec![pairs(&[6], &["cherry"])],
+            vec![],
+        )
+        .unwrap();
+        let mut run = StageRun::new(
+            env.clone(),
+            st1.clone(),
+            vec![source_view(s2.clone())],
+            false,
+        )
+        .unwrap();
+        produce(&mut run);
+        assert_eq!(run.rows_in, 1, "only the changed source key is handed out");
+        let (t2, _) = run.finish().unwrap();
+        let st2 = stage_view(t2.clone());
+        assert_eq!(
+            triples(&env, &st2, &t2.content),
+            [
+                (105, 9, "banana".into()),
+                (107, 6, "cherry".into()),
+                (108, 4, "mango".into())
+            ]
+        );
+        assert_eq!(mapping_pairs(&env, &st2), [(4, 108), (6, 107), (9, 105)]);
+        // The update: every row of 105 (not only 6's), and 107's.
+        let upd: Vec<(i64, String)> = triples(&env, &st2, &t2.update.rows)
+            .into_iter()
+            .filter(|r| r.0 == 105 || r.0 == 107)
+            .map(|r| (r.0, r.2))
+            .collect();
+        assert_eq!(upd, [(105, "banana".into()), (107, "cherry".into())]);
+        assert!(deleted(&env, &st2).is_empty());
+
+        // v3: source key 4 is deleted: 108 is left with no row.
+        let (s3, _) = source::apply(&env, &source_view(s2), vec![], vec![keys(&[4])]).unwrap();
+        let mut run = StageRun::new(env.clone(), st2, vec![source_view(s3)], false).unwrap();
+        produce(&mut run);
+        let (t3, _) = run.finish().unwrap();
+        let st3 = stage_view(t3.clone());
+        assert_eq!(
+            triples(&env, &st3, &t3.content),
+            [(105, 9, "banana".into()), (107, 6, "cherry".into())]
+        );
+        assert_eq!(deleted(&env, &st3), [108]);
+        assert!(triples(&env, &st3, &t3.update.rows).is_empty());
+    }
+
+    #[test]
+    fn an_update_rewrites_only_the_parts_it_lands_in() {
+        let env = env(10);
+        let n = 1000;
+        let ks: Vec<i64> = (0..n).collect();
+        let vs: Vec<String> = ks.iter().map(|k| format!("v{k}")).collect();
+        let vr: Vec<&str> = vs.iter().map(|s| s.as_str()).collect();
+        let (s1, _) = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            vec![pairs(&ks, &vr)],
+            vec![],
+        )
+        .unwrap();
+        assert!(s1.content.len() >= 90, "{} parts", s1.content.len());
+        let (s2, created) = source::apply(
+            &env,
+            &source_view(s1.clone()),
+            vec![pairs(&[500], &["new"])],
+            vec![keys(&[10])],
+        )
+        .unwrap();
+        // Two parts rewritten (500's and 10's), the update's rows of 500
+        // (a part of their own: 500's part holds other keys), the deleted keys.
+        assert_eq!(created.len(), 4, "{created:?}");
+        let kept = s2.content.iter().filter(|p| s1.content.contains(p)).count();
+        assert_eq!(kept, s1.content.len() - 2);
+        let u: Vec<i64> = source_view(s2.clone())
+            .update_rows(&env)
+            .flat_map(|b| {
+                b.unwrap()
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(u, [500]);
+        assert_eq!(
+            source_view(s2.clone())
+                .update_keys(&env)
+                .unwrap()
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>(),
+            2
+        );
+        // Mixing a deletion and an upsert of one key is refused.
+        let err = source::apply(
+            &env,
+            &source_view(s2),
+            vec![pairs(&[7], &["x"])],
+            vec![keys(&[7])],
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        let _ = Array::len(&Int64Array::from(vec![1]));
+    }
+}

@@ -1,0 +1,203 @@
+//! A source's update: the user's changes applied to its stored content.
+//!
+//! The changes are upserts (rows, in any order) and deleted keys. Every key
+//! upserted or deleted loses all of its earlier rows; upserted keys get the
+//! new rows. Only the upserts and the changed keys are sorted; the content
+//! parts holding a changed key are rewritten, the others kept by reference.
+//! The update handed downstream is every row of each upserted key and the
+//! deleted keys.
+
+use arrow_array::RecordBatch;
+
+use super::keys::KeyEncoder;
+use super::manifest::{NodeState, UpdateFiles};
+use super::merge::merge_sorted;
+use super::node::{Env, Kind, NodeView};
+use super::partset::{key_set, Change, Remove};
+use super::run::write_deleted;
+use super::sort::BATCH_ROWS;
+use super::BatchIter;
+use crate::error::{Error, Result};
+
+/// `InvalidArgument` if a key is both upserted and deleted (the seed allows
+/// one or the other per key). Pure computation: callers run it before any I/O.
+pub fn check_changes(
+    key: &[String],
+    upserts: &[RecordBatch],
+    deletes: &[RecordBatch],
+) -> Result<()> {
+    let Some(first) = deletes.iter().find(|b| b.num_rows() > 0) else {
+        return Ok(());
+    };
+    let denc = KeyEncoder::new(&first.schema(), key)?;
+    let deleted = key_set(deletes, &denc)?;
+    for b in upserts {
+        let enc = KeyEncoder::new(&b.schema(), key)?;
+        let rows = enc.rows(b)?;
+        for i in 0..b.num_rows() {
+            if deleted.contains(&rows.row(i).owned()) {
+                let shown = crate::parquet::stats::to_json(b.column(enc.indices()[0]).as_ref(), i);
+                return Err(Error::InvalidArgument(format!(
+                    "key {} is both upserted and deleted in one update: send either a \
+                     deletion or its new rows (upserts replace every earlier row of a key)",
+                    shown.map_or("null".into(), |v| v.to_string())
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Apply `upserts` (public columns, any order) and `deletes` (key columns)
+/// to the source `node`. Returns its new state and every object written;
+/// nothing is committed here, and a failure removes what it wrote.
+pub fn apply(
+    env: &Env,
+    node: &NodeView,
+    upserts: Vec<RecordBatch>,
+    deletes: Vec<RecordBatch>,
+) -> Result<(NodeState, Vec<String>)> {
+    if node.kind != Kind::Source {
+        return Err(Error::InvalidArgument(format!(
+            "{:?} is not a source",
+            node.name
+        )));
+    }
+    check_changes(&node.key, &upserts, &deletes)?;
+    let schema = node.public_schema()?;
+    let ks = node.key_schema()?;
+    let kidx = crate::parquet::decode::column_indices(&schema, &node.key)?;
+    let mut sorter = env.sorter(schema.clone(), &node.key)?;
+    let mut keys = Vec::new();
+    for b in upserts {
+        let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
+        keys.push(b.project(&kidx)?);
+        sorter.push(b)?;
+    }
+    let deletes = deletes
+        .into_iter()
+        .map(|d| RecordBatch::try_new(ks.clone(), d.columns().to_vec()).map_err(Error::from))
+        .collect::<Result<Vec<_>>>()?;
+    keys.extend(deletes);
+    let changed = env.sorted_distinct(&ks, &node.key, keys)?;
+    let stored = !node.state.content.is_empty();
+    let remove = if stored {
+        Remove::Keys {
+            key: node.key.clone(),
+            set: key_set(&changed, &KeyEncoder::new(&ks, &node.key)?)?,
+        }
+    } else {
+        Remove::Nothing
+    };
+    let token = crate::dataset::unique_token();
+    let base = format!("nodes/{}", node.name);
+    let layout = node.content_layout(env);
+    let c = layout.rewrite(
+        &node.state.content,
+        Change {
+            remove,
+            touch: Box::new(changed.into_iter().map(Ok)),
+            adds: sorter.finish()?,
+            collect_removed: false,
+            select: true,
+            prefix: format!("{base}/content/{token}"),
+        },
+    )?;
+    let mut created = c.created.clone();
+    match write_deleted(
+        env,
+        node,
+        &format!("{base}/update/{token}"),
+        c.deleted,
+        &mut created,
+    ) {
+        Ok(deleted) => Ok((
+            NodeState {
+                content: c.parts,
+                mappings: Vec::new(),
+                update: UpdateFiles {
+                    rows: c.selected,
+                    deleted,
+                },
+            },
+            created,
+        )),
+        Err(e) => {
+            let _ = crate::runtime::block_on(env.store.delete_many(&created));
+            Err(e)
+        }
+    }
+}
+
+/// A merge's update (the seed's three layers): the keys any feeder's update
+/// changed; for each feeder, its *augmented update* over those keys (its
+/// update's rows where it changed the key, else its content's); merged by
+/// key, each key with every feeder's rows, or deleted if none has any.
+/// Written as the merge's update (a merge stores no content).
+pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String>)> {
+    if node.kind != Kind::Merge {
+        return Err(Error::InvalidArgument(format!(
+            "{:?} is not a merge",
+            node.name
+        )));
+    }
+    let feeders: Vec<&NodeView> = node.feeders.iter().collect();
+    let schema = node.public_schema()?;
+    let keys = super::node::union_of_update_keys(env, &feeders, &node.key)?;
+    if keys.is_empty() {
+        return Ok((NodeState::default(), Vec::new()));
+    }
+    let mut inputs: Vec<BatchIter> = Vec::new();
+    for f in &feeders {
+        inputs.push(Box::new(f.augmented(env, &keys)?.into_iter().map(Ok)));
+    }
+    let wrap = schema.clone();
+    let inputs: Vec<BatchIter> = inputs
+        .into_iter()
+        .map(|i| -> BatchIter {
+            let s = wrap.clone();
+            Box::new(i.map(move |b| {
+                RecordBatch::try_new(s.clone(), b?.columns().to_vec()).map_err(Error::from)
+            }))
+        })
+        .collect();
+    let merged = merge_sorted(schema.clone(), &node.key, inputs, BATCH_ROWS)?;
+    let token = crate::dataset::unique_token();
+    let base = format!("nodes/{}", node.name);
+    let layout = node.content_layout(env);
+    let u = layout.rewrite(
+        &[],
+        Change {
+            remove: Remove::Nothing,
+            touch: Box::new(keys.into_iter().map(Ok)),
+            adds: merged,
+            collect_removed: false,
+            select: true,
+            prefix: format!("{base}/update/{token}"),
+        },
+    )?;
+    let mut created = u.created.clone();
+    match write_deleted(
+        env,
+        node,
+        &format!("{base}/update/{token}-d"),
+        u.deleted,
+        &mut created,
+    ) {
+        Ok(deleted) => Ok((
+            NodeState {
+                content: Vec::new(),
+                mappings: Vec::new(),
+                update: UpdateFiles {
+                    rows: u.selected,
+                    deleted,
+                },
+            },
+            created,
+        )),
+        Err(e) => {
+            let _ = crate::runtime::block_on(env.store.delete_many(&created));
+            Err(e)
+        }
+    }
+}

@@ -32,16 +32,19 @@ from pds.errors import (
     SchemaMismatch,
 )
 from pds.manifest import DatasetManifest, PartInfo
+from pds.producers import Changes, GraphMismatch, Pipeline, ProduceError
 from pds.table import Table
 
 __all__ = [
     "AlreadyExists",
     "BackendUnavailable",
+    "Changes",
     "CapabilityNotSupported",
     "CommitConflict",
     "DataError",
     "DatasetIncomplete",
     "DatasetManifest",
+    "GraphMismatch",
     "InvalidPath",
     "ManifestCorrupted",
     "NotFound",
@@ -50,7 +53,9 @@ __all__ = [
     "PartCorrupted",
     "PartInfo",
     "PermissionDenied",
+    "Pipeline",
     "PreconditionFailed",
+    "ProduceError",
     "RemoteStoreError",
     "SchemaMismatch",
     "Table",

@@ -4,6 +4,7 @@
 mod dataset;
 mod errors;
 mod parts;
+mod producers;
 mod store;
 mod stream;
 mod table;
@@ -57,5 +58,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_vacuum, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_write_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_commit_files, m)?)?;
+    m.add_class::<producers::PyStageRun>()?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_check_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_apply_source, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_read, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_update, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_latest, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_version, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_vacuum, m)?)?;
     Ok(())
 }

@@ -1,0 +1,57 @@
+"""``pds.Changes``: what an update does to a source, or what a version did
+to a stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["Changes", "as_table"]
+
+
+def as_table(data: Any, what: str) -> pa.Table | None:
+    """*data* as a ``pyarrow.Table`` (``None`` stays ``None``): a Table, a
+    RecordBatch, a RecordBatchReader or any object exporting the Arrow
+    PyCapsule stream interface (polars, DuckDB, ...)."""
+    if data is None:
+        return None
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data).read_all()
+    raise TypeError(f"{what} must be Arrow data (a pyarrow Table or anything with __arrow_c_stream__), got {type(data).__name__}")
+
+
+@dataclass(frozen=True, init=False)
+class Changes:
+    """Changes to the keys of a source (the seed's update pairs).
+
+    *upserts* holds the new rows: key and value columns. Every key that
+    appears there loses all of its earlier rows and gets exactly these.
+    *deletes* holds keys (the key columns) that lose all their rows. A key
+    may be upserted or deleted, not both (``ValueError``). Keys not
+    mentioned keep their rows.
+
+    ``Pipeline.changes`` returns the same type: for a stage's version, the
+    upserts are every row of each target key the version changed, and the
+    deletes the keys it left with no row.
+    """
+
+    upserts: pa.Table | None
+    deletes: pa.Table | None
+
+    def __init__(self, upserts: Any = None, deletes: Any = None) -> None:
+        object.__setattr__(self, "upserts", as_table(upserts, "upserts"))
+        object.__setattr__(self, "deletes", as_table(deletes, "deletes"))
+
+    def __repr__(self) -> str:
+        def rows(t: pa.Table | None) -> int:
+            return 0 if t is None else t.num_rows
+
+        return f"Changes(upserts={rows(self.upserts)} rows, deletes={rows(self.deletes)} keys)"

@@ -1,0 +1,43 @@
+"""The exceptions pipelines add to pds's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pds.errors import SchemaMismatch
+
+__all__ = ["GraphMismatch", "ProduceError", "produce_error"]
+
+
+class GraphMismatch(SchemaMismatch):
+    """The declared stage graph is not the one the pipeline stores: a node
+    with other sources, key or value schema, or a stored node that was not
+    declared. A pipeline's graph is fixed when a node is first committed;
+    declare it as stored (new nodes may be added), or create a new pipeline."""
+
+
+class ProduceError(Exception):
+    """A stage's ``Produce`` raised. Nothing was committed. ``stage`` and
+    ``key`` name where; the original exception is ``__cause__``, and the
+    error is also an instance of its class (``except ZeroDivisionError``
+    still catches it)."""
+
+    stage: str
+    key: Any
+
+
+def produce_error(error: BaseException, stage: str, key: Any) -> BaseException:
+    """An exception naming *stage* and *key* that is both a ``ProduceError``
+    and of *error*'s own class, where that class allows it."""
+    message = f"stage {stage!r} failed on key {key!r}: {type(error).__name__}: {error}"
+    made: BaseException
+    try:
+        cls = type(f"ProduceError[{type(error).__name__}]", (ProduceError, type(error)), {"__module__": __name__})
+        made = cls.__new__(cls)
+        made.args = (message,)
+        str(made)
+    except Exception:
+        made = ProduceError(message)
+    made.stage = stage  # type: ignore[attr-defined]
+    made.key = key  # type: ignore[attr-defined]
+    return made

@@ -1,0 +1,291 @@
+"""Calling the user's ``Produce`` on the groups the Rust engine hands out,
+and handing what it emits back, checked against the stage's schema.
+
+Row form: one call per source key, ``fn(key, values, ...)``, one lazy,
+single-use sequence of dicts per source. A group larger than a chunk is
+streamed across chunks. Batched form: one call per chunk of whole groups,
+``fn(table, ...)``, one ``pyarrow.Table`` per source; it returns the target
+key, value and source key columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pds import _core
+from pds.errors import SchemaMismatch
+from pds.producers.errors import produce_error
+from pds.producers.graph import SOURCE_PREFIX, Node
+
+__all__ = ["run_batched", "run_rows"]
+
+#: Rows per chunk handed to the row form, and rows per batch pushed back.
+ROW_CHUNK = 8192
+#: Rows per chunk for the batched form (whole groups, so perhaps more).
+BATCH_CHUNK = 65536
+#: A join's chunks: keys per chunk.
+JOIN_KEYS = 1024
+
+
+def _mismatch(stage: Node, detail: str) -> SchemaMismatch:
+    return SchemaMismatch(f"stage {stage.name!r}: output does not match its declared schema: {detail}")
+
+
+def _key_values(keys: pa.RecordBatch) -> list[Any]:
+    cols = [c.to_pylist() for c in keys.columns]
+    if len(cols) == 1:
+        return cols[0]
+    return list(zip(*cols, strict=True))
+
+
+class _Emitter:
+    """Buffers ``(target key, value)`` pairs of the row form and pushes them
+    as Arrow batches of the stage's physical schema."""
+
+    def __init__(self, stage: Node, run: _core.StageRun) -> None:
+        self.stage = stage
+        self.run = run
+        self.schema = stage.physical_schema
+        self.value_names = stage.value.names
+        self.value_set = frozenset(self.value_names)
+        self.single_value = len(self.value_names) == 1
+        self.targets: list[Any] = []
+        self.values: list[Mapping[str, Any]] = []
+        # Per emitted row: (source keys batch, index in it).
+        self.sources: list[tuple[pa.RecordBatch, int]] = []
+
+    def emit(self, pair: Any, keys: pa.RecordBatch, index: int, key: Any) -> None:
+        try:
+            target, value = pair
+        except (TypeError, ValueError):
+            raise _mismatch(self.stage, f"Produce must yield (key, value) pairs; key {key!r} yielded {pair!r}") from None
+        if not isinstance(value, Mapping):
+            if not self.single_value:
+                raise _mismatch(self.stage, f"a value must be a dict of {self.value_names}, got {value!r}")
+            value = {self.value_names[0]: value}
+        elif value.keys() != self.value_set:
+            extra = sorted(set(value) - self.value_set)
+            missing = sorted(self.value_set - set(value))
+            raise _mismatch(self.stage, f"value for key {key!r} has extra fields {extra} / lacks {missing}")
+        self.targets.append(target)
+        self.values.append(value)
+        self.sources.append((keys, index))
+        if len(self.targets) >= ROW_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.targets:
+            return
+        stage = self.stage
+        n_keys = len(stage.key)
+        columns: dict[str, pa.Array] = {}
+        try:
+            for j, f in enumerate(stage.key):
+                vals = self.targets if n_keys == 1 else [t[j] for t in self.targets]
+                columns[f.name] = pa.array(vals, type=f.type)
+            for f in stage.value:
+                arr = pa.array([v[f.name] for v in self.values], type=f.type)
+                if f.name in columns:
+                    same = pc.all(pc.equal(arr, columns[f.name])).as_py()
+                    if not same:
+                        raise _mismatch(stage, f"value field {f.name!r} differs from the target key of that name")
+                else:
+                    columns[f.name] = arr
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, IndexError) as e:
+            raise _mismatch(stage, str(e)) from e
+        # The source keys: taken from the chunks' key batches (exact values).
+        pieces: list[pa.RecordBatch] = []
+        start = 0
+        while start < len(self.sources):
+            batch = self.sources[start][0]
+            end = start
+            while end < len(self.sources) and self.sources[end][0] is batch:
+                end += 1
+            idx = pa.array([i for _, i in self.sources[start:end]], type=pa.uint32())
+            pieces.append(batch.take(idx))
+            start = end
+        src = pa.Table.from_batches(pieces).combine_chunks()
+        arrays = []
+        for f in self.schema:
+            if f.name.startswith(SOURCE_PREFIX):
+                # Chunk keys carry the (first) source's key names, in order.
+                j = [SOURCE_PREFIX + n for n in _src_names(stage)].index(f.name)
+                arrays.append(src.column(j).combine_chunks())
+            else:
+                arrays.append(columns[f.name])
+        _push(stage, self.run, self.schema, arrays)
+        self.targets, self.values, self.sources = [], [], []
+
+
+def _src_names(stage: Node) -> list[str]:
+    assert stage.source_key is not None
+    return list(stage.source_key.names)
+
+
+def _push(stage: Node, run: _core.StageRun, schema: pa.Schema, arrays: list[pa.Array]) -> None:
+    for f, a in zip(schema, arrays, strict=True):
+        if not f.nullable and a.null_count:
+            raise _mismatch(stage, f"column {f.name!r} is not nullable but holds {a.null_count} nulls")
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    run.push(batch)
+
+
+class _Groups:
+    """The groups of one source, chunk by chunk; a group may go on over
+    several chunks (``continued``). Values are single-use and forward-only."""
+
+    def __init__(self, run: _core.StageRun, value_names: list[str]) -> None:
+        self.run = run
+        self.value_names = value_names
+        self.serial = 0  # bumps with every fetch
+        self.pos = 0
+        self.cur: tuple[pa.RecordBatch, pa.RecordBatch, list[int], bool] | None = None
+        self.current_group = -1
+        self._fetch()
+
+    def _fetch(self) -> bool:
+        got = self.run.next_chunk(False, ROW_CHUNK)
+        self.serial += 1
+        if got is None:
+            self.cur = None
+            return False
+        keys, sources, continued = got
+        rows, offsets = sources[0]
+        self.cur = (keys, rows, offsets, continued)
+        self.pos = 1 if continued else 0
+        return True
+
+    def _dicts(self, rows: pa.RecordBatch, start: int, end: int) -> list[dict[str, Any]]:
+        return rows.slice(start, end - start).select(self.value_names).to_pylist()  # type: ignore[no-any-return]
+
+    def _values(self, group: int, i: int) -> Iterator[dict[str, Any]]:
+        cur = self.cur
+        assert cur is not None
+        keys, rows, offsets, _ = cur
+        yield from self._check(group, self._dicts(rows, offsets[i], offsets[i + 1]))
+        last = i == keys.num_rows - 1
+        while last and self.current_group == group:
+            if not self._fetch() or self.cur is None:
+                return
+            keys, rows, offsets, continued = self.cur
+            if not continued:
+                return
+            yield from self._check(group, self._dicts(rows, offsets[0], offsets[1]))
+            last = keys.num_rows == 1
+
+    def _check(self, group: int, items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for item in items:
+            if self.current_group != group:
+                raise RuntimeError("a value sequence was read after its Produce call ended (values are single-use)")
+            yield item
+
+    def __iter__(self) -> Iterator[tuple[pa.RecordBatch, int, Any, Iterator[dict[str, Any]]]]:
+        group = 0
+        while self.cur is not None:
+            keys, _, _, _ = self.cur
+            if self.pos >= keys.num_rows:
+                if not self._fetch():
+                    return
+                continue
+            i = self.pos
+            self.pos += 1
+            group += 1
+            self.current_group = group
+            key = _key_values(keys.slice(i, 1))[0]
+            yield keys, i, key, self._values(group, i)
+
+
+def _call(stage: Node, key: Any, result: Any, emitter: _Emitter, keys: pa.RecordBatch, i: int) -> None:
+    if result is None:
+        return
+    for pair in result:
+        emitter.emit(pair, keys, i, key)
+
+
+def run_rows(stage: Node, run: _core.StageRun, n_sources: int, source_values: list[list[str]]) -> None:
+    """The row form: ``fn(key, values...)`` per source key."""
+    fn = stage.fn
+    assert fn is not None
+    emitter = _Emitter(stage, run)
+    if n_sources == 1:
+        for keys, i, key, values in _Groups(run, source_values[0]):
+            try:
+                _call(stage, key, fn(key, values), emitter, keys, i)
+            except SchemaMismatch:
+                raise
+            except Exception as e:
+                raise produce_error(e, stage.name, key) from e
+        emitter.flush()
+        return
+    while (got := run.next_chunk(True, JOIN_KEYS)) is not None:
+        keys, sources, _ = got
+        key_list = _key_values(keys)
+        for i, key in enumerate(key_list):
+            per_source = [
+                iter(rows.slice(offs[i], offs[i + 1] - offs[i]).select(names).to_pylist())
+                for (rows, offs), names in zip(sources, source_values, strict=True)
+            ]
+            try:
+                _call(stage, key, fn(key, *per_source), emitter, keys, i)
+            except SchemaMismatch:
+                raise
+            except Exception as e:
+                raise produce_error(e, stage.name, key) from e
+    emitter.flush()
+
+
+def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
+    """The batched form: ``fn(table...)`` per chunk of whole groups."""
+    fn = stage.fn
+    assert fn is not None
+    schema = stage.physical_schema
+    src_names = _src_names(stage)
+    max_rows = BATCH_CHUNK if n_sources == 1 else JOIN_KEYS
+    while (got := run.next_chunk(True, max_rows)) is not None:
+        keys, sources, _ = got
+        tables = [pa.Table.from_batches([rows]) for rows, _ in sources]
+        try:
+            out = fn(*tables)
+        except Exception as e:
+            first = _key_values(keys.slice(0, 1))[0]
+            last = _key_values(keys.slice(keys.num_rows - 1, 1))[0]
+            raise produce_error(e, stage.name, (first, last) if keys.num_rows > 1 else first) from e
+        if out is None:
+            continue
+        if isinstance(out, pa.RecordBatch):
+            out = pa.Table.from_batches([out])
+        if not isinstance(out, pa.Table):
+            raise _mismatch(stage, f"a batched Produce returns a pyarrow Table, got {type(out).__name__}")
+        if out.num_rows == 0:
+            continue
+        arrays = []
+        missing = []
+        for f in schema:
+            name = f.name[len(SOURCE_PREFIX) :] if f.name.startswith(SOURCE_PREFIX) else f.name
+            if name not in out.column_names:
+                missing.append(name)
+                continue
+            col = out.column(name)
+            if not col.type.equals(f.type):
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                    raise _mismatch(stage, f"column {name!r}: {e}") from e
+            arrays.append(col.combine_chunks())
+        if missing:
+            raise _mismatch(
+                stage,
+                f"missing columns {missing}; a batched Produce returns the target key, the value columns, "
+                f"and the source key columns {src_names} (which source key produced each row)",
+            )
+        # Each row's source key must be one of this call's keys.
+        src = pa.table({n: arrays[len(stage.key) + j] for j, n in enumerate(src_names)})
+        given = pa.Table.from_batches([keys]).rename_columns(src_names)
+        stray = src.join(given, keys=src_names, join_type="left anti")
+        if stray.num_rows:
+            raise _mismatch(stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}")
+        _push(stage, run, schema, arrays)

@@ -1,0 +1,383 @@
+//! Pipeline functions of `pds._core`. Node descriptions, states and
+//! manifests cross as JSON text; data as Arrow (C Data Interface, zero
+//! copy). The GIL is released around all I/O, sorting and encoding.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3_arrow::{PyRecordBatch, PySchema, PyTable};
+
+use super::errors::IntoPy;
+use super::store::PyRustStore;
+use crate::error::Error;
+use crate::parquet::encode::EncodeOptions;
+use crate::producers::manifest::{NodeState, PipelineManifest};
+use crate::producers::node::{Env, NodeView};
+use crate::producers::run::StageRun;
+use crate::producers::source;
+use crate::table::commit::{self, CommitOptions, Outcome, Versioned};
+
+/// Default rows per key-range part.
+const TARGET_ROWS: usize = 256 * 1024;
+
+fn env(
+    store: &PyRustStore,
+    root: &str,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+) -> PyResult<Env> {
+    if target_rows == 0 || sort_budget == 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "target_rows and sort_budget must be >= 1",
+        ));
+    }
+    Ok(Env {
+        store: store.inner.clone(),
+        root: root.trim_end_matches('/').to_string(),
+        opts: EncodeOptions::new(compression, None, None).py_err()?,
+        target_rows,
+        sort_budget,
+        spill: None,
+    })
+}
+
+fn reader_env(store: &PyRustStore, root: &str) -> PyResult<Env> {
+    env(store, root, "zstd", TARGET_ROWS, 64 << 20)
+}
+
+fn state_json(state: &NodeState) -> PyResult<String> {
+    serde_json::to_string(state)
+        .map_err(|e| PyRuntimeError::new_err(format!("state is not serialisable: {e}")))
+}
+
+fn manifest_text(m: &PipelineManifest) -> PyResult<String> {
+    m.to_json()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .py_err()
+}
+
+fn table(t: Option<PyTable>) -> Vec<arrow_array::RecordBatch> {
+    t.map(|t| t.into_inner().0).unwrap_or_default()
+}
+
+/// `ValueError` if a key is both upserted and deleted. No I/O.
+#[pyfunction]
+#[pyo3(signature = (key, upserts, deletes))]
+pub fn pipeline_check_changes(
+    py: Python<'_>,
+    key: Vec<String>,
+    upserts: Option<PyTable>,
+    deletes: Option<PyTable>,
+) -> PyResult<()> {
+    let (u, d) = (table(upserts), table(deletes));
+    py.detach(|| source::check_changes(&key, &u, &d)).py_err()
+}
+
+/// Apply changes to a source; returns `(state JSON, objects written)`.
+#[pyfunction]
+#[pyo3(signature = (store, root, node, upserts, deletes, *, compression, target_rows, sort_budget))]
+#[allow(clippy::too_many_arguments)]
+pub fn pipeline_apply_source(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+    upserts: Option<PyTable>,
+    deletes: Option<PyTable>,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+) -> PyResult<(String, Vec<String>)> {
+    let env = env(store, root, compression, target_rows, sort_budget)?;
+    let view = NodeView::from_json(node).py_err()?;
+    let (u, d) = (table(upserts), table(deletes));
+    let (state, created) = py.detach(|| source::apply(&env, &view, u, d)).py_err()?;
+    Ok((state_json(&state)?, created))
+}
+
+/// A merge's update from its feeders'; returns `(state JSON, objects written)`.
+#[pyfunction]
+#[pyo3(signature = (store, root, node, *, compression, target_rows, sort_budget))]
+pub fn pipeline_merge_update(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+) -> PyResult<(String, Vec<String>)> {
+    let env = env(store, root, compression, target_rows, sort_budget)?;
+    let view = NodeView::from_json(node).py_err()?;
+    let (state, created) = py.detach(|| source::merge_update(&env, &view)).py_err()?;
+    Ok((state_json(&state)?, created))
+}
+
+/// A node's whole content (key and value columns, sorted by key).
+#[pyfunction]
+pub fn pipeline_read<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let env = reader_env(store, root)?;
+    let view = NodeView::from_json(node).py_err()?;
+    let (batches, schema) = py
+        .detach(|| {
+            let schema = view.public_schema()?;
+            let batches = view
+                .full_scan(&env)?
+                .collect::<crate::error::Result<Vec<_>>>()?;
+            Ok::<_, Error>((batches, schema))
+        })
+        .py_err()?;
+    PyTable::try_new(batches, schema)?.into_pyarrow(py)
+}
+
+/// What a node's version changed: `(rows of every changed key, deleted keys)`.
+#[pyfunction]
+pub fn pipeline_update<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let env = reader_env(store, root)?;
+    let view = NodeView::from_json(node).py_err()?;
+    let (rows, deleted, schema, key_schema) = py
+        .detach(|| {
+            let rows = view
+                .update_rows(&env)
+                .collect::<crate::error::Result<Vec<_>>>()?;
+            let deleted = view.update_deleted(&env)?;
+            Ok::<_, Error>((rows, deleted, view.public_schema()?, view.key_schema()?))
+        })
+        .py_err()?;
+    Ok((
+        PyTable::try_new(rows, schema)?.into_pyarrow(py)?,
+        PyTable::try_new(deleted, key_schema)?.into_pyarrow(py)?,
+    ))
+}
+
+/// The latest manifest JSON (pointer + manifest: 2 GETs), or `None`.
+#[pyfunction]
+pub fn pipeline_latest(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+) -> PyResult<Option<String>> {
+    let handle = store.inner.clone();
+    let root = root.to_string();
+    let latest = super::run(py, async move {
+        commit::latest_of::<PipelineManifest>(&handle, &root, false).await
+    })?;
+    latest.map(|l| manifest_text(&l.manifest)).transpose()
+}
+
+/// The manifest JSON of `version` (1 GET); `NotFound` if vacuumed or never made.
+#[pyfunction]
+pub fn pipeline_version(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    version: u64,
+) -> PyResult<String> {
+    let handle = store.inner.clone();
+    let root = root.to_string();
+    let m = super::run(py, async move {
+        commit::read_version_of::<PipelineManifest>(&handle, &root, version).await
+    })?;
+    manifest_text(&m)
+}
+
+/// Commit `manifest` (JSON; its version is set here) as the version after
+/// `expected` (`None`: the first). If another writer got there first:
+/// `CommitConflict` (an update built on `expected` cannot be rebased), or
+/// `AlreadyExists` for a second first version. Returns the committed JSON.
+#[pyfunction]
+#[pyo3(signature = (store, root, expected, manifest))]
+pub fn pipeline_commit(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    expected: Option<u64>,
+    manifest: &str,
+) -> PyResult<String> {
+    let mut next: PipelineManifest = serde_json::from_str(manifest)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("manifest: {e}")))?;
+    next.format = crate::producers::manifest::FORMAT.into();
+    next.timestamp_ms = chrono::Utc::now().timestamp_millis();
+    let handle = store.inner.clone();
+    let root = root.to_string();
+    let opts = CommitOptions::default();
+    let out = super::run(py, async move {
+        let key = root.clone();
+        commit::commit_versioned::<PipelineManifest, _>(&handle, &root, &opts, None, move |base| {
+            match (base.map(|b| b.version()), expected) {
+                (None, None) => Ok(Some(next.clone())),
+                (Some(_), None) => Err(Error::AlreadyExists { path: key.clone() }),
+                (Some(v), Some(e)) if v == e => Ok(Some(next.clone())),
+                _ => Err(Error::CommitConflict {
+                    key: key.clone(),
+                    attempts: 1,
+                }),
+            }
+        })
+        .await
+    })?;
+    match out {
+        Outcome::Committed { manifest, .. } => manifest_text(&manifest),
+        Outcome::Unchanged { .. } => Err(PyRuntimeError::new_err("nothing was committed")),
+    }
+}
+
+/// Remove what no retained version references (see `table_vacuum`).
+#[pyfunction]
+#[pyo3(signature = (store, root, *, retain_seconds, dry_run))]
+pub fn pipeline_vacuum(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    retain_seconds: f64,
+    dry_run: bool,
+) -> PyResult<Vec<String>> {
+    if !retain_seconds.is_finite() || retain_seconds < 0.0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "retain must be a finite, non-negative duration",
+        ));
+    }
+    let handle = store.inner.clone();
+    let root = root.to_string();
+    let retain = chrono::Duration::milliseconds((retain_seconds * 1000.0) as i64);
+    let v = super::run(py, async move {
+        crate::table::vacuum::vacuum_of::<PipelineManifest>(
+            &handle,
+            &root,
+            retain,
+            dry_run,
+            chrono::Utc::now(),
+        )
+        .await
+    })?;
+    Ok(v.removed)
+}
+
+/// One stage's update in progress (see `crate::producers::run`).
+#[pyclass(module = "pds._core", name = "StageRun")]
+pub struct PyStageRun {
+    inner: Mutex<Option<StageRun>>,
+    schema: arrow_schema::SchemaRef,
+}
+
+impl PyStageRun {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut StageRun) -> crate::error::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut guard = self
+                .inner
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?;
+            let run = guard
+                .as_mut()
+                .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))?;
+            f(run).py_err()
+        })
+    }
+}
+
+type PyChunk<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, Vec<u32>)>, bool);
+
+#[pymethods]
+impl PyStageRun {
+    #[new]
+    #[pyo3(signature = (store, root, stage, sources, *, rebuild, compression, target_rows, sort_budget))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        store: &PyRustStore,
+        root: &str,
+        stage: &str,
+        sources: Vec<String>,
+        rebuild: bool,
+        compression: &str,
+        target_rows: usize,
+        sort_budget: usize,
+    ) -> PyResult<Self> {
+        let env = env(store, root, compression, target_rows, sort_budget)?;
+        let stage = NodeView::from_json(stage).py_err()?;
+        let sources = sources
+            .iter()
+            .map(|s| NodeView::from_json(s))
+            .collect::<crate::error::Result<Vec<_>>>()
+            .py_err()?;
+        let run = py
+            .detach(|| StageRun::new(env, stage, sources, rebuild))
+            .py_err()?;
+        Ok(Self {
+            schema: run.schema(),
+            inner: Mutex::new(Some(run)),
+        })
+    }
+
+    /// The physical schema `push` takes.
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        PySchema::new(self.schema.clone()).into_pyarrow(py)
+    }
+
+    /// `(keys, [(rows, offsets) per source], continued)` or `None` at the end.
+    fn next_chunk<'py>(
+        &self,
+        py: Python<'py>,
+        whole: bool,
+        max_rows: usize,
+    ) -> PyResult<Option<PyChunk<'py>>> {
+        let Some(chunk) = self.with(py, |r| r.next_chunk(whole, max_rows))? else {
+            return Ok(None);
+        };
+        let keys = PyRecordBatch::new(chunk.keys).into_pyarrow(py)?;
+        let mut sources = Vec::with_capacity(chunk.sources.len());
+        for (rows, offsets) in chunk.sources {
+            sources.push((PyRecordBatch::new(rows).into_pyarrow(py)?, offsets));
+        }
+        Ok(Some((keys, sources, chunk.continued)))
+    }
+
+    /// Emitted rows, in the stage's physical schema.
+    fn push(&self, py: Python<'_>, batch: PyRecordBatch) -> PyResult<()> {
+        let batch = batch.into_inner();
+        self.with(py, move |r| r.push(batch))
+    }
+
+    /// `(rows handed out, rows taken back)`.
+    fn counts(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        self.with(py, |r| Ok((r.rows_in, r.rows_out)))
+    }
+
+    /// Write the stage's new state; returns `(state JSON, objects written)`.
+    fn finish(&self, py: Python<'_>) -> PyResult<(String, Vec<String>)> {
+        let (state, created) = py.detach(|| {
+            let run = self
+                .inner
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?
+                .take()
+                .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))?;
+            run.finish().py_err()
+        })?;
+        Ok((state_json(&state)?, created))
+    }
+
+    /// Drop the run (its spill files go with it).
+    fn close(&self) -> PyResult<()> {
+        if let Ok(mut g) = self.inner.lock() {
+            g.take();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,507 @@
+"""pds.Pipeline (issue E): the API contract, incremental semantics, failure
+model and bad input, on the memory, file and SeaweedFS S3 stores. Each test
+names the item of the issue it covers in its spec marker (E-1 ... E-5).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from remote_store import AlreadyExists, CapabilityNotSupported, NotFound, Store
+from remote_store.backends import MemoryBackend
+
+import pds
+from pds import Changes, CommitConflict, GraphMismatch, Pipeline, ProduceError, SchemaMismatch
+
+from helpers import files
+
+PERSON = pa.schema([("person_id", pa.int64()), ("name", pa.string()), ("email", pa.string())])
+
+
+def people(rows: list[tuple[int, str, str]]) -> pa.Table:
+    return pa.Table.from_pylist([{"person_id": i, "name": n, "email": e} for i, n, e in rows], schema=PERSON)
+
+
+def hr(store: Store, key: str = "pipelines/hr", **opts: Any) -> tuple[Pipeline, dict[str, int]]:
+    """The issue's example: people -> by_email -> totals (batched). Returns
+    the pipeline and a count of Produce calls per stage."""
+    calls = {"by_email": 0, "totals": 0}
+    try:
+        p = Pipeline.open(store, key, **opts)
+    except NotFound:
+        p = Pipeline.create(store, key, **opts)
+    src = p.source("people", key={"person_id": pa.int64()}, value=PERSON)
+
+    @p.stage("by_email", sources=[src], key={"email": pa.string()}, value=PERSON)
+    def by_email(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+        calls["by_email"] += 1
+        for person in values:
+            yield person["email"], person
+
+    @p.stage("totals", sources=["by_email"], key={"email": pa.string()}, value={"n": pa.int64()}, batched=True)
+    def totals(groups: pa.Table) -> pa.Table:
+        calls["totals"] += 1
+        # One row per source key (by_email's key is the email): its count.
+        counts = groups.group_by("email").aggregate([("person_id", "count")])
+        return pa.table({"email": counts["email"], "n": counts["person_id_count"]})
+
+    return p, calls
+
+
+@pytest.mark.spec("E-5")
+def test_the_contract_example_builds_updates_and_reads(fast_store: Store) -> None:
+    p, calls = hr(fast_store)
+    assert p.version == 0
+    v = p.update({"people": people([(1, "ann", "a@x"), (2, "bob", "b@x"), (3, "al", "a@x")])})
+    assert v == 1 == p.version
+    assert p.read("totals").to_pylist() == [{"email": "a@x", "n": 2}, {"email": "b@x", "n": 1}]
+    got = p.read("by_email")
+    assert got.column_names == ["email", "person_id", "name"]
+    assert got.column("email").to_pylist() == ["a@x", "a@x", "b@x"]
+    assert p.read("people").column("person_id").to_pylist() == [1, 2, 3]
+    # An update: bob moves to a@x, al is deleted.
+    v = p.update({"people": Changes(upserts=people([(2, "bob", "a@x")]), deletes=pa.table({"person_id": [3]}))})
+    assert v == 2
+    assert calls["by_email"] == 3 + 1, "a deleted key calls no Produce"
+    assert p.read("totals").to_pylist() == [{"email": "a@x", "n": 2}]
+    feed = p.changes("totals")
+    assert feed.upserts is not None and feed.deletes is not None
+    assert feed.upserts.to_pylist() == [{"email": "a@x", "n": 2}]
+    assert feed.deletes.to_pylist() == [{"email": "b@x"}]
+    # Time travel.
+    assert p.read("totals", version=1).num_rows == 2
+    assert p.changes("people", version=1).upserts.num_rows == 3  # type: ignore[union-attr]
+    hist = p.history()
+    assert [h["version"] for h in hist] == [0, 1, 2]
+    assert [h["operation"] for h in hist] == ["create", "update", "update"]
+    assert hist[2]["detail"]["sources"]["people"] == {"upserts": 1, "deletes": 1}
+    assert isinstance(hist[2]["timestamp"], datetime.datetime)
+    # Reopened elsewhere, with the same declarations: same state.
+    q, _ = hr(fast_store)
+    assert q.version == 2
+    assert q.read("totals").equals(p.read("totals"))
+    # Reading needs no declarations.
+    r = Pipeline.open(fast_store, "pipelines/hr")
+    assert r.read("by_email").num_rows == 2
+
+
+@pytest.mark.spec("E-3")
+def test_an_update_reruns_produce_only_for_changed_keys_and_rewrites_only_touched_parts(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p", target_rows=50)
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    seen: list[int] = []
+
+    @p.stage("t", sources=[src], key={"t": pa.int64()}, value={"v": pa.int64()})
+    def t(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        seen.append(key)
+        for v in values:
+            yield key // 10, {"v": v["v"]}
+
+    n = 5000
+    p.update({"s": pa.table({"k": pa.array(range(n), pa.int64()), "v": pa.array(range(n), pa.int64())})})
+    assert len(seen) == n
+    before = set(files(fast_store, "p/nodes"))
+    seen.clear()
+    p.update({"s": pa.table({"k": pa.array([2500], pa.int64()), "v": pa.array([-1], pa.int64())})})
+    assert seen == [2500]
+    new = set(files(fast_store, "p/nodes")) - before
+    # s: one content part + its update; t: one content part, one mappings part, its update.
+    assert 3 <= len(new) <= 6, sorted(new)
+    assert p.read("t").filter(pc.field("t") == 250).column("v").to_pylist() == [-1, *range(2501, 2510)]
+    feed = p.changes("t")
+    assert feed.upserts is not None and feed.upserts.column("t").to_pylist() == [250] * 10
+
+
+@pytest.mark.spec("E-3")
+def test_mixing_a_deletion_and_an_upsert_of_one_key_is_refused_before_any_io(fast_store: Store) -> None:
+    p, _ = hr(fast_store)
+    p.update({"people": people([(1, "ann", "a@x")])})
+    before = files(fast_store, "pipelines")
+    with pytest.raises(ValueError, match="both upserted and deleted"):
+        p.update({"people": Changes(upserts=people([(5, "x", "y")]), deletes=pa.table({"person_id": [5]}))})
+    with pytest.raises(ValueError, match="not a declared source"):
+        p.update({"nope": people([])})
+    with pytest.raises(SchemaMismatch, match="missing columns"):
+        p.update({"people": pa.table({"person_id": [1]})})
+    with pytest.raises(SchemaMismatch, match="never null"):
+        p.update({"people": pa.table({"person_id": pa.array([None], pa.int64()), "name": ["a"], "email": ["b"]})})
+    assert files(fast_store, "pipelines") == before
+    assert p.version == 1
+
+
+@pytest.mark.spec("E-5")
+def test_a_produce_that_raises_commits_nothing_and_names_stage_and_key(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+    @p.stage("inv", sources=[src], key={"k": pa.int64()}, value={"r": pa.float64()})
+    def inv(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, float]]:
+        for v in values:
+            yield key, 1 / v["v"]
+
+    p.update({"s": pa.table({"k": [1, 2], "v": [1, 2]})})
+    listed = files(fast_store, "p")
+    with pytest.raises(ProduceError, match=r"stage 'inv' failed on key 7") as err:
+        p.update({"s": pa.table({"k": [7], "v": [0]})})
+    assert isinstance(err.value, ZeroDivisionError), "still the user's exception class"
+    assert err.value.stage == "inv" and err.value.key == 7
+    assert p.refresh() == 1
+    assert files(fast_store, "p") == listed, "what the failed update wrote was removed"
+    assert p.read("s").column("k").to_pylist() == [1, 2]
+
+
+@pytest.mark.spec("E-5")
+def test_output_that_does_not_match_the_declared_schema_is_refused_naming_the_stage(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    mode = {"row": "ok"}
+
+    @p.stage("rows", sources=[src], key={"k": pa.int64()}, value={"v": pa.int64()})
+    def rows(key: int, values: Iterator[dict[str, Any]]) -> Iterator[Any]:
+        for v in values:
+            if mode["row"] == "extra":
+                yield key, {"v": v["v"], "w": 1}
+            elif mode["row"] == "type":
+                yield key, {"v": "not an int"}
+            elif mode["row"] == "shape":
+                yield key
+            else:
+                yield key, v["v"]
+
+    @p.stage("batch", sources=[src], key={"k": pa.int64()}, value={"v": pa.int64()}, batched=True)
+    def batch(t: pa.Table) -> pa.Table:
+        if mode.get("batch") == "drop":
+            return t.select(["v"])
+        return t
+
+    p.update({"s": pa.table({"k": [1], "v": [1]})})
+    assert p.read("rows").to_pylist() == [{"k": 1, "v": 1}]
+    for m, msg in [("extra", "extra fields"), ("type", "rows"), ("shape", "pairs")]:
+        mode["row"] = m
+        with pytest.raises(SchemaMismatch, match=f"stage 'rows'.*{msg}|{msg}.*"):
+            p.update({"s": pa.table({"k": [2], "v": [2]})})
+    mode["row"] = "ok"
+    mode["batch"] = "drop"
+    with pytest.raises(SchemaMismatch, match="stage 'batch'.*missing columns"):
+        p.update({"s": pa.table({"k": [2], "v": [2]})})
+    assert p.refresh() == 1
+
+
+@pytest.mark.spec("E-5")
+def test_a_declared_graph_that_differs_from_the_stored_one_is_refused(fast_store: Store) -> None:
+    p, _ = hr(fast_store)
+    p.update({"people": people([(1, "ann", "a@x")])})
+    q = Pipeline.open(fast_store, "pipelines/hr")
+    with pytest.raises(GraphMismatch, match="people.*key"):
+        q.source("people", key={"person_id": pa.int64(), "name": pa.string()}, value=PERSON)
+    q.source("people", key={"person_id": pa.int64()}, value=PERSON)
+    with pytest.raises(GraphMismatch, match="sources"):
+        q.stage("by_email", sources=["people", "people"], key={"email": pa.string()}, value=PERSON)(lambda k, a, b: [])
+    # A stored stage left undeclared: update refuses.
+    with pytest.raises(GraphMismatch, match="not declared"):
+        q.update({"people": people([(2, "b", "b@x")])})
+    # New nodes may be added: built from the whole content of their sources.
+    r, _ = hr(fast_store)
+
+    @r.stage("names", sources=["people"], key={"name": pa.string()}, value={"person_id": pa.int64()})
+    def names(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[str, int]]:
+        for v in values:
+            yield v["name"], key
+
+    r.update({"people": people([(2, "bob", "b@x")])})
+    assert r.read("names").to_pylist() == [{"name": "ann", "person_id": 1}, {"name": "bob", "person_id": 2}]
+
+
+@pytest.mark.spec("E-5")
+def test_rebuild_recomputes_a_stage_whose_code_changed_and_propagates(fast_store: Store) -> None:
+    factor = {"x": 1}
+
+    def declare() -> Pipeline:
+        p = Pipeline.open(fast_store, "p") if fast_store.exists("p/_latest_manifest") else Pipeline.create(fast_store, "p")
+        s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+        @p.stage("scaled", sources=[s], key={"k": pa.int64()}, value={"v": pa.int64()})
+        def scaled(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+            for v in values:
+                if v["v"] * factor["x"] > 0:
+                    yield key, v["v"] * factor["x"]
+
+        @p.stage("total", sources=["scaled"], key={"one": pa.int64()}, value={"sum": pa.int64()})
+        def total(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+            yield 1, sum(v["v"] for v in values)
+
+        return p
+
+    p = declare()
+    p.update({"s": pa.table({"k": [1, 2, 3], "v": [1, 2, 3]})})
+    assert sum(p.read("total").column("sum").to_pylist()) == 6
+    factor["x"] = -1  # every value now produces nothing
+    q = declare()
+    v = q.rebuild("scaled")
+    assert q.read("scaled").num_rows == 0
+    assert q.read("total").num_rows == 0
+    assert q.changes("scaled").deletes.column("k").to_pylist() == [1, 2, 3]  # type: ignore[union-attr]
+    assert q.history()[-1] == {**q.history()[-1], "version": v, "operation": "rebuild"}
+    with pytest.raises(ValueError, match="not a declared stage"):
+        q.rebuild("s")
+
+
+@pytest.mark.spec("E-1")
+def test_a_group_larger_than_a_chunk_streams_and_the_constant_key_trick_sorts(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p", sort_budget=256 * 1024, target_rows=4000)
+    src = p.source("events", key={"one": pa.int64()}, value={"user": pa.string(), "n": pa.int64()})
+    seen = {"values": 0}
+
+    @p.stage("by_user", sources=[src], key={"user": pa.string()}, value={"n": pa.int64()})
+    def by_user(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[str, int]]:
+        for v in values:
+            seen["values"] += 1
+            yield v["user"], v["n"]
+
+    @p.stage("first3", sources=["by_user"], key={"user": pa.string()}, value={"n": pa.int64()})
+    def first3(key: str, values: Iterator[dict[str, Any]]) -> Iterator[tuple[str, int]]:
+        for i, v in enumerate(values):  # stops early: the rest of the group is skipped
+            if i == 3:
+                return
+            yield key, v["n"]
+
+    n = 30_000
+    users = [f"u{(i * 7919) % 50:02d}" for i in range(n)]
+    p.update({"events": pa.table({"one": [1] * n, "user": users, "n": list(range(n))})})
+    assert seen["values"] == n, "one Produce call saw every value (several chunks)"
+    got = p.read("by_user")
+    assert got.column("user").to_pylist() == sorted(users)
+    assert got.num_rows == n
+    assert p.read("first3").num_rows == 50 * 3
+    # Values are single-use: a sequence kept past its call is refused.
+    q = Pipeline.create(fast_store, "q")
+    s = q.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    kept: list[Iterator[dict[str, Any]]] = []
+
+    @q.stage("t", sources=[s], key={"k": pa.int64()}, value={"v": pa.int64()})
+    def t(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        kept.append(values)
+        if len(kept) == 2:
+            list(kept[0])
+        return iter(())
+
+    with pytest.raises(ProduceError, match="single-use"):
+        q.update({"s": pa.table({"k": [1, 1, 2], "v": [1, 2, 3]})})
+
+
+@pytest.mark.spec("E-4")
+def test_merges_and_joins_update_incrementally(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    eu = p.source("eu", key={"id": pa.int64()}, value={"name": pa.string()})
+    us = p.source("us", key={"id": pa.int64()}, value={"name": pa.string()})
+    allp = p.merge("all_people", [eu, us])
+    orders = p.source("orders", key={"id": pa.int64()}, value={"amount": pa.int64()})
+
+    @p.stage("count", sources=[allp], key={"id": pa.int64()}, value={"names": pa.int64()})
+    def count(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        yield key, len(list(values))
+
+    @p.stage("spend", sources=[allp, orders], key={"name": pa.string()}, value={"total": pa.int64()})
+    def spend(key: int, ppl: Iterator[dict[str, Any]], ords: Iterator[dict[str, Any]]) -> Iterator[tuple[str, int]]:
+        amounts = [o["amount"] for o in ords]
+        for person in ppl:
+            yield person["name"], sum(amounts)
+
+    p.update(
+        {
+            "eu": pa.table({"id": [1, 2], "name": ["ann", "bea"]}),
+            "us": pa.table({"id": [2, 3], "name": ["bob", "cy"]}),
+            "orders": pa.table({"id": [1, 2, 2], "amount": [10, 5, 7]}),
+        }
+    )
+    assert p.read("all_people").to_pylist() == [
+        {"id": 1, "name": "ann"},
+        {"id": 2, "name": "bea"},
+        {"id": 2, "name": "bob"},
+        {"id": 3, "name": "cy"},
+    ]
+    assert p.read("count").to_pylist() == [{"id": 1, "names": 1}, {"id": 2, "names": 2}, {"id": 3, "names": 1}]
+    assert {r["name"]: r["total"] for r in p.read("spend").to_pylist()} == {"ann": 10, "bea": 12, "bob": 12, "cy": 0}
+    # Only the US feeder changes key 2: the merged update still carries
+    # every value of key 2 (bea from the EU feeder's content).
+    p.update({"us": Changes(deletes=pa.table({"id": [2]}))})
+    merged = p.changes("all_people")
+    assert merged.upserts is not None and merged.upserts.to_pylist() == [{"id": 2, "name": "bea"}]
+    assert p.read("count").to_pylist() == [{"id": 1, "names": 1}, {"id": 2, "names": 1}, {"id": 3, "names": 1}]
+    # Only orders change: the join reads the people side from content.
+    p.update({"orders": pa.table({"id": [3], "amount": [100]})})
+    assert {r["name"]: r["total"] for r in p.read("spend").to_pylist()} == {"ann": 10, "bea": 12, "cy": 100}
+    with pytest.raises(SchemaMismatch, match="same key and value"):
+        p.merge("bad", [eu, orders])
+
+
+@pytest.mark.spec("E-3")
+def test_of_two_concurrent_updaters_one_wins_the_other_gets_commit_conflict(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    gate, entered = threading.Event(), threading.Event()
+
+    def declare(block: bool) -> Pipeline:
+        q = Pipeline.open(fast_store, "p")
+        s = q.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+        @q.stage("t", sources=[s], key={"k": pa.int64()}, value={"v": pa.int64()})
+        def t(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+            if block:
+                entered.set()
+                gate.wait(30)
+            for v in values:
+                yield key, v["v"]
+
+        return q
+
+    slow, fast = declare(True), declare(False)
+    errors: list[BaseException] = []
+
+    def run_slow() -> None:
+        try:
+            slow.update({"s": pa.table({"k": [1], "v": [1]})})
+        except BaseException as e:  # noqa: BLE001 - checked below
+            errors.append(e)
+
+    th = threading.Thread(target=run_slow)
+    th.start()
+    assert entered.wait(30)
+    assert fast.update({"s": pa.table({"k": [2], "v": [2]})}) == 1
+    gate.set()
+    th.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], CommitConflict), errors
+    assert p.refresh() == 1
+    assert p.read("t").column("k").to_pylist() == [2]
+    # The loser's files are removed; vacuum finds nothing of it.
+    assert [k for k in p.vacuum(retain=datetime.timedelta(0)) if k.startswith("nodes/")] == []
+    assert slow.update({"s": pa.table({"k": [1], "v": [1]})}) == 2
+
+
+CRASHER = r"""
+import json, os, signal, sys
+import pyarrow as pa, pds
+url, options = sys.argv[1], json.loads(sys.argv[2])
+p = pds.Pipeline.open(url, "p", target_rows=100, **options)
+s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+@p.stage("t", sources=[s], key={"t": pa.int64()}, value={"v": pa.int64()})
+def t(key, values):
+    for v in values:
+        yield key % 100, v["v"]
+n = 20000
+print("ready", flush=True)
+p.update({"s": pa.table({"k": pa.array(range(n, 2 * n), pa.int64()), "v": pa.array(range(n), pa.int64())})})
+print("done", flush=True)
+"""
+
+
+@pytest.mark.spec("E-3")
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_a_crash_leaves_the_previous_version_intact_and_vacuum_removes_the_garbage(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "file":
+        url, options = (tmp_path / "lake").as_uri(), {}
+    else:
+        make: Callable[[], tuple[str, dict[str, str]]] = request.getfixturevalue("s3_url")
+        url, options = make()
+    p = Pipeline.create(url, "p", **options)
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+    @p.stage("t", sources=[s], key={"t": pa.int64()}, value={"v": pa.int64()})
+    def t(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        for v in values:
+            yield key % 100, v["v"]
+
+    p.update({"s": pa.table({"k": pa.array(range(500), pa.int64()), "v": pa.array(range(500), pa.int64())})})
+    before = p.read("t")
+    store = pds.open_store(url, **options)
+    killed = 0
+    for delay in (0.3, 0.8, 1.5):
+        proc = subprocess.Popen([sys.executable, "-c", CRASHER, url, json.dumps(options)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        proc.wait(60)
+        q = Pipeline.open(url, "p", **options)
+        if q.version == 1:
+            assert q.read("t").equals(before), "the previous version is intact"
+        else:
+            assert q.read("s").num_rows == 20500, "or the whole update landed"
+    assert killed >= 1
+    q = Pipeline.open(url, "p", **options)
+    q.vacuum(retain=datetime.timedelta(0), dry_run=False)
+    # What remains is exactly what the retained version references.
+    m = json.loads(store.read_bytes(f"p/manifest/v{q.version:08d}.json"))
+    referenced = {f"p/{part['name']}" for n in m["nodes"].values() for k in ("content", "mappings") for part in n.get(k, [])}
+    referenced |= {f"p/{part['name']}" for n in m["nodes"].values() for k in ("rows", "deleted") for part in n.get("update", {}).get(k, [])}
+    left = {f for f in files(store, "p/nodes")}
+    assert left == referenced
+    if kind == "file":
+        stray = [x for x in (tmp_path / "lake" / "p").rglob("*") if x.is_file() and "#" in x.name]
+        assert stray == [], "no staging files of killed uploads are left"
+
+
+@pytest.mark.spec("E-3")
+def test_vacuum_keeps_retained_versions_and_removes_older_ones(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    for i in range(3):
+        p.update({s.name: pa.table({"k": [1], "v": [i]})})
+    assert p.vacuum() == [], "nothing older than 7 days"
+    doomed = p.vacuum(retain=datetime.timedelta(0))
+    assert any(d.startswith("manifest/") for d in doomed) and all(not d.startswith("_latest") for d in doomed)
+    assert p.vacuum(retain=datetime.timedelta(0), dry_run=False) == doomed
+    assert p.read("s").to_pylist() == [{"k": 1, "v": 2}]
+    with pytest.raises(NotFound):
+        p.read("s", version=1)
+    with pytest.raises(TypeError):
+        p.vacuum(retain=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.spec("E-5")
+def test_bad_declarations_and_stores(tmp_path: Path) -> None:
+    store = pds.open_store("memory://")
+    with pytest.raises(CapabilityNotSupported):
+        Pipeline.create(Store(MemoryBackend()), "p")
+    p = Pipeline.create(store, "p")
+    with pytest.raises(AlreadyExists):
+        Pipeline.create(store, "p")
+    assert Pipeline.create(store, "p", exist_ok=True).version == 0
+    with pytest.raises(NotFound):
+        Pipeline.open(store, "nothing")
+    with pytest.raises(ValueError, match="node name"):
+        p.source("../x", key={"k": pa.int64()}, value={})
+    with pytest.raises(TypeError, match="keys are integers"):
+        p.source("f", key={"k": pa.float64()}, value={})
+    with pytest.raises(ValueError, match="reserved"):
+        p.source("r", key={"__pds_src.k": pa.int64()}, value={})
+    with pytest.raises(TypeError, match="value column 'k' is a key column"):
+        p.source("c", key={"k": pa.int64()}, value={"k": pa.string()})
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    with pytest.raises(ValueError, match="declared twice"):
+        p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    with pytest.raises(ValueError, match="not declared"):
+        p.stage("x", sources=["ghost"], key={"k": pa.int64()}, value={})
+    t = p.source("t", key={"k": pa.string()}, value={"v": pa.int64()})
+    with pytest.raises(SchemaMismatch, match="same types"):
+        p.stage("j", sources=[s, t], key={"k": pa.int64()}, value={})
+    with pytest.raises(ValueError, match="version"):
+        p.read("s", version=-1)
+    with pytest.raises(NotFound):
+        p.read("ghost")
+    with pytest.raises(ValueError, match="sort_budget"):
+        Pipeline.open(store, "p", sort_budget=0)

@@ -194,7 +194,7 @@ def test_output_that_does_not_match_the_declared_schema_is_refused_naming_the_st
             p.update({"s": pa.table({"k": [2], "v": [2]})})
     mode["row"] = "ok"
     mode["batch"] = "drop"
-    with pytest.raises(SchemaMismatch, match="stage 'batch'.*missing columns"):
+    with pytest.raises(SchemaMismatch, match=r"stage 'batch'.*missing columns"):
         p.update({"s": pa.table({"k": [2], "v": [2]})})
     assert p.refresh() == 1
 
@@ -204,7 +204,7 @@ def test_a_declared_graph_that_differs_from_the_stored_one_is_refused(fast_store
     p, _ = hr(fast_store)
     p.update({"people": people([(1, "ann", "a@x")])})
     q = Pipeline.open(fast_store, "pipelines/hr")
-    with pytest.raises(GraphMismatch, match="people.*key"):
+    with pytest.raises(GraphMismatch, match=r"people.*key"):
         q.source("people", key={"person_id": pa.int64(), "name": pa.string()}, value=PERSON)
     q.source("people", key={"person_id": pa.int64()}, value=PERSON)
     with pytest.raises(GraphMismatch, match="sources"):
@@ -229,7 +229,11 @@ def test_rebuild_recomputes_a_stage_whose_code_changed_and_propagates(fast_store
     factor = {"x": 1}
 
     def declare() -> Pipeline:
-        p = Pipeline.open(fast_store, "p") if fast_store.exists("p/_latest_manifest") else Pipeline.create(fast_store, "p")
+        p = (
+            Pipeline.open(fast_store, "p")
+            if fast_store.exists("p/_latest_manifest")
+            else Pipeline.create(fast_store, "p")
+        )
         s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
 
         @p.stage("scaled", sources=[s], key={"k": pa.int64()}, value={"v": pa.int64()})
@@ -429,7 +433,9 @@ def test_a_crash_leaves_the_previous_version_intact_and_vacuum_removes_the_garba
     store = pds.open_store(url, **options)
     killed = 0
     for delay in (0.3, 0.8, 1.5):
-        proc = subprocess.Popen([sys.executable, "-c", CRASHER, url, json.dumps(options)], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHER, url, json.dumps(options)], stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(delay)
         if proc.poll() is None:
@@ -446,8 +452,15 @@ def test_a_crash_leaves_the_previous_version_intact_and_vacuum_removes_the_garba
     q.vacuum(retain=datetime.timedelta(0), dry_run=False)
     # What remains is exactly what the retained version references.
     m = json.loads(store.read_bytes(f"p/manifest/v{q.version:08d}.json"))
-    referenced = {f"p/{part['name']}" for n in m["nodes"].values() for k in ("content", "mappings") for part in n.get(k, [])}
-    referenced |= {f"p/{part['name']}" for n in m["nodes"].values() for k in ("rows", "deleted") for part in n.get("update", {}).get(k, [])}
+    referenced = {
+        f"p/{part['name']}" for n in m["nodes"].values() for k in ("content", "mappings") for part in n.get(k, [])
+    }
+    referenced |= {
+        f"p/{part['name']}"
+        for n in m["nodes"].values()
+        for k in ("rows", "deleted")
+        for part in n.get("update", {}).get(k, [])
+    }
     left = {f for f in files(store, "p/nodes")}
     assert left == referenced
     if kind == "file":

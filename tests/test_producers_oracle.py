@@ -52,7 +52,9 @@ def join(key: Any, left: Iterator[dict[str, Any]], right: Iterator[dict[str, Any
         yield key % 4, {"total": sum(a) + 10 * sum(b), "n": len(a) * 100 + len(b)}
 
 
-def batched(fn: Callable[..., Pairs], key_names: list[str], target: list[str], n_sources: int = 1) -> Callable[..., pa.Table]:
+def batched(
+    fn: Callable[..., Pairs], key_names: list[str], target: list[str], n_sources: int = 1
+) -> Callable[..., pa.Table]:
     """A batched Produce doing what row Produce *fn* does, group by group:
     returns target key + value + source key columns."""
 
@@ -96,7 +98,9 @@ class Spec:
         self.name, self.kind, self.sources, self.fn, self.value_names = name, kind, sources, fn, value_names
 
 
-def oracle(specs: list[Spec], inputs: dict[str, dict[Any, list[dict[str, Any]]]]) -> dict[str, dict[Any, list[dict[str, Any]]]]:
+def oracle(
+    specs: list[Spec], inputs: dict[str, dict[Any, list[dict[str, Any]]]]
+) -> dict[str, dict[Any, list[dict[str, Any]]]]:
     """Every node's content from scratch: key -> list of value dicts."""
     out: dict[str, dict[Any, list[dict[str, Any]]]] = {}
     for s in specs:
@@ -175,7 +179,9 @@ def build(p: pds.Pipeline, rng: random.Random) -> tuple[list[Spec], dict[str, tu
         shape["c"] = (["t"], ["v", "s"])
     if rng.random() < 0.6:
         fn, b = form("j", join, ["k"], ["w"], 2)
-        p.stage("j", sources=[s1, s2], key={"w": pa.int64()}, value={"total": pa.int64(), "n": pa.int64()}, batched=b)(fn)
+        p.stage("j", sources=[s1, s2], key={"w": pa.int64()}, value={"total": pa.int64(), "n": pa.int64()}, batched=b)(
+            fn
+        )
         specs.append(Spec("j", "stage", ["s1", "s2"], join, ["total", "n"]))
         shape["j"] = (["w"], ["total", "n"])
     if rng.random() < 0.6:
@@ -190,7 +196,9 @@ def build(p: pds.Pipeline, rng: random.Random) -> tuple[list[Spec], dict[str, tu
     return specs, shape
 
 
-def random_changes(rng: random.Random, inputs: dict[str, dict[Any, list[dict[str, Any]]]], nkeys: int) -> dict[str, pds.Changes]:
+def random_changes(
+    rng: random.Random, inputs: dict[str, dict[Any, list[dict[str, Any]]]], nkeys: int
+) -> dict[str, pds.Changes]:
     changes = {}
     for name in ("s1", "s2"):
         if rng.random() < 0.25:
@@ -204,7 +212,10 @@ def random_changes(rng: random.Random, inputs: dict[str, dict[Any, list[dict[str
                 dels.append(k)
                 current.pop(k, None)
             else:
-                vals = [{"v": rng.randint(-50, 50), "s": rng.choice("abc") + str(rng.randint(0, 9))} for _ in range(rng.randint(1, 3))]
+                vals = [
+                    {"v": rng.randint(-50, 50), "s": rng.choice("abc") + str(rng.randint(0, 9))}
+                    for _ in range(rng.randint(1, 3))
+                ]
                 current[k] = vals
                 for v in vals:
                     ups["k"].append(k)
@@ -217,7 +228,13 @@ def random_changes(rng: random.Random, inputs: dict[str, dict[Any, list[dict[str
     return changes
 
 
-def check_version(p: pds.Pipeline, specs: list[Spec], shape: dict[str, tuple[list[str], list[str]]], expected: dict[str, Any], before: dict[str, Any]) -> None:
+def check_version(
+    p: pds.Pipeline,
+    specs: list[Spec],
+    shape: dict[str, tuple[list[str], list[str]]],
+    expected: dict[str, Any],
+    before: dict[str, Any],
+) -> None:
     for s in specs:
         keys, values = shape[s.name]
         want = as_content(expected[s.name], values)
@@ -236,7 +253,9 @@ def check_version(p: pds.Pipeline, specs: list[Spec], shape: dict[str, tuple[lis
         for k in dels:
             assert k not in want, f"{s.name}: {k!r} deleted but has rows"
         changed = {k for k in set(old) | set(want) if old.get(k) != want.get(k)}
-        assert changed <= set(ups) | dels, f"{s.name}: changed keys missing from the update: {changed - set(ups) - dels}"
+        assert changed <= set(ups) | dels, (
+            f"{s.name}: changed keys missing from the update: {changed - set(ups) - dels}"
+        )
 
 
 def run_oracle(store: Store, seed: int, updates: int, nkeys: int) -> None:

@@ -38,8 +38,8 @@ from pds.table import Table
 __all__ = [
     "AlreadyExists",
     "BackendUnavailable",
-    "Changes",
     "CapabilityNotSupported",
+    "Changes",
     "CommitConflict",
     "DataError",
     "DatasetIncomplete",

@@ -327,3 +327,77 @@ def table_commit_files(
     metadata: Mapping[str, str] | None,
 ) -> str:
     """Commit files from table_write_files in one version (creating the table if needed)."""
+
+# -- pipelines (pds.Pipeline) ------------------------------------------------------
+# Node descriptions, states and manifests cross as JSON text.
+
+def pipeline_check_changes(key: Sequence[str], upserts: pa.Table | None, deletes: pa.Table | None) -> None:
+    """ValueError if a key is both upserted and deleted. No I/O."""
+
+def pipeline_apply_source(
+    store: RustStore,
+    root: str,
+    node: str,
+    upserts: pa.Table | None,
+    deletes: pa.Table | None,
+    *,
+    compression: str,
+    target_rows: int,
+    sort_budget: int,
+) -> tuple[str, list[str]]:
+    """Apply changes to a source: (new state JSON, objects written)."""
+
+def pipeline_merge_update(
+    store: RustStore, root: str, node: str, *, compression: str, target_rows: int, sort_budget: int
+) -> tuple[str, list[str]]:
+    """A merge's update from its feeders' (the seed's three layers): (state JSON, objects written)."""
+
+def pipeline_read(store: RustStore, root: str, node: str) -> pa.Table:
+    """A node's whole content: key and value columns, sorted by key."""
+
+def pipeline_update(store: RustStore, root: str, node: str) -> tuple[pa.Table, pa.Table]:
+    """What a node's version changed: (rows of every changed key, deleted keys)."""
+
+def pipeline_latest(store: RustStore, root: str) -> str | None:
+    """The latest manifest JSON (2 GETs), or None if there is no pipeline."""
+
+def pipeline_version(store: RustStore, root: str, version: int) -> str:
+    """The manifest JSON of *version* (1 GET)."""
+
+def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest: str) -> str:
+    """Commit *manifest* as the version after *expected*: CommitConflict if another won."""
+
+def pipeline_vacuum(store: RustStore, root: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
+    """Keys (relative to the pipeline) removed, or with dry_run to be removed."""
+
+@final
+class StageRun:
+    """One stage's incremental update in progress: hands out groups, takes
+    back what Produce emitted, then writes the stage's new state."""
+
+    def __init__(
+        self,
+        store: RustStore,
+        root: str,
+        stage: str,
+        sources: Sequence[str],
+        *,
+        rebuild: bool,
+        compression: str,
+        target_rows: int,
+        sort_budget: int,
+    ) -> None: ...
+    def schema(self) -> pa.Schema:
+        """The physical schema push() takes."""
+    def next_chunk(
+        self, whole: bool, max_rows: int
+    ) -> tuple[pa.RecordBatch, list[tuple[pa.RecordBatch, list[int]]], bool] | None:
+        """(keys, [(rows, offsets) per source], continued), or None at the end."""
+    def push(self, batch: pa.RecordBatch) -> None:
+        """Rows Produce emitted, in the physical schema."""
+    def counts(self) -> tuple[int, int]:
+        """(rows handed out, rows taken back)."""
+    def finish(self) -> tuple[str, list[str]]:
+        """Write the new state: (state JSON, objects written)."""
+    def close(self) -> None:
+        """Drop the run and its spill files."""

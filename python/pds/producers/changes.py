@@ -25,7 +25,9 @@ def as_table(data: Any, what: str) -> pa.Table | None:
         return data.read_all()
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data).read_all()
-    raise TypeError(f"{what} must be Arrow data (a pyarrow Table or anything with __arrow_c_stream__), got {type(data).__name__}")
+    raise TypeError(
+        f"{what} must be Arrow data (a pyarrow Table or anything with __arrow_c_stream__), got {type(data).__name__}"
+    )
 
 
 @dataclass(frozen=True, init=False)

@@ -32,11 +32,12 @@ def produce_error(error: BaseException, stage: str, key: Any) -> BaseException:
     message = f"stage {stage!r} failed on key {key!r}: {type(error).__name__}: {error}"
     made: BaseException
     try:
-        cls = type(f"ProduceError[{type(error).__name__}]", (ProduceError, type(error)), {"__module__": __name__})
+        bases: tuple[type, ...] = (ProduceError, type(error))
+        cls: Any = type(f"ProduceError[{type(error).__name__}]", bases, {"__module__": __name__})
         made = cls.__new__(cls)
         made.args = (message,)
         str(made)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any class that cannot be mixed in gets the plain one
         made = ProduceError(message)
     made.stage = stage  # type: ignore[attr-defined]
     made.key = key  # type: ignore[attr-defined]

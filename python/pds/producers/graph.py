@@ -187,9 +187,13 @@ class Node:
             diffs.append(f"key {_show(stored.key)} -> {_show(self.key)}")
         if not self.value.equals(stored.value):
             diffs.append(f"value {_show(stored.value)} -> {_show(self.value)}")
-        if self.kind == "stage" and stored.source_key is not None and self.source_key is not None:
-            if [f.type for f in self.source_key] != [f.type for f in stored.source_key]:
-                diffs.append("source key types")
+        if (
+            self.kind == "stage"
+            and stored.source_key is not None
+            and self.source_key is not None
+            and [f.type for f in self.source_key] != [f.type for f in stored.source_key]
+        ):
+            diffs.append("source key types")
         if diffs:
             raise GraphMismatch(
                 f"{self.kind} {self.name!r} differs from the one the pipeline stores: {'; '.join(diffs)}. "

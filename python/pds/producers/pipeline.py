@@ -41,7 +41,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import pyarrow as pa
 from remote_store import AlreadyExists, NotFound, Store
@@ -62,6 +62,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SORT_BUDGET = 512 * 1024 * 1024
 #: Default rows per key-range part.
 DEFAULT_TARGET_ROWS = 256 * 1024
+
+
+class _Opts(TypedDict):
+    compression: str
+    target_rows: int
+    sort_budget: int
 
 
 def _version_arg(value: object) -> int | None:
@@ -199,7 +205,9 @@ class Pipeline:
     def _source_name(self, s: Node | str) -> str:
         name = s.name if isinstance(s, Node) else s
         if name not in self._declared:
-            raise ValueError(f"{name!r} is not declared in this pipeline (declare sources before the stages reading them)")
+            raise ValueError(
+                f"{name!r} is not declared in this pipeline (declare sources before the stages reading them)"
+            )
         return name
 
     def source(self, name: str, key: object, value: object) -> Node:
@@ -335,7 +343,11 @@ class Pipeline:
         out = []
         for v in range(int(latest["version"]), -1, -1):
             try:
-                m = latest if v == latest["version"] else json.loads(_core.pipeline_version(self._native, self._root, v))
+                m = (
+                    latest
+                    if v == latest["version"]
+                    else json.loads(_core.pipeline_version(self._native, self._root, v))
+                )
             except NotFound:
                 continue
             out.append(
@@ -361,7 +373,9 @@ class Pipeline:
         if retain < datetime.timedelta(0):
             raise ValueError("retain must not be negative")
         return list(
-            _core.pipeline_vacuum(self._native, self._root, retain_seconds=retain.total_seconds(), dry_run=bool(dry_run))
+            _core.pipeline_vacuum(
+                self._native, self._root, retain_seconds=retain.total_seconds(), dry_run=bool(dry_run)
+            )
         )
 
     # -- updating --------------------------------------------------------------
@@ -442,7 +456,11 @@ class Pipeline:
         graph = dict(self._declared)
         states: dict[str, Any] = {}
         created: list[str] = []
-        opts = {"compression": self._compression, "target_rows": self._target_rows, "sort_budget": self._sort_budget}
+        opts: _Opts = {
+            "compression": self._compression,
+            "target_rows": self._target_rows,
+            "sort_budget": self._sort_budget,
+        }
         try:
             for name in self._order:
                 node = graph[name]
@@ -473,9 +491,7 @@ class Pipeline:
                     continue
                 stage_view = json.dumps(self._view(name, graph, {name: old}))
                 source_views = [json.dumps(self._view(s, graph, states)) for s in node.sources]
-                run = _core.StageRun(
-                    self._native, self._root, stage_view, source_views, rebuild=fresh, **opts
-                )
+                run = _core.StageRun(self._native, self._root, stage_view, source_views, rebuild=fresh, **opts)
                 try:
                     if node.batched:
                         run_batched(node, run, len(node.sources))
@@ -526,7 +542,7 @@ def _discard(handle: _core.RustStore, keys: Iterable[str]) -> None:
     for k in keys:
         try:
             handle.delete(k)
-        except Exception:  # noqa: S112 - best effort; vacuum is the backstop
+        except Exception:  # noqa: BLE001 - best effort; vacuum is the backstop
             continue
 
 

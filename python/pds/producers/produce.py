@@ -36,7 +36,7 @@ def _mismatch(stage: Node, detail: str) -> SchemaMismatch:
 
 
 def _key_values(keys: pa.RecordBatch) -> list[Any]:
-    cols = [c.to_pylist() for c in keys.columns]
+    cols: list[list[Any]] = [c.to_pylist() for c in keys.columns]
     if len(cols) == 1:
         return cols[0]
     return list(zip(*cols, strict=True))
@@ -62,7 +62,9 @@ class _Emitter:
         try:
             target, value = pair
         except (TypeError, ValueError):
-            raise _mismatch(self.stage, f"Produce must yield (key, value) pairs; key {key!r} yielded {pair!r}") from None
+            raise _mismatch(
+                self.stage, f"Produce must yield (key, value) pairs; key {key!r} yielded {pair!r}"
+            ) from None
         if not isinstance(value, Mapping):
             if not self.single_value:
                 raise _mismatch(self.stage, f"a value must be a dict of {self.value_names}, got {value!r}")
@@ -287,5 +289,7 @@ def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
         given = pa.Table.from_batches([keys]).rename_columns(src_names)
         stray = src.join(given, keys=src_names, join_type="left anti")
         if stray.num_rows:
-            raise _mismatch(stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}")
+            raise _mismatch(
+                stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}"
+            )
         _push(stage, run, schema, arrays)

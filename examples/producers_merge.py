@@ -38,7 +38,7 @@ def declare(store: Any, key: str = "pipelines/sales") -> pds.Pipeline:
 def sales(days: list[str], product: str, units: int) -> pa.Table:
     return pa.table(
         {
-            "day": pa.array([__import__("datetime").date.fromisoformat(d) for d in days], pa.date32()),
+            "day": pa.array([datetime.date.fromisoformat(d) for d in days], pa.date32()),
             "product": [product] * len(days),
             "units": [units] * len(days),
         }

@@ -518,3 +518,32 @@ def test_bad_declarations_and_stores(tmp_path: Path) -> None:
         p.read("ghost")
     with pytest.raises(ValueError, match="sort_budget"):
         Pipeline.open(store, "p", sort_budget=0)
+
+
+@pytest.mark.spec("E-1")
+def test_streamed_upserts_are_sorted_within_the_sort_budget(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p", sort_budget=1 << 20, target_rows=20_000)
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.string()})
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    n = 200_000
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for start in range(0, n, 10_000):
+            ks = [(j * 7919) % n for j in range(start, start + 10_000)]
+            yield pa.record_batch({"k": pa.array(ks, pa.int64()), "v": [f"v{k}" for k in ks]}, schema=schema)
+
+    p.update({s.name: Changes(upserts=pa.RecordBatchReader.from_batches(schema, batches()))})
+    got = p.read("s")
+    assert got.column("k").to_pylist() == list(range(n))
+    assert got.column("v").to_pylist()[:2] == ["v0", "v1"]
+    assert p.history()[-1]["detail"]["sources"]["s"] == {"upserts": n, "deletes": 0}
+    # A stream mixing an upsert and a deletion of a key: refused while it is
+    # read, before anything is written; nothing is committed.
+    listed = files(fast_store, "p")
+    mixed = pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch({"k": [5], "v": ["x"]}, schema=schema)]))
+    with pytest.raises(ValueError, match="both upserted and deleted"):
+        p.update({"s": Changes(upserts=mixed, deletes=pa.table({"k": [5]}))})
+    assert files(fast_store, "p") == listed
+    assert p.refresh() == 1
+    with pytest.raises(SchemaMismatch, match="missing columns"):
+        p.update({"s": pa.RecordBatchReader.from_batches(pa.schema([("k", pa.int64())]), iter([]))})

@@ -338,14 +338,14 @@ def pipeline_apply_source(
     store: RustStore,
     root: str,
     node: str,
-    upserts: pa.Table | None,
+    upserts: ArrowStreamExportable | None,
     deletes: pa.Table | None,
     *,
     compression: str,
     target_rows: int,
     sort_budget: int,
 ) -> tuple[str, list[str]]:
-    """Apply changes to a source: (new state JSON, objects written)."""
+    """Apply changes to a source (upserts streamed, sorted within sort_budget): (new state JSON, objects written)."""
 
 def pipeline_merge_update(
     store: RustStore, root: str, node: str, *, compression: str, target_rows: int, sort_budget: int

@@ -428,11 +428,14 @@ impl Layout {
         let mut touch_split =
             Splitter::new(touch, KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?);
         if parts.is_empty() {
-            // Nothing stored: the adds are the new set, every row selected.
+            // Nothing stored: the adds are the new set, every row selected;
+            // touched keys that no added row holds are deleted. Memory: the
+            // touched keys only.
             let touched = touch_split.take_until(None)?;
+            let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
+            let wanted = key_set(&touched, &tenc)?;
             let seen = Arc::new(std::sync::Mutex::new(HashSet::<OwnedRow>::new()));
-            let check = select && touched.iter().any(|b| b.num_rows() > 0);
-            let stream: BatchIter = if check {
+            let stream: BatchIter = if select && !wanted.is_empty() {
                 let tap_enc = self.encoder(&self.cut_key)?;
                 let seen = seen.clone();
                 Box::new(adds.map(move |b| {
@@ -440,7 +443,10 @@ impl Layout {
                     let rows = tap_enc.rows(&b)?;
                     let mut s = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
                     for i in 0..b.num_rows() {
-                        s.insert(rows.row(i).owned());
+                        let r = rows.row(i).owned();
+                        if wanted.contains(&r) {
+                            s.insert(r);
+                        }
                     }
                     Ok(b)
                 }))
@@ -451,7 +457,6 @@ impl Layout {
             if select {
                 out.selected = out.parts.clone();
                 let seen = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
-                let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
                 out.deleted = missing(&touched, &tenc, &seen)?;
             }
             return Ok(());

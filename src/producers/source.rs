@@ -7,7 +7,10 @@
 //! The update handed downstream is every row of each upserted key and the
 //! deleted keys.
 
+use std::collections::HashSet;
+
 use arrow_array::RecordBatch;
+use arrow_row::OwnedRow;
 
 use super::keys::KeyEncoder;
 use super::manifest::{NodeState, UpdateFiles};
@@ -19,42 +22,57 @@ use super::sort::BATCH_ROWS;
 use super::BatchIter;
 use crate::error::{Error, Result};
 
-/// `InvalidArgument` if a key is both upserted and deleted (the seed allows
-/// one or the other per key). Pure computation: callers run it before any I/O.
-pub fn check_changes(
-    key: &[String],
-    upserts: &[RecordBatch],
-    deletes: &[RecordBatch],
-) -> Result<()> {
-    let Some(first) = deletes.iter().find(|b| b.num_rows() > 0) else {
+/// The deleted keys as a set, for [`check_batch`].
+fn deleted_set(key: &[String], deletes: &[RecordBatch]) -> Result<HashSet<OwnedRow>> {
+    match deletes.iter().find(|b| b.num_rows() > 0) {
+        None => Ok(HashSet::new()),
+        Some(first) => key_set(deletes, &KeyEncoder::new(&first.schema(), key)?),
+    }
+}
+
+/// `InvalidArgument` if a key of `batch` is in `deleted` (the seed allows
+/// a deletion or upserts per key, not both).
+fn check_batch(key: &[String], batch: &RecordBatch, deleted: &HashSet<OwnedRow>) -> Result<()> {
+    if deleted.is_empty() || batch.num_rows() == 0 {
         return Ok(());
-    };
-    let denc = KeyEncoder::new(&first.schema(), key)?;
-    let deleted = key_set(deletes, &denc)?;
-    for b in upserts {
-        let enc = KeyEncoder::new(&b.schema(), key)?;
-        let rows = enc.rows(b)?;
-        for i in 0..b.num_rows() {
-            if deleted.contains(&rows.row(i).owned()) {
-                let shown = crate::parquet::stats::to_json(b.column(enc.indices()[0]).as_ref(), i);
-                return Err(Error::InvalidArgument(format!(
-                    "key {} is both upserted and deleted in one update: send either a \
-                     deletion or its new rows (upserts replace every earlier row of a key)",
-                    shown.map_or("null".into(), |v| v.to_string())
-                )));
-            }
+    }
+    let enc = KeyEncoder::new(&batch.schema(), key)?;
+    let rows = enc.rows(batch)?;
+    for i in 0..batch.num_rows() {
+        if deleted.contains(&rows.row(i).owned()) {
+            let shown = crate::parquet::stats::to_json(batch.column(enc.indices()[0]).as_ref(), i);
+            return Err(Error::InvalidArgument(format!(
+                "key {} is both upserted and deleted in one update: send either a \
+                 deletion or its new rows (upserts replace every earlier row of a key)",
+                shown.map_or("null".into(), |v| v.to_string())
+            )));
         }
     }
     Ok(())
 }
 
-/// Apply `upserts` (public columns, any order) and `deletes` (key columns)
-/// to the source `node`. Returns its new state and every object written;
-/// nothing is committed here, and a failure removes what it wrote.
+/// `InvalidArgument` if a key is both upserted and deleted. Pure
+/// computation: callers run it before any I/O.
+pub fn check_changes(
+    key: &[String],
+    upserts: &[RecordBatch],
+    deletes: &[RecordBatch],
+) -> Result<()> {
+    let deleted = deleted_set(key, deletes)?;
+    upserts
+        .iter()
+        .try_for_each(|b| check_batch(key, b, &deleted))
+}
+
+/// Apply `upserts` (public columns, any order, streamed: sorted within the
+/// sort budget) and `deletes` (key columns) to the source `node`. A key
+/// both upserted and deleted fails before anything is written. Returns its
+/// new state and every object written; nothing is committed here, and a
+/// failure removes what it wrote.
 pub fn apply(
     env: &Env,
     node: &NodeView,
-    upserts: Vec<RecordBatch>,
+    upserts: BatchIter,
     deletes: Vec<RecordBatch>,
 ) -> Result<(NodeState, Vec<String>)> {
     if node.kind != Kind::Source {
@@ -63,24 +81,29 @@ pub fn apply(
             node.name
         )));
     }
-    check_changes(&node.key, &upserts, &deletes)?;
     let schema = node.public_schema()?;
     let ks = node.key_schema()?;
     let kidx = crate::parquet::decode::column_indices(&schema, &node.key)?;
-    let mut sorter = env.sorter(schema.clone(), &node.key)?;
-    let mut keys = Vec::new();
-    for b in upserts {
-        let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
-        keys.push(b.project(&kidx)?);
-        sorter.push(b)?;
-    }
     let deletes = deletes
         .into_iter()
         .map(|d| RecordBatch::try_new(ks.clone(), d.columns().to_vec()).map_err(Error::from))
         .collect::<Result<Vec<_>>>()?;
+    let deleted = deleted_set(&node.key, &deletes)?;
+    let stored = !node.state.content.is_empty();
+    let mut sorter = env.sorter(schema.clone(), &node.key)?;
+    // The changed keys matter only where rows are stored (to find them).
+    let mut keys = Vec::new();
+    for b in upserts {
+        let b = b?;
+        let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
+        check_batch(&node.key, &b, &deleted)?;
+        if stored {
+            keys.push(b.project(&kidx)?);
+        }
+        sorter.push(b)?;
+    }
     keys.extend(deletes);
     let changed = env.sorted_distinct(&ks, &node.key, keys)?;
-    let stored = !node.state.content.is_empty();
     let remove = if stored {
         Remove::Keys {
             key: node.key.clone(),

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3_arrow::{PyRecordBatch, PySchema, PyTable};
+use pyo3_arrow::{PyRecordBatch, PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
 use super::store::PyRustStore;
@@ -84,7 +84,7 @@ pub fn pipeline_apply_source(
     store: &PyRustStore,
     root: &str,
     node: &str,
-    upserts: Option<PyTable>,
+    upserts: Option<PyRecordBatchReader>,
     deletes: Option<PyTable>,
     compression: &str,
     target_rows: usize,
@@ -92,7 +92,11 @@ pub fn pipeline_apply_source(
 ) -> PyResult<(String, Vec<String>)> {
     let env = env(store, root, compression, target_rows, sort_budget)?;
     let view = NodeView::from_json(node).py_err()?;
-    let (u, d) = (table(upserts), table(deletes));
+    let u: crate::producers::BatchIter = match upserts {
+        Some(r) => Box::new(r.into_reader()?.map(|b| b.map_err(Error::from))),
+        None => Box::new(std::iter::empty()),
+    };
+    let d = table(deletes);
     let (state, created) = py.detach(|| source::apply(&env, &view, u, d)).py_err()?;
     Ok((state_json(&state)?, created))
 }

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Changes", "as_table"]
+__all__ = ["Changes", "as_arrow", "as_table"]
 
 
 def as_table(data: Any, what: str) -> pa.Table | None:
@@ -30,12 +30,25 @@ def as_table(data: Any, what: str) -> pa.Table | None:
     )
 
 
+def as_arrow(data: Any, what: str) -> pa.Table | pa.RecordBatchReader | None:
+    """Like :func:`as_table`, but a stream stays a stream (read once, as it
+    is consumed): a RecordBatchReader, or an object with only
+    ``__arrow_c_stream__`` (not a table or batch)."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if data is not None and not isinstance(data, (pa.Table, pa.RecordBatch)) and hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    return as_table(data, what)
+
+
 @dataclass(frozen=True, init=False)
 class Changes:
     """Changes to the keys of a source (the seed's update pairs).
 
     *upserts* holds the new rows: key and value columns. Every key that
-    appears there loses all of its earlier rows and gets exactly these.
+    appears there loses all of its earlier rows and gets exactly these. A
+    stream (``RecordBatchReader``) is read once, sorted within the
+    pipeline's sort budget: it need not fit in memory.
     *deletes* holds keys (the key columns) that lose all their rows. A key
     may be upserted or deleted, not both (``ValueError``). Keys not
     mentioned keep their rows.
@@ -45,15 +58,15 @@ class Changes:
     deletes the keys it left with no row.
     """
 
-    upserts: pa.Table | None
+    upserts: pa.Table | pa.RecordBatchReader | None
     deletes: pa.Table | None
 
     def __init__(self, upserts: Any = None, deletes: Any = None) -> None:
-        object.__setattr__(self, "upserts", as_table(upserts, "upserts"))
+        object.__setattr__(self, "upserts", as_arrow(upserts, "upserts"))
         object.__setattr__(self, "deletes", as_table(deletes, "deletes"))
 
     def __repr__(self) -> str:
-        def rows(t: pa.Table | None) -> int:
-            return 0 if t is None else t.num_rows
+        def rows(t: pa.Table | pa.RecordBatchReader | None) -> str:
+            return "0" if t is None else "a stream of" if isinstance(t, pa.RecordBatchReader) else str(t.num_rows)
 
         return f"Changes(upserts={rows(self.upserts)} rows, deletes={rows(self.deletes)} keys)"

@@ -40,15 +40,15 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypedDict, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 import pyarrow as pa
 from remote_store import AlreadyExists, NotFound, Store
 
 from pds import _core
 from pds.errors import CommitConflict, SchemaMismatch
-from pds.producers.changes import Changes, as_table
+from pds.producers.changes import Changes, as_arrow
 from pds.producers.errors import GraphMismatch
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
@@ -57,6 +57,7 @@ from pds.table import _native
 __all__ = ["Pipeline"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+Upserts: TypeAlias = pa.Table | pa.RecordBatchReader | None
 
 #: Default memory for each external sort.
 DEFAULT_SORT_BUDGET = 512 * 1024 * 1024
@@ -392,20 +393,25 @@ class Pipeline:
             if node.kind == "stage" and node.fn is None:
                 raise ValueError(f"stage {name!r} has no Produce")
 
-    def _normalise(self, changes: Mapping[str, Any]) -> dict[str, tuple[pa.Table | None, pa.Table | None]]:
-        """Every change checked and cast to its source's schema, before any I/O."""
+    def _normalise(self, changes: Mapping[str, Any]) -> dict[str, tuple[Upserts, pa.Table | None]]:
+        """Every change checked and cast to its source's schema, before any
+        I/O (a stream's rows are checked as it is read, before any write)."""
         if not isinstance(changes, Mapping):
             raise TypeError(f"changes must be a dict of source name -> Changes or table, got {type(changes).__name__}")
-        out: dict[str, tuple[pa.Table | None, pa.Table | None]] = {}
+        out: dict[str, tuple[Upserts, pa.Table | None]] = {}
         for name, ch in changes.items():
             node = self._declared.get(name)
             if node is None or node.kind != "source":
                 raise ValueError(f"{name!r} is not a declared source of this pipeline")
             if not isinstance(ch, Changes):
-                ch = Changes(upserts=as_table(ch, f"changes[{name!r}]"))
-            ups = _conform(ch.upserts, node.public_schema, node.value, f"source {name!r} upserts")
-            dels = _conform(ch.deletes, node.key, None, f"source {name!r} deletes")
-            _core.pipeline_check_changes(node.key_names, ups, dels)
+                ch = Changes(upserts=as_arrow(ch, f"changes[{name!r}]"))
+            dels = _conform(ch.deletes, node.key, f"source {name!r} deletes")
+            ups: Upserts
+            if isinstance(ch.upserts, pa.RecordBatchReader):
+                ups = _conform_stream(ch.upserts, node.public_schema, f"source {name!r} upserts")
+            else:
+                ups = _conform(ch.upserts, node.public_schema, f"source {name!r} upserts")
+                _core.pipeline_check_changes(node.key_names, ups, dels)
             out[name] = (ups, dels)
         return out
 
@@ -424,13 +430,7 @@ class Pipeline:
         """
         normalised = self._normalise(changes)
         self._check_declared()
-        detail = {
-            "sources": {
-                n: {"upserts": 0 if u is None else u.num_rows, "deletes": 0 if d is None else d.num_rows}
-                for n, (u, d) in normalised.items()
-            }
-        }
-        return self._run(normalised, rebuild=set(), operation="update", detail=detail)
+        return self._run(normalised, rebuild=set(), operation="update", detail={"sources": {}})
 
     def rebuild(self, stage: str) -> int:
         """Recompute *stage* from its sources' whole content (after its
@@ -445,10 +445,10 @@ class Pipeline:
 
     def _run(
         self,
-        changes: Mapping[str, tuple[pa.Table | None, pa.Table | None]],
+        changes: Mapping[str, tuple[Upserts, pa.Table | None]],
         rebuild: set[str],
         operation: str,
-        detail: Mapping[str, Any],
+        detail: dict[str, Any],
     ) -> int:
         base = self._at(None)
         stored = self._stored(base)
@@ -472,6 +472,7 @@ class Pipeline:
                         text, made = _core.pipeline_apply_source(self._native, self._root, view, ups, dels, **opts)
                         created += made
                         states[name] = json.loads(text)
+                        detail["sources"][name] = _update_counts(states[name])
                     else:
                         states[name] = _carried(old)
                     continue
@@ -527,6 +528,14 @@ class Pipeline:
         return int(self._manifest["version"])
 
 
+def _update_counts(state: Mapping[str, Any]) -> dict[str, int]:
+    """Rows of the keys a source's update upserted, and the keys it deleted."""
+    u = state.get("update") or {}
+    return {
+        k: sum(int(p["rows"]) for p in u.get(part, [])) for k, part in (("upserts", "rows"), ("deletes", "deleted"))
+    }
+
+
 def _has_update(state: Mapping[str, Any]) -> bool:
     u = state.get("update") or {}
     return bool(u.get("rows") or u.get("deleted"))
@@ -552,14 +561,31 @@ def _check_key(key: object) -> str:
     return key.strip("/")
 
 
-def _conform(table: pa.Table | None, schema: pa.Schema, declared: pa.Schema | None, what: str) -> pa.Table | None:
+def _check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:
+    missing = [f.name for f in schema if f.name not in set(names)]
+    if missing:
+        raise SchemaMismatch(f"{what}: missing columns {missing} (has {list(names)})")
+
+
+def _conform_stream(reader: pa.RecordBatchReader, schema: pa.Schema, what: str) -> pa.RecordBatchReader:
+    """*reader*'s batches conformed to *schema* as they are read (columns
+    checked now, from the reader's schema)."""
+    _check_columns(reader.schema.names, schema, what)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for b in reader:
+            t = _conform(pa.Table.from_batches([b]), schema, what)
+            assert t is not None
+            yield from t.to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _conform(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table | None:
     """*table* with exactly *schema*'s columns (by name), cast; ``None`` if absent."""
     if table is None:
         return None
-    names = set(table.column_names)
-    missing = [f.name for f in schema if f.name not in names]
-    if missing:
-        raise SchemaMismatch(f"{what}: missing columns {missing} (has {table.column_names})")
+    _check_columns(table.column_names, schema, what)
     cols = []
     for f in schema:
         col = table.column(f.name)

@@ -339,7 +339,10 @@ class Pipeline:
 
     def history(self) -> list[dict[str, Any]]:
         """Every readable version, oldest first: ``version``, ``timestamp``
-        (UTC datetime), ``operation`` and ``detail``. Cost: a GET per version."""
+        (UTC datetime), ``operation`` and ``detail`` (per source, the rows
+        upserted and keys deleted; per stage run, the rows handed to
+        ``Produce`` and the rows it emitted: the only rows the update sorted
+        besides the changed keys). Cost: a GET per version."""
         latest = self._at(None)
         out = []
         for v in range(int(latest["version"]), -1, -1):
@@ -499,9 +502,11 @@ class Pipeline:
                     else:
                         values = [graph[s].value.names for s in node.sources]
                         run_rows(node, run, len(node.sources), values)
+                    handed, emitted = run.counts()
                     text, made = run.finish()
                 finally:
                     run.close()
+                detail.setdefault("stages", {})[name] = {"rows_in": handed, "rows_emitted": emitted}
                 created += made
                 states[name] = json.loads(text)
             manifest = {

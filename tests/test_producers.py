@@ -50,7 +50,7 @@ def hr(store: Store, key: str = "pipelines/hr", **opts: Any) -> tuple[Pipeline, 
         for person in values:
             yield person["email"], person
 
-    @p.stage("totals", sources=["by_email"], key={"email": pa.string()}, value={"n": pa.int64()}, batched=True)
+    @p.stage("totals", sources=[by_email], key={"email": pa.string()}, value={"n": pa.int64()}, batched=True)
     def totals(groups: pa.Table) -> pa.Table:
         calls["totals"] += 1
         # One row per source key (by_email's key is the email): its count.

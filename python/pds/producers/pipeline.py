@@ -203,8 +203,16 @@ class Pipeline:
         self._order.append(node.name)
         return node
 
-    def _source_name(self, s: Node | str) -> str:
-        name = s.name if isinstance(s, Node) else s
+    def _source_name(self, s: Node | str | Callable[..., Any]) -> str:
+        if isinstance(s, Node):
+            name = s.name
+        elif isinstance(s, str):
+            name = s
+        else:  # a stage's decorated Produce stands for its stage
+            found = [n for n in self._declared.values() if n.fn is s]
+            if not found:
+                raise ValueError(f"{s!r} is not a declared stage's Produce in this pipeline")
+            name = found[0].name
         if name not in self._declared:
             raise ValueError(
                 f"{name!r} is not declared in this pipeline (declare sources before the stages reading them)"
@@ -220,12 +228,13 @@ class Pipeline:
     def stage(
         self,
         name: str,
-        sources: Sequence[Node | str],
+        sources: Sequence[Node | str | Callable[..., Any]],
         key: object,
         value: object,
         batched: bool = False,
     ) -> Callable[[F], F]:
-        """Declare a stage; decorates its ``Produce``.
+        """Declare a stage; decorates its ``Produce`` (returned unchanged: the
+        function stands for its stage in later ``sources=[...]``).
 
         Row form: ``fn(key, values)`` (one lazy, single-use sequence of dicts
         per source for a join) yields ``(target_key, value)`` pairs, the
@@ -258,7 +267,7 @@ class Pipeline:
 
         return decorate
 
-    def merge(self, name: str, feeders: Sequence[Node | str]) -> Node:
+    def merge(self, name: str, feeders: Sequence[Node | str | Callable[..., Any]]) -> Node:
         """Declare a merge of feeders with the same key and value schemas:
         usable as a source, it reads as every feeder's rows of each key."""
         check_name(name)

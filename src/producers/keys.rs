@@ -8,6 +8,40 @@ use arrow_schema::Schema;
 
 use crate::error::{Error, Result};
 
+/// The first 16 bytes of a row (zero-padded, as two big-endian words) and
+/// its length: see [`cmp_prefixed`].
+pub fn prefix(row: arrow_row::Row<'_>) -> (u64, u64, u32) {
+    let data = row.as_ref();
+    let mut b = [0u8; 16];
+    let n = data.len().min(16);
+    b[..n].copy_from_slice(&data[..n]);
+    let (hi, lo) = b.split_at(8);
+    let word = |w: &[u8]| u64::from_be_bytes(w.try_into().unwrap_or([0; 8]));
+    (
+        word(hi),
+        word(lo),
+        u32::try_from(data.len()).unwrap_or(u32::MAX),
+    )
+}
+
+/// Compare two rows by their [`prefix`]es, looking at their bytes only when
+/// the prefixes tie and a row is longer than 16 bytes: the same order as
+/// comparing the bytes (a zero-padded prefix orders like the bytes, and a
+/// shorter row that ties is a prefix of the longer one).
+pub fn cmp_prefixed(
+    a: (u64, u64, u32),
+    b: (u64, u64, u32),
+    bytes: impl FnOnce() -> std::cmp::Ordering,
+) -> std::cmp::Ordering {
+    (a.0, a.1).cmp(&(b.0, b.1)).then_with(|| {
+        if a.2 <= 16 && b.2 <= 16 {
+            a.2.cmp(&b.2)
+        } else {
+            bytes()
+        }
+    })
+}
+
 /// Encodes the key columns of batches of one schema.
 #[derive(Debug)]
 pub struct KeyEncoder {
@@ -53,6 +87,28 @@ impl KeyEncoder {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(self.converter.convert_columns(&columns)?)
+    }
+
+    /// The key rows of several batches, appended into one [`Rows`]: row `i`
+    /// of batch `b` is at the sum of the earlier batches' lengths plus `i`.
+    pub fn rows_of_all(&self, batches: &[RecordBatch]) -> Result<Rows> {
+        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let mut rows = self.converter.empty_rows(n, n * 16);
+        for b in batches {
+            let columns = self
+                .names
+                .iter()
+                .map(|name| {
+                    b.column_by_name(name).cloned().ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "key column {name:?} is missing from a batch"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.converter.append(&mut rows, &columns)?;
+        }
+        Ok(rows)
     }
 
     /// Positions of the key columns in the schema.

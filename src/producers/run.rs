@@ -47,8 +47,7 @@ pub struct StageRun {
     /// The changed source keys, sorted runs (physical `__pds_src.*` names).
     changed: Vec<RecordBatch>,
     changed_schema: SchemaRef,
-    content: ExternalSorter,
-    mappings: ExternalSorter,
+    sorting: SortWorker,
     mapping_idx: Vec<usize>,
     /// Rows handed out / taken back.
     pub rows_in: u64,
@@ -160,8 +159,10 @@ impl StageRun {
         };
         let content_key: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
         Ok(Self {
-            content: half.sorter(stage.schema.clone(), &content_key)?,
-            mappings: half.sorter(mapping_schema, &mapping_cols)?,
+            sorting: SortWorker::start(
+                half.sorter(stage.schema.clone(), &content_key)?,
+                half.sorter(mapping_schema, &mapping_cols)?,
+            ),
             mapping_idx,
             changed,
             changed_schema,
@@ -213,8 +214,8 @@ impl StageRun {
             return Ok(());
         }
         self.rows_out += batch.num_rows() as u64;
-        self.mappings.push(batch.project(&self.mapping_idx)?)?;
-        self.content.push(batch)
+        let mapping = batch.project(&self.mapping_idx)?;
+        self.sorting.send(batch, mapping)
     }
 
     /// Apply what was emitted (see the module docs); returns the stage's
@@ -226,10 +227,10 @@ impl StageRun {
             stage,
             changed,
             changed_schema,
-            content,
-            mappings,
+            sorting,
             ..
         } = self;
+        let (content, mappings) = sorting.join()?;
         let token = crate::dataset::unique_token();
         let base = format!("nodes/{}", stage.name);
         let stored = !stage.state.content.is_empty() || !stage.state.mappings.is_empty();
@@ -261,42 +262,66 @@ impl StageRun {
         let result = (|| {
             // 1. Key-mappings: the old targets of the changed keys go.
             let ml = stage.mappings_layout(&env)?;
-            let adds = dedup_sorted(ml.schema.clone(), &ml.sort_key, mappings.finish()?)?;
-            let m = ml.rewrite(
-                &stage.state.mappings,
-                Change {
-                    remove: remove(&set),
-                    touch: Box::new(changed.clone().into_iter().map(Ok)),
-                    adds,
-                    collect_removed: stored,
-                    select: false,
-                    prefix: format!("{base}/mappings/{token}"),
-                },
-            )?;
-            created.extend(m.created.iter().cloned());
-            // The old targets, sorted by target key.
-            let ks = stage.key_schema()?;
             let kidx = crate::parquet::decode::column_indices(&ml.schema, &stage.key)?;
-            let old: Vec<RecordBatch> = m
-                .removed
-                .iter()
-                .map(|b| b.project(&kidx).map_err(Error::from))
-                .collect::<Result<_>>()?;
-            let old_targets = env.sorted_distinct(&ks, &stage.key, old)?;
-            // 2. Content, and 3. the update.
+            let rewrite_mappings = || -> Result<super::partset::Rewritten> {
+                let adds = dedup_sorted(ml.schema.clone(), &ml.sort_key, mappings.finish()?)?;
+                ml.rewrite(
+                    &stage.state.mappings,
+                    Change {
+                        remove: remove(&set),
+                        touch: Box::new(changed.clone().into_iter().map(Ok)),
+                        adds,
+                        collect_removed: stored,
+                        select: false,
+                        prefix: format!("{base}/mappings/{token}"),
+                    },
+                )
+            };
             let cl = stage.content_layout(&env);
-            let c = cl.rewrite(
-                &stage.state.content,
-                Change {
-                    remove: remove(&set),
-                    touch: Box::new(old_targets.into_iter().map(Ok)),
-                    adds: content.finish()?,
-                    collect_removed: false,
-                    select: true,
-                    prefix: format!("{base}/content/{token}"),
-                },
-            )?;
-            created.extend(c.created.iter().cloned());
+            let rewrite_content = |old_targets: Vec<RecordBatch>| {
+                cl.rewrite(
+                    &stage.state.content,
+                    Change {
+                        remove: remove(&set),
+                        touch: Box::new(old_targets.into_iter().map(Ok)),
+                        adds: content.finish()?,
+                        collect_removed: false,
+                        select: true,
+                        prefix: format!("{base}/content/{token}"),
+                    },
+                )
+            };
+            let (m, c) = if stored {
+                let m = rewrite_mappings()?;
+                created.extend(m.created.iter().cloned());
+                // The old targets, sorted by target key.
+                let old: Vec<RecordBatch> = m
+                    .removed
+                    .iter()
+                    .map(|b| b.project(&kidx).map_err(Error::from))
+                    .collect::<Result<_>>()?;
+                let old_targets = env.sorted_distinct(&stage.key_schema()?, &stage.key, old)?;
+                let c = rewrite_content(old_targets)?;
+                (m, c)
+            } else {
+                // Nothing stored, no old targets: both are written at once.
+                let (m, c) = std::thread::scope(|scope| {
+                    let m = scope.spawn(rewrite_mappings);
+                    let c = rewrite_content(Vec::new());
+                    let m = m.join().unwrap_or_else(|_| {
+                        Err(Error::Task("a key-mappings write panicked".into()))
+                    });
+                    (m, c)
+                });
+                for done in [&m, &c].into_iter().flatten() {
+                    created.extend(done.created.iter().cloned());
+                }
+                (m?, c?)
+            };
+            // 2. Content, and 3. the update: written above.
+            if stored {
+                created.extend(c.created.iter().cloned());
+            }
             let deleted = write_deleted(
                 &env,
                 &stage,
@@ -319,6 +344,76 @@ impl StageRun {
                 let _ = crate::runtime::block_on(env.store.delete_many(&created));
                 Err(e)
             }
+        }
+    }
+}
+
+/// The two sorts of what `Produce` emits (content, key-mappings), fed on a
+/// thread of their own, so that sorting overlaps the caller's `Produce`.
+struct SortWorker {
+    tx: Option<std::sync::mpsc::SyncSender<(RecordBatch, RecordBatch)>>,
+    handle: Option<std::thread::JoinHandle<Result<(ExternalSorter, ExternalSorter)>>>,
+}
+
+impl SortWorker {
+    fn start(mut content: ExternalSorter, mut mappings: ExternalSorter) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(RecordBatch, RecordBatch)>(4);
+        let handle = std::thread::Builder::new()
+            .name("pds-sort".into())
+            .spawn(move || {
+                for (c, m) in rx {
+                    content.push(c)?;
+                    mappings.push(m)?;
+                }
+                Ok((content, mappings))
+            })
+            .ok();
+        Self {
+            tx: Some(tx),
+            handle,
+        }
+    }
+
+    /// Queue rows (blocks while the sorts are 4 batches behind).
+    fn send(&mut self, content: RecordBatch, mapping: RecordBatch) -> Result<()> {
+        let sent = self
+            .tx
+            .as_ref()
+            .map(|tx| tx.send((content, mapping)).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        // The worker stopped: its error says why.
+        self.tx = None;
+        match self.join_inner() {
+            Err(e) => Err(e),
+            Ok(_) => Err(Error::Task("the sort stopped".into())),
+        }
+    }
+
+    fn join_inner(&mut self) -> Result<(ExternalSorter, ExternalSorter)> {
+        self.tx = None;
+        match self.handle.take() {
+            None => Err(Error::Task(
+                "the sort thread could not start or was joined".into(),
+            )),
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Task("the sort thread panicked".into()))),
+        }
+    }
+
+    /// Every row queued, in the two sorters.
+    fn join(mut self) -> Result<(ExternalSorter, ExternalSorter)> {
+        self.join_inner()
+    }
+}
+
+impl Drop for SortWorker {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
         }
     }
 }

@@ -1,11 +1,12 @@
 //! External sort by key within a memory budget.
 //!
-//! Batches are buffered until they hold half the budget; the buffer is then
+//! Batches are buffered until they (and what sorting them takes) hold three
+//! quarters of the budget; the buffer is then
 //! sorted (by the key's row format, stable) and, if more input follows,
 //! spilled as a sorted run to a local Arrow IPC file. At the end the runs
 //! and the last buffer are merged ([`super::merge`]) into one sorted stream.
-//! Memory: the buffer (half the budget) while sorting, then one batch per
-//! run while merging. Spill files are removed when the sorter (or its
+//! Memory: the buffer with its sort keys while sorting (within the budget),
+//! then one batch per run and the last buffer while merging. Spill files are removed when the sorter (or its
 //! output) is dropped.
 
 use std::fs::File;
@@ -25,6 +26,11 @@ use crate::error::{Error, Result};
 
 /// Rows per output batch.
 pub const BATCH_ROWS: usize = 8192;
+
+/// Memory a buffered row takes to sort besides its data: its key in the
+/// row format (about 16 bytes for a one-column key) and its place in the
+/// order (32 bytes).
+const SORT_BYTES_PER_ROW: usize = 48;
 
 /// A folder of spill files, removed with everything in it on drop.
 #[derive(Debug)]
@@ -93,36 +99,54 @@ impl ExternalSorter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.buffered += batch.get_array_memory_size();
+        // The rows, plus what sorting them takes (their keys in the row
+        // format and the order: about 48 bytes a row).
+        self.buffered += batch.get_array_memory_size() + batch.num_rows() * SORT_BYTES_PER_ROW;
         self.buffer.push(batch);
-        if self.buffered > self.budget / 2 {
+        if self.buffered > self.budget / 4 * 3 {
             self.spill()?;
         }
         Ok(())
     }
 
-    /// The buffered rows, sorted (stable), in batches of [`BATCH_ROWS`].
-    fn sort_buffer(&mut self) -> Result<Vec<RecordBatch>> {
+    /// Hand the buffered rows to `sink` sorted (stable), in batches of
+    /// [`BATCH_ROWS`], and empty the buffer. The batches are not
+    /// concatenated: rows are gathered from them chunk by chunk, so memory
+    /// is the buffer, its key rows and one output chunk.
+    fn sort_buffer_into(&mut self, mut sink: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
         let batches = std::mem::take(&mut self.buffer);
         self.buffered = 0;
         if batches.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let all = arrow_select::concat::concat_batches(&self.schema, &batches)?;
-        drop(batches);
-        let rows = self.encoder.rows(&all)?;
-        let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
-        order.sort_by(|&a, &b| rows.row(a as usize).cmp(&rows.row(b as usize)));
-        let mut out = Vec::with_capacity(order.len().div_ceil(BATCH_ROWS));
+        let rows = self.encoder.rows_of_all(&batches)?;
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(rows.num_rows());
+        for (b, batch) in batches.iter().enumerate() {
+            at.extend((0..batch.num_rows()).map(|i| (b, i)));
+        }
+        // By a fixed-size prefix first, the whole key on a tie, then the
+        // input position: a total order, so the unstable sort is stable.
+        let mut order: Vec<((u64, u64, u32), u32)> = (0..rows.num_rows())
+            .map(|i| (super::keys::prefix(rows.row(i)), i as u32))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            super::keys::cmp_prefixed(a.0, b.0, || {
+                rows.row(a.1 as usize).cmp(&rows.row(b.1 as usize))
+            })
+            .then(a.1.cmp(&b.1))
+        });
+        drop(rows);
+        let refs: Vec<&RecordBatch> = batches.iter().collect();
         for chunk in order.chunks(BATCH_ROWS) {
-            let idx = arrow_array::UInt32Array::from(chunk.to_vec());
-            out.push(arrow_select::take::take_record_batch(&all, &idx)?);
+            let idx: Vec<(usize, usize)> = chunk.iter().map(|&(_, i)| at[i as usize]).collect();
+            sink(arrow_select::interleave::interleave_record_batch(
+                &refs, &idx,
+            )?)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn spill(&mut self) -> Result<()> {
-        let sorted = self.sort_buffer()?;
         let dir = match &self.dir {
             Some(d) => d.clone(),
             None => {
@@ -137,9 +161,7 @@ impl ExternalSorter {
         };
         let path = dir.0.join(format!("run-{:05}.arrows", self.runs.len()));
         let mut w = StreamWriter::try_new(BufWriter::new(File::create(&path)?), &self.schema)?;
-        for b in &sorted {
-            w.write(b)?;
-        }
+        self.sort_buffer_into(|b| w.write(&b).map_err(Error::from))?;
         w.finish()?;
         self.runs.push(path);
         Ok(())
@@ -147,7 +169,11 @@ impl ExternalSorter {
 
     /// Every row pushed, sorted by the key, as one stream.
     pub fn finish(mut self) -> Result<BatchIter> {
-        let last = self.sort_buffer()?;
+        let mut last = Vec::new();
+        self.sort_buffer_into(|b| {
+            last.push(b);
+            Ok(())
+        })?;
         let mut inputs: Vec<BatchIter> = Vec::with_capacity(self.runs.len() + 1);
         for path in &self.runs {
             let reader = StreamReader::try_new(std::io::BufReader::new(File::open(path)?), None)?;
@@ -263,5 +289,66 @@ pub(crate) mod tests {
         assert!(ExternalSorter::new(schema(), &["nope".into()], 1, None).is_err());
         assert!(ExternalSorter::new(schema(), &[], 1, None).is_err());
         assert!(ExternalSorter::new(schema(), &key, 0, None).is_err());
+    }
+}
+
+#[cfg(test)]
+mod long_keys {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    /// Keys longer than the 16-byte prefix, sharing it, of several lengths
+    /// (one a prefix of another): sorted as their bytes, stably.
+    #[test]
+    fn keys_sharing_their_prefix_sort_by_their_bytes() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, false),
+            Field::new("i", DataType::Int64, false),
+        ]));
+        let base = "a-long-common-prefix";
+        let keys: Vec<String> = (0..3000)
+            .map(|i| match i % 4 {
+                0 => format!("{base}{}", (i * 7919) % 97),
+                1 => base[..(i % 19)].to_string(),
+                2 => format!("{base}{}x", (i * 31) % 13),
+                _ => format!("{}", i % 11),
+            })
+            .collect();
+        let mut sorter =
+            ExternalSorter::new(schema.clone(), &["s".to_string()], 64 * 1024, None).unwrap();
+        for (c, chunk) in keys.chunks(500).enumerate() {
+            let b = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(chunk.to_vec())),
+                    Arc::new(Int64Array::from_iter_values(
+                        (0..chunk.len() as i64).map(|j| c as i64 * 500 + j),
+                    )),
+                ],
+            )
+            .unwrap();
+            sorter.push(b).unwrap();
+        }
+        assert!(sorter.spilled_runs() > 1);
+        let got: Vec<(String, i64)> = sorter
+            .finish()
+            .unwrap()
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let s = b.column(0).as_string::<i32>().clone();
+                let i = b
+                    .column(1)
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .clone();
+                (0..b.num_rows())
+                    .map(|r| (s.value(r).to_string(), i.value(r)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut want: Vec<(String, i64)> = keys.iter().cloned().zip(0..).collect();
+        want.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes())); // stable: input order on ties
+        assert_eq!(got, want);
     }
 }

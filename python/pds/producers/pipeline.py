@@ -586,8 +586,13 @@ def _conform_stream(reader: pa.RecordBatchReader, schema: pa.Schema, what: str) 
     checked now, from the reader's schema)."""
     _check_columns(reader.schema.names, schema, what)
 
+    not_null = [i for i, f in enumerate(schema) if not f.nullable]
+
     def batches() -> Iterator[pa.RecordBatch]:
         for b in reader:
+            if b.schema.equals(schema) and not any(b.column(i).null_count for i in not_null):
+                yield b  # already conforming: passed through as is
+                continue
             t = _conform(pa.Table.from_batches([b]), schema, what)
             assert t is not None
             yield from t.to_batches()

@@ -285,9 +285,13 @@ def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
                 f"and the source key columns {src_names} (which source key produced each row)",
             )
         # Each row's source key must be one of this call's keys.
-        src = pa.table({n: arrays[len(stage.key) + j] for j, n in enumerate(src_names)})
-        given = pa.Table.from_batches([keys]).rename_columns(src_names)
-        stray = src.join(given, keys=src_names, join_type="left anti")
+        src = [arrays[len(stage.key) + j] for j in range(len(src_names))]
+        if len(src) == 1:
+            inside = pc.is_in(src[0], value_set=keys.column(0))
+            stray = pa.table({src_names[0]: src[0]}).filter(pc.invert(inside))
+        else:
+            given = pa.Table.from_batches([keys]).rename_columns(src_names)
+            stray = pa.table(dict(zip(src_names, src, strict=True))).join(given, keys=src_names, join_type="left anti")
         if stray.num_rows:
             raise _mismatch(
                 stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}"

@@ -8,6 +8,15 @@ use arrow_schema::Schema;
 
 use crate::error::{Error, Result};
 
+/// A set of keys as their row-format bytes (looked up by a row's bytes,
+/// with no allocation per lookup).
+pub type KeySet = std::collections::HashSet<Box<[u8]>, ahash::RandomState>;
+
+/// An empty [`KeySet`].
+pub fn key_set_new() -> KeySet {
+    KeySet::with_hasher(ahash::RandomState::new())
+}
+
 /// The first 16 bytes of a row (zero-padded, as two big-endian words) and
 /// its length: see [`cmp_prefixed`].
 pub fn prefix(row: arrow_row::Row<'_>) -> (u64, u64, u32) {

@@ -8,16 +8,15 @@
 //! ranges the change touches; the other parts are kept by reference. So a
 //! change costs reads and writes of the parts it lands in, not of the set.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch};
-use arrow_row::{OwnedRow, Row, Rows};
+use arrow_row::{Row, Rows};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use super::keys::KeyEncoder;
+use super::keys::{key_set_new, KeyEncoder, KeySet};
 use super::merge::merge_sorted;
 use super::parts::{last_key_rows, write_range_parts, PartSpec, RangePart};
 use super::sort::BATCH_ROWS;
@@ -52,7 +51,7 @@ pub enum Remove {
     /// Rows whose `key` columns (as row-format bytes) are in `set`.
     Keys {
         key: Vec<String>,
-        set: HashSet<OwnedRow>,
+        set: KeySet,
     },
 }
 
@@ -185,14 +184,14 @@ impl Splitter {
 pub fn filter_by_keys(
     batches: &[RecordBatch],
     encoder: &KeyEncoder,
-    set: &HashSet<OwnedRow>,
+    set: &KeySet,
     keep: bool,
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     let (mut hit, mut miss) = (Vec::new(), Vec::new());
     for b in batches {
         let rows = encoder.rows(b)?;
         let mask: BooleanArray = (0..b.num_rows())
-            .map(|i| Some(set.contains(&rows.row(i).owned())))
+            .map(|i| Some(set.contains(rows.row(i).as_ref())))
             .collect();
         let inverse = arrow_arith::boolean::not(&mask)?;
         let (yes, no) = (
@@ -211,12 +210,12 @@ pub fn filter_by_keys(
 }
 
 /// The distinct key rows of `batches`.
-pub fn key_set(batches: &[RecordBatch], encoder: &KeyEncoder) -> Result<HashSet<OwnedRow>> {
-    let mut set = HashSet::new();
+pub fn key_set(batches: &[RecordBatch], encoder: &KeyEncoder) -> Result<KeySet> {
+    let mut set = key_set_new();
     for b in batches {
         let rows = encoder.rows(b)?;
         for i in 0..b.num_rows() {
-            set.insert(rows.row(i).owned());
+            set.insert(Box::from(rows.row(i).as_ref()));
         }
     }
     Ok(set)
@@ -434,7 +433,7 @@ impl Layout {
             let touched = touch_split.take_until(None)?;
             let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
             let wanted = key_set(&touched, &tenc)?;
-            let seen = Arc::new(std::sync::Mutex::new(HashSet::<OwnedRow>::new()));
+            let seen = Arc::new(std::sync::Mutex::new(key_set_new()));
             let stream: BatchIter = if select && !wanted.is_empty() {
                 let tap_enc = self.encoder(&self.cut_key)?;
                 let seen = seen.clone();
@@ -443,9 +442,9 @@ impl Layout {
                     let rows = tap_enc.rows(&b)?;
                     let mut s = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
                     for i in 0..b.num_rows() {
-                        let r = rows.row(i).owned();
-                        if wanted.contains(&r) {
-                            s.insert(r);
+                        let r = rows.row(i);
+                        if wanted.contains(r.as_ref()) {
+                            s.insert(Box::from(r.as_ref()));
                         }
                     }
                     Ok(b)
@@ -533,7 +532,20 @@ impl Layout {
             } else {
                 pending.extend(picked);
             }
-            let present = key_set(&merged, &cut)?;
+            // Which touched keys still have rows (a set of the touched keys only).
+            let touched = key_set(&touch_j, &tenc)?;
+            let mut present = key_set_new();
+            if !touched.is_empty() {
+                for b in &merged {
+                    let rows = cut.rows(b)?;
+                    for i in 0..b.num_rows() {
+                        let r = rows.row(i);
+                        if touched.contains(r.as_ref()) && !present.contains(r.as_ref()) {
+                            present.insert(Box::from(r.as_ref()));
+                        }
+                    }
+                }
+            }
             out.deleted.extend(missing(&touch_j, &tenc, &present)?);
         }
         flush(&mut pending, out)?;
@@ -551,16 +563,16 @@ impl Layout {
 fn missing(
     keys: &[RecordBatch],
     encoder: &KeyEncoder,
-    present: &HashSet<OwnedRow>,
+    present: &KeySet,
 ) -> Result<Vec<RecordBatch>> {
-    let mut seen = HashSet::new();
+    let mut seen = key_set_new();
     let mut out = Vec::new();
     for b in keys {
         let rows = encoder.rows(b)?;
         let mask: BooleanArray = (0..b.num_rows())
             .map(|i| {
-                let r = rows.row(i).owned();
-                Some(!present.contains(&r) && seen.insert(r))
+                let r = rows.row(i);
+                Some(!present.contains(r.as_ref()) && seen.insert(Box::from(r.as_ref())))
             })
             .collect();
         let kept = arrow_select::filter::filter_record_batch(b, &mask)?;

@@ -18,10 +18,7 @@
 //! are read and written only where the change lands, the others are kept
 //! by reference. So an update costs in proportion to the change.
 
-use std::collections::HashSet;
-
 use arrow_array::RecordBatch;
-use arrow_row::OwnedRow;
 use arrow_schema::SchemaRef;
 
 use super::chunks::{Chunk, JoinChunker, SingleChunker};
@@ -240,7 +237,7 @@ impl StageRun {
         } else {
             Vec::new()
         };
-        let remove = |set: &HashSet<OwnedRow>| {
+        let remove = |set: &super::keys::KeySet| {
             if stored {
                 Remove::Keys {
                     key: stage.source_key.clone(),
@@ -256,7 +253,7 @@ impl StageRun {
                 &KeyEncoder::new(&changed_schema, &stage.source_key)?,
             )?
         } else {
-            HashSet::new()
+            super::keys::key_set_new()
         };
         let mut created = Vec::new();
         let result = (|| {

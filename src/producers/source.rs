@@ -7,10 +7,7 @@
 //! The update handed downstream is every row of each upserted key and the
 //! deleted keys.
 
-use std::collections::HashSet;
-
 use arrow_array::RecordBatch;
-use arrow_row::OwnedRow;
 
 use super::keys::KeyEncoder;
 use super::manifest::{NodeState, UpdateFiles};
@@ -23,23 +20,23 @@ use super::BatchIter;
 use crate::error::{Error, Result};
 
 /// The deleted keys as a set, for [`check_batch`].
-fn deleted_set(key: &[String], deletes: &[RecordBatch]) -> Result<HashSet<OwnedRow>> {
+fn deleted_set(key: &[String], deletes: &[RecordBatch]) -> Result<super::keys::KeySet> {
     match deletes.iter().find(|b| b.num_rows() > 0) {
-        None => Ok(HashSet::new()),
+        None => Ok(super::keys::key_set_new()),
         Some(first) => key_set(deletes, &KeyEncoder::new(&first.schema(), key)?),
     }
 }
 
 /// `InvalidArgument` if a key of `batch` is in `deleted` (the seed allows
 /// a deletion or upserts per key, not both).
-fn check_batch(key: &[String], batch: &RecordBatch, deleted: &HashSet<OwnedRow>) -> Result<()> {
+fn check_batch(key: &[String], batch: &RecordBatch, deleted: &super::keys::KeySet) -> Result<()> {
     if deleted.is_empty() || batch.num_rows() == 0 {
         return Ok(());
     }
     let enc = KeyEncoder::new(&batch.schema(), key)?;
     let rows = enc.rows(batch)?;
     for i in 0..batch.num_rows() {
-        if deleted.contains(&rows.row(i).owned()) {
+        if deleted.contains(rows.row(i).as_ref()) {
             let shown = crate::parquet::stats::to_json(batch.column(enc.indices()[0]).as_ref(), i);
             return Err(Error::InvalidArgument(format!(
                 "key {} is both upserted and deleted in one update: send either a \

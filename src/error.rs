@@ -43,6 +43,15 @@ pub enum Error {
     )]
     CommitConflict { key: String, attempts: u32 },
 
+    /// A commit whose outcome could not be learned: its manifest PUT may or
+    /// may not have landed, and reading it back failed. The table (or
+    /// pipeline) is readable either way; the writer removed nothing.
+    #[error(
+        "the commit to {key:?} may or may not have landed: {reason}. The table is readable; \
+         check its history (or changes) before retrying, so that nothing is committed twice"
+    )]
+    CommitUnknown { key: String, reason: String },
+
     /// Data whose schema is not the table's (and cannot be merged into it).
     #[error("schema mismatch on table {key:?}: {reason}")]
     SchemaMismatch { key: String, reason: String },
@@ -151,6 +160,28 @@ impl From<tokio::task::JoinError> for Error {
 }
 
 impl Error {
+    /// Whether a failed write may have been applied all the same: a
+    /// transport failure or a server error (the reply was lost, or the store
+    /// failed after applying it), as opposed to a refusal the store answered
+    /// (bad path, permissions, a failed precondition).
+    pub fn may_have_applied(&self) -> bool {
+        match self {
+            Error::InvalidPath { .. }
+            | Error::InvalidArgument(_)
+            | Error::NoCredentials { .. }
+            | Error::NotSupported(_)
+            | Error::AlreadyExists { .. }
+            | Error::Precondition { .. }
+            | Error::NotFound { .. } => false,
+            Error::Store(os) => !matches!(
+                os,
+                object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+            ),
+            _ => true,
+        }
+    }
+
     /// Attach the path to an error that lacks one (object_store's InvalidPath has none).
     pub fn at_path(self, path: &str) -> Self {
         match self {

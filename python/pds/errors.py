@@ -27,6 +27,7 @@ __all__ = [
     "BackendUnavailable",
     "CapabilityNotSupported",
     "CommitConflict",
+    "CommitUnknown",
     "DataError",
     "DatasetIncomplete",
     "DirectoryNotEmpty",
@@ -53,6 +54,18 @@ class PartCorrupted(RemoteStoreError):
 class CommitConflict(RemoteStoreError):
     """A table commit lost the race for its version every time it tried
     (after retries with backoff). Nothing was committed; try again later."""
+
+
+class CommitUnknown(RemoteStoreError):
+    """A commit whose outcome could not be learned.
+
+    The store may have applied the commit's manifest PUT while its reply was
+    lost, and reading it back failed too (the store stayed unreachable). The
+    table or pipeline is readable either way, and the writer removed none of
+    the files its commit may reference. Look at ``history()`` (each version
+    records its writer's ``commit_id``) before retrying, so that nothing is
+    committed twice.
+    """
 
 
 class SchemaMismatch(RemoteStoreError):

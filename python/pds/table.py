@@ -276,6 +276,9 @@ class Table:
         Raises:
             pds.SchemaMismatch: the schemas differ (naming the fields).
             pds.CommitConflict: every retry lost (the data files are removed).
+            pds.CommitUnknown: the store failed so that whether the version
+                landed cannot be learned (the message names the commit id,
+                which ``history()`` shows if it landed); nothing is removed.
         """
         if schema_mode not in _MODES:
             raise ValueError(f"schema_mode must be one of {_MODES}, got {schema_mode!r}")
@@ -316,6 +319,14 @@ class Table:
         current schema, then again by the commit), plus, without a
         primary-key range, one footer and the filter columns of each
         candidate file.
+
+        Serializable: rows that a concurrent append commits before this
+        delete commits are planned too (one more tombstone in the same
+        commit), so the version returned holds no row the filter matches.
+
+        Raises:
+            pds.CommitUnknown: the outcome could not be learned (see
+                :meth:`append`).
         """
         raw, expression = _check_filter(filter)
         if expression is not None or not raw:
@@ -402,7 +413,9 @@ class Table:
         """The versions, newest first (at most *limit*): ``version``,
         ``previous``, ``created_at``, ``operation``, ``parameters``,
         ``rows_added``, ``files_added``, ``rows_deleted``, ``files_removed``,
-        ``schema_change``. Versions already vacuumed are left out.
+        ``schema_change``, ``commit_id`` (the id of the commit that wrote the
+        version, which a ``pds.CommitUnknown`` message names). Versions
+        already vacuumed are left out.
 
         Cost: 1 GET per version listed (16 at once), after a :meth:`refresh`.
         """
@@ -425,6 +438,7 @@ class Table:
                     "rows_deleted": params.get("rows_deleted", 0),
                     "files_removed": params.get("files_removed", 0),
                     "schema_change": params.get("schema_change"),
+                    "commit_id": m.get("commit_id"),
                 }
             )
         return out

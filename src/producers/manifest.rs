@@ -87,6 +87,10 @@ pub struct PipelineManifest {
     /// The declared stage graph (names, kinds, sources, schemas).
     pub graph: Value,
     pub nodes: BTreeMap<String, NodeState>,
+    /// The id of the commit that wrote this version (see the table
+    /// manifest's `commit_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_id: Option<String>,
 }
 
 /// A node name is a path segment of its parts: letters, digits, `_`, `-`, `.`.
@@ -123,6 +127,7 @@ impl PipelineManifest {
             detail,
             graph,
             nodes,
+            commit_id: None,
         }
     }
 
@@ -140,6 +145,14 @@ impl Versioned for PipelineManifest {
     fn set_version(&mut self, version: u64, previous: Option<u64>) {
         self.version = version;
         self.previous = previous;
+    }
+
+    fn commit_id(&self) -> Option<&str> {
+        self.commit_id.as_deref()
+    }
+
+    fn set_commit_id(&mut self, id: &str) {
+        self.commit_id = Some(id.to_string());
     }
 
     fn to_json(&self) -> Result<Vec<u8>> {

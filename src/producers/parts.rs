@@ -18,7 +18,7 @@ use super::keys::KeyEncoder;
 use super::BatchIter;
 use crate::error::{Error, Result};
 use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
-use crate::store::{PutMode, StoreHandle};
+use crate::store::StoreHandle;
 
 /// One key-range part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ pub fn write_range_parts(
             let (bytes, summary) = encode_to_bytes(pending, schema.clone(), opts)?;
             let name = format!("{prefix}-{:05}.parquet", written.len());
             let object = format!("{}/{name}", location.trim_end_matches('/'));
-            crate::runtime::block_on(store.put(&object, Bytes::clone(&bytes), PutMode::Create))??;
+            crate::runtime::block_on(store.put_create_own(&object, Bytes::clone(&bytes)))??;
             written.push(RangePart {
                 name,
                 rows: summary.row_count,

@@ -74,6 +74,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::CommitConflict { key, .. } => {
                 raise(py, "pds.errors", "CommitConflict", msg, &[("path", key)])
             }
+            Error::CommitUnknown { key, .. } => {
+                raise(py, "pds.errors", "CommitUnknown", msg, &[("path", key)])
+            }
             Error::SchemaMismatch { key, .. } => {
                 raise(py, "pds.errors", "SchemaMismatch", msg, &[("path", key)])
             }

@@ -20,6 +20,10 @@ use crate::store::{PutMode, StoreHandle};
 /// forward at most this many versions at a time.
 const MAX_ROLL_FORWARD: u64 = 64;
 
+/// Failed read-backs of a version whose manifest PUT's outcome is unclear
+/// before the commit gives up with `CommitUnknown`.
+const MAX_SETTLE_FAILURES: u32 = 5;
+
 /// Compare-and-swap attempts to move the pointer forward before leaving it
 /// to the next commit.
 const MAX_POINTER_ATTEMPTS: u32 = 16;
@@ -55,6 +59,10 @@ pub trait Versioned: Sized {
     /// Parse and validate bytes read from `path` (untrusted); `version` is
     /// the one the name promises. Every failure is `ManifestCorrupted`.
     fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self>;
+    /// The id of the commit that wrote this manifest, if it recorded one.
+    fn commit_id(&self) -> Option<&str>;
+    /// Set by the commit loop before the manifest is written.
+    fn set_commit_id(&mut self, id: &str);
 }
 
 impl Versioned for TableManifest {
@@ -70,6 +78,12 @@ impl Versioned for TableManifest {
     }
     fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
         TableManifest::from_json(raw, path, version)
+    }
+    fn commit_id(&self) -> Option<&str> {
+        self.commit_id.as_deref()
+    }
+    fn set_commit_id(&mut self, id: &str) {
+        self.commit_id = Some(id.to_string());
     }
 }
 
@@ -234,6 +248,17 @@ fn jitter(seed: &mut u64) -> f64 {
 /// An attempt that wins at once costs 2 GETs and 2 PUTs (2 PUTs alone with
 /// `base`). The version is committed when its manifest is created; the
 /// pointer update lets readers find it in one GET.
+///
+/// **Faults.** Every manifest this call writes carries one commit id. A
+/// manifest PUT that fails without a clear answer (a lost reply, a reset,
+/// a timeout), or that is refused because the name exists (perhaps a retry
+/// of its own landed PUT), is settled by reading that version back: this
+/// writer's id means committed, another's means a lost race, none means it
+/// is tried again. Once the manifest exists the commit stands: a failing
+/// pointer PUT is left for the next commit to roll forward. If the outcome
+/// cannot be learned, `CommitUnknown`; every other error means that no
+/// manifest of this call exists or can appear, so its caller may remove the
+/// files it uploaded.
 pub async fn commit<F>(
     store: &StoreHandle,
     table: &str,
@@ -245,6 +270,36 @@ where
     F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>>,
 {
     commit_versioned(store, table, opts, base, prepare).await
+}
+
+/// What reading back a version whose manifest PUT this writer tried showed.
+enum Settled<M> {
+    /// The version is this writer's: committed.
+    Ours(M),
+    /// Another writer holds the version.
+    Theirs,
+    /// No manifest of that version exists (yet).
+    Absent,
+}
+
+/// Read back `version` to learn whether this writer's (`id`) PUT landed.
+async fn settle<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+    id: &str,
+) -> Result<Settled<M>> {
+    match read_version_of::<M>(store, table, version).await {
+        Ok(m) if m.commit_id() == Some(id) => Ok(Settled::Ours(m)),
+        Ok(_) => Ok(Settled::Theirs),
+        Err(Error::NotFound { .. }) => Ok(Settled::Absent),
+        Err(e) => Err(e),
+    }
+}
+
+/// A fresh commit id: unique per call of the commit loop.
+pub fn new_commit_id() -> String {
+    crate::dataset::unique_token()
 }
 
 /// [`commit`] for any [`Versioned`] manifest (a pipeline's, say).
@@ -259,6 +314,7 @@ where
     M: Versioned,
     F: FnMut(Option<&M>) -> Result<Option<M>>,
 {
+    let id = new_commit_id();
     let mut seed = (std::process::id() as u64) << 32
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -267,43 +323,169 @@ where
         | 1;
     let mut backoff = opts.base_backoff;
     let mut given = base;
+    // A version whose manifest PUT this call tried without learning whether
+    // it landed: settled (read back) before anything else is tried.
+    let mut pending: Option<(u64, String)> = None;
+    let mut settle_failures = 0;
+    let unknown = |why: String| Error::CommitUnknown {
+        key: table.to_string(),
+        reason: format!("{why} (this commit's id is {id:?}; a version with it is this commit)"),
+    };
     for attempt in 1..=opts.max_attempts.max(1) {
-        let base = match given.take() {
-            Some(b) => Some(b),
-            None => latest_of::<M>(store, table, attempt > 1).await?,
-        };
-        // Help a writer that died (or is about to) before moving the pointer.
-        if let Some(l) = &base {
-            if l.pointed != Some(l.manifest.version()) {
-                advance_pointer(store, table, Some(l), l.manifest.version()).await?;
+        if let Some((v, why)) = pending.take() {
+            match settle::<M>(store, table, v, &id).await {
+                Ok(Settled::Ours(m)) => {
+                    let _ = advance_pointer::<M>(store, table, None, v).await;
+                    return Ok(Outcome::Committed {
+                        manifest: Box::new(m),
+                        attempts: attempt - 1,
+                    });
+                }
+                Ok(Settled::Theirs) => {}
+                // Not there: the next PUT of that version settles it.
+                Ok(Settled::Absent) => pending = Some((v, why)),
+                Err(e) => {
+                    settle_failures += 1;
+                    if settle_failures >= MAX_SETTLE_FAILURES {
+                        return Err(unknown(format!(
+                            "{why}; reading version {v} back failed: {}",
+                            crate::error::chain(&e)
+                        )));
+                    }
+                    pending = Some((v, why));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(opts.max_backoff);
+                    continue;
+                }
             }
         }
-        let Some(mut next) = prepare(base.as_ref().map(|l| &l.manifest))? else {
+        let base = match given.take() {
+            Some(b) => Some(b),
+            None => match latest_of::<M>(store, table, attempt > 1).await {
+                Ok(b) => b,
+                Err(e) => match &pending {
+                    Some((_, why)) => {
+                        return Err(unknown(format!("{why}; then {}", crate::error::chain(&e))))
+                    }
+                    None => return Err(e),
+                },
+            },
+        };
+        // Help a writer that died (or is about to) before moving the pointer.
+        // Best effort: the version is committed whether or not this lands.
+        if let Some(l) = &base {
+            if l.pointed != Some(l.manifest.version()) {
+                let _ = advance_pointer(store, table, Some(l), l.manifest.version()).await;
+            }
+        }
+        let prepared = match prepare(base.as_ref().map(|l| &l.manifest)) {
+            Ok(p) => p,
+            Err(e) => match &pending {
+                Some((_, why)) => {
+                    return Err(unknown(format!("{why}; then {}", crate::error::chain(&e))))
+                }
+                None => return Err(e),
+            },
+        };
+        let Some(mut next) = prepared else {
+            if let Some((_, why)) = &pending {
+                return Err(unknown(why.clone()));
+            }
             return Ok(Outcome::Unchanged {
                 version: base.map(|l| l.manifest.version()),
             });
         };
         let version = base.as_ref().map_or(0, |l| l.manifest.version() + 1);
+        if let Some((v, _)) = &pending {
+            if *v != version {
+                // The pending version is absent, so the latest is below it.
+                return Err(unknown(format!(
+                    "version {v} was tried and is absent, but the latest is now {}",
+                    version.saturating_sub(1)
+                )));
+            }
+        }
         next.set_version(version, version.checked_sub(1));
+        next.set_commit_id(&id);
         let body = Bytes::from(next.to_json()?);
         match store
             .put(&manifest_key(table, version), body, PutMode::Create)
             .await
         {
             Ok(_) => {
-                advance_pointer(store, table, base.as_ref(), version).await?;
+                let _ = advance_pointer(store, table, base.as_ref(), version).await;
                 return Ok(Outcome::Committed {
                     manifest: Box::new(next),
                     attempts: attempt,
                 });
             }
-            Err(Error::AlreadyExists { .. }) => {
-                let wait = backoff.mul_f64(0.5 + jitter(&mut seed));
-                tokio::time::sleep(wait).await;
+            Err(Error::AlreadyExists { .. }) | Err(Error::Precondition { .. }) => {
+                match settle::<M>(store, table, version, &id).await {
+                    Ok(Settled::Ours(m)) => {
+                        let _ = advance_pointer(store, table, base.as_ref(), version).await;
+                        return Ok(Outcome::Committed {
+                            manifest: Box::new(m),
+                            attempts: attempt,
+                        });
+                    }
+                    Ok(Settled::Theirs) => {
+                        pending = None;
+                        let wait = backoff.mul_f64(0.5 + jitter(&mut seed));
+                        tokio::time::sleep(wait).await;
+                        backoff = (backoff * 2).min(opts.max_backoff);
+                    }
+                    // Refused as existing, yet absent: a store that lies;
+                    // try again after a pause.
+                    Ok(Settled::Absent) => {
+                        pending = Some((version, "the manifest PUT was refused".into()));
+                        tokio::time::sleep(backoff).await;
+                    }
+                    Err(e) => {
+                        // Settled at the top of the next attempt.
+                        pending = Some((
+                            version,
+                            format!(
+                                "the manifest PUT of version {version} was refused as existing \
+                                 and reading it back failed ({})",
+                                crate::error::chain(&e)
+                            ),
+                        ));
+                        tokio::time::sleep(backoff).await;
+                    }
+                }
+            }
+            Err(e) if !e.may_have_applied() && pending.is_none() => return Err(e),
+            Err(e) => {
+                // The store may have applied the PUT: settle it next round.
+                pending = Some((
+                    version,
+                    format!(
+                        "the manifest PUT of version {version} failed ({})",
+                        crate::error::chain(&e)
+                    ),
+                ));
+                tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(opts.max_backoff);
             }
-            Err(e) => return Err(e),
         }
+    }
+    if let Some((v, why)) = pending {
+        // One last read-back before giving up.
+        return match settle::<M>(store, table, v, &id).await {
+            Ok(Settled::Ours(m)) => {
+                let _ = advance_pointer::<M>(store, table, None, v).await;
+                Ok(Outcome::Committed {
+                    manifest: Box::new(m),
+                    attempts: opts.max_attempts,
+                })
+            }
+            Ok(Settled::Theirs) => Err(Error::CommitConflict {
+                key: table.to_string(),
+                attempts: opts.max_attempts,
+            }),
+            Ok(Settled::Absent) => Err(unknown(why)),
+            Err(e) => Err(unknown(format!("{why}; {}", crate::error::chain(&e)))),
+        };
     }
     Err(Error::CommitConflict {
         key: table.to_string(),

@@ -23,7 +23,7 @@ use super::commit::{self, CommitOptions, Outcome};
 use super::scan::{deleted_positions, scan, ScanOptions};
 use super::snapshot::{DataFile, TableManifest, TombstoneRef};
 use super::tombstone::{self, Entry, Tombstone};
-use super::write::{discard, upload, DEFAULT_TARGET_FILE_SIZE};
+use super::write::{discard, may_discard, upload, DEFAULT_TARGET_FILE_SIZE};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
@@ -279,8 +279,10 @@ fn commit_compaction(
         }
         Ok(Outcome::Unchanged { .. }) => Err(Error::Task("compaction committed nothing".into())),
         Err(e) => {
-            forget();
-            discard(store, table, added);
+            if may_discard(&e) {
+                forget();
+                discard(store, table, added);
+            }
             Err(e)
         }
     }

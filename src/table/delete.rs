@@ -11,12 +11,15 @@
 //! 4. One tombstone object is written (create-only), then the version is
 //!    committed: 3 PUTs in all when the commit wins at once.
 //!
-//! A delete that matches nothing commits nothing. A concurrent commit that
-//! removed a file this delete marks (a compaction) makes it start over on
-//! the new version; appends are simply rebased on (their rows were not seen
-//! by the filter, and stay).
+//! A delete that matches nothing commits nothing. Deletes are serializable:
+//! files appended after the plan's snapshot are planned too before the
+//! commit (their own tombstone, committed with the first), so a later
+//! delete never misses rows an earlier append committed. A concurrent commit
+//! that removed a file this delete marks (a compaction) makes it start over
+//! on the new version. No tombstone is removed once its commit's outcome is
+//! unknown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow_array::Array;
@@ -34,9 +37,10 @@ use crate::parquet::filter::{Op, Predicate};
 use crate::parquet::stats;
 use crate::store::StoreHandle;
 
-/// Attempts before a delete that keeps finding its files compacted away
-/// gives up with `CommitConflict`.
-const MAX_REPLANS: u32 = 8;
+/// Plans before a delete that keeps finding new files (appends landing
+/// faster than it commits) or its files compacted away gives up with
+/// `CommitConflict`. A re-plan reads only the files added since the last.
+const MAX_REPLANS: u32 = 64;
 
 /// What a delete did.
 #[derive(Debug, Clone)]
@@ -232,7 +236,92 @@ async fn plan_file(
     Ok((entries, newly))
 }
 
+/// Plan the deletion of `predicate`'s rows in `files` of `base`: the
+/// tombstone entries and the rows they newly delete (`None` for key-range
+/// entries, counted on read).
+fn plan(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    base: &TableManifest,
+    predicate: &Predicate,
+    files: &[DataFile],
+    parallelism: usize,
+) -> Result<(Vec<Entry>, Option<u64>)> {
+    let path = manifest_key(table, base.version);
+    let schema = base.arrow_schema(&path)?;
+    let bound = predicate.clone().bind(&schema)?;
+    let candidates: Vec<&DataFile> = files
+        .iter()
+        .map(|f| file_may_match(f, &schema, &bound).map(|keep| (f, keep)))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .filter_map(|(f, keep)| keep.then_some(f))
+        .collect();
+    let pk = base.properties.primary_key.clone();
+    if let Some((lo, hi)) = pk.as_deref().and_then(|pk| pk_range(&bound, pk)) {
+        let entries = candidates
+            .iter()
+            .map(|f| Entry::PkRange {
+                file: f.path.clone(),
+                pk_min: lo.as_ref().map(|(v, _)| v.clone()),
+                pk_max: hi.as_ref().map(|(v, _)| v.clone()),
+                pk_min_exclusive: lo.as_ref().is_some_and(|(_, x)| *x),
+                pk_max_exclusive: hi.as_ref().is_some_and(|(_, x)| *x),
+            })
+            .collect::<Vec<_>>();
+        return Ok((entries, None));
+    }
+    if candidates.is_empty() {
+        return Ok((Vec::new(), Some(0)));
+    }
+    let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
+    let deletes = tombstone::fold(&tombstones)?;
+    // One task per file, so that files decode on every core.
+    let shared = Arc::new((base.clone(), bound, deletes));
+    let planned = crate::runtime::block_on(async {
+        use futures::StreamExt;
+        futures::stream::iter(candidates.into_iter().cloned().map(|f| {
+            let (store, shared, table) = (store.clone(), shared.clone(), table.to_string());
+            async move {
+                tokio::spawn(async move {
+                    let (base, bound, deletes) = shared.as_ref();
+                    plan_file(&store, &table, base, &f, bound, deletes.get(&f.path)).await
+                })
+                .await
+                .map_err(Error::from)
+                .and_then(|r| r)
+            }
+        }))
+        .buffered(parallelism.max(1))
+        .collect::<Vec<_>>()
+        .await
+    })?;
+    let mut entries = Vec::new();
+    let mut rows = 0;
+    for p in planned {
+        let (e, n) = p?;
+        entries.extend(e);
+        rows += n;
+    }
+    Ok((entries, Some(rows)))
+}
+
+/// A tombstone this delete wrote, not yet committed.
+struct Written {
+    /// Relative to the table key.
+    name: String,
+    /// The data files its entries mark.
+    files: Vec<String>,
+}
+
 /// Delete the rows of `table` matching `predicate` (see the module docs).
+///
+/// Serializable against concurrent commits: an append that lands between
+/// the plan and the commit adds files the plan has not seen, so they are
+/// planned too (on the version that added them: their own tombstone, in
+/// the same commit), as if the delete had run after the append. A
+/// compaction that removed a file the delete marks makes it plan again from
+/// scratch.
 pub fn delete(
     store: Arc<StoreHandle>,
     table: &str,
@@ -245,89 +334,83 @@ pub fn delete(
             "delete needs a filter; an empty filter would delete every row".into(),
         ));
     }
+    let filter = describe(&predicate);
+    // Tombstones written so far, and the data files they were planned over.
+    let mut written: Vec<Written> = Vec::new();
+    let mut planned: BTreeSet<String> = BTreeSet::new();
+    let mut rows: Option<u64> = Some(0);
+    let forget = |written: &[Written]| {
+        let keys: Vec<String> = written
+            .iter()
+            .map(|w| format!("{}/{}", table.trim_end_matches('/'), w.name))
+            .collect();
+        if !keys.is_empty() {
+            let _ = crate::runtime::block_on(store.delete_many(&keys));
+        }
+    };
     for _ in 0..MAX_REPLANS {
         let latest = commit::latest_existing(&store, table)?;
         let base = latest.manifest.clone();
-        let path = manifest_key(table, base.version);
-        let schema = base.arrow_schema(&path)?;
-        let bound = predicate.clone().bind(&schema)?;
-        let candidates: Vec<&DataFile> = base
+        let present: BTreeSet<&str> = base.data_files.iter().map(|f| f.path.as_str()).collect();
+        let lost_a_file = written
+            .iter()
+            .flat_map(|w| &w.files)
+            .any(|f| !present.contains(f.as_str()));
+        if lost_a_file {
+            // A compaction replaced a file the plan marks: start over.
+            forget(&written);
+            written.clear();
+            planned.clear();
+            rows = Some(0);
+        }
+        let unseen: Vec<DataFile> = base
             .data_files
             .iter()
-            .map(|f| file_may_match(f, &schema, &bound).map(|keep| (f, keep)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .filter_map(|(f, keep)| keep.then_some(f))
+            .filter(|f| !planned.contains(&f.path))
+            .cloned()
             .collect();
-        let pk = base.properties.primary_key.clone();
-        let (entries, rows) = match pk.as_deref().and_then(|pk| pk_range(&bound, pk)) {
-            Some((lo, hi)) => {
-                let entries = candidates
-                    .iter()
-                    .map(|f| Entry::PkRange {
-                        file: f.path.clone(),
-                        pk_min: lo.as_ref().map(|(v, _)| v.clone()),
-                        pk_max: hi.as_ref().map(|(v, _)| v.clone()),
-                        pk_min_exclusive: lo.as_ref().is_some_and(|(_, x)| *x),
-                        pk_max_exclusive: hi.as_ref().is_some_and(|(_, x)| *x),
-                    })
-                    .collect::<Vec<_>>();
-                (entries, None)
-            }
-            None => {
-                let tombstones =
-                    crate::runtime::block_on(tombstone::load(&store, table, &base.tombstones))??;
-                let deletes = tombstone::fold(&tombstones)?;
-                // One task per file, so that files decode on every core.
-                let shared = Arc::new((base.clone(), bound.clone(), deletes));
-                let planned = crate::runtime::block_on(async {
-                    use futures::StreamExt;
-                    futures::stream::iter(candidates.into_iter().cloned().map(|f| {
-                        let (store, shared, table) =
-                            (store.clone(), shared.clone(), table.to_string());
-                        async move {
-                            tokio::spawn(async move {
-                                let (base, bound, deletes) = shared.as_ref();
-                                plan_file(&store, &table, base, &f, bound, deletes.get(&f.path))
-                                    .await
-                            })
-                            .await
-                            .map_err(Error::from)
-                            .and_then(|r| r)
-                        }
-                    }))
-                    .buffered(parallelism.max(1))
-                    .collect::<Vec<_>>()
-                    .await
-                })?;
-                let mut entries = Vec::new();
-                let mut rows = 0;
-                for p in planned {
-                    let (e, n) = p?;
-                    entries.extend(e);
-                    rows += n;
-                }
-                (entries, Some(rows))
-            }
+        let (entries, n) = plan(&store, table, &base, &predicate, &unseen, parallelism)?;
+        planned.extend(unseen.iter().map(|f| f.path.clone()));
+        rows = match (rows, n) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
         };
-        if entries.is_empty() {
+        if !entries.is_empty() {
+            let mut files: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
+            files.sort();
+            files.dedup();
+            let name =
+                crate::runtime::block_on(Tombstone::put(&store, table, base.version, entries))??;
+            written.push(Written { name, files });
+        }
+        if written.is_empty() {
             return Ok(Deleted {
                 manifest: base,
                 rows: Some(0),
                 committed: false,
             });
         }
-        match commit_tombstone(&store, table, latest, entries, rows, &predicate)? {
-            Some(manifest) => {
+        match commit_tombstones(
+            &store, table, latest, &written, &planned, &predicate, rows, &filter,
+        ) {
+            Ok(Some(manifest)) => {
                 return Ok(Deleted {
                     manifest,
                     rows,
                     committed: true,
                 })
             }
-            None => continue, // A file it marks was compacted away: plan again.
+            // Files were added or removed meanwhile: plan what changed.
+            Ok(None) => continue,
+            Err(e) => {
+                if super::write::may_discard(&e) {
+                    forget(&written);
+                }
+                return Err(e);
+            }
         }
     }
+    forget(&written);
     Err(Error::CommitConflict {
         key: table.to_string(),
         attempts: MAX_REPLANS,
@@ -356,31 +439,22 @@ fn describe(predicate: &Predicate) -> Value {
     )
 }
 
-/// PUT the tombstone, then commit it; `None` if the version it was planned
-/// on lost a file it marks (the tombstone is then removed).
-fn commit_tombstone(
+/// Commit the tombstones `written`; `None` if the version found has data
+/// files that the plan has not seen (`planned`) and whose statistics do not
+/// rule `predicate` out, or lacks a file a tombstone marks: the caller plans
+/// again. Removes nothing.
+#[allow(clippy::too_many_arguments)]
+fn commit_tombstones(
     store: &Arc<StoreHandle>,
     table: &str,
     latest: commit::Latest,
-    entries: Vec<Entry>,
-    rows: Option<u64>,
+    written: &[Written],
+    planned: &BTreeSet<String>,
     predicate: &Predicate,
+    rows: Option<u64>,
+    filter: &Value,
 ) -> Result<Option<TableManifest>> {
-    let touched: Vec<String> = {
-        let mut t: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
-        t.sort();
-        t.dedup();
-        t
-    };
-    let name = crate::runtime::block_on(Tombstone::put(
-        store,
-        table,
-        latest.manifest.version,
-        entries,
-    ))??;
-    let key = format!("{}/{name}", table.trim_end_matches('/'));
     let mut stale = false;
-    let filter = describe(predicate);
     let out = crate::runtime::block_on(commit::commit(
         store,
         table,
@@ -390,8 +464,25 @@ fn commit_tombstone(
             let now = now.ok_or_else(|| Error::NotFound {
                 path: table.to_string(),
             })?;
-            let present = |f: &String| now.data_files.iter().any(|d| &d.path == f);
-            if !touched.iter().all(present) {
+            let present: BTreeSet<&str> = now.data_files.iter().map(|d| d.path.as_str()).collect();
+            let marks_gone = written
+                .iter()
+                .flat_map(|w| &w.files)
+                .any(|f| !present.contains(f.as_str()));
+            let mut unseen = false;
+            let fresh: Vec<&DataFile> = now
+                .data_files
+                .iter()
+                .filter(|d| !planned.contains(&d.path))
+                .collect();
+            if !fresh.is_empty() {
+                let schema = now.arrow_schema(&manifest_key(table, now.version))?;
+                let bound = predicate.clone().bind(&schema)?;
+                for d in fresh {
+                    unseen |= file_may_match(d, &schema, &bound)?;
+                }
+            }
+            if marks_gone || unseen {
                 stale = true;
                 return Ok(None);
             }
@@ -403,26 +494,28 @@ fn commit_tombstone(
                 .insert("filter".into(), filter.clone());
             next.operation_parameters
                 .insert("rows_deleted".into(), rows.map_or(Value::Null, Value::from));
-            next.operation_parameters
-                .insert("tombstone".into(), Value::from(name.clone()));
-            next.tombstones.push(TombstoneRef {
-                path: name.clone(),
-                files: touched.clone(),
-            });
+            let names: Vec<Value> = written
+                .iter()
+                .map(|w| Value::from(w.name.clone()))
+                .collect();
+            next.operation_parameters.insert(
+                "tombstone".into(),
+                if names.len() == 1 {
+                    names[0].clone()
+                } else {
+                    Value::Array(names)
+                },
+            );
+            next.tombstones.extend(written.iter().map(|w| TombstoneRef {
+                path: w.name.clone(),
+                files: w.files.clone(),
+            }));
             Ok(Some(next))
         },
-    ))
-    .and_then(|r| r);
+    ))??;
     match out {
-        Ok(Outcome::Committed { manifest, .. }) => Ok(Some(*manifest)),
-        Ok(Outcome::Unchanged { .. }) if stale => {
-            let _ = crate::runtime::block_on(store.delete(&key));
-            Ok(None)
-        }
-        Ok(Outcome::Unchanged { .. }) => Err(Error::Task("delete committed nothing".into())),
-        Err(e) => {
-            let _ = crate::runtime::block_on(store.delete(&key));
-            Err(e)
-        }
+        Outcome::Committed { manifest, .. } => Ok(Some(*manifest)),
+        Outcome::Unchanged { .. } if stale => Ok(None),
+        Outcome::Unchanged { .. } => Err(Error::Task("delete committed nothing".into())),
     }
 }

@@ -29,6 +29,8 @@ pub mod changes;
 pub mod commit;
 pub mod compact;
 pub mod delete;
+#[cfg(test)]
+mod fault_tests;
 pub mod scan;
 pub mod schema;
 pub mod snapshot;

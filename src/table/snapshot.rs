@@ -74,6 +74,11 @@ pub struct TableManifest {
     /// Settings fixed at creation and carried by every version.
     #[serde(default)]
     pub properties: TableProperties,
+    /// The id of the commit that wrote this version, unique per operation:
+    /// a writer that lost a PUT's reply reads the version back and knows it
+    /// by this id (absent in manifests of older pds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_id: Option<String>,
 }
 
 /// A tombstone object, and the data files it deletes rows of (so that a
@@ -282,6 +287,7 @@ pub(crate) mod tests {
             tombstones: vec![],
             file_schemas: BTreeMap::new(),
             properties: TableProperties::default(),
+            commit_id: None,
         }
     }
 

@@ -141,7 +141,7 @@ pub(crate) fn counting_store() -> (Arc<StoreHandle>, Arc<Counts>) {
     (Arc::new(handle), counts)
 }
 
-fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("customer", DataType::Utf8, true),
@@ -149,7 +149,7 @@ fn schema() -> SchemaRef {
 }
 
 /// Rows `ids` with customer `c<id % 7>`.
-fn rows(ids: std::ops::Range<i64>) -> Box<dyn arrow_array::RecordBatchReader + Send> {
+pub(crate) fn rows(ids: std::ops::Range<i64>) -> Box<dyn arrow_array::RecordBatchReader + Send> {
     let schema = schema();
     let batch = RecordBatch::try_new(
         schema.clone(),
@@ -164,7 +164,21 @@ fn rows(ids: std::ops::Range<i64>) -> Box<dyn arrow_array::RecordBatchReader + S
     Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema))
 }
 
-fn props(pk: Option<&str>) -> TableProperties {
+/// Create table `t` with rows `ids`, keyed by `id`, at version 0.
+pub(crate) fn create_keyed(store: &Arc<StoreHandle>, ids: std::ops::Range<i64>) {
+    create(
+        store.clone(),
+        "t",
+        schema(),
+        Some(rows(ids)),
+        props(Some("id")),
+        false,
+        2,
+    )
+    .unwrap();
+}
+
+pub(crate) fn props(pk: Option<&str>) -> TableProperties {
     TableProperties {
         primary_key: pk.map(str::to_string),
         compression: "zstd".into(),
@@ -173,20 +187,24 @@ fn props(pk: Option<&str>) -> TableProperties {
     }
 }
 
-fn cond(column: &str, op: &str, value: Option<ArrayRef>) -> (String, String, Option<ArrayRef>) {
+pub(crate) fn cond(
+    column: &str,
+    op: &str,
+    value: Option<ArrayRef>,
+) -> (String, String, Option<ArrayRef>) {
     (column.into(), op.into(), value)
 }
 
-fn int(v: i64) -> Option<ArrayRef> {
+pub(crate) fn int(v: i64) -> Option<ArrayRef> {
     Some(Arc::new(Int64Array::from(vec![v])))
 }
 
-fn text(v: &str) -> Option<ArrayRef> {
+pub(crate) fn text(v: &str) -> Option<ArrayRef> {
     Some(Arc::new(StringArray::from(vec![v])))
 }
 
 /// The sorted ids of a version, optionally filtered.
-fn ids(store: &Arc<StoreHandle>, at: At, pred: Option<Predicate>) -> Vec<i64> {
+pub(crate) fn ids(store: &Arc<StoreHandle>, at: At, pred: Option<Predicate>) -> Vec<i64> {
     let m = crate::runtime::block_on(resolve(store, "t", at))
         .unwrap()
         .unwrap();
@@ -336,16 +354,7 @@ fn append_delete_scan_and_time_travel_cost_what_the_docs_say() {
 #[test]
 fn primary_key_range_deletes_read_no_data_file() {
     let (store, counts) = counting_store();
-    create(
-        store.clone(),
-        "t",
-        schema(),
-        Some(rows(0..1000)),
-        props(Some("id")),
-        false,
-        2,
-    )
-    .unwrap();
+    create_keyed(&store, 0..1000);
     append(
         store.clone(),
         "t",

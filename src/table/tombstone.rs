@@ -139,7 +139,7 @@ impl Tombstone {
         );
         let key = format!("{}/{name}", table.trim_end_matches('/'));
         let body = bytes::Bytes::from(Self::new(entries).to_json()?);
-        store.put(&key, body, crate::store::PutMode::Create).await?;
+        store.put_create_own(&key, body).await?;
         Ok(name)
     }
 

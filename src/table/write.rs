@@ -157,7 +157,15 @@ pub fn discard(store: &StoreHandle, table: &str, files: &[DataFile]) {
     }
 }
 
-/// Commit `prepare`; on failure, remove `files`.
+/// Whether a commit that failed with `err` may have its uploads removed:
+/// every error but `CommitUnknown` means that no manifest of that commit
+/// exists or can appear (see [`commit::commit`]).
+pub fn may_discard(err: &Error) -> bool {
+    !matches!(err, Error::CommitUnknown { .. })
+}
+
+/// Commit `prepare`; on a failure that certainly committed nothing, remove
+/// `files` (never when the outcome is unknown: a manifest may name them).
 fn commit_or_discard<F>(
     store: &Arc<StoreHandle>,
     table: &str,
@@ -176,8 +184,10 @@ where
         prepare,
     ))
     .and_then(|r| r);
-    if out.is_err() {
-        discard(store, table, files);
+    if let Err(e) = &out {
+        if may_discard(e) {
+            discard(store, table, files);
+        }
     }
     out
 }
@@ -201,6 +211,7 @@ fn first_version(
         tombstones: Vec::new(),
         file_schemas: BTreeMap::new(),
         properties: props.clone(),
+        commit_id: None,
     }
 }
 

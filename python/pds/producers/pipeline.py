@@ -47,7 +47,7 @@ import pyarrow as pa
 from remote_store import AlreadyExists, NotFound, Store
 
 from pds import _core
-from pds.errors import CommitConflict, SchemaMismatch
+from pds.errors import CommitConflict, CommitUnknown, SchemaMismatch
 from pds.producers.changes import Changes, as_arrow
 from pds.producers.errors import GraphMismatch
 from pds.producers.graph import Node, check_name, key_schema, value_schema
@@ -439,6 +439,10 @@ class Pipeline:
         output that does not match the stage's schema, commits nothing.
         ``CommitConflict`` if another update committed since this one
         started (nothing of this one is committed; run it again).
+        ``CommitUnknown`` if the store failed so that whether the version
+        landed cannot be learned: check :meth:`version` / :meth:`history`
+        before running it again (its parts are kept; vacuum removes them if
+        the version did not land).
         """
         normalised = self._normalise(changes)
         self._check_declared()
@@ -528,14 +532,23 @@ class Pipeline:
                 "nodes": states,
             }
             manifest["timestamp_ms"] = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
-            try:
-                text = _core.pipeline_commit(self._native, self._root, int(base["version"]), json.dumps(manifest))
-            except CommitConflict:
-                raise CommitConflict(
-                    f"pipeline {self._key!r}: another update committed after version {base['version']}, on which "
-                    "this one was built; nothing of this update was committed. Run it again."
-                ) from None
         except BaseException:
+            _discard(self._native, created)
+            raise
+        try:
+            text = _core.pipeline_commit(self._native, self._root, int(base["version"]), json.dumps(manifest))
+        except CommitUnknown:
+            # The new version may exist and name these parts: keep them
+            # (vacuum removes them if it does not).
+            raise
+        except CommitConflict:
+            _discard(self._native, created)
+            raise CommitConflict(
+                f"pipeline {self._key!r}: another update committed after version {base['version']}, on which "
+                "this one was built; nothing of this update was committed. Run it again."
+            ) from None
+        except Exception:
+            # Every other commit error means no version names these parts.
             _discard(self._native, created)
             raise
         self._manifest = json.loads(text)

@@ -9,7 +9,9 @@ that Spark reports as successful (checked to be there), in one version:
 ``append`` adds them (creating the table on first write), ``overwrite``
 replaces the table's content. It then removes the files of the other
 attempts (listing ``data/`` for the job's prefix). A failed job removes
-every file with its prefix and commits nothing. Concurrent writers, and
+every file with its prefix and commits nothing, unless its commit's
+outcome is unknown (``pds.CommitUnknown``): a version may then name the
+files, so they stay (vacuum removes them if none does). Concurrent writers, and
 pipelines appending meanwhile, are fine: the commit rebases on them.
 """
 
@@ -26,7 +28,7 @@ import pyarrow as pa
 from remote_store import NotFound, Store
 
 from pds import _core
-from pds.errors import SchemaMismatch
+from pds.errors import CommitUnknown, SchemaMismatch
 from pds.spark._job import (
     ABORT_SETTLE_SECONDS,
     StoreJob,
@@ -38,6 +40,11 @@ from pds.spark._schema import conform_batches
 from pds.table import Table, is_table
 
 __all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
+
+# Driver side: the files of jobs whose commit outcome is unknown. A version
+# may name them, so an abort that follows must leave them (vacuum removes
+# them later if no version does).
+_MAY_BE_COMMITTED: dict[str, frozenset[str]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +186,17 @@ class TableWriteJob(StoreJob):
                 raise RuntimeError(f"two task attempts reported partition {r.partition_id}")
             seen[r.partition_id] = r
         files = [f for pid in sorted(seen) for f in seen[pid].files]
-        text = _core.table_commit_files(
+        committed = {f"{self.location}/{f['path']}" for f in files}
+        try:
+            text = self._commit_files(files)
+        except CommitUnknown:
+            _MAY_BE_COMMITTED[self.job_id] = frozenset(committed)
+            raise
+        self._delete(k for k in self._job_files() if k not in committed)
+        return int(json.loads(text)["version"])
+
+    def _commit_files(self, files: list[Any]) -> str:
+        text: str = _core.table_commit_files(
             self._rust(),
             self.location,
             json.dumps(files),
@@ -191,16 +208,19 @@ class TableWriteJob(StoreJob):
             target_file_size=self.settings.target_file_size,
             metadata=dict(self.settings.metadata) if self.settings.metadata else None,
         )
-        committed = {f"{self.location}/{f['path']}" for f in files}
-        self._delete(k for k in self._job_files() if k not in committed)
-        return int(json.loads(text)["version"])
+        return text
 
     def abort(self, results: Iterable[TableFiles | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
         """Remove every file this job wrote, re-listing until none turns up
         for *settle* seconds (tasks still being killed may finish an upload)."""
+        keep = _MAY_BE_COMMITTED.get(self.job_id, frozenset())
         keys = {f"{self.location}/{f['path']}" for r in results if r is not None for f in r.files}
-        self._delete(sorted(keys | set(self._job_files())))
-        remove_until_settled(self._job_files, self._delete, settle)
+
+        def leftovers() -> list[str]:
+            return [k for k in self._job_files() if k not in keep]
+
+        self._delete(sorted((keys | set(self._job_files())) - keep))
+        remove_until_settled(leftovers, self._delete, settle)
 
 
 def table_snapshot_files(table: Table) -> list[tuple[str, int]]:

@@ -1,0 +1,282 @@
+//! The commit paths under storage faults, on an in-memory store that fails
+//! chosen requests outright, or applies them and loses the reply.
+//!
+//! The same faults are injected over HTTP in front of a real S3 server by
+//! the Python suite (`tests/test_faults.py`); these tests pin the core's
+//! behaviour without a network.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use super::commit::latest;
+use super::delete::delete;
+use super::scan::At;
+use super::schema::SchemaMode;
+use super::tests::{cond, create_keyed, ids, int, rows};
+use super::write::append;
+use crate::error::Error;
+use crate::parquet::filter::predicate;
+use crate::store::StoreHandle;
+
+/// What a rule does to the requests it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Fail without applying the request.
+    Fail,
+    /// Apply the request, then fail as if its reply were lost.
+    LoseReply,
+}
+
+#[derive(Debug)]
+struct Rule {
+    method: &'static str,
+    /// A substring of the object path.
+    path: &'static str,
+    fault: Fault,
+    times: usize,
+}
+
+/// An `InMemory` store that injects faults by rule.
+#[derive(Debug, Default)]
+struct Faulty {
+    inner: InMemory,
+    rules: Mutex<Vec<Rule>>,
+}
+
+impl fmt::Display for Faulty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Faulty({})", self.inner)
+    }
+}
+
+fn transport_error() -> object_store::Error {
+    object_store::Error::Generic {
+        store: "Faulty",
+        source: "connection reset by peer (injected)".into(),
+    }
+}
+
+impl Faulty {
+    fn add(&self, method: &'static str, path: &'static str, fault: Fault, times: usize) {
+        self.rules.lock().unwrap().push(Rule {
+            method,
+            path,
+            fault,
+            times,
+        });
+    }
+
+    /// The fault for this request, if a rule with uses left matches.
+    fn fault(&self, method: &str, location: &Path) -> Option<Fault> {
+        let mut rules = self.rules.lock().unwrap();
+        let rule = rules
+            .iter_mut()
+            .find(|r| r.times > 0 && r.method == method && location.as_ref().contains(r.path))?;
+        rule.times -= 1;
+        Some(rule.fault)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Faulty {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        match self.fault("PUT", location) {
+            Some(Fault::Fail) => Err(transport_error()),
+            Some(Fault::LoseReply) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                Err(transport_error())
+            }
+            None => self.inner.put_opts(location, payload, opts).await,
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        match self.fault("GET", location) {
+            Some(_) => Err(transport_error()),
+            None => self.inner.get_opts(location, options).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+fn faulty() -> (Arc<StoreHandle>, Arc<Faulty>) {
+    let faults = Arc::new(Faulty::default());
+    let handle = StoreHandle::from_object_store(faults.clone(), "").unwrap();
+    (Arc::new(handle), faults)
+}
+
+/// A table `t` with ids 0..10 at version 0.
+fn table() -> (Arc<StoreHandle>, Arc<Faulty>) {
+    let (store, faults) = faulty();
+    create_keyed(&store, 0..10);
+    (store, faults)
+}
+
+/// Every data file and tombstone each version names exists.
+fn assert_complete(store: &Arc<StoreHandle>) {
+    let rt = crate::runtime::get().unwrap();
+    let last = rt.block_on(latest(store, "t")).unwrap().unwrap();
+    for v in 0..=last.manifest.version {
+        let m = rt
+            .block_on(super::commit::read_version(store, "t", v))
+            .unwrap();
+        let names = m
+            .data_files
+            .iter()
+            .map(|f| f.path.clone())
+            .chain(m.tombstones.iter().map(|t| t.path.clone()));
+        for name in names {
+            let key = format!("t/{name}");
+            assert!(
+                rt.block_on(store.try_head(&key)).unwrap().is_some(),
+                "version {v} names {name}, which is missing"
+            );
+        }
+    }
+}
+
+fn append_ids(store: &Arc<StoreHandle>, range: std::ops::Range<i64>) -> crate::Result<u64> {
+    append(store.clone(), "t", rows(range), SchemaMode::Strict, None, 2).map(|m| m.version)
+}
+
+#[test]
+fn a_lost_manifest_reply_commits_the_rows_once() {
+    let (store, faults) = table();
+    faults.add("PUT", "manifest/v00000001", Fault::LoseReply, 1);
+    assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+    assert_eq!(ids(&store, At::Latest, None), (0..20).collect::<Vec<_>>());
+    assert_complete(&store);
+    // The next commit lands on top of it, once.
+    assert_eq!(append_ids(&store, 20..25).unwrap(), 2);
+    assert_eq!(ids(&store, At::Latest, None), (0..25).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_failed_manifest_put_is_tried_again_and_lands_once() {
+    let (store, faults) = table();
+    faults.add("PUT", "manifest/v00000001", Fault::Fail, 2);
+    assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+    assert_eq!(ids(&store, At::Latest, None), (0..20).collect::<Vec<_>>());
+    assert_complete(&store);
+}
+
+#[test]
+fn a_failed_pointer_put_keeps_the_committed_files() {
+    for fault in [Fault::Fail, Fault::LoseReply] {
+        let (store, faults) = table();
+        faults.add("PUT", "_latest_manifest", fault, 100);
+        // The version exists once its manifest does: success, files kept.
+        assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+        assert_complete(&store);
+        faults.rules.lock().unwrap().clear();
+        assert_eq!(append_ids(&store, 20..30).unwrap(), 2);
+        assert_eq!(ids(&store, At::Latest, None), (0..30).collect::<Vec<_>>());
+        assert_complete(&store);
+    }
+}
+
+#[test]
+fn an_outcome_that_cannot_be_learned_is_commit_unknown_and_removes_nothing() {
+    let (store, faults) = table();
+    faults.add("PUT", "manifest/v00000001", Fault::LoseReply, 1);
+    // Reading the version back fails too, every time.
+    faults.add("GET", "manifest/v00000001", Fault::Fail, 1000);
+    let err = append_ids(&store, 10..20).unwrap_err();
+    assert!(matches!(err, Error::CommitUnknown { .. }), "{err}");
+    faults.rules.lock().unwrap().clear();
+    // It did land: the table reads it, and every file it names is there.
+    assert_complete(&store);
+    let now = ids(&store, At::Version(1), None);
+    assert_eq!(now, (0..20).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_lost_tombstone_reply_still_deletes_once() {
+    for where_ in ["tombstone/", "manifest/v00000001"] {
+        let (store, faults) = table();
+        faults.add("PUT", where_, Fault::LoseReply, 1);
+        let pred = predicate(vec![cond("customer", "==", super::tests::text("c3"))]).unwrap();
+        let out = delete(store.clone(), "t", pred, 2).unwrap();
+        assert!(out.committed);
+        assert_eq!(out.manifest.version, 1);
+        let left = ids(&store, At::Latest, None);
+        assert_eq!(left, vec![0, 1, 2, 4, 5, 6, 7, 8, 9], "{where_}");
+        assert_complete(&store);
+        let pk = predicate(vec![cond("id", "<", int(2))]).unwrap();
+        delete(store.clone(), "t", pk, 2).unwrap();
+        assert_eq!(ids(&store, At::Latest, None), vec![2, 4, 5, 6, 7, 8, 9]);
+    }
+}
+
+#[test]
+fn a_failed_data_upload_commits_nothing() {
+    let (store, faults) = table();
+    faults.add("PUT", "data/", Fault::Fail, 100);
+    let err = append_ids(&store, 10..20).unwrap_err();
+    assert!(err.may_have_applied(), "{err}");
+    faults.rules.lock().unwrap().clear();
+    assert_eq!(ids(&store, At::Latest, None), (0..10).collect::<Vec<_>>());
+    assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+    assert_complete(&store);
+}
+
+#[test]
+fn a_read_back_that_fails_once_is_tried_again() {
+    // A manifest PUT whose reply is lost, then a read-back that fails once:
+    // the commit still learns that it landed, and moves the pointer.
+    let (store, faults) = table();
+    faults.add("PUT", "manifest/v00000001", Fault::LoseReply, 1);
+    faults.add("GET", "manifest/v00000001", Fault::Fail, 1);
+    assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+    faults.rules.lock().unwrap().clear();
+    assert_eq!(ids(&store, At::Latest, None), (0..20).collect::<Vec<_>>());
+    assert_complete(&store);
+}

@@ -366,7 +366,16 @@ def from_python(values: list[Any], t: pa.DataType) -> pa.Array:
     # Scalars: Arrow infers each value's own type, then the exact cast.
     try:
         arr = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+    except OverflowError as e:
+        # Inference stops at int64; Python ints convert exactly (range
+        # checked) into an unsigned column.
+        if kind == "int" and all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+            try:
+                return pa.array(values, type=t)
+            except (pa.ArrowInvalid, OverflowError) as e2:
+                raise Inexact(_first_failing(values, t), f"is out of the range of {t} ({e2})") from e2
+        raise Inexact(_first_failing(values, t), f"is not of type {t} ({e})") from e
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise Inexact(_first_failing(values, t), f"is not of type {t} ({e})") from e
     if _kind(arr.type) in ("list", "struct", "map") and kind not in ("list", "struct", "map"):
         raise Inexact(_first_value_py(values), f"is not of type {t}")

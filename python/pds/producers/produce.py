@@ -6,6 +6,12 @@ single-use sequence of dicts per source. A group larger than a chunk is
 streamed across chunks. Batched form: one call per chunk of whole groups,
 ``fn(table, ...)``, one ``pyarrow.Table`` per source; it returns the target
 key, value and source key columns.
+
+Both forms' output is converted exactly (:mod:`pds.producers.exact`): a
+value its column cannot hold exactly is a ``SchemaMismatch`` naming the
+stage, the column and the value. The row form's values are handed over as
+:func:`pds.producers.exact.to_python` makes them (the same Python types
+with or without pandas).
 """
 
 from __future__ import annotations

@@ -57,15 +57,18 @@ def _python(stage: Node, batch: pa.RecordBatch) -> list[list[Any]]:
     return out
 
 
-def _key_values(stage: Node, keys: pa.RecordBatch) -> list[Any]:
-    cols = _python(stage, keys)
+def _key_values(stage: Node, keys: pa.RecordBatch, care: bool = True) -> list[Any]:
+    """The keys as Python values (a tuple each for a compound key); *care*:
+    whether the key types need :func:`exact.to_python` (see ``needs_care``)."""
+    cols = _python(stage, keys) if care else [c.to_pylist() for c in keys.columns]
     if len(cols) == 1:
         return cols[0]
     return list(zip(*cols, strict=True))
 
 
-def _rows(stage: Node, rows: pa.RecordBatch) -> list[dict[str, Any]]:
-    if not needs_care(rows.schema):
+def _rows(stage: Node, rows: pa.RecordBatch, care: bool) -> list[dict[str, Any]]:
+    """The rows as dicts of Python values; *care* as for :func:`_key_values`."""
+    if not care:
         return rows.to_pylist()  # type: ignore[no-any-return]
     names = rows.schema.names
     return [dict(zip(names, row, strict=True)) for row in zip(*_python(stage, rows), strict=True)]
@@ -183,6 +186,8 @@ class _Groups:
     def __init__(self, stage: Node, run: _core.StageRun, value_names: list[str]) -> None:
         self.stage = stage
         self.run = run
+        self.care: bool | None = None
+        self.key_care: bool | None = None
         self.value_names = value_names
         self.serial = 0  # bumps with every fetch
         self.pos = 0
@@ -203,7 +208,10 @@ class _Groups:
         return True
 
     def _dicts(self, rows: pa.RecordBatch, start: int, end: int) -> list[dict[str, Any]]:
-        return _rows(self.stage, rows.slice(start, end - start).select(self.value_names))
+        part = rows.slice(start, end - start).select(self.value_names)
+        if self.care is None:  # the same schema in every chunk: decided once
+            self.care = needs_care(part.schema)
+        return _rows(self.stage, part, self.care)
 
     def _values(self, group: int, i: int) -> Iterator[dict[str, Any]]:
         cur = self.cur
@@ -238,7 +246,9 @@ class _Groups:
             self.pos += 1
             group += 1
             self.current_group = group
-            key = _key_values(self.stage, keys.slice(i, 1))[0]
+            if self.key_care is None:
+                self.key_care = needs_care(keys.schema)
+            key = _key_values(self.stage, keys.slice(i, 1), self.key_care)[0]
             yield keys, i, key, self._values(group, i)
 
 
@@ -266,11 +276,12 @@ def run_rows(stage: Node, run: _core.StageRun, n_sources: int, source_values: li
         return
     while (got := run.next_chunk(True, JOIN_KEYS)) is not None:
         keys, sources, _ = got
-        key_list = _key_values(stage, keys)
+        key_list = _key_values(stage, keys, needs_care(keys.schema))
+        cares = [needs_care(rows.select(names).schema) for (rows, _), names in zip(sources, source_values, strict=True)]
         for i, key in enumerate(key_list):
             per_source = [
-                iter(_rows(stage, rows.slice(offs[i], offs[i + 1] - offs[i]).select(names)))
-                for (rows, offs), names in zip(sources, source_values, strict=True)
+                iter(_rows(stage, rows.slice(offs[i], offs[i + 1] - offs[i]).select(names), care))
+                for (rows, offs), names, care in zip(sources, source_values, cares, strict=True)
             ]
             try:
                 _call(stage, key, fn(key, *per_source), emitter, keys, i)

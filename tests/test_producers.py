@@ -572,7 +572,7 @@ def _exact_pipeline(store: Store, mode: dict[str, Any]) -> Pipeline:
         for v in values:
             out = {"n": v["v"], "f": v["v"], "txt": "t", "raw": b"r", "l": [1, 2], "st": {"x": 1, "y": "y"}}
             out.update(mode.get("value", {}))
-            yield mode.get("target", (key, "b")), out
+            yield mode.get("pair", (mode.get("target", (key, "b")), out))
 
     @p.stage("batch", sources=[src], key={"k": pa.int64()}, value={"n": pa.int64()}, batched=True)
     def batch(t: pa.Table) -> pa.Table:
@@ -603,6 +603,8 @@ def _exact_pipeline(store: Store, mode: dict[str, Any]) -> Pipeline:
         ({"target": "xy"}, None, "'xy' (str) is not a tuple of 2"),
         ({"target": (1.5, "b")}, "a", "1.5 (float)"),
         ({"target": (1, b"b")}, "b", "b'b' (bytes)"),
+        ({"pair": "kv"}, None, "(key, value) pairs (2-tuples); key 2 yielded 'kv' (str)"),
+        ({"pair": (1, 2, 3)}, None, "yielded (1, 2, 3) (tuple)"),
     ],
 )
 def test_row_form_output_that_is_not_exact_is_refused_naming_stage_column_and_value(

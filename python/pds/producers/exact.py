@@ -38,14 +38,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Inexact", "Unrepresentable", "conform", "from_python", "needs_care", "to_python"]
+__all__ = ["Inexact", "Unrepresentable", "conform", "from_python", "needs_care", "show", "to_python"]
 
 
 class Inexact(ValueError):
     """A value the declared type cannot hold exactly (``value`` and ``reason``)."""
 
     def __init__(self, value: Any, reason: str) -> None:
-        super().__init__(f"value {_show(value)}: {reason}")
+        super().__init__(f"value {show(value)}: {reason}")
         self.value = value
         self.reason = reason
 
@@ -54,7 +54,7 @@ class Unrepresentable(ValueError):
     """A stored value that has no exact Python value to hand to ``Produce``."""
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     text = repr(value)
     if len(text) > 80:
         text = text[:77] + "..."

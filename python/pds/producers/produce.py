@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pds import _core
 from pds.errors import DataError, SchemaMismatch
 from pds.producers.errors import produce_error
-from pds.producers.exact import Inexact, Unrepresentable, conform, from_python, needs_care, to_python
+from pds.producers.exact import Inexact, Unrepresentable, conform, from_python, needs_care, show, to_python
 from pds.producers.graph import SOURCE_PREFIX, Node
 
 __all__ = ["run_batched", "run_rows"]
@@ -91,12 +91,12 @@ class _Emitter:
         self.sources: list[tuple[pa.RecordBatch, int]] = []
 
     def emit(self, pair: Any, keys: pa.RecordBatch, index: int, key: Any) -> None:
-        try:
-            target, value = pair
-        except (TypeError, ValueError):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            # Not unpacked blindly: "ab" would become key "a", value "b".
             raise _mismatch(
-                self.stage, f"Produce must yield (key, value) pairs; key {key!r} yielded {pair!r}"
-            ) from None
+                self.stage, f"Produce must yield (key, value) pairs (2-tuples); key {key!r} yielded {show(pair)}"
+            )
+        target, value = pair
         if not isinstance(value, Mapping):
             if not self.single_value:
                 raise _mismatch(self.stage, f"a value must be a dict of {self.value_names}, got {value!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -547,3 +548,383 @@ def test_streamed_upserts_are_sorted_within_the_sort_budget(fast_store: Store) -
     assert p.refresh() == 1
     with pytest.raises(SchemaMismatch, match="missing columns"):
         p.update({"s": pa.RecordBatchReader.from_batches(pa.schema([("k", pa.int64())]), iter([]))})
+
+
+# -- issue 15: wrong results (S-5) and error types (S-6) -------------------------
+
+
+def _exact_pipeline(store: Store, mode: dict[str, Any]) -> Pipeline:
+    """A row-form stage with a compound key and values of many types, and a
+    batched one; *mode* says what their Produce emits."""
+    p = Pipeline.create(store, "p")
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    value = {
+        "n": pa.int64(),
+        "f": pa.float64(),
+        "txt": pa.string(),
+        "raw": pa.binary(),
+        "l": pa.list_(pa.int32()),
+        "st": pa.struct([("x", pa.int64()), ("y", pa.string())]),
+    }
+
+    @p.stage("rows", sources=[src], key={"a": pa.int64(), "b": pa.string()}, value=value)
+    def rows(key: int, values: Iterator[dict[str, Any]]) -> Iterator[Any]:
+        for v in values:
+            out = {"n": v["v"], "f": v["v"], "txt": "t", "raw": b"r", "l": [1, 2], "st": {"x": 1, "y": "y"}}
+            out.update(mode.get("value", {}))
+            yield mode.get("pair", (mode.get("target", (key, "b")), out))
+
+    @p.stage("batch", sources=[src], key={"k": pa.int64()}, value={"n": pa.int64()}, batched=True)
+    def batch(t: pa.Table) -> pa.Table:
+        n = mode.get("column", t.column("v"))
+        return pa.table({"k": t.column("k"), "n": n})
+
+    return p
+
+
+@pytest.mark.spec("S-5")
+@pytest.mark.parametrize(
+    ("emit", "column", "shown"),
+    [
+        ({"value": {"n": 1.5}}, "n", "1.5 (float)"),
+        ({"value": {"n": True}}, "n", "True (bool)"),
+        ({"value": {"n": 2**63}}, "n", "9223372036854775808 (int)"),
+        ({"value": {"n": "7"}}, "n", "'7' (str)"),
+        ({"value": {"f": 2**53 + 1}}, "f", "9007199254740993 (int)"),
+        ({"value": {"txt": b"xy"}}, "txt", "b'xy' (bytes)"),
+        ({"value": {"raw": "xy"}}, "raw", "'xy' (str)"),
+        ({"value": {"l": [1, 2.5]}}, "l", "2.5 (float)"),
+        ({"value": {"l": [2**40]}}, "l", "1099511627776 (int)"),
+        ({"value": {"l": "ab"}}, "l", "'ab' (str)"),
+        ({"value": {"st": {"x": 1, "y": "y", "z": 0}}}, "st", "'z': 0"),
+        ({"value": {"st": {"x": 1.5, "y": "y"}}}, "st", "1.5 (float)"),
+        ({"value": {"st": {"x": 1, "y": b"y"}}}, "st", "b'y' (bytes)"),
+        ({"target": (1, "b", 9)}, None, "(1, 'b', 9) (tuple) is not a tuple of 2"),
+        ({"target": "xy"}, None, "'xy' (str) is not a tuple of 2"),
+        ({"target": (1.5, "b")}, "a", "1.5 (float)"),
+        ({"target": (1, b"b")}, "b", "b'b' (bytes)"),
+        ({"pair": "kv"}, None, "(key, value) pairs (2-tuples); key 2 yielded 'kv' (str)"),
+        ({"pair": (1, 2, 3)}, None, "yielded (1, 2, 3) (tuple)"),
+    ],
+)
+def test_row_form_output_that_is_not_exact_is_refused_naming_stage_column_and_value(
+    fast_store: Store, emit: dict[str, Any], column: str | None, shown: str
+) -> None:
+    mode: dict[str, Any] = {}
+    p = _exact_pipeline(fast_store, mode)
+    assert p.update({"s": pa.table({"k": [1], "v": [1]})}) == 1
+    listed = files(fast_store, "p")
+    mode.update(emit)
+    where = f"column '{column}': .*" if column else ""
+    with pytest.raises(SchemaMismatch, match=rf"stage 'rows'.*{where}{re.escape(shown)}"):
+        p.update({"s": pa.table({"k": [2], "v": [2]})})
+    assert p.refresh() == 1, "nothing committed"
+    assert files(fast_store, "p") == listed, "nothing left behind"
+    assert p.read("rows").to_pylist()[0]["n"] == 1
+
+
+@pytest.mark.spec("S-5")
+def test_exact_values_are_accepted_in_both_forms_and_inexact_batched_columns_are_refused(fast_store: Store) -> None:
+    mode: dict[str, Any] = {
+        # Exact conversions: an integral float into an int column, an int
+        # into a float column, a list for a tuple, a tuple for a list.
+        "value": {"n": 2.0, "f": 3, "l": (4, 5)},
+        "target": [7, "b"],
+    }
+    p = _exact_pipeline(fast_store, mode)
+    p.update({"s": pa.table({"k": [1], "v": [1]})})
+    row = p.read("rows").to_pylist()[0]
+    assert (row["a"], row["b"], row["n"], row["f"], row["l"]) == (7, "b", 2, 3.0, [4, 5])
+    assert type(row["n"]) is int and type(row["f"]) is float
+    # The batched form: an int32 column and an integral double are exact ...
+    mode["column"] = pa.array([5], pa.int32())
+    p.update({"s": pa.table({"k": [2], "v": [2]})})
+    mode["column"] = pa.array([6.0])
+    p.update({"s": pa.table({"k": [3], "v": [3]})})
+    assert p.read("batch").column("n").to_pylist() == [1, 5, 6]
+    # ... a fractional double, a bool or text are not, whatever Arrow would cast.
+    for col, shown in [
+        (pa.array([1.5]), "1.5 (float)"),
+        (pa.array([True]), "True (bool)"),
+        (pa.array(["12"]), "'12' (str)"),
+    ]:
+        mode["column"] = col
+        with pytest.raises(SchemaMismatch, match=rf"stage 'batch'.*column 'n'.*{re.escape(shown)}"):
+            p.update({"s": pa.table({"k": [4], "v": [4]})})
+    assert p.refresh() == 3
+    # Source upserts follow the same rule.
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v'.*2\.5 \(float\)"):
+        p.update({"s": pa.table({"k": [5], "v": [2.5]})})
+    with pytest.raises(SchemaMismatch, match=r"column 'k'.*True \(bool\)"):
+        p.update({"s": pa.table({"k": [True], "v": [1]})})
+    with pytest.raises(SchemaMismatch, match=r"column 'v'.*'5' \(str\)"):
+        p.update({"s": pa.table({"k": [5], "v": ["5"]})})
+    assert p.refresh() == 3
+
+
+def _join_pipeline(store: Store, calls: list[Any], batched: bool) -> Pipeline:
+    p = Pipeline.create(store, f"j{int(batched)}")
+    a = p.source("a", key={"k": pa.int64()}, value={"x": pa.int64()})
+    b = p.source("b", key={"k": pa.int64()}, value={"x": pa.int64()})
+    out = {"k": pa.int64(), "na": pa.int64(), "nb": pa.int64()}
+    if batched:
+
+        @p.stage("j", sources=[a, b], key={"k": pa.int64()}, value=out, batched=True)
+        def jb(left: pa.Table, right: pa.Table) -> pa.Table:
+            keys = sorted(set(left.column("k").to_pylist()) | set(right.column("k").to_pylist()))
+            calls.extend(keys)
+            la, lb = left.column("k").to_pylist(), right.column("k").to_pylist()
+            return pa.table({"k": keys, "na": [la.count(k) for k in keys], "nb": [lb.count(k) for k in keys]})
+
+    else:
+
+        @p.stage("j", sources=[a, b], key={"k": pa.int64()}, value=out)
+        def jr(key: int, left: Iterator[Any], right: Iterator[Any]) -> Iterator[Any]:
+            calls.append(key)
+            # Unconditional: called for a key with no value, it emits a row.
+            yield key, {"k": key, "na": len(list(left)), "nb": len(list(right))}
+
+    return p
+
+
+@pytest.mark.spec("S-5")
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_join_key_deleted_on_every_side_produces_nothing(fast_store: Store, batched: bool) -> None:
+    calls: list[Any] = []
+    p = _join_pipeline(fast_store, calls, batched)
+    p.update({"a": pa.table({"k": [1, 2, 3], "x": [1, 2, 3]}), "b": pa.table({"k": [1, 3], "x": [1, 3]})})
+    assert [r["k"] for r in p.read("j").to_pylist()] == [1, 2, 3]
+    calls.clear()
+    # Key 1 deleted on both sides, key 3 on one side only, key 4 (never
+    # there) on both: only 3 reaches Produce, with the other side's values.
+    p.update(
+        {
+            "a": Changes(deletes=pa.table({"k": [1, 3, 4]})),
+            "b": Changes(deletes=pa.table({"k": [1, 4]})),
+        }
+    )
+    assert calls == [3]
+    got = p.read("j").to_pylist()
+    assert got == [{"k": 2, "na": 1, "nb": 0}, {"k": 3, "na": 0, "nb": 1}]
+    feed = p.changes("j")
+    assert feed.deletes is not None and feed.deletes.column("k").to_pylist() == [1]
+    # A rebuild from scratch agrees.
+    p.rebuild("j")
+    assert p.read("j").to_pylist() == got
+
+
+@pytest.mark.spec("S-5")
+def test_an_update_with_no_rows_and_no_keys_commits_nothing(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p")
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+    @p.stage("double", sources=[src], key={"k": pa.int64()}, value={"v": pa.int64()})
+    def double(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        for v in values:
+            yield key, 2 * v["v"]
+
+    assert p.update({"s": pa.table({"k": [1], "v": [1]})}) == 1
+    listed = files(fast_store, "p")
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    empty_stream = pa.RecordBatchReader.from_batches(schema, iter([]))
+    empties: list[dict[str, Any]] = [
+        {},
+        {"s": Changes()},
+        {"s": schema.empty_table()},
+        {"s": Changes(upserts=schema.empty_table(), deletes=pa.table({"k": pa.array([], pa.int64())}))},
+        {"s": Changes(upserts=empty_stream)},
+        {"s": pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch([[], []], schema=schema)]))},
+    ]
+    for changes in empties:
+        assert p.update(changes) == 1, changes
+    assert files(fast_store, "p") == listed, "no version, no object"
+    assert [h["version"] for h in p.history()] == [0, 1]
+    # Non-empty changes that change no row still commit (updates go by key).
+    assert p.update({"s": pa.table({"k": [1], "v": [1]})}) == 2
+    assert p.update({"s": Changes(deletes=pa.table({"k": [99]}))}) == 3
+    assert p.read("double").to_pylist() == [{"k": 1, "v": 2}]
+    # Returns the latest version, also when another writer committed it.
+    other = Pipeline.open(fast_store, "p")
+    other.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    other.stage("double", sources=["s"], key={"k": pa.int64()}, value={"v": pa.int64()})(double)
+    other.update({"s": pa.table({"k": [2], "v": [2]})})
+    assert p.update({}) == 4 == p.version
+    # A newly declared stage is built by an otherwise empty update.
+    q = Pipeline.open(fast_store, "p")
+    s = q.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    q.stage("double", sources=[s], key={"k": pa.int64()}, value={"v": pa.int64()})(double)
+
+    @q.stage("count", sources=[s], key={"k": pa.int64()}, value={"n": pa.int64()})
+    def count(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        yield key, len(list(values))
+
+    assert q.update({}) == 5
+    assert q.read("count").to_pylist() == [{"k": 1, "n": 1}, {"k": 2, "n": 1}]
+    assert q.update({}) == 5
+
+
+@pytest.mark.spec("S-6")
+def test_a_null_key_in_a_streamed_upsert_or_in_deletes_is_a_schema_mismatch(fast_store: Store) -> None:
+    p = Pipeline.create(fast_store, "p", target_rows=2)
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    p.update({s.name: pa.table({"k": [1, 2, 3], "v": [1, 2, 3]})})
+    listed = files(fast_store, "p")
+    loose = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+
+    def stream(*batches: dict[str, list[Any]]) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(loose, iter([pa.record_batch(b, schema=loose) for b in batches]))
+
+    # The null comes after rows that were fine: found while the stream is read.
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'k' holds nulls"):
+        p.update({"s": stream({"k": [4, 5], "v": [4, 5]}, {"k": [6, None], "v": [6, 7]})})
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v'.*1\.5 \(float\)"):
+        p.update(
+            {
+                "s": pa.RecordBatchReader.from_batches(
+                    pa.schema([("k", pa.int64()), ("v", pa.float64())]),
+                    iter([pa.record_batch({"k": [4], "v": [4.0]}), pa.record_batch({"k": [5], "v": [1.5]})]),
+                )
+            }
+        )
+    with pytest.raises(SchemaMismatch, match=r"source 's' deletes: column 'k' holds nulls"):
+        p.update({"s": Changes(deletes=pa.table({"k": pa.array([None, 1], pa.int64())}))})
+    with pytest.raises(SchemaMismatch, match=r"column 'k' holds nulls"):
+        p.update({"s": pa.table({"k": pa.array([None], pa.int64()), "v": [1]})})
+    assert p.refresh() == 1, "nothing committed"
+    assert files(fast_store, "p") == listed, "nothing left behind"
+    # A user's stream that fails for its own reasons stays a DataError.
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"k": [4], "v": [4]}, schema=loose)
+        raise OSError("the source went away")
+
+    with pytest.raises(pds.DataError, match="the source went away"):
+        p.update({"s": pa.RecordBatchReader.from_batches(loose, failing())})
+    assert p.refresh() == 1
+
+
+_TEMPORAL_CHILD = r"""
+import json, sys
+if sys.argv[1] == "block":
+    import importlib.abc
+
+    class NoPandas(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "pandas" or name.startswith("pandas."):
+                raise ModuleNotFoundError("No module named 'pandas' (blocked by the test)")
+            return None
+
+    sys.meta_path.insert(0, NoPandas())
+import pyarrow as pa
+import pds
+
+TYPES = {
+    "ts_ns": pa.timestamp("ns"), "ts_ns_tz": pa.timestamp("ns", tz="UTC"), "ts_us": pa.timestamp("us"),
+    "ts_s": pa.timestamp("s"), "t_ns": pa.time64("ns"), "t_us": pa.time64("us"), "t_ms": pa.time32("ms"),
+    "d_ns": pa.duration("ns"), "d_us": pa.duration("us"), "d_s": pa.duration("s"),
+    "l_ns": pa.list_(pa.timestamp("ns")), "st": pa.struct([("d", pa.duration("ns"))]),
+}
+SEC = 1_000_000_000
+
+
+def row(k_ns, extra_ns=0, time_extra_ns=0):
+    return {
+        "k": k_ns, "ts_ns": 1_700_000_000 * SEC + 5_000 + extra_ns, "ts_ns_tz": 1_700_000_000 * SEC,
+        "ts_us": 1_700_000_000_000_001, "ts_s": 1_700_000_000, "t_ns": 3_600 * SEC + 2_000 + time_extra_ns,
+        "t_us": 7, "t_ms": 8, "d_ns": 90 * SEC + 3_000, "d_us": 4, "d_s": 5,
+        "l_ns": [SEC, None], "st": {"d": 6_000},
+    }
+
+
+def table(rows):
+    schema = pa.schema([("k", pa.timestamp("ns"))] + list(TYPES.items()))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+seen = {}
+out = {"pandas_loaded": False}
+p = pds.Pipeline.create(sys.argv[2], "t")
+src = p.source("s", key={"k": pa.timestamp("ns")}, value=TYPES)
+
+
+@p.stage("copy", sources=[src], key={"k": pa.timestamp("ns")}, value=TYPES)
+def copy(key, values):
+    for v in values:
+        seen["key"] = type(key).__name__
+        for n, x in v.items():
+            inner = x[0] if n == "l_ns" else x["d"] if n == "st" else x
+            seen[n] = type(inner).__name__
+        yield key, v  # handed back unchanged: accepted exactly
+
+
+p.update({"s": table([row(SEC * 10)])})
+out["types"] = seen.copy()
+out["roundtrip"] = p.read("copy").equals(p.read("s"))
+for name, r in [("ns", row(SEC * 11, extra_ns=1)), ("time_ns", row(SEC * 12, time_extra_ns=1))]:
+    seen.clear()
+    try:
+        p.update({"s": table([r])})
+        out[name] = [seen.get({"ns": "ts_ns", "time_ns": "t_ns"}[name]), p.read("copy").equals(p.read("s"))]
+    except pds.DataError as e:
+        out[name] = ["DataError", str(e)]
+
+# A coarser column refuses a value with nanoseconds, accepts a whole one.
+q = pds.Pipeline.create(sys.argv[2], "c")
+s2 = q.source("s", key={"k": pa.int64()}, value={"ts": pa.timestamp("ns")})
+
+
+@q.stage("coarse", sources=[s2], key={"k": pa.int64()}, value={"ts": pa.timestamp("us")})
+def coarse(key, values):
+    for v in values:
+        yield key, v["ts"]
+
+
+q.update({"s": pa.table({"k": [1], "ts": pa.array([5_000], pa.timestamp("ns"))})})
+out["coarse_whole"] = q.read("coarse").column("ts").cast(pa.int64()).to_pylist()
+try:
+    q.update({"s": pa.table({"k": [2], "ts": pa.array([5_001], pa.timestamp("ns"))})})
+    out["coarse_ns"] = "committed"
+except pds.SchemaMismatch as e:
+    out["coarse_ns"] = "SchemaMismatch: " + str(e)
+except pds.DataError as e:
+    out["coarse_ns"] = "DataError: " + str(e)
+out["pandas_loaded"] = "pandas" in sys.modules
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.spec("S-5")
+def test_row_form_temporal_values_are_the_same_python_types_with_or_without_pandas(tmp_path: Path) -> None:
+    """timestamp/time/duration values of every unit reach Produce as
+    datetime.datetime/time/timedelta, with pandas importable or not; only a
+    value with nanoseconds is a pandas.Timestamp (needs pandas, else
+    DataError); a time64[ns] value with nanoseconds is a DataError."""
+    pytest.importorskip("pandas")
+    runs = {}
+    for mode in ("block", "allow"):
+        url = (tmp_path / mode).as_uri()
+        done = subprocess.run(
+            [sys.executable, "-c", _TEMPORAL_CHILD, mode, url], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    blocked, allowed = runs["block"], runs["allow"]
+    assert blocked["pandas_loaded"] is False
+    assert blocked["types"] == allowed["types"], "the same types whatever is installed"
+    assert blocked["types"] == {
+        "key": "datetime",
+        **{n: "datetime" for n in ("ts_ns", "ts_ns_tz", "ts_us", "ts_s", "l_ns")},
+        **{n: "time" for n in ("t_ns", "t_us", "t_ms")},
+        **{n: "timedelta" for n in ("d_ns", "d_us", "d_s", "st")},
+    }
+    assert blocked["roundtrip"] is True and allowed["roundtrip"] is True
+    # Nanoseconds: a pandas.Timestamp with pandas (exact both ways) ...
+    assert allowed["ns"] == ["Timestamp", True]
+    # ... and without it a DataError naming the stage, the column and pandas.
+    assert blocked["ns"][0] == "DataError"
+    assert "stage 'copy'" in blocked["ns"][1] and "'ts_ns'" in blocked["ns"][1] and "pandas" in blocked["ns"][1]
+    for run in (blocked, allowed):
+        assert run["time_ns"][0] == "DataError" and "datetime.time" in run["time_ns"][1]
+        assert run["coarse_whole"] == [5]
+    assert allowed["coarse_ns"].startswith("SchemaMismatch") and "column 'ts'" in allowed["coarse_ns"]
+    assert blocked["coarse_ns"].startswith("DataError") and "pandas" in blocked["coarse_ns"]

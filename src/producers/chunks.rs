@@ -169,39 +169,125 @@ impl JoinChunker {
         })
     }
 
-    /// The next chunk of at most `max_keys` keys.
+    /// The next chunk of at most `max_keys` keys. A key with no row in any
+    /// source (deleted on every side) is left out: it produces nothing.
     pub fn next(&mut self, max_keys: usize) -> Result<Option<Chunk>> {
-        let keys = self.keys.take_rows(max_keys.max(1))?;
-        if keys.is_empty() {
-            return Ok(None);
-        }
-        let keys = concat(&self.key_schema, &keys)?;
-        let krows = self.key_encoder.rows(&keys)?;
-        let bound = krows.row(keys.num_rows() - 1);
-        let mut sources = Vec::with_capacity(self.sources.len());
-        for (schema, enc, split) in &mut self.sources {
-            let batch = concat(schema, &split.take_until(Some(bound))?)?;
-            let rows = enc.rows(&batch)?;
-            let mut offsets = Vec::with_capacity(keys.num_rows() + 1);
-            let mut p = 0;
-            for i in 0..keys.num_rows() {
-                offsets.push(p as u32);
-                while p < batch.num_rows() && rows.row(p) == krows.row(i) {
-                    p += 1;
+        loop {
+            let keys = self.keys.take_rows(max_keys.max(1))?;
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            let keys = concat(&self.key_schema, &keys)?;
+            let krows = self.key_encoder.rows(&keys)?;
+            let bound = krows.row(keys.num_rows() - 1);
+            let mut sources = Vec::with_capacity(self.sources.len());
+            for (schema, enc, split) in &mut self.sources {
+                let batch = concat(schema, &split.take_until(Some(bound))?)?;
+                let rows = enc.rows(&batch)?;
+                let mut offsets = Vec::with_capacity(keys.num_rows() + 1);
+                let mut p = 0;
+                for i in 0..keys.num_rows() {
+                    offsets.push(p as u32);
+                    while p < batch.num_rows() && rows.row(p) == krows.row(i) {
+                        p += 1;
+                    }
                 }
+                if p != batch.num_rows() {
+                    return Err(Error::Task(
+                        "a join source holds a key outside the changed keys".into(),
+                    ));
+                }
+                offsets.push(p as u32);
+                sources.push((batch, offsets));
             }
-            if p != batch.num_rows() {
-                return Err(Error::Task(
-                    "a join source holds a key outside the changed keys".into(),
-                ));
+            let kept: Vec<u32> = (0..keys.num_rows())
+                .filter(|&i| sources.iter().any(|(_, o)| o[i + 1] > o[i]))
+                .map(|i| i as u32)
+                .collect();
+            if kept.is_empty() {
+                continue;
             }
-            offsets.push(p as u32);
-            sources.push((batch, offsets));
+            if kept.len() == keys.num_rows() {
+                return Ok(Some(Chunk {
+                    keys,
+                    sources,
+                    continued: false,
+                }));
+            }
+            // Left-out keys hold no rows: the rows stay, the offsets skip them.
+            let keys =
+                arrow_select::take::take_record_batch(&keys, &UInt32Array::from(kept.clone()))?;
+            let sources = sources
+                .into_iter()
+                .map(|(batch, o)| {
+                    let mut offsets: Vec<u32> = kept.iter().map(|&i| o[i as usize]).collect();
+                    offsets.push(*o.last().unwrap_or(&0));
+                    (batch, offsets)
+                })
+                .collect();
+            return Ok(Some(Chunk {
+                keys,
+                sources,
+                continued: false,
+            }));
         }
-        Ok(Some(Chunk {
-            keys,
-            sources,
-            continued: false,
-        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn ks(keys: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys.to_vec()))]).unwrap()
+    }
+
+    fn it(batches: Vec<RecordBatch>) -> BatchIter {
+        Box::new(batches.into_iter().map(Ok))
+    }
+
+    fn ints(b: &RecordBatch) -> Vec<i64> {
+        b.column(0).as_primitive::<Int64Type>().values().to_vec()
+    }
+
+    /// Keys deleted on every side (no row in any source) are left out of
+    /// the chunks, wherever they fall, and the offsets stay right.
+    #[test]
+    fn a_join_leaves_out_keys_with_no_row_on_any_side() {
+        let schema = ks(&[]).schema();
+        let key = vec!["k".to_string()];
+        let mut join = JoinChunker::new(
+            schema.clone(),
+            it(vec![ks(&[1, 2, 3, 4, 5, 6])]),
+            vec![
+                (schema.clone(), key.clone(), it(vec![ks(&[3, 3, 5])])),
+                (schema.clone(), key.clone(), it(vec![ks(&[5, 6])])),
+            ],
+        )
+        .unwrap();
+        let first = join.next(3).unwrap().unwrap();
+        assert_eq!(ints(&first.keys), [3]);
+        assert_eq!(first.sources[0].1, [0, 2]);
+        assert_eq!(first.sources[1].1, [0, 0]);
+        let second = join.next(3).unwrap().unwrap();
+        assert_eq!(ints(&second.keys), [5, 6]);
+        assert_eq!(ints(&second.sources[0].0), [5]);
+        assert_eq!(second.sources[0].1, [0, 1, 1]);
+        assert_eq!(second.sources[1].1, [0, 1, 2]);
+        assert!(join.next(3).unwrap().is_none());
+        // Nothing on any side: no chunk at all.
+        let mut none = JoinChunker::new(
+            schema.clone(),
+            it(vec![ks(&[1, 2])]),
+            vec![(schema, key, it(vec![]))],
+        )
+        .unwrap();
+        assert!(none.next(1).unwrap().is_none());
     }
 }

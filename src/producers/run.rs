@@ -707,6 +707,54 @@ mod tests {
         assert!(triples(&env, &st3, &t3.update.rows).is_empty());
     }
 
+    /// A null key, streamed or deleted, is a `SchemaMismatch` before
+    /// anything is written.
+    #[test]
+    fn a_null_key_is_a_schema_mismatch() {
+        let env = env(10);
+        let loose = Arc::new(Schema::new(vec![
+            Field::new("ks", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        let bad = RecordBatch::try_new(
+            loose,
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+            ],
+        )
+        .unwrap();
+        let err = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            it(vec![pairs(&[5], &["x"]), bad]),
+            vec![],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("null")),
+            "{err}"
+        );
+        let null_key = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("ks", DataType::Int64, true)])),
+            vec![Arc::new(Int64Array::from(vec![None]))],
+        )
+        .unwrap();
+        let err = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            it(vec![]),
+            vec![null_key],
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
+        match crate::runtime::block_on(env.store.list("p", true)).and_then(|r| r) {
+            Ok(l) => assert!(l.objects.is_empty(), "nothing written: {:?}", l.objects),
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     #[test]
     fn an_update_rewrites_only_the_parts_it_lands_in() {
         let env = env(10);

@@ -7,7 +7,8 @@
 //! The update handed downstream is every row of each upserted key and the
 //! deleted keys.
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::Schema;
 
 use super::keys::KeyEncoder;
 use super::manifest::{NodeState, UpdateFiles};
@@ -61,6 +62,25 @@ pub fn check_changes(
         .try_for_each(|b| check_batch(key, b, &deleted))
 }
 
+/// `SchemaMismatch` if `batch` holds a null in a column `schema` declares
+/// not null (a key column: keys are never null).
+fn check_not_null(node: &NodeView, schema: &Schema, batch: &RecordBatch, what: &str) -> Result<()> {
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        if !f.is_nullable() && c.null_count() > 0 {
+            return Err(Error::SchemaMismatch {
+                key: node.name.clone(),
+                reason: format!(
+                    "source {:?} {what}: column {:?} holds {} null(s); keys are never null",
+                    node.name,
+                    f.name(),
+                    c.null_count()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Apply `upserts` (public columns, any order, streamed: sorted within the
 /// sort budget) and `deletes` (key columns) to the source `node`. A key
 /// both upserted and deleted fails before anything is written. Returns its
@@ -83,7 +103,10 @@ pub fn apply(
     let kidx = crate::parquet::decode::column_indices(&schema, &node.key)?;
     let deletes = deletes
         .into_iter()
-        .map(|d| RecordBatch::try_new(ks.clone(), d.columns().to_vec()).map_err(Error::from))
+        .map(|d| {
+            check_not_null(node, &ks, &d, "deletes")?;
+            RecordBatch::try_new(ks.clone(), d.columns().to_vec()).map_err(Error::from)
+        })
         .collect::<Result<Vec<_>>>()?;
     let deleted = deleted_set(&node.key, &deletes)?;
     let stored = !node.state.content.is_empty();
@@ -92,6 +115,7 @@ pub fn apply(
     let mut keys = Vec::new();
     for b in upserts {
         let b = b?;
+        check_not_null(node, &schema, &b, "upserts")?;
         let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
         check_batch(&node.key, &b, &deleted)?;
         if stored {

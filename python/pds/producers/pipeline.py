@@ -39,9 +39,10 @@ Objects under the pipeline key::
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeAlias, TypedDict, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypedDict, TypeVar
 
 import pyarrow as pa
 from remote_store import AlreadyExists, NotFound, Store
@@ -50,6 +51,7 @@ from pds import _core
 from pds.errors import CommitConflict, CommitUnknown, SchemaMismatch
 from pds.producers.changes import Changes, as_arrow
 from pds.producers.errors import GraphMismatch
+from pds.producers.exact import Inexact, conform
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
 from pds.table import _native
@@ -242,7 +244,19 @@ class Pipeline:
         one). Batched form (``batched=True``): ``fn(groups)`` (one
         ``pyarrow.Table`` per source) gets whole groups sorted by key and
         returns a table of the target key, value and source key columns.
-        A join's sources must have keys of the same types.
+        A join's sources must have keys of the same types; a key with no
+        value on any side (deleted everywhere) is not handed to ``Produce``.
+
+        Output is stored only where its column holds it exactly (no
+        truncated float, no bool as an int, no str for bytes, a compound
+        target key as a tuple of exactly its columns; see
+        ``pds.producers.exact``): else ``SchemaMismatch`` naming the stage,
+        the column and the value, and nothing is committed. Row-form values
+        of timestamp, time and duration columns are ``datetime.datetime``,
+        ``datetime.time`` and ``datetime.timedelta`` whether pandas is
+        installed or not; only a nanosecond value that is not a whole
+        microsecond is a ``pandas.Timestamp``/``pandas.Timedelta`` (a
+        ``DataError`` without pandas, and always for ``time64('ns')``).
         """
         check_name(name)
         names = tuple(self._source_name(s) for s in sources)
@@ -405,12 +419,14 @@ class Pipeline:
             if node.kind == "stage" and node.fn is None:
                 raise ValueError(f"stage {name!r} has no Produce")
 
-    def _normalise(self, changes: Mapping[str, Any]) -> dict[str, tuple[Upserts, pa.Table | None]]:
+    def _normalise(self, changes: Mapping[str, Any]) -> dict[str, _Change]:
         """Every change checked and cast to its source's schema, before any
-        I/O (a stream's rows are checked as it is read, before any write)."""
+        I/O (a stream's rows are checked as it is read, before any write).
+        Sources whose changes hold no row and no key are left out (a stream
+        is read up to its first row to know)."""
         if not isinstance(changes, Mapping):
             raise TypeError(f"changes must be a dict of source name -> Changes or table, got {type(changes).__name__}")
-        out: dict[str, tuple[Upserts, pa.Table | None]] = {}
+        out: dict[str, _Change] = {}
         for name, ch in changes.items():
             node = self._declared.get(name)
             if node is None or node.kind != "source":
@@ -418,13 +434,21 @@ class Pipeline:
             if not isinstance(ch, Changes):
                 ch = Changes(upserts=as_arrow(ch, f"changes[{name!r}]"))
             dels = _conform(ch.deletes, node.key, f"source {name!r} deletes")
+            failed: list[BaseException] = []
             ups: Upserts
             if isinstance(ch.upserts, pa.RecordBatchReader):
-                ups = _conform_stream(ch.upserts, node.public_schema, f"source {name!r} upserts")
+                ups = _conform_stream(ch.upserts, node.public_schema, f"source {name!r} upserts", failed)
+                ups = _unless_empty(ups)
             else:
                 ups = _conform(ch.upserts, node.public_schema, f"source {name!r} upserts")
                 _core.pipeline_check_changes(node.key_names, ups, dels)
-            out[name] = (ups, dels)
+                if ups is not None and ups.num_rows == 0:
+                    ups = None
+            if dels is not None and dels.num_rows == 0:
+                dels = None
+            if ups is None and dels is None:
+                continue
+            out[name] = _Change(ups, dels, failed)
         return out
 
     def update(self, changes: Mapping[str, Any]) -> int:
@@ -435,17 +459,33 @@ class Pipeline:
         Each stage re-runs ``Produce`` only for the source keys that changed
         and rewrites only the key-range parts the change lands in. Raises
         ``ValueError`` (a key both upserted and deleted, an unknown source)
-        or ``SchemaMismatch`` before any I/O; a ``Produce`` that raises, or
-        output that does not match the stage's schema, commits nothing.
+        or ``SchemaMismatch`` (a column missing, a null key, a value its
+        column cannot hold exactly) before any I/O (for a stream: before
+        anything is committed); a ``Produce`` that raises, or output that
+        does not match the stage's schema, commits nothing.
         ``CommitConflict`` if another update committed since this one
         started (nothing of this one is committed; run it again).
         ``CommitUnknown`` if the store failed so that whether the version
         landed cannot be learned: check :meth:`version` / :meth:`history`
         before running it again (its parts are kept; vacuum removes them if
         the version did not land).
+
+        Changes that hold no row and no key (``{}``, a ``Changes()`` or
+        empty tables) commit nothing and return the latest version (2 GETs),
+        unless nodes are declared that the pipeline does not store yet:
+        those are built from their sources, as a new version. Changes that
+        do hold rows or keys commit a new version even where they change no
+        stored row (the same rows upserted again, an absent key deleted):
+        updates go by key, not by value, so those keys are handed to the
+        stages' ``Produce`` again and appear in the change feeds.
         """
         normalised = self._normalise(changes)
         self._check_declared()
+        if not normalised:
+            latest = self._at(None)
+            stored = self._stored(latest)
+            if all(name in stored for name in self._order):
+                return int(latest["version"])
         return self._run(normalised, rebuild=set(), operation="update", detail={"sources": {}})
 
     def rebuild(self, stage: str) -> int:
@@ -461,7 +501,7 @@ class Pipeline:
 
     def _run(
         self,
-        changes: Mapping[str, tuple[Upserts, pa.Table | None]],
+        changes: Mapping[str, _Change],
         rebuild: set[str],
         operation: str,
         detail: dict[str, Any],
@@ -483,9 +523,16 @@ class Pipeline:
                 old = old_states.get(name, {})
                 if node.kind == "source":
                     if name in changes:
-                        ups, dels = changes[name]
+                        change = changes[name]
                         view = json.dumps(self._view(name, graph, {name: old}))
-                        text, made = _core.pipeline_apply_source(self._native, self._root, view, ups, dels, **opts)
+                        try:
+                            text, made = _core.pipeline_apply_source(
+                                self._native, self._root, view, change.upserts, change.deletes, **opts
+                            )
+                        except Exception:
+                            if change.failed:  # the stream's own check failed: say why
+                                raise change.failed[0] from None
+                            raise
                         created += made
                         states[name] = json.loads(text)
                         detail["sources"][name] = _update_counts(states[name])
@@ -555,6 +602,16 @@ class Pipeline:
         return int(self._manifest["version"])
 
 
+class _Change(NamedTuple):
+    """A source's changes, conformed: upserts (``None`` if none), deleted
+    keys (``None`` if none), and where a streamed upsert puts the
+    ``SchemaMismatch`` that ended it."""
+
+    upserts: Upserts
+    deletes: pa.Table | None
+    failed: list[BaseException]
+
+
 def _update_counts(state: Mapping[str, Any]) -> dict[str, int]:
     """Rows of the keys a source's update upserted, and the keys it deleted."""
     u = state.get("update") or {}
@@ -594,9 +651,13 @@ def _check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:
         raise SchemaMismatch(f"{what}: missing columns {missing} (has {list(names)})")
 
 
-def _conform_stream(reader: pa.RecordBatchReader, schema: pa.Schema, what: str) -> pa.RecordBatchReader:
+def _conform_stream(
+    reader: pa.RecordBatchReader, schema: pa.Schema, what: str, failed: list[BaseException]
+) -> pa.RecordBatchReader:
     """*reader*'s batches conformed to *schema* as they are read (columns
-    checked now, from the reader's schema)."""
+    checked now, from the reader's schema). A batch that does not conform
+    ends the stream; its ``SchemaMismatch`` is put in *failed* (the engine
+    reading the stream sees only that it failed)."""
     _check_columns(reader.schema.names, schema, what)
 
     not_null = [i for i, f in enumerate(schema) if not f.nullable]
@@ -606,11 +667,23 @@ def _conform_stream(reader: pa.RecordBatchReader, schema: pa.Schema, what: str) 
             if b.schema.equals(schema) and not any(b.column(i).null_count for i in not_null):
                 yield b  # already conforming: passed through as is
                 continue
-            t = _conform(pa.Table.from_batches([b]), schema, what)
+            try:
+                t = _conform(pa.Table.from_batches([b]), schema, what)
+            except SchemaMismatch as e:
+                failed.append(e)
+                raise
             assert t is not None
             yield from t.to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _unless_empty(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
+    """*reader*, or ``None`` if it holds no row (read up to its first row)."""
+    for first in reader:
+        if first.num_rows:
+            return pa.RecordBatchReader.from_batches(reader.schema, itertools.chain([first], reader))
+    return None
 
 
 def _conform(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table | None:
@@ -623,9 +696,9 @@ def _conform(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table |
         col = table.column(f.name)
         if not col.type.equals(f.type):
             try:
-                col = col.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                raise SchemaMismatch(f"{what}: column {f.name!r} is {col.type}, not {f.type}: {e}") from e
+                col = conform(col, f.type)
+            except Inexact as e:
+                raise SchemaMismatch(f"{what}: column {f.name!r} is {col.type}, not {f.type}: {e}") from None
         if not f.nullable and col.null_count:
             raise SchemaMismatch(f"{what}: column {f.name!r} holds nulls ({col.null_count}); keys are never null")
         cols.append(col)

@@ -6,6 +6,12 @@ single-use sequence of dicts per source. A group larger than a chunk is
 streamed across chunks. Batched form: one call per chunk of whole groups,
 ``fn(table, ...)``, one ``pyarrow.Table`` per source; it returns the target
 key, value and source key columns.
+
+Both forms' output is converted exactly (:mod:`pds.producers.exact`): a
+value its column cannot hold exactly is a ``SchemaMismatch`` naming the
+stage, the column and the value. The row form's values are handed over as
+:func:`pds.producers.exact.to_python` makes them (the same Python types
+with or without pandas).
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pds import _core
-from pds.errors import SchemaMismatch
+from pds.errors import DataError, SchemaMismatch
 from pds.producers.errors import produce_error
+from pds.producers.exact import Inexact, Unrepresentable, conform, from_python, needs_care, show, to_python
 from pds.producers.graph import SOURCE_PREFIX, Node
 
 __all__ = ["run_batched", "run_rows"]
@@ -35,11 +42,36 @@ def _mismatch(stage: Node, detail: str) -> SchemaMismatch:
     return SchemaMismatch(f"stage {stage.name!r}: output does not match its declared schema: {detail}")
 
 
-def _key_values(keys: pa.RecordBatch) -> list[Any]:
-    cols: list[list[Any]] = [c.to_pylist() for c in keys.columns]
+def _inexact(stage: Node, column: str, e: Inexact) -> SchemaMismatch:
+    return _mismatch(stage, f"column {column!r}: {e}")
+
+
+def _python(stage: Node, batch: pa.RecordBatch) -> list[list[Any]]:
+    """*batch*'s columns as Python values (:func:`exact.to_python`)."""
+    out = []
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            out.append(to_python(col))
+        except Unrepresentable as e:
+            raise DataError(f"stage {stage.name!r}: column {name!r}: {e}") from None
+    return out
+
+
+def _key_values(stage: Node, keys: pa.RecordBatch, care: bool = True) -> list[Any]:
+    """The keys as Python values (a tuple each for a compound key); *care*:
+    whether the key types need :func:`exact.to_python` (see ``needs_care``)."""
+    cols = _python(stage, keys) if care else [c.to_pylist() for c in keys.columns]
     if len(cols) == 1:
         return cols[0]
     return list(zip(*cols, strict=True))
+
+
+def _rows(stage: Node, rows: pa.RecordBatch, care: bool) -> list[dict[str, Any]]:
+    """The rows as dicts of Python values; *care* as for :func:`_key_values`."""
+    if not care:
+        return rows.to_pylist()  # type: ignore[no-any-return]
+    names = rows.schema.names
+    return [dict(zip(names, row, strict=True)) for row in zip(*_python(stage, rows), strict=True)]
 
 
 class _Emitter:
@@ -59,12 +91,12 @@ class _Emitter:
         self.sources: list[tuple[pa.RecordBatch, int]] = []
 
     def emit(self, pair: Any, keys: pa.RecordBatch, index: int, key: Any) -> None:
-        try:
-            target, value = pair
-        except (TypeError, ValueError):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            # Not unpacked blindly: "ab" would become key "a", value "b".
             raise _mismatch(
-                self.stage, f"Produce must yield (key, value) pairs; key {key!r} yielded {pair!r}"
-            ) from None
+                self.stage, f"Produce must yield (key, value) pairs (2-tuples); key {key!r} yielded {show(pair)}"
+            )
+        target, value = pair
         if not isinstance(value, Mapping):
             if not self.single_value:
                 raise _mismatch(self.stage, f"a value must be a dict of {self.value_names}, got {value!r}")
@@ -85,20 +117,31 @@ class _Emitter:
         stage = self.stage
         n_keys = len(stage.key)
         columns: dict[str, pa.Array] = {}
-        try:
-            for j, f in enumerate(stage.key):
-                vals = self.targets if n_keys == 1 else [t[j] for t in self.targets]
-                columns[f.name] = pa.array(vals, type=f.type)
-            for f in stage.value:
-                arr = pa.array([v[f.name] for v in self.values], type=f.type)
-                if f.name in columns:
-                    same = pc.all(pc.equal(arr, columns[f.name])).as_py()
-                    if not same:
-                        raise _mismatch(stage, f"value field {f.name!r} differs from the target key of that name")
-                else:
-                    columns[f.name] = arr
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, IndexError) as e:
-            raise _mismatch(stage, str(e)) from e
+        if n_keys > 1:
+            for t in self.targets:
+                if not isinstance(t, (tuple, list)) or len(t) != n_keys:
+                    raise _mismatch(
+                        stage,
+                        f"the target key {t!r} ({type(t).__name__}) is not a tuple of {n_keys} values "
+                        f"({', '.join(stage.key.names)})",
+                    )
+        for j, f in enumerate(stage.key):
+            vals = self.targets if n_keys == 1 else [t[j] for t in self.targets]
+            try:
+                columns[f.name] = from_python(vals, f.type)
+            except Inexact as e:
+                raise _inexact(stage, f.name, e) from None
+        for f in stage.value:
+            try:
+                arr = from_python([v[f.name] for v in self.values], f.type)
+            except Inexact as e:
+                raise _inexact(stage, f.name, e) from None
+            if f.name in columns:
+                same = pc.all(pc.equal(arr, columns[f.name])).as_py()
+                if not same:
+                    raise _mismatch(stage, f"value field {f.name!r} differs from the target key of that name")
+            else:
+                columns[f.name] = arr
         # The source keys: taken from the chunks' key batches (exact values).
         pieces: list[pa.RecordBatch] = []
         start = 0
@@ -140,8 +183,11 @@ class _Groups:
     """The groups of one source, chunk by chunk; a group may go on over
     several chunks (``continued``). Values are single-use and forward-only."""
 
-    def __init__(self, run: _core.StageRun, value_names: list[str]) -> None:
+    def __init__(self, stage: Node, run: _core.StageRun, value_names: list[str]) -> None:
+        self.stage = stage
         self.run = run
+        self.care: bool | None = None
+        self.key_care: bool | None = None
         self.value_names = value_names
         self.serial = 0  # bumps with every fetch
         self.pos = 0
@@ -162,7 +208,10 @@ class _Groups:
         return True
 
     def _dicts(self, rows: pa.RecordBatch, start: int, end: int) -> list[dict[str, Any]]:
-        return rows.slice(start, end - start).select(self.value_names).to_pylist()  # type: ignore[no-any-return]
+        part = rows.slice(start, end - start).select(self.value_names)
+        if self.care is None:  # the same schema in every chunk: decided once
+            self.care = needs_care(part.schema)
+        return _rows(self.stage, part, self.care)
 
     def _values(self, group: int, i: int) -> Iterator[dict[str, Any]]:
         cur = self.cur
@@ -197,7 +246,9 @@ class _Groups:
             self.pos += 1
             group += 1
             self.current_group = group
-            key = _key_values(keys.slice(i, 1))[0]
+            if self.key_care is None:
+                self.key_care = needs_care(keys.schema)
+            key = _key_values(self.stage, keys.slice(i, 1), self.key_care)[0]
             yield keys, i, key, self._values(group, i)
 
 
@@ -214,27 +265,28 @@ def run_rows(stage: Node, run: _core.StageRun, n_sources: int, source_values: li
     assert fn is not None
     emitter = _Emitter(stage, run)
     if n_sources == 1:
-        for keys, i, key, values in _Groups(run, source_values[0]):
+        for keys, i, key, values in _Groups(stage, run, source_values[0]):
             try:
                 _call(stage, key, fn(key, values), emitter, keys, i)
-            except SchemaMismatch:
-                raise
+            except (SchemaMismatch, DataError):
+                raise  # a value that does not fit, from pds, not from Produce
             except Exception as e:
                 raise produce_error(e, stage.name, key) from e
         emitter.flush()
         return
     while (got := run.next_chunk(True, JOIN_KEYS)) is not None:
         keys, sources, _ = got
-        key_list = _key_values(keys)
+        key_list = _key_values(stage, keys, needs_care(keys.schema))
+        cares = [needs_care(rows.select(names).schema) for (rows, _), names in zip(sources, source_values, strict=True)]
         for i, key in enumerate(key_list):
             per_source = [
-                iter(rows.slice(offs[i], offs[i + 1] - offs[i]).select(names).to_pylist())
-                for (rows, offs), names in zip(sources, source_values, strict=True)
+                iter(_rows(stage, rows.slice(offs[i], offs[i + 1] - offs[i]).select(names), care))
+                for (rows, offs), names, care in zip(sources, source_values, cares, strict=True)
             ]
             try:
                 _call(stage, key, fn(key, *per_source), emitter, keys, i)
-            except SchemaMismatch:
-                raise
+            except (SchemaMismatch, DataError):
+                raise  # a value that does not fit, from pds, not from Produce
             except Exception as e:
                 raise produce_error(e, stage.name, key) from e
     emitter.flush()
@@ -253,8 +305,8 @@ def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
         try:
             out = fn(*tables)
         except Exception as e:
-            first = _key_values(keys.slice(0, 1))[0]
-            last = _key_values(keys.slice(keys.num_rows - 1, 1))[0]
+            first = _key_values(stage, keys.slice(0, 1))[0]
+            last = _key_values(stage, keys.slice(keys.num_rows - 1, 1))[0]
             raise produce_error(e, stage.name, (first, last) if keys.num_rows > 1 else first) from e
         if out is None:
             continue
@@ -271,13 +323,10 @@ def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
             if name not in out.column_names:
                 missing.append(name)
                 continue
-            col = out.column(name)
-            if not col.type.equals(f.type):
-                try:
-                    col = col.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise _mismatch(stage, f"column {name!r}: {e}") from e
-            arrays.append(col.combine_chunks())
+            try:
+                arrays.append(conform(out.column(name), f.type))
+            except Inexact as e:
+                raise _inexact(stage, name, e) from None
         if missing:
             raise _mismatch(
                 stage,

@@ -13,6 +13,12 @@ pub enum Error {
     #[error("not found: {path}")]
     NotFound { path: String },
 
+    /// The table (or pipeline) at `path` exists, but the version a call
+    /// needs does not: it was never made, was vacuumed, or (`as_of`) none
+    /// existed at that time. Raised in Python as `NotFound` with `path`.
+    #[error("{reason}")]
+    VersionNotFound { path: String, reason: String },
+
     /// A create-only write found the object already there.
     #[error("already exists: {path}")]
     AlreadyExists { path: String },
@@ -101,13 +107,16 @@ pub enum Error {
     #[error("object store error: {0}")]
     Store(#[source] object_store::Error),
 
-    /// Parquet encoding or decoding failed.
+    /// Parquet encoding or decoding failed. (Converted with `From`, which
+    /// unwraps a pds error that travelled inside it.)
     #[error("parquet error: {0}")]
-    Parquet(#[from] parquet::errors::ParquetError),
+    Parquet(#[source] parquet::errors::ParquetError),
 
     /// Arrow failed (schema mismatch in the input stream, IPC, casts).
+    /// (Converted with `From`, which unwraps a pds error that travelled
+    /// inside it.)
     #[error("arrow error: {0}")]
-    Arrow(#[from] arrow_schema::ArrowError),
+    Arrow(#[source] arrow_schema::ArrowError),
 
     /// A local I/O failure (file:// locking, temp files).
     #[error("io error: {0}")]
@@ -155,7 +164,77 @@ fn is_metadata_endpoint_failure(err: &object_store::Error) -> bool {
 
 impl From<tokio::task::JoinError> for Error {
     fn from(err: tokio::task::JoinError) -> Self {
+        if err.is_panic() {
+            let payload = err.into_panic();
+            return internal_panic(panic_message(payload.as_ref()));
+        }
         Error::Task(err.to_string())
+    }
+}
+
+/// A boxed error inside a foreign one.
+type Boxed = Box<dyn std::error::Error + Send + Sync>;
+
+/// A pds error (or an object store's) boxed into a foreign error, taken
+/// back out so that it reaches the caller as itself: a stream of batches
+/// reports errors as `ArrowError::ExternalError`, a Parquet reader or writer
+/// as `ParquetError::External`, and a `PartCorrupted` met while compacting
+/// must stay a `PartCorrupted`. Looks through nested boxes; `Err` gives the
+/// box back when it holds something else.
+fn unbox(inner: Boxed) -> std::result::Result<Error, Boxed> {
+    use arrow_schema::ArrowError;
+    use parquet::errors::ParquetError;
+    let inner = match inner.downcast::<Error>() {
+        Ok(e) => return Ok(*e),
+        Err(other) => other,
+    };
+    let inner = match inner.downcast::<object_store::Error>() {
+        Ok(e) => return Ok(Error::from(*e)),
+        Err(other) => other,
+    };
+    let inner = match inner.downcast::<ArrowError>() {
+        Ok(e) => {
+            return match *e {
+                ArrowError::ExternalError(b) => {
+                    unbox(b).map_err(|b| Box::new(ArrowError::ExternalError(b)) as Boxed)
+                }
+                other => Err(Box::new(other)),
+            }
+        }
+        Err(other) => other,
+    };
+    match inner.downcast::<ParquetError>() {
+        Ok(e) => match *e {
+            ParquetError::External(b) => {
+                unbox(b).map_err(|b| Box::new(ParquetError::External(b)) as Boxed)
+            }
+            other => Err(Box::new(other)),
+        },
+        Err(other) => Err(other),
+    }
+}
+
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(err: arrow_schema::ArrowError) -> Self {
+        match err {
+            arrow_schema::ArrowError::ExternalError(inner) => match unbox(inner) {
+                Ok(e) => e,
+                Err(inner) => Error::Arrow(arrow_schema::ArrowError::ExternalError(inner)),
+            },
+            other => Error::Arrow(other),
+        }
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(err: parquet::errors::ParquetError) -> Self {
+        match err {
+            parquet::errors::ParquetError::External(inner) => match unbox(inner) {
+                Ok(e) => e,
+                Err(inner) => Error::Parquet(parquet::errors::ParquetError::External(inner)),
+            },
+            other => Error::Parquet(other),
+        }
     }
 }
 
@@ -220,6 +299,73 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// The error for a panic in pds's own code, caught at the Python boundary
+/// or in a task join: a bug, reported as an error, never as a crash.
+pub fn internal_panic(msg: String) -> Error {
+    Error::Task(format!(
+        "pds failed unexpectedly (a bug in pds; please report it): {msg}"
+    ))
+}
+
+thread_local! {
+    /// How many containment scopes enclose this thread's current code.
+    static CONTAINED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Threads pds starts (its runtime's workers and blocking threads, named
+/// `pds-io`, and helper threads named `pds-...`) are joined, or run tokio
+/// tasks whose panics tokio catches: every panic on them is contained.
+const THREAD_PREFIX: &str = "pds-";
+
+/// Marks this thread as inside a containment scope until dropped.
+struct Scope;
+
+impl Scope {
+    fn enter() -> Self {
+        CONTAINED.with(|c| c.set(c.get().saturating_add(1)));
+        Scope
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        CONTAINED.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Whether a panic raised here now would be caught by pds and turned into
+/// a typed error (so the panic hook stays silent).
+pub fn is_contained() -> bool {
+    CONTAINED.with(|c| c.get() > 0)
+        || std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with(THREAD_PREFIX))
+}
+
+/// Run `f` marked as contained: its caller catches any panic in it (a
+/// scoped thread that is joined, say), so the panic hook prints nothing.
+pub fn contained<T>(f: impl FnOnce() -> T) -> T {
+    let _scope = Scope::enter();
+    f()
+}
+
+/// Install, once per process, the panic hook that keeps contained panics
+/// quiet: a panic that pds catches and reports as a typed error (see
+/// [`contain`], [`contain_future`], task joins) must not also print its
+/// message to stderr. Any other panic goes to the hook that was installed
+/// before (the default one prints it).
+pub fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !is_contained() {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Run `f`, turning a panic into the error `on_panic` builds from its message.
 ///
 /// Decoders and encoders run on bytes and types pds does not control; a
@@ -229,9 +375,58 @@ pub fn contain<T>(
     on_panic: impl FnOnce(String) -> Error,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    catch(f).unwrap_or_else(|msg| Err(on_panic(msg)))
+}
+
+/// Run `f` contained: its value, or the message of the panic it raised
+/// (which the panic hook does not print).
+pub fn catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    let _scope = Scope::enter();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|payload| panic_message(payload.as_ref()))
+}
+
+/// `fut`, with a panic in any of its polls caught and returned as its
+/// payload (as `FutureExt::catch_unwind`), each poll marked as contained.
+pub fn catch_unwind_future<F: std::future::Future>(
+    fut: F,
+) -> impl std::future::Future<Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>>
+{
+    use futures::FutureExt;
+    ContainedPolls {
+        inner: Box::pin(fut),
+    }
+    .catch_unwind()
+}
+
+/// [`contain`] for a future: a panic in any poll becomes `on_panic`'s error.
+pub async fn contain_future<T>(
+    on_panic: impl FnOnce(String) -> Error,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match catch_unwind_future(fut).await {
         Ok(r) => r,
         Err(payload) => Err(on_panic(panic_message(payload.as_ref()))),
+    }
+}
+
+/// A future whose every poll runs inside a containment scope. Unwind
+/// safety is the caller's: the future is dropped after a panic.
+struct ContainedPolls<F> {
+    inner: std::pin::Pin<Box<F>>,
+}
+
+impl<F> std::panic::UnwindSafe for ContainedPolls<F> {}
+
+impl<F: std::future::Future> std::future::Future for ContainedPolls<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _scope = Scope::enter();
+        self.inner.as_mut().poll(cx)
     }
 }
 
@@ -241,5 +436,99 @@ pub struct Joined<'a>(pub &'a [String]);
 impl fmt::Display for Joined<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corrupted() -> Error {
+        Error::PartCorrupted {
+            path: "t/data/p.parquet".into(),
+            reason: "bad".into(),
+        }
+    }
+
+    /// A typed error that travelled through a batch stream (Arrow's
+    /// external error) or a Parquet writer comes back out as itself.
+    #[test]
+    fn a_pds_error_boxed_in_arrow_or_parquet_errors_comes_back_as_itself() {
+        use arrow_schema::ArrowError;
+        use parquet::errors::ParquetError;
+        let through_arrow = Error::from(ArrowError::ExternalError(Box::new(corrupted())));
+        assert!(
+            matches!(&through_arrow, Error::PartCorrupted { path, .. } if path == "t/data/p.parquet"),
+            "{through_arrow:?}"
+        );
+        let nested =
+            ParquetError::External(Box::new(ArrowError::ExternalError(Box::new(corrupted()))));
+        assert!(matches!(Error::from(nested), Error::PartCorrupted { .. }));
+        let store = ArrowError::ExternalError(Box::new(object_store::Error::NotFound {
+            path: "x".into(),
+            source: "gone".into(),
+        }));
+        assert!(matches!(Error::from(store), Error::NotFound { path } if path == "x"));
+        // Anything else stays an Arrow or Parquet error, its message intact.
+        let other = Error::from(ArrowError::ExternalError(Box::new(std::io::Error::other(
+            "disk",
+        ))));
+        assert!(matches!(&other, Error::Arrow(_)) && other.to_string().contains("disk"));
+        let plain = Error::from(ParquetError::General("eof".into()));
+        assert!(matches!(plain, Error::Parquet(_)));
+    }
+
+    #[test]
+    fn contained_code_knows_it_is_contained_and_its_panics_become_errors() {
+        assert!(!is_contained());
+        install_panic_hook();
+        install_panic_hook(); // Once only: a second call changes nothing.
+        let got: Result<()> = contain(internal_panic, || {
+            assert!(is_contained());
+            panic!("boom {}", 7)
+        });
+        let err = got.unwrap_err();
+        assert!(
+            matches!(&err, Error::Task(m) if m.contains("boom 7")),
+            "{err}"
+        );
+        assert!(
+            !is_contained(),
+            "the scope ends with the call, even after a panic"
+        );
+        assert_eq!(catch(|| contained(is_contained)), Ok(true));
+        let named = std::thread::Builder::new()
+            .name("pds-test".into())
+            .spawn(is_contained)
+            .unwrap();
+        assert!(named.join().unwrap());
+    }
+
+    #[test]
+    fn a_panicking_future_is_contained_on_every_poll() {
+        let rt = crate::runtime::get().unwrap();
+        let got = rt.block_on(contain_future(internal_panic, async {
+            tokio::task::yield_now().await;
+            assert!(is_contained());
+            if std::hint::black_box(true) {
+                panic!("late");
+            }
+            Ok(1u8)
+        }));
+        assert!(matches!(got, Err(Error::Task(m)) if m.contains("late")));
+        // A task's panic, joined, is the internal error too.
+        let joined = rt.block_on(async {
+            tokio::spawn(async {
+                if std::hint::black_box(true) {
+                    panic!("in a task");
+                }
+            })
+            .await
+        });
+        let err: Error = joined.unwrap_err().into();
+        assert!(
+            matches!(&err, Error::Task(m) if m.contains("in a task")),
+            "{err}"
+        );
     }
 }

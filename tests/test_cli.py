@@ -105,3 +105,14 @@ def test_errors_options_and_the_console_script(lake: str) -> None:
     r = subprocess.run([str(script), "history", lake, "events", "--json"], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["version"] == 1
+
+
+@pytest.mark.spec("S-6")
+def test_scan_version_out_of_range_is_a_usage_error_and_a_missing_one_not_found(lake: str) -> None:
+    for bad in (str(2**64), str(2**63), "-1"):
+        code, out = run("scan", lake, "events", "--version", bad)
+        assert code == 2, out
+        assert "--version" in out and "Traceback" not in out
+    code, out = run("scan", lake, "events", "--version", "7")
+    assert code == 1
+    assert "NotFound" in out and "has no version 7" in out

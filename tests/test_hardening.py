@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -588,3 +589,76 @@ def test_read_schema_of_a_damaged_footer_is_part_corrupted(store: Store) -> None
     store.write("r/data.parquet", b"PAR1 not a footer PAR1", overwrite=True)
     with pytest.raises(PartCorrupted, match=r"data\.parquet"):
         ParquetDatasetStore(store).read_schema("r")
+
+
+# -- S-6: panics stay inside pds, and quiet --------------------------------------
+
+_PANICS = textwrap.dedent(
+    r"""
+    import io, json, struct, sys
+    import pyarrow as pa, pyarrow.parquet as pq
+    import pds
+    from pds import _core
+
+    store = pds.open_store(sys.argv[1])
+    n = 2000
+    table = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "s": pa.array([f"v{i % 50}" for i in range(n)]),
+        "f": pa.array([i * 0.5 for i in range(n)]),
+    })
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="none", row_group_size=500)
+    raw = buf.getvalue()  # pyarrow's: no pds chunk checksums, so damage reaches the decoder
+    footer = struct.unpack("<I", raw[-8:-4])[0]
+    ds = pds.ParquetDatasetStore(store)
+    ds.write_dataset(table, "d")
+    (part,) = [str(f.path) for f in store.list_files("d", recursive=True) if str(f.path).endswith(".parquet")]
+    seen = {"decode_parts": 0, "read_dataset": 0, "iter_batches": 0, "other": []}
+
+    def outcome(path, read):
+        try:
+            read()
+        except pds.PartCorrupted as exc:
+            if "decoder failed" in str(exc):
+                seen[path] += 1  # a panic inside the decoder, contained
+        except pds.RemoteStoreError:
+            pass  # typed: what other damage gives (a footer with no rows, say)
+        except BaseException as exc:
+            seen["other"].append(f"{path}: {type(exc).__name__}: {exc}"[:300])
+
+    # Damage the footer one byte at a time (offsets and lengths the decoder trusts).
+    for at in range(len(raw) - 8 - footer, len(raw) - 8):
+        if min(seen["decode_parts"], seen["read_dataset"], seen["iter_batches"]) >= 3:
+            break
+        damaged = bytearray(raw)
+        damaged[at] = 0xFF if damaged[at] != 0xFF else 0x7F
+        damaged = bytes(damaged)
+        outcome("decode_parts", lambda: _core.decode_parts(
+            [("p", damaged)], columns=None, checksums=None, filter=None, schema=None))
+        store.write(part, damaged, overwrite=True)
+        outcome("read_dataset", lambda: ds.read_dataset("d"))
+        outcome("iter_batches", lambda: ds.iter_batches("d", batch_size=100).read_all())
+    print(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.spec("S-6")
+def test_a_panic_in_the_decoder_is_part_corrupted_and_prints_nothing(tmp_path: Path) -> None:
+    """Damaged footers trip panics inside the Parquet decoder (on the caller's
+    thread and on pds's runtime threads). Each must surface as PartCorrupted,
+    and the panic hook pds installs must keep the panic's message off stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PANICS, (tmp_path / "lake").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "RUST_BACKTRACE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    assert seen["other"] == [], seen["other"][:5]
+    for path in ("decode_parts", "read_dataset", "iter_batches"):
+        assert seen[path] >= 1, f"no contained panic on the {path} path: {seen}"
+    assert done.stderr == "", done.stderr[-3000:]

@@ -10,6 +10,7 @@ import base64
 import datetime
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -240,7 +241,7 @@ def test_time_travel_by_version_and_time(fast_store: Store) -> None:
     assert ids(t.to_arrow(as_of=created[1])) == list(range(20))
     assert ids(t.to_arrow(as_of=created[1] + datetime.timedelta(microseconds=1))) == list(range(20))
     assert ids(t.to_arrow(as_of=created[2] + datetime.timedelta(days=1))) == list(range(5, 20))
-    with pytest.raises(ValueError):
+    with pytest.raises(NotFound, match="no version created at or before"):
         t.to_arrow(as_of=created[0] - datetime.timedelta(days=1))
     with pytest.raises(NotFound):
         t.to_arrow(version=99)
@@ -437,3 +438,235 @@ def test_the_api_takes_urls_and_raises_documented_errors(tmp_path: Any) -> None:
     assert repr(t) == "Table('t', version=0)"
     for name in ("create", "open", "append", "delete", "scan", "history", "files", "changes", "compact", "vacuum"):
         assert "Cost" in (getattr(Table, name).__doc__ or ""), name
+
+
+# -- S-6: panics and error types ---------------------------------------------------
+
+
+def _wipe(store: Store, key: str) -> None:
+    for k in files(store, key):
+        store.delete(k)
+
+
+@pytest.mark.spec("S-6")
+def test_out_of_range_versions_and_times_are_value_errors_before_any_io(fast_store: Store) -> None:
+    t = Table.create(fast_store, "t", data=rows(0, 10))
+    t.append(rows(10, 20))
+    _wipe(fast_store, "t")  # Any I/O now fails with NotFound: a ValueError proves none was done.
+    naive_min = datetime.datetime.min
+    calls: list[Callable[[Any], object]] = [
+        lambda v: t.scan(version=v),
+        lambda v: t.to_arrow(version=v),
+        lambda v: t.at(version=v),
+        lambda v: t.files(v),
+        lambda v: t.changes(v, 1),
+        lambda v: t.changes(0, v),
+    ]
+    for bad in (2**64, 2**63, -1, True, 1.0):
+        for call in calls:
+            with pytest.raises(ValueError, match="from 0 to"):
+                call(bad)
+    for call in (lambda: t.scan(as_of=naive_min), lambda: t.to_arrow(as_of=naive_min), lambda: t.at(as_of=naive_min)):
+        with pytest.raises(ValueError, match="out of range"):
+            call()
+    assert pds.table.MAX_VERSION == 2**63 - 1
+    # Pipelines take versions too.
+    p = pds.Pipeline.create(fast_store, "p")
+    p.source("people", key={"id": pa.int64()}, value=pa.schema([("id", pa.int64())]))
+    for bad in (2**64, -1):
+        with pytest.raises(ValueError, match="from 0 to"):
+            p.read("people", version=bad)
+        with pytest.raises(ValueError, match="from 0 to"):
+            p.changes("people", version=bad)
+
+
+@pytest.mark.spec("S-6")
+def test_no_version_then_is_not_found_as_documented(fast_store: Store) -> None:
+    t = Table.create(fast_store, "t", data=rows(0, 10))
+    t.append(rows(10, 20))
+    created = t.history()[-1]["created_at"]
+    before = created - datetime.timedelta(seconds=1)
+    utc_min = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    readers: list[Callable[[datetime.datetime], object]] = [
+        lambda w: t.at(as_of=w),
+        lambda w: t.scan(as_of=w),
+        lambda w: t.to_arrow(as_of=w),
+    ]
+    for when in (before, utc_min):
+        for read in readers:
+            with pytest.raises(NotFound, match="no version created at or before") as info:
+                read(when)
+            assert info.value.path.endswith("t")
+    for call in (lambda: t.at(version=pds.table.MAX_VERSION), lambda: t.files(7), lambda: t.to_arrow(version=2)):
+        with pytest.raises(NotFound, match="has no version"):
+            call()
+    # The latest version, by a time far ahead, and version 0 by its own time.
+    assert t.at(as_of=datetime.datetime.max.replace(tzinfo=datetime.UTC)).version == 1
+    assert t.at(as_of=created).version == 0
+
+
+@pytest.mark.spec("S-6")
+def test_a_pointer_naming_a_missing_version_is_manifest_corrupted(fast_store: Store) -> None:
+    t = Table.create(fast_store, "t", data=rows(0, 10))
+    t.append(rows(10, 20))
+    fast_store.write(
+        "t/_latest_manifest", json.dumps({"version": 9, "manifest": "manifest/v00000009.json"}).encode(), overwrite=True
+    )
+    for call in (lambda: Table.open(fast_store, "t"), t.refresh, lambda: t.append(rows(20, 21)), t.compact):
+        with pytest.raises(pds.ManifestCorrupted, match="version 9") as info:
+            call()
+        assert info.value.path.endswith("t/_latest_manifest")
+    with pytest.raises(NotFound):  # NotFound still means: no table.
+        Table.open(fast_store, "absent")
+    assert ids(t.to_arrow(version=1)) == list(range(20))
+
+
+def _not_null_schema() -> pa.Schema:
+    return pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def _with_nulls(start: int, n: int, null_at: int | None) -> pa.Table:
+    ids_ = [None if i == null_at else i for i in range(start, start + n)]
+    return pa.table({"id": pa.array(ids_, pa.int64()), "v": pa.array([str(i) for i in range(n)])})
+
+
+@pytest.mark.spec("S-6")
+def test_nulls_into_a_not_nullable_column_are_schema_mismatch_leaving_nothing(fast_store: Store) -> None:
+    schema = _not_null_schema()
+    # Create with data: the null is in the last of many batches, after whole files were uploaded.
+    batches = [b for i in range(20) for b in _with_nulls(i * 500, 500, 9_999 if i == 19 else None).to_batches()]
+    data = pa.Table.from_batches(batches)
+    with pytest.raises(SchemaMismatch, match='"id" is not nullable') as info:
+        Table.create(fast_store, "t", schema, data=data, target_file_size=4096)
+    assert "1 null" in str(info.value)
+    assert files(fast_store, "t") == []
+    t = Table.create(fast_store, "t", schema, data=_with_nulls(0, 10, None))
+    before = files(fast_store, "t")
+    with pytest.raises(SchemaMismatch, match='"id" is not nullable'):
+        t.append(_with_nulls(10, 10, 15))
+    with pytest.raises(SchemaMismatch, match='"id" is not nullable'):
+        t.append(data, schema_mode="merge")
+    assert files(fast_store, "t") == before and t.refresh() == 0
+    assert ids(t.to_arrow()) == list(range(10))
+
+
+@pytest.mark.spec("S-6")
+def test_nulls_into_a_not_nullable_column_through_commit_files_are_schema_mismatch(fast_store: Store) -> None:
+    """The Spark path: tasks upload with table_write_files, the driver commits with table_commit_files."""
+    handle = pds.backend.native_handle(fast_store)
+    assert handle is not None
+    root = fast_store.native_path("t")
+    settings: dict[str, Any] = {"compression": "zstd", "row_group_size": None, "target_file_size": None}
+    with pytest.raises(SchemaMismatch, match='"id" is not nullable'):
+        pds._core.table_write_files(
+            handle,
+            root,
+            _with_nulls(0, 10, 3),
+            prefix="job1-00000-0",
+            schema=_not_null_schema(),
+            parallelism=2,
+            **settings,
+        )
+    assert files(fast_store, "t") == []
+    # Files written as nullable hold a null; committing them as not nullable is refused, before any commit.
+    text = pds._core.table_write_files(
+        handle,
+        root,
+        _with_nulls(0, 10, 3),
+        prefix="job2-00000-0",
+        schema=_with_nulls(0, 1, None).schema,
+        parallelism=2,
+        **settings,
+    )
+    assert len(files(fast_store, "t")) == 1
+    for mode in ("append", "overwrite"):
+        with pytest.raises(SchemaMismatch, match='"id" is not nullable'):
+            pds._core.table_commit_files(
+                handle, root, text, mode=mode, schema=_not_null_schema(), primary_key=None, metadata=None, **settings
+            )
+        assert files(fast_store, "t") == []
+
+
+@pytest.mark.spec("S-6")
+def test_compacting_a_damaged_part_raises_part_corrupted_itself(fast_store: Store) -> None:
+    t = Table.create(fast_store, "t", data=rows(0, 100), row_group_size=10)
+    for i in range(1, 4):
+        t.append(rows(i * 100, i * 100 + 100))
+    victim = t.manifest["data_files"][1]["path"]
+    raw = bytearray(fast_store.read_bytes(f"t/{victim}"))
+    raw[len(raw) // 3 : len(raw) // 3 + 64] = bytes(64)  # Same size, damaged column chunks.
+    fast_store.write(f"t/{victim}", bytes(raw), overwrite=True)
+    before = files(fast_store, "t")
+    with pytest.raises(pds.PartCorrupted) as info:
+        t.compact(target_file_size=1 << 20)
+    assert type(info.value) is pds.PartCorrupted and victim in str(info.value)
+    assert files(fast_store, "t") == before, "nothing committed, no new file left"
+    assert t.refresh() == 3
+
+
+@pytest.mark.spec("S-6")
+def test_changes_need_their_range_and_the_version_before_it_and_say_which(fast_store: Store) -> None:
+    t = Table.create(fast_store, "t", data=rows(0, 10), primary_key="id")
+    for i in range(1, 5):
+        t.append(rows(i * 10, i * 10 + 10))
+    t.delete([("id", "<", 5)])  # version 5
+    # Version 2's manifest is gone, as vacuum leaves the oldest versions.
+    fast_store.delete("t/manifest/v00000002.json")
+    got = t.changes(4).read_all()
+    assert sorted(
+        zip(got.column("_commit_version").to_pylist(), got.column("_change_type").to_pylist(), strict=True)
+    ) == ([(4, "insert")] * 10 + [(5, "delete")] * 5)
+    assert ids(t.changes(4, 4).read_all()) == list(range(40, 50))
+    with pytest.raises(NotFound, match=r"need the manifest of version 2 .*from version 4 or later") as info:
+        t.changes(3)
+    assert info.value.path.endswith("t")
+    for start, end in ((2, 5), (0, 3), (2, 2)):
+        with pytest.raises(NotFound, match="include version 2 "):
+            t.changes(start, end)
+    with pytest.raises(NotFound, match="include version 9 "):
+        t.changes(4, 9)
+
+
+@pytest.mark.spec("S-6")
+def test_create_exist_ok_returns_only_a_table_made_as_asked(fast_store: Store) -> None:
+    schema = rows(0, 1).schema
+    Table.create(fast_store, "t", schema, primary_key="id", compression="zstd", row_group_size=1000)
+    same = Table.create(fast_store, "t", schema, primary_key="id", row_group_size=1000, exist_ok=True)
+    assert same.version == 0 and same.primary_key == "id"
+    for kwargs, says in (
+        ({"primary_key": "customer"}, 'primary_key is "id", not "customer"'),
+        ({"primary_key": None}, 'primary_key is "id", not none'),
+        ({"primary_key": "id", "compression": "snappy"}, 'compression is "zstd", not "snappy"'),
+        ({"primary_key": "id", "row_group_size": None}, "row_group_size is 1000, not 1048576"),
+        ({"primary_key": "id", "target_file_size": 1 << 20}, "target_file_size is 536870912, not 1048576"),
+    ):
+        args: dict[str, Any] = {"row_group_size": 1000, **kwargs}
+        with pytest.raises(SchemaMismatch, match="exists with other settings") as info:
+            Table.create(fast_store, "t", schema, exist_ok=True, **args)
+        assert says in str(info.value)
+    # Unset sizes mean the defaults: a table made without them matches them given explicitly.
+    Table.create(fast_store, "u", schema)
+    assert (
+        Table.create(fast_store, "u", schema, row_group_size=1 << 20, target_file_size=512 << 20, exist_ok=True).version
+        == 0
+    )
+
+
+@pytest.mark.spec("S-6")
+def test_spark_version_options_are_checked_before_any_io() -> None:
+    from pds.spark._table_job import version_options
+
+    for bad in (
+        {"versionasof": str(2**64)},
+        {"versionasof": str(2**63)},
+        {"versionasof": "-1"},
+        {"versionasof": "x"},
+        {"timestampasof": "yesterday"},
+        {"versionasof": "1", "timestampasof": "2020-01-01"},
+    ):
+        with pytest.raises(ValueError):
+            version_options(bad)
+    assert version_options({"versionasof": str(2**63 - 1)}) == (2**63 - 1, None)
+    utc_min = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    assert version_options({"timestampasof": "0001-01-01"}) == (None, utc_min)
+    assert version_options({}) == (None, None)

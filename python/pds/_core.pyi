@@ -242,7 +242,12 @@ def table_create(
     target_file_size: int | None,
     parallelism: int,
 ) -> str:
-    """Create the table at *key* (version 0, optionally with *data*); its manifest JSON."""
+    """Create the table at *key* (version 0, optionally with *data*); its manifest JSON.
+
+    With *exist_ok* and no *data*, an existing table is returned if it has *schema* and these
+    settings (primary key, compression, row group size, target file size; ``None`` sizes mean
+    the defaults); SchemaMismatch naming every difference otherwise. Nulls in a not-nullable
+    column of *data* are SchemaMismatch, with the files already uploaded removed."""
 
 def table_append(
     store: RustStore,
@@ -253,7 +258,8 @@ def table_append(
     metadata: Mapping[str, str] | None,
     parallelism: int,
 ) -> str:
-    """Append *data* as new data files and commit; the new version's manifest JSON."""
+    """Append *data* as new data files and commit; the new version's manifest JSON.
+    SchemaMismatch for nulls in a column the table declares not nullable (nothing committed)."""
 
 def table_delete(
     store: RustStore,
@@ -265,7 +271,9 @@ def table_delete(
     """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed)."""
 
 def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> str:
-    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time."""
+    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time.
+    NotFound if there is no table, no such version, or no version at that time.
+    OverflowError for a *version* past 2**64 - 1 (the facade refuses it with ValueError first)."""
 
 def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[str]:
     """Manifest JSON of versions from..=to, newest first (vacuumed ones skipped)."""
@@ -289,12 +297,14 @@ def table_scan(
 def table_changes(
     store: RustStore, key: str, from_version: int, to_version: int, *, parallelism: int
 ) -> pa.RecordBatchReader:
-    """Stream the rows inserted and deleted by versions from..=to, with _change_type and _commit_version."""
+    """Stream the rows inserted and deleted by versions from..=to, with _change_type and _commit_version.
+    NotFound naming the version if one in the range, or the one before it, does not exist."""
 
 def table_compact(
     store: RustStore, key: str, *, target_file_size: int | None, min_deleted_fraction: float, parallelism: int
 ) -> tuple[str, bool, int, int]:
-    """Compact: (manifest JSON, committed, files removed, files added)."""
+    """Compact: (manifest JSON, committed, files removed, files added).
+    PartCorrupted (itself, not wrapped) if a file to rewrite is damaged."""
 
 def table_vacuum(store: RustStore, key: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
     """Keys (relative to the table) removed, or with dry_run to be removed."""
@@ -311,7 +321,8 @@ def table_write_files(
     target_file_size: int | None,
     parallelism: int,
 ) -> str:
-    """Upload *data* as uncommitted data files data/part-<prefix>-NNNNN.parquet; their entries as JSON."""
+    """Upload *data* as uncommitted data files data/part-<prefix>-NNNNN.parquet; their entries as JSON.
+    SchemaMismatch for nulls in a column *schema* declares not nullable (uploaded files removed)."""
 
 def table_commit_files(
     store: RustStore,
@@ -326,7 +337,9 @@ def table_commit_files(
     target_file_size: int | None,
     metadata: Mapping[str, str] | None,
 ) -> str:
-    """Commit files from table_write_files in one version (creating the table if needed)."""
+    """Commit files from table_write_files in one version (creating the table if needed).
+    SchemaMismatch, before any commit and with the files removed, if a file's statistics show
+    nulls in a column *schema* declares not nullable."""
 
 # -- pipelines (pds.Pipeline) ------------------------------------------------------
 # Node descriptions, states and manifests cross as JSON text.

@@ -34,7 +34,7 @@ from rich.table import Table as RichTable
 
 from pds.backend import open_store
 from pds.dataset import ParquetDatasetStore
-from pds.table import Table, is_table
+from pds.table import MAX_VERSION, Table, is_table
 
 __all__ = ["main"]
 
@@ -271,7 +271,9 @@ def history(url: str, key: str, limit: int | None, options: tuple[str, ...], as_
 @click.option("--columns", default=None, help="Comma-separated columns.")
 @click.option("--filter", "filters", multiple=True, help="'column op value', e.g. 'id >= 5' (repeatable: all hold).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Rows to print.")
-@click.option("--version", "version", type=click.IntRange(min=0), default=None, help="A table version.")
+@click.option(
+    "--version", "version", type=click.IntRange(min=0, max=MAX_VERSION), default=None, help="A table version."
+)
 @_common
 @_errors
 def scan(

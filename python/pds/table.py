@@ -53,7 +53,7 @@ from pds.dataset import (
     _parallelism,
 )
 
-__all__ = ["Table", "is_table"]
+__all__ = ["MAX_VERSION", "Table", "is_table"]
 
 _MODES = ("strict", "merge")
 
@@ -88,20 +88,31 @@ def _schema_of(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+#: The largest version number a table can have (versions are int64 in
+#: the change feed's ``_commit_version``). A larger one is a ``ValueError``.
+MAX_VERSION = 2**63 - 1
+
+
 def _as_of(value: object) -> str | None:
+    """*value* as RFC 3339 UTC text. ``ValueError`` (before any I/O) for a
+    time that has no UTC equivalent (``datetime.min`` as local time)."""
     if value is None:
         return None
     if not isinstance(value, datetime.datetime):
         raise TypeError(f"as_of must be a datetime, got {type(value).__name__}")
     # A naive datetime is local time, as datetime.astimezone reads it.
-    return value.astimezone(datetime.UTC).isoformat()
+    try:
+        return value.astimezone(datetime.UTC).isoformat()
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"as_of {value!r} is out of range: it has no UTC equivalent ({exc})") from None
 
 
-def _version(value: object) -> int | None:
+def _version(value: object, name: str = "version") -> int | None:
+    """*value* checked as a version number (``ValueError`` before any I/O)."""
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"version must be an int >= 0, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_VERSION:
+        raise ValueError(f"{name} must be an int from 0 to {MAX_VERSION}, got {value!r}")
     return value
 
 
@@ -149,8 +160,12 @@ class Table:
             schema: The table's schema; *data*'s if omitted.
             primary_key: A column whose range (or equality) deletes read no
                 data file. Integer, float, string, boolean or temporal.
-            exist_ok: Return the existing table if one with this schema is
-                already there (only without *data*: data is never dropped).
+            exist_ok: Return the existing table if one is already there
+                that was created as this call describes it: the same schema,
+                *primary_key*, *compression*, *row_group_size* and
+                *target_file_size* (a size left ``None`` means its default,
+                so ``None`` and the default itself agree). Only without
+                *data*: data is never dropped.
             compression: Parquet codec of the data files.
             row_group_size: Rows per row group (default 1Mi).
             target_file_size: Bytes per data file at most (default 512 MiB),
@@ -161,8 +176,11 @@ class Table:
 
         Raises:
             remote_store.AlreadyExists: a table exists at *key*.
-            pds.SchemaMismatch: *data* does not have *schema*, or (exist_ok)
-                the existing table has another schema.
+            pds.SchemaMismatch: *data* does not have *schema*, or holds
+                nulls in a column *schema* declares not nullable (nothing
+                is left behind), or (exist_ok) the existing table has
+                another schema or other settings (the message names each
+                difference).
             remote_store.CapabilityNotSupported: the store cannot do
                 conditional writes (before any I/O).
             TypeError / ValueError: bad arguments (before any I/O).
@@ -201,6 +219,8 @@ class Table:
 
         Raises:
             remote_store.NotFound: no table at *key*.
+            pds.ManifestCorrupted: the pointer is damaged, or names a
+                version whose manifest does not exist.
         """
         st, handle = _native(store, storage_options)
         key = _check_key(key)
@@ -242,12 +262,20 @@ class Table:
         (``as_of``: O(log versions) GETs).
 
         Raises:
-            remote_store.NotFound: no such version (or it was vacuumed).
+            remote_store.NotFound: no such version (never committed, or
+                vacuumed), or no version existed at *as_of* (before the
+                table's creation, or only vacuumed ones).
+            ValueError: *version* is not an int from 0 to
+                :data:`MAX_VERSION`, *as_of* has no UTC equivalent (a naive
+                ``datetime.min`` read as local time), or both are given
+                (before any I/O).
+            TypeError: *as_of* is not a ``datetime``.
         """
         return Table(self._store, self._native, self._key, self._pinned(version, as_of))
 
     def refresh(self) -> int:
-        """Move to the latest version and return it (cost as :meth:`open`)."""
+        """Move to the latest version and return it (cost and errors as
+        :meth:`open`)."""
         self._manifest = json.loads(_core.table_manifest(self._native, self._path))
         return self.version
 
@@ -274,7 +302,10 @@ class Table:
         at once.
 
         Raises:
-            pds.SchemaMismatch: the schemas differ (naming the fields).
+            pds.SchemaMismatch: the schemas differ (naming the fields), or
+                *data* holds nulls in a column the table declares not
+                nullable (checked as the rows stream, before anything is
+                committed; the files already uploaded are removed).
             pds.CommitConflict: every retry lost (the data files are removed).
             pds.CommitUnknown: the store failed so that whether the version
                 landed cannot be learned (the message names the commit id,
@@ -371,6 +402,12 @@ class Table:
                 (O(log versions) manifest GETs).
             batch_size: Rows per batch at most.
 
+        Raises:
+            remote_store.NotFound: *version* or *as_of* names no version
+                (see :meth:`at`).
+            ValueError: a bad *version* or *as_of* (see :meth:`at`), before
+                any I/O.
+
         The scan sees one snapshot for its whole life; commits that land
         meanwhile stay invisible to it.
 
@@ -451,6 +488,10 @@ class Table:
 
         Cost: 1 GET for another version, its tombstones, and a footer GET per
         file that has whole-row-group deletes.
+
+        Raises:
+            remote_store.NotFound: no such version (see :meth:`at`).
+            ValueError: *version* is not an int from 0 to :data:`MAX_VERSION`.
         """
         manifest = self._pinned(version, None)
         deleted = _core.table_deleted_rows(self._native, self._path, int(manifest["version"]))
@@ -483,17 +524,25 @@ class Table:
         nothing. A pipeline that processed up to version ``n`` follows the
         table with ``changes(n + 1)``.
 
+        What version ``v`` changed is its difference from version
+        ``v - 1``, so the manifest of the version before *from_version* must
+        still exist too. :meth:`vacuum` keeps the newest version before its
+        window, so every version inside it can be asked for.
+
         Cost: a manifest GET per version (and the one before), the new
         tombstones, then the added files and the deleted rows' row groups.
 
         Raises:
-            ValueError: *from_version* is after *to_version*.
-            remote_store.NotFound: a version in the range was vacuumed.
+            ValueError: *from_version* is after *to_version*, or either is
+                not an int from 0 to :data:`MAX_VERSION` (before any I/O).
+            remote_store.NotFound: a version in the range does not exist
+                (never committed, or vacuumed), or the one before
+                *from_version* was vacuumed; the message names the version.
         """
-        start = _version(from_version)
+        start = _version(from_version, "from_version")
         if start is None:
             raise ValueError("from_version is required")
-        end = _version(to_version)
+        end = _version(to_version, "to_version")
         if end is None:
             end = self.refresh()
         if start > end:
@@ -520,6 +569,12 @@ class Table:
             target_file_size: Bytes per new file at most (default: the
                 table's, else 512 MiB).
             min_deleted_fraction: From 0 to 1.
+
+        Raises:
+            pds.PartCorrupted: a data file to rewrite is damaged (nothing is
+                committed, and the new files are removed).
+            pds.CommitConflict: concurrent deletes kept touching the files
+                being rewritten.
 
         Cost: the tombstones, a footer per file with whole-row-group
         deletes and the key column of files with key-range deletes; then the

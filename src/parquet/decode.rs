@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use parquet::arrow::arrow_reader::{
     ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
     RowFilter, RowSelection, RowSelector,
@@ -436,9 +436,7 @@ impl PartStream {
         if self.failed {
             return None;
         }
-        let polled = std::panic::AssertUnwindSafe(self.stream.next())
-            .catch_unwind()
-            .await;
+        let polled = crate::error::catch_unwind_future(self.stream.next()).await;
         let batch = match polled {
             Ok(b) => b?,
             Err(payload) => {
@@ -513,8 +511,7 @@ pub async fn open_part(
     size: u64,
     opts: &ReadOptions,
 ) -> Result<PartStream> {
-    let footer = std::panic::AssertUnwindSafe(read_footer(store, key, size))
-        .catch_unwind()
+    let footer = crate::error::catch_unwind_future(read_footer(store, key, size))
         .await
         .unwrap_or_else(|payload| Err(decoder_panic(key)(panic_message(payload.as_ref()))))?;
     open_part_with(store, key, &footer, opts).await
@@ -527,7 +524,7 @@ pub async fn open_part_with(
     footer: &Footer,
     opts: &ReadOptions,
 ) -> Result<PartStream> {
-    let opened = std::panic::AssertUnwindSafe(async {
+    let opened = crate::error::catch_unwind_future(async {
         let err = corrupted(key);
         let metadata = footer.metadata.clone();
         let reader = ObjectRangeReader::with_metadata(
@@ -555,7 +552,6 @@ pub async fn open_part_with(
             failed: false,
         })
     })
-    .catch_unwind()
     .await;
     opened.unwrap_or_else(|payload| Err(decoder_panic(key)(panic_message(payload.as_ref()))))
 }
@@ -586,8 +582,7 @@ async fn open_footer(
     size: u64,
 ) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    std::panic::AssertUnwindSafe(ParquetRecordBatchStreamBuilder::new(reader))
-        .catch_unwind()
+    crate::error::catch_unwind_future(ParquetRecordBatchStreamBuilder::new(reader))
         .await
         .unwrap_or_else(|payload| {
             Err(ParquetError::General(format!(

@@ -275,14 +275,16 @@ impl<W: Write + Send> PartEncoder<W> {
                 .into_iter()
                 .map(|lane| {
                     scope.spawn(move || {
-                        lane.into_iter()
-                            .map(|(i, mut w, leaves)| {
-                                for l in &leaves {
-                                    w.write(l)?;
-                                }
-                                Ok((i, w.close()?))
-                            })
-                            .collect::<Result<Vec<_>>>()
+                        crate::error::contained(|| {
+                            lane.into_iter()
+                                .map(|(i, mut w, leaves)| {
+                                    for l in &leaves {
+                                        w.write(l)?;
+                                    }
+                                    Ok((i, w.close()?))
+                                })
+                                .collect::<Result<Vec<_>>>()
+                        })
                     })
                 })
                 .collect();

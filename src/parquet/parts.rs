@@ -82,7 +82,9 @@ impl EncodedParts {
             let handles: Vec<_> = groups
                 .iter()
                 .map(|(batches, _)| {
-                    scope.spawn(move || encode_to_bytes(batches, schema.clone(), opts))
+                    scope.spawn(move || {
+                        crate::error::contained(|| encode_to_bytes(batches, schema.clone(), opts))
+                    })
                 })
                 .collect();
             handles
@@ -136,7 +138,11 @@ pub fn decode_parts(
                 let fallback = name.clone();
                 (
                     fallback,
-                    scope.spawn(move || crate::parquet::decode::decode_bytes(data, &name, opts)),
+                    scope.spawn(move || {
+                        crate::error::contained(|| {
+                            crate::parquet::decode::decode_bytes(data, &name, opts)
+                        })
+                    }),
                 )
             })
             .collect();

@@ -8,12 +8,10 @@
 //! whatever the table's size. Each file has its own read options (a table
 //! scan drops other rows in each file).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
-use futures::FutureExt;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
@@ -104,7 +102,7 @@ pub fn spawn(
     runtime.spawn(async move {
         // A panic in the decoder must reach the consumer as an error, never
         // as an early, silent end of the stream.
-        if AssertUnwindSafe(task).catch_unwind().await.is_err() {
+        if crate::error::catch_unwind_future(task).await.is_err() {
             let _ = tx
                 .send(Err(Error::Task(
                     "the scan task failed unexpectedly (a pds bug; please report it)".into(),

@@ -303,7 +303,7 @@ impl StageRun {
             } else {
                 // Nothing stored, no old targets: both are written at once.
                 let (m, c) = std::thread::scope(|scope| {
-                    let m = scope.spawn(rewrite_mappings);
+                    let m = scope.spawn(|| crate::error::contained(rewrite_mappings));
                     let c = rewrite_content(Vec::new());
                     let m = m.join().unwrap_or_else(|_| {
                         Err(Error::Task("a key-mappings write panicked".into()))

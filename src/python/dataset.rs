@@ -84,9 +84,7 @@ pub fn write_dataset(
         part_prefix: None,
     };
     let handle = store.inner.clone();
-    let manifest = py
-        .detach(|| dataset::write_dataset(handle, reader, opts, req))
-        .py_err()?;
+    let manifest = super::detach(py, || dataset::write_dataset(handle, reader, opts, req))?;
     manifest.to_json().py_err()
 }
 
@@ -117,9 +115,7 @@ pub fn write_parts(
         ..Default::default()
     };
     let handle = store.inner.clone();
-    let parts = py
-        .detach(|| dataset::write_parts(handle, reader, &opts, &req))
-        .py_err()?;
+    let parts = super::detach(py, || dataset::write_parts(handle, reader, &opts, &req))?;
     Ok(parts
         .names
         .into_iter()
@@ -142,9 +138,9 @@ pub fn read_dataset<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, None)?;
-    let decoded = py
-        .detach(|| dataset::read_dataset(handle, key, opts, verify, parallelism))
-        .py_err()?;
+    let decoded = super::detach(py, || {
+        dataset::read_dataset(handle, key, opts, verify, parallelism)
+    })?;
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
 }
 
@@ -230,7 +226,7 @@ pub(crate) fn stream_to_py<'py>(
     py: Python<'py>,
     open: impl FnOnce() -> crate::error::Result<DatasetStream> + Send,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let stream = py.detach(open).py_err()?;
+    let stream = super::detach(py, open)?;
     super::stream::into_reader(py, stream)
 }
 
@@ -242,7 +238,7 @@ pub fn read_schema<'py>(
     key: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let schema = py.detach(|| dataset::read_schema(handle, key)).py_err()?;
+    let schema = super::detach(py, || dataset::read_schema(handle, key))?;
     PySchema::new(schema).into_pyarrow(py)
 }
 

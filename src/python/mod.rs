@@ -15,18 +15,42 @@ use pyo3::prelude::*;
 
 use errors::IntoPy;
 
-/// Run a core future on the process runtime with the GIL released.
+/// Run a core future on the process runtime with the GIL released (see
+/// [`detach`]).
 pub(crate) fn run<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     T: Send,
     F: Future<Output = crate::error::Result<T>> + Send,
 {
-    py.detach(|| crate::runtime::block_on(fut).and_then(|r| r))
+    detach(py, || crate::runtime::block_on(fut).and_then(|r| r))
+}
+
+/// Run core work with the GIL released. A panic in it (a pds bug) is
+/// caught and raised as the typed internal error, never as a
+/// `PanicException`, and the panic hook keeps its message off stderr.
+pub(crate) fn detach<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> crate::error::Result<T> + Send,
+{
+    py.detach(|| crate::error::contain(crate::error::internal_panic, f))
         .py_err()
 }
 
-/// Register every class and function of `pds._core`.
+/// [`detach`] for work that already yields Python errors.
+pub(crate) fn detach_py<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> PyResult<T> + Send,
+{
+    py.detach(|| crate::error::catch(f))
+        .unwrap_or_else(|msg| Err(errors::to_py(crate::error::internal_panic(msg))))
+}
+
+/// Register every class and function of `pds._core`, after installing the
+/// panic hook that keeps contained panics quiet (once per process).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::error::install_panic_hook();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<store::PyRustStore>()?;
     m.add_class::<store::PyObjectMeta>()?;

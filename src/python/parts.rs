@@ -47,7 +47,7 @@ impl PyEncodedParts {
         &self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u64, u64, String, bool)>> {
-        let next = py.detach(|| {
+        let next = super::detach_py(py, || {
             let mut guard = self
                 .inner
                 .lock()
@@ -98,21 +98,29 @@ pub fn decode_parts<'py>(
     }
     let mut opts = super::dataset::read_options(columns, filter, None)?;
     let expected = schema.map(|s| s.into_inner());
-    let decoded = py
-        .detach(|| {
-            if let Some(sums) = &checksums {
-                for ((name, data), sum) in parts.iter().zip(sums) {
-                    crate::dataset::verify_bytes(data, name, sum)?;
-                }
+    let decoded = super::detach(py, || {
+        if let Some(sums) = &checksums {
+            for ((name, data), sum) in parts.iter().zip(sums) {
+                crate::dataset::verify_bytes(data, name, sum)?;
             }
-            opts.expected = Some(match expected {
-                Some(s) => s,
-                None => crate::parquet::decode::bytes_schema(&parts[0].1, &parts[0].0)?,
-            });
-            crate::parquet::parts::decode_parts(parts, &opts)
-        })
-        .py_err()?;
-    let schema = decoded[0].schema.clone();
+        }
+        opts.expected = Some(match expected {
+            Some(s) => s,
+            None => match parts.first() {
+                Some((name, data)) => crate::parquet::decode::bytes_schema(data, name)?,
+                None => {
+                    return Err(crate::error::Error::InvalidArgument(
+                        "decode_parts needs at least one part".into(),
+                    ))
+                }
+            },
+        });
+        crate::parquet::parts::decode_parts(parts, &opts)
+    })?;
+    let schema = decoded
+        .first()
+        .map(|d| d.schema.clone())
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("decode_parts decoded no part"))?;
     let rows = decoded.iter().map(|d| d.file_rows).sum();
     let batches = decoded.into_iter().flat_map(|d| d.batches).collect();
     Ok((PyTable::try_new(batches, schema)?.into_pyarrow(py)?, rows))
@@ -127,9 +135,7 @@ pub fn part_schema<'py>(
     name: String,
 ) -> PyResult<Bound<'py, PyAny>> {
     let data = Bytes::from_owner(data);
-    let schema = py
-        .detach(|| crate::parquet::decode::bytes_schema(&data, &name))
-        .py_err()?;
+    let schema = super::detach(py, || crate::parquet::decode::bytes_schema(&data, &name))?;
     PySchema::new(schema).into_pyarrow(py)
 }
 

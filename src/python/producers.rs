@@ -72,7 +72,7 @@ pub fn pipeline_check_changes(
     deletes: Option<PyTable>,
 ) -> PyResult<()> {
     let (u, d) = (table(upserts), table(deletes));
-    py.detach(|| source::check_changes(&key, &u, &d)).py_err()
+    super::detach(py, || source::check_changes(&key, &u, &d))
 }
 
 /// Apply changes to a source; returns `(state JSON, objects written)`.
@@ -97,7 +97,7 @@ pub fn pipeline_apply_source(
         None => Box::new(std::iter::empty()),
     };
     let d = table(deletes);
-    let (state, created) = py.detach(|| source::apply(&env, &view, u, d)).py_err()?;
+    let (state, created) = super::detach(py, || source::apply(&env, &view, u, d))?;
     Ok((state_json(&state)?, created))
 }
 
@@ -115,7 +115,7 @@ pub fn pipeline_merge_update(
 ) -> PyResult<(String, Vec<String>)> {
     let env = env(store, root, compression, target_rows, sort_budget)?;
     let view = NodeView::from_json(node).py_err()?;
-    let (state, created) = py.detach(|| source::merge_update(&env, &view)).py_err()?;
+    let (state, created) = super::detach(py, || source::merge_update(&env, &view))?;
     Ok((state_json(&state)?, created))
 }
 
@@ -129,15 +129,13 @@ pub fn pipeline_read<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let env = reader_env(store, root)?;
     let view = NodeView::from_json(node).py_err()?;
-    let (batches, schema) = py
-        .detach(|| {
-            let schema = view.public_schema()?;
-            let batches = view
-                .full_scan(&env)?
-                .collect::<crate::error::Result<Vec<_>>>()?;
-            Ok::<_, Error>((batches, schema))
-        })
-        .py_err()?;
+    let (batches, schema) = super::detach(py, || {
+        let schema = view.public_schema()?;
+        let batches = view
+            .full_scan(&env)?
+            .collect::<crate::error::Result<Vec<_>>>()?;
+        Ok::<_, Error>((batches, schema))
+    })?;
     PyTable::try_new(batches, schema)?.into_pyarrow(py)
 }
 
@@ -151,15 +149,13 @@ pub fn pipeline_update<'py>(
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let env = reader_env(store, root)?;
     let view = NodeView::from_json(node).py_err()?;
-    let (rows, deleted, schema, key_schema) = py
-        .detach(|| {
-            let rows = view
-                .update_rows(&env)
-                .collect::<crate::error::Result<Vec<_>>>()?;
-            let deleted = view.update_deleted(&env)?;
-            Ok::<_, Error>((rows, deleted, view.public_schema()?, view.key_schema()?))
-        })
-        .py_err()?;
+    let (rows, deleted, schema, key_schema) = super::detach(py, || {
+        let rows = view
+            .update_rows(&env)
+            .collect::<crate::error::Result<Vec<_>>>()?;
+        let deleted = view.update_deleted(&env)?;
+        Ok::<_, Error>((rows, deleted, view.public_schema()?, view.key_schema()?))
+    })?;
     Ok((
         PyTable::try_new(rows, schema)?.into_pyarrow(py)?,
         PyTable::try_new(deleted, key_schema)?.into_pyarrow(py)?,
@@ -282,7 +278,7 @@ impl PyStageRun {
         py: Python<'_>,
         f: impl FnOnce(&mut StageRun) -> crate::error::Result<T> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
+        super::detach_py(py, || {
             let mut guard = self
                 .inner
                 .lock()
@@ -320,9 +316,7 @@ impl PyStageRun {
             .map(|s| NodeView::from_json(s))
             .collect::<crate::error::Result<Vec<_>>>()
             .py_err()?;
-        let run = py
-            .detach(|| StageRun::new(env, stage, sources, rebuild))
-            .py_err()?;
+        let run = super::detach(py, || StageRun::new(env, stage, sources, rebuild))?;
         Ok(Self {
             schema: run.schema(),
             inner: Mutex::new(Some(run)),
@@ -365,7 +359,7 @@ impl PyStageRun {
 
     /// Write the stage's new state; returns `(state JSON, objects written)`.
     fn finish(&self, py: Python<'_>) -> PyResult<(String, Vec<String>)> {
-        let (state, created) = py.detach(|| {
+        let (state, created) = super::detach_py(py, || {
             let run = self
                 .inner
                 .lock()

@@ -25,7 +25,7 @@ impl PyBatchStream {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let next = py.detach(|| {
+        let next = super::detach_py(py, || {
             let mut guard = self
                 .inner
                 .lock()

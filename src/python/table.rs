@@ -63,9 +63,9 @@ pub fn table_create(
     };
     let handle = store.inner.clone();
     let schema = schema.into_inner();
-    let m = py
-        .detach(|| write::create(handle, &key, schema, reader, props, exist_ok, parallelism))
-        .py_err()?;
+    let m = super::detach(py, || {
+        write::create(handle, &key, schema, reader, props, exist_ok, parallelism)
+    })?;
     manifest_json(&m)
 }
 
@@ -84,9 +84,9 @@ pub fn table_append(
     let mode = SchemaMode::parse(schema_mode).py_err()?;
     let reader = data.into_reader()?;
     let handle = store.inner.clone();
-    let m = py
-        .detach(|| write::append(handle, &key, reader, mode, metadata, parallelism))
-        .py_err()?;
+    let m = super::detach(py, || {
+        write::append(handle, &key, reader, mode, metadata, parallelism)
+    })?;
     manifest_json(&m)
 }
 
@@ -107,9 +107,7 @@ pub fn table_delete(
         .map(|p| p.as_ref().clone())
         .unwrap_or_default();
     let handle = store.inner.clone();
-    let d = py
-        .detach(|| delete::delete(handle, &key, predicate, parallelism))
-        .py_err()?;
+    let d = super::detach(py, || delete::delete(handle, &key, predicate, parallelism))?;
     Ok((manifest_json(&d.manifest)?, d.rows, d.committed))
 }
 
@@ -249,9 +247,7 @@ pub fn table_compact(
         min_deleted_fraction,
         parallelism,
     };
-    let c = py
-        .detach(|| crate::table::compact::compact(handle, &key, opts))
-        .py_err()?;
+    let c = super::detach(py, || crate::table::compact::compact(handle, &key, opts))?;
     Ok((
         manifest_json(&c.manifest)?,
         c.committed,
@@ -310,19 +306,17 @@ pub fn table_write_files(
     };
     let handle = store.inner.clone();
     let schema = schema.into_inner();
-    let files = py
-        .detach(|| {
-            write::upload(
-                &handle,
-                &key,
-                reader,
-                schema,
-                &props,
-                parallelism,
-                Some(prefix),
-            )
-        })
-        .py_err()?;
+    let files = super::detach(py, || {
+        write::upload(
+            &handle,
+            &key,
+            reader,
+            schema,
+            &props,
+            parallelism,
+            Some(prefix),
+        )
+    })?;
     serde_json::to_string(&files)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
@@ -364,8 +358,8 @@ pub fn table_commit_files(
     };
     let handle = store.inner.clone();
     let schema = schema.into_inner();
-    let m = py
-        .detach(|| write::commit_files(handle, &key, files, mode, schema, props, metadata))
-        .py_err()?;
+    let m = super::detach(py, || {
+        write::commit_files(handle, &key, files, mode, schema, props, metadata)
+    })?;
     manifest_json(&m)
 }

@@ -147,9 +147,46 @@ async fn version_sources(
     Ok(out)
 }
 
+/// The manifest of version `v` of the range asked for; `VersionNotFound`
+/// naming it if it is not there.
+async fn in_range(store: &StoreHandle, table: &str, v: u64) -> Result<TableManifest> {
+    read_version(store, table, v).await.map_err(|e| match e {
+        Error::NotFound { .. } => Error::VersionNotFound {
+            path: table.to_string(),
+            reason: format!(
+                "the changes asked for include version {v} of table {table:?}, which does not \
+                 exist (never committed, or vacuumed)"
+            ),
+        },
+        other => other,
+    })
+}
+
+/// The manifest of version `p`, the one before the range: what the
+/// range's first version added and deleted is the difference from it.
+/// `VersionNotFound` saying so if it was vacuumed.
+async fn before_range(store: &StoreHandle, table: &str, p: u64) -> Result<TableManifest> {
+    read_version(store, table, p).await.map_err(|e| match e {
+        Error::NotFound { .. } => Error::VersionNotFound {
+            path: table.to_string(),
+            reason: format!(
+                "changes from version {from} of table {table:?} need the manifest of version \
+                 {p} (what version {from} changed is its difference from {p}), which was \
+                 vacuumed; ask for changes from version {next} or later (vacuum with \
+                 keep_versions=True keeps every version's manifest)",
+                from = p + 1,
+                next = p + 2,
+            ),
+        },
+        other => other,
+    })
+}
+
 /// Stream the changes of versions `from..=to` (`to`: `latest`'s version
-/// when `None`). `InvalidArgument` for an empty or unknown range;
-/// `NotFound` if a version needed was vacuumed.
+/// when `None`). `InvalidArgument` for an empty range;
+/// `VersionNotFound`, naming the version, if one in the range, or the one
+/// before it (whose difference gives the first version's changes), does
+/// not exist.
 ///
 /// Cost: a manifest GET per version (and the one before `from`), the
 /// tombstones they add, then the added files and the rows deleted.
@@ -168,12 +205,12 @@ pub fn changes(
     let (feed, sources) = crate::runtime::block_on({
         let store = store.clone();
         async move {
-            let last = read_version(&store, table, to).await?;
+            let last = in_range(&store, table, to).await?;
             let schema = last.arrow_schema(&manifest_key(table, to))?;
             let output = output_schema(&schema, None)?;
             let feed = feed_schema(&output);
             let mut prev = match from.checked_sub(1) {
-                Some(p) => Some(read_version(&store, table, p).await?),
+                Some(p) => Some(before_range(&store, table, p).await?),
                 None => None,
             };
             let mut sources = Vec::new();
@@ -181,7 +218,7 @@ pub fn changes(
                 let m = if v == to {
                     last.clone()
                 } else {
-                    read_version(&store, table, v).await?
+                    in_range(&store, table, v).await?
                 };
                 sources.extend(
                     version_sources(&store, table, prev.as_ref(), &m, &output, &feed).await?,

@@ -142,7 +142,9 @@ pub async fn latest_of<M: Versioned>(
         // A version exists from the moment its manifest does. (Without a
         // pointer, a first writer may have died before creating it.)
         for _ in 0..MAX_ROLL_FORWARD {
-            let next = version.map_or(0, |v| v + 1);
+            let Some(next) = version.map_or(Some(0), |v| v.checked_add(1)) else {
+                break;
+            };
             if store.try_head(&manifest_key(table, next)).await?.is_none() {
                 break;
             }
@@ -152,7 +154,20 @@ pub async fn latest_of<M: Versioned>(
     let Some(version) = version else {
         return Ok(None);
     };
-    let manifest = read_version_of::<M>(store, table, version).await?;
+    let manifest = match read_version_of::<M>(store, table, version).await {
+        // The pointer names a version whose manifest is not there: the
+        // table is damaged (`NotFound` would say there is no table).
+        Err(Error::NotFound { .. }) if Some(version) == pointed => {
+            return Err(Error::ManifestCorrupted {
+                path: pointer_key(table),
+                reason: format!(
+                    "it names version {version}, whose manifest {} does not exist",
+                    manifest_key(table, version)
+                ),
+            })
+        }
+        other => other?,
+    };
     Ok(Some(Latest {
         manifest,
         pointer,
@@ -395,7 +410,18 @@ where
                 version: base.map(|l| l.manifest.version()),
             });
         };
-        let version = base.as_ref().map_or(0, |l| l.manifest.version() + 1);
+        let version = match base.as_ref() {
+            None => 0,
+            Some(l) => {
+                l.manifest
+                    .version()
+                    .checked_add(1)
+                    .ok_or_else(|| Error::ManifestCorrupted {
+                        path: manifest_key(table, l.manifest.version()),
+                        reason: "its version is the last one there can be".into(),
+                    })?
+            }
+        };
         if let Some((v, _)) = &pending {
             if *v != version {
                 // The pending version is absent, so the latest is below it.
@@ -638,6 +664,29 @@ mod tests {
             assert_eq!(manifest.data_files.len(), 3, "built on the orphaned v1");
             let now = rt.block_on(latest(&store, "t")).unwrap().unwrap();
             assert_eq!((now.manifest.version, now.pointed), (2, Some(2)));
+        }
+    }
+
+    #[test]
+    fn a_pointer_naming_a_missing_version_is_manifest_corrupted_naming_the_pointer() {
+        for (store, _dir) in stores() {
+            let rt = crate::runtime::get().unwrap();
+            append_now(&store, "a");
+            let body = Bytes::from(Pointer::new("t", 5).to_json().unwrap());
+            rt.block_on(store.put(&pointer_key("t"), body, PutMode::Overwrite))
+                .unwrap();
+            for roll_forward in [false, true] {
+                let err = rt
+                    .block_on(latest_with(&store, "t", roll_forward))
+                    .unwrap_err();
+                assert!(
+                    matches!(&err, Error::ManifestCorrupted { path, reason }
+                        if path == "t/_latest_manifest" && reason.contains("version 5")),
+                    "{err}"
+                );
+            }
+            // No table at all is still NotFound-free: `None`.
+            assert!(rt.block_on(latest(&store, "other")).unwrap().is_none());
         }
     }
 

@@ -131,7 +131,7 @@ async fn plan_file(
     let mut at = 0u64;
     for n in &groups {
         starts.push(at);
-        at += n;
+        at = at.saturating_add(*n);
     }
     let bound = predicate.clone().bind(&needed)?;
     let excludes: Vec<Predicate> = match (&manifest.properties.primary_key, deletes) {
@@ -150,7 +150,7 @@ async fn plan_file(
     let mut total = 0u64;
     for &rg in &read {
         read_starts.push(total);
-        total += groups[rg];
+        total = total.saturating_add(groups[rg]);
     }
     let locate = |k: u64| -> Result<(usize, u64)> {
         let idx = read_starts.partition_point(|&s| s <= k).saturating_sub(1);
@@ -211,7 +211,10 @@ async fn plan_file(
     for (rg, rows) in hits {
         newly += rows.len() as u64;
         let (start, len) = (starts[rg], groups[rg]);
-        let dead_positions = match (u32::try_from(start), u32::try_from(start + len)) {
+        let dead_positions = match (
+            u32::try_from(start),
+            u32::try_from(start.saturating_add(len)),
+        ) {
             (Ok(lo), Ok(hi)) => old_rows.range_cardinality(lo..hi),
             _ => 0,
         };

@@ -42,15 +42,24 @@ pub enum At {
     AsOf(DateTime<Utc>),
 }
 
-/// The manifest of the version `at` names. `NotFound` if the table, or
-/// that version, does not exist (or was vacuumed).
+/// The manifest of the version `at` names. `NotFound` if the table does
+/// not exist; `VersionNotFound` if that version does not (never committed,
+/// or vacuumed), or, for `AsOf`, if no version existed at that time.
 pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableManifest> {
     let missing = || Error::NotFound {
         path: table.to_string(),
     };
     match at {
         At::Latest => Ok(latest(store, table).await?.ok_or_else(missing)?.manifest),
-        At::Version(v) => read_version(store, table, v).await,
+        At::Version(v) => read_version(store, table, v).await.map_err(|e| match e {
+            Error::NotFound { .. } => Error::VersionNotFound {
+                path: table.to_string(),
+                reason: format!(
+                    "table {table:?} has no version {v} (it was never committed, or was vacuumed)"
+                ),
+            },
+            other => other,
+        }),
         At::AsOf(t) => {
             let last = latest(store, table).await?.ok_or_else(missing)?.manifest;
             as_of(store, table, last, t).await
@@ -98,11 +107,13 @@ async fn as_of(
             hi = mid;
         }
     }
-    best.ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "table {table:?} has no version created at or before {}",
+    best.ok_or_else(|| Error::VersionNotFound {
+        path: table.to_string(),
+        reason: format!(
+            "table {table:?} has no version created at or before {} (none existed \
+             then, or those that did were vacuumed)",
             t.to_rfc3339()
-        ))
+        ),
     })
 }
 
@@ -371,12 +382,12 @@ pub async fn deleted_rows(
                     )
                     .await
                     .map(|rows| {
-                        let mut at = 0;
+                        let mut at = 0u64;
                         let starts = rows
                             .iter()
                             .map(|n| {
                                 let s = at;
-                                at += n;
+                                at = at.saturating_add(*n);
                                 s
                             })
                             .collect::<Vec<_>>();
@@ -418,7 +429,7 @@ pub async fn deleted_positions(
     let mut at = 0u64;
     for n in &groups {
         starts.push(at);
-        at += n;
+        at = at.saturating_add(*n);
     }
     for &rg in &deletes.row_groups {
         let (Some(&s), Some(&n)) = (starts.get(rg as usize), groups.get(rg as usize)) else {

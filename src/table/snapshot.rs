@@ -158,7 +158,7 @@ impl TableManifest {
         }
         match (m.previous, m.version) {
             (None, 0) => {}
-            (Some(p), v) if p + 1 == v => {}
+            (Some(p), v) if p.checked_add(1) == Some(v) => {}
             (p, v) => {
                 return Err(corrupted(format!(
                     "version {v} cannot follow {p:?}: versions are contiguous"

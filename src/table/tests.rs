@@ -299,7 +299,7 @@ fn append_delete_scan_and_time_travel_cost_what_the_docs_say() {
     let before = t1 - chrono::Duration::days(365);
     assert!(matches!(
         crate::runtime::block_on(resolve(&store, "t", At::AsOf(before))).unwrap(),
-        Err(Error::InvalidArgument(_))
+        Err(Error::VersionNotFound { path, .. }) if path == "t"
     ));
 
     // Whole row groups: ids 100..300 are row groups 1 and 2 of the first file.

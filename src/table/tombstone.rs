@@ -134,7 +134,7 @@ impl Tombstone {
     ) -> Result<String> {
         let name = format!(
             "tombstone/v{:08}-{}.del",
-            base + 1,
+            base.saturating_add(1),
             crate::dataset::unique_token()
         );
         let key = format!("{}/{name}", table.trim_end_matches('/'));
@@ -223,12 +223,15 @@ impl FileDeletes {
             else {
                 continue;
             };
-            let (Ok(lo), Ok(hi)) = (u32::try_from(start), u32::try_from(start + len)) else {
+            let (Ok(lo), Ok(hi)) = (
+                u32::try_from(start),
+                u32::try_from(start.saturating_add(len)),
+            ) else {
                 continue;
             };
             overlap += self.rows.range_cardinality(lo..hi);
         }
-        n += self.rows.len() - overlap;
+        n = n.saturating_add(self.rows.len().saturating_sub(overlap));
         n
     }
 }
@@ -247,7 +250,7 @@ pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
                     row_group, rows, ..
                 } => {
                     if d.row_groups.insert(*row_group) {
-                        d.row_group_rows += rows;
+                        d.row_group_rows = d.row_group_rows.saturating_add(*rows);
                     }
                 }
                 Entry::PkRange {

@@ -52,12 +52,94 @@ pub fn check_properties(props: &TableProperties, schema: &arrow_schema::Schema) 
     crate::parquet::storage_types::check_writable(schema)
 }
 
-/// Batches of `inner`, each given the schema `target` (by column name; see
+/// `SchemaMismatch` naming the column if `batch` holds a null where
+/// `target` (by column name) allows none, at any depth of structs. Arrow
+/// input need not honour its own schema's nullability (pyarrow does not
+/// check it), so the values are counted, whatever the input schema says.
+pub fn check_not_null(
+    batch: &RecordBatch,
+    target: &arrow_schema::Schema,
+    table: &str,
+) -> Result<()> {
+    for field in target.fields() {
+        let Some(column) = batch.column_by_name(field.name()) else {
+            continue; // A missing column is the schema check's.
+        };
+        if let Some((path, nulls)) = forbidden_nulls(column.as_ref(), field, None, field.name()) {
+            return Err(Error::SchemaMismatch {
+                key: table.to_string(),
+                reason: format!(
+                    "column {path:?} is not nullable in the table, and the data holds {nulls} \
+                     null value(s) in it; nothing was written"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The first field at or under `field` (named `path`) with nulls it does
+/// not allow, and how many, counting only the rows `valid_above` (the
+/// enclosing structs' validity) keeps.
+fn forbidden_nulls(
+    array: &dyn arrow_array::Array,
+    field: &arrow_schema::Field,
+    valid_above: Option<&[bool]>,
+    path: &str,
+) -> Option<(String, usize)> {
+    let nulls = array.logical_nulls();
+    if !field.is_nullable() {
+        let count = match (&nulls, valid_above) {
+            (None, _) => 0,
+            (Some(n), None) => n.null_count(),
+            (Some(n), Some(above)) => (0..array.len())
+                .filter(|&i| n.is_null(i) && above.get(i).copied().unwrap_or(false))
+                .count(),
+        };
+        if count > 0 {
+            return Some((path.to_string(), count));
+        }
+    }
+    let arrow_schema::DataType::Struct(children) = field.data_type() else {
+        return None;
+    };
+    let parent = arrow_array::cast::AsArray::as_struct_opt(array)?;
+    let valid: Option<Vec<bool>> = match (&nulls, valid_above) {
+        (None, None) => None,
+        _ => Some(
+            (0..array.len())
+                .map(|i| {
+                    nulls.as_ref().is_none_or(|n| n.is_valid(i))
+                        && valid_above.is_none_or(|a| a.get(i).copied().unwrap_or(false))
+                })
+                .collect(),
+        ),
+    };
+    for child in children.iter() {
+        let Some(values) = parent.column_by_name(child.name()) else {
+            continue;
+        };
+        let found = forbidden_nulls(
+            values.as_ref(),
+            child,
+            valid.as_deref(),
+            &format!("{path}.{}", child.name()),
+        );
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// Batches of `inner`, each checked against `target`'s nullability (see
+/// [`check_not_null`]) and given the schema `target` (by column name; see
 /// [`part_schema::evolve`]).
 struct Conformed {
     inner: BoxedReader,
     first: Option<RecordBatch>,
     target: SchemaRef,
+    table: String,
 }
 
 impl Iterator for Conformed {
@@ -72,7 +154,8 @@ impl Iterator for Conformed {
             },
         };
         Some(
-            part_schema::evolve(&batch, &self.target)
+            check_not_null(&batch, &self.target, &self.table)
+                .and_then(|()| part_schema::evolve(&batch, &self.target))
                 .map_err(|e| ArrowError::ExternalError(Box::new(e))),
         )
     }
@@ -122,6 +205,7 @@ pub fn upload(
         inner: reader,
         first: Some(first),
         target,
+        table: table.to_string(),
     };
     let req = WriteRequest {
         location: format!("{}/data", table.trim_end_matches('/')),
@@ -215,11 +299,53 @@ fn first_version(
     }
 }
 
+/// How the settings of an existing table differ from `asked`, one
+/// sentence per setting (none: they agree). Every setting a table is
+/// created with counts: the primary key (what key-range deletes use), and
+/// the compression, row group size and target file size every later write
+/// uses. A size left unset means the default, so unset and the default
+/// itself agree.
+fn property_differences(theirs: &TableProperties, asked: &TableProperties) -> Vec<String> {
+    let mut out = Vec::new();
+    let key = |k: &Option<String>| k.as_ref().map_or("none".to_string(), |k| format!("{k:?}"));
+    if theirs.primary_key != asked.primary_key {
+        out.push(format!(
+            "primary_key is {}, not {}",
+            key(&theirs.primary_key),
+            key(&asked.primary_key)
+        ));
+    }
+    if !theirs.compression.eq_ignore_ascii_case(&asked.compression) {
+        out.push(format!(
+            "compression is {:?}, not {:?}",
+            theirs.compression, asked.compression
+        ));
+    }
+    let rows = |r: Option<usize>| r.unwrap_or(crate::parquet::encode::DEFAULT_ROW_GROUP_ROWS);
+    if rows(theirs.row_group_size) != rows(asked.row_group_size) {
+        out.push(format!(
+            "row_group_size is {}, not {}",
+            rows(theirs.row_group_size),
+            rows(asked.row_group_size)
+        ));
+    }
+    let bytes = |b: Option<u64>| b.unwrap_or(DEFAULT_TARGET_FILE_SIZE);
+    if bytes(theirs.target_file_size) != bytes(asked.target_file_size) {
+        out.push(format!(
+            "target_file_size is {}, not {}",
+            bytes(theirs.target_file_size),
+            bytes(asked.target_file_size)
+        ));
+    }
+    out
+}
+
 /// Create `table` with `schema` and, optionally, `data` as its version 0.
 ///
 /// If a table exists at the key: with `exist_ok` and no data, its latest
-/// version is returned if its schema is `schema` (`SchemaMismatch` if not);
-/// otherwise `AlreadyExists`, and nothing is written.
+/// version is returned if it has `schema` and the settings `props` (see
+/// [`property_differences`]; `SchemaMismatch` naming the differences if
+/// not); otherwise `AlreadyExists`, and nothing is written.
 pub fn create(
     store: Arc<StoreHandle>,
     table: &str,
@@ -240,6 +366,16 @@ pub fn create(
                 return Err(Error::SchemaMismatch {
                     key: table.to_string(),
                     reason: format!("the table exists with schema {theirs:?}"),
+                });
+            }
+            let differences = property_differences(&m.properties, &props);
+            if !differences.is_empty() {
+                return Err(Error::SchemaMismatch {
+                    key: table.to_string(),
+                    reason: format!(
+                        "the table exists with other settings: {}",
+                        differences.join("; ")
+                    ),
                 });
             }
             return Ok(m);
@@ -405,6 +541,29 @@ pub fn commit_files(
             )));
         }
     }
+    // Files written by `upload` were checked row by row; their statistics
+    // tell again, before anything is committed.
+    for f in &files {
+        for field in schema.fields().iter().filter(|f| !f.is_nullable()) {
+            let nulls = f
+                .columns
+                .get(field.name())
+                .and_then(|c| c.null_count)
+                .unwrap_or(0);
+            if nulls > 0 {
+                discard(&store, table, &files);
+                return Err(Error::SchemaMismatch {
+                    key: table.to_string(),
+                    reason: format!(
+                        "column {:?} is not nullable, and data file {:?} holds {nulls} null \
+                         value(s) in it; nothing was committed",
+                        field.name(),
+                        f.path
+                    ),
+                });
+            }
+        }
+    }
     let table_schema = TableSchema::of(&schema)?;
     let heads = files.iter().map(|f| {
         let key = format!("{}/{}", table.trim_end_matches('/'), f.path);
@@ -463,5 +622,104 @@ pub fn commit_files(
     match out {
         Outcome::Committed { manifest, .. } => Ok(*manifest),
         Outcome::Unchanged { .. } => Err(Error::Task("commit_files committed nothing".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, Int64Array, StructArray};
+    use arrow_schema::{DataType, Field, Fields, Schema};
+
+    fn not_null_schema() -> Arc<Schema> {
+        let inner = Fields::from(vec![Field::new("b", DataType::Int64, false)]);
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("s", DataType::Struct(inner), true),
+        ]))
+    }
+
+    /// A batch whose own schema says everything is nullable (as pyarrow's
+    /// do), with `id` and `s.b` as given; `s` null where `s_valid` is false.
+    fn batch(id: Vec<Option<i64>>, b: Vec<Option<i64>>, s_valid: Vec<bool>) -> RecordBatch {
+        let inner = Fields::from(vec![Field::new("b", DataType::Int64, true)]);
+        let s = StructArray::new(
+            inner.clone(),
+            vec![Arc::new(Int64Array::from(b)) as ArrayRef],
+            Some(s_valid.into()),
+        );
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("s", DataType::Struct(inner), true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![Arc::new(Int64Array::from(id)) as ArrayRef, Arc::new(s)],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nulls_where_the_table_allows_none_are_schema_mismatch_naming_the_column() {
+        let target = not_null_schema();
+        let fine = batch(
+            vec![Some(1), Some(2)],
+            vec![Some(1), None],
+            vec![true, false],
+        );
+        check_not_null(&fine, &target, "t").unwrap();
+        let top = batch(
+            vec![Some(1), None],
+            vec![Some(1), Some(2)],
+            vec![true, true],
+        );
+        let err = check_not_null(&top, &target, "t").unwrap_err();
+        assert!(
+            matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("\"id\"") && reason.contains("1 null")),
+            "{err}"
+        );
+        let nested = batch(
+            vec![Some(1), Some(2)],
+            vec![None, Some(2)],
+            vec![true, true],
+        );
+        let err = check_not_null(&nested, &target, "t").unwrap_err();
+        assert!(
+            matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("\"s.b\"")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_existing_tables_settings_are_compared_one_by_one() {
+        let base = TableProperties {
+            primary_key: Some("id".into()),
+            compression: "zstd".into(),
+            row_group_size: None,
+            target_file_size: None,
+        };
+        assert!(property_differences(&base, &base).is_empty());
+        let same = TableProperties {
+            compression: "ZSTD".into(),
+            row_group_size: Some(crate::parquet::encode::DEFAULT_ROW_GROUP_ROWS),
+            target_file_size: Some(DEFAULT_TARGET_FILE_SIZE),
+            ..base.clone()
+        };
+        assert!(
+            property_differences(&base, &same).is_empty(),
+            "defaults agree"
+        );
+        let other = TableProperties {
+            primary_key: Some("v".into()),
+            compression: "snappy".into(),
+            row_group_size: Some(10),
+            target_file_size: Some(1000),
+        };
+        let diff = property_differences(&base, &other);
+        assert_eq!(diff.len(), 4, "{diff:?}");
+        assert!(
+            diff[0].contains("\"id\"") && diff[0].contains("\"v\""),
+            "{diff:?}"
+        );
     }
 }

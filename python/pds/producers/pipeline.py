@@ -54,7 +54,7 @@ from pds.producers.errors import GraphMismatch
 from pds.producers.exact import Inexact, conform
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
-from pds.table import _native
+from pds.table import MAX_VERSION, _native
 
 __all__ = ["Pipeline"]
 
@@ -76,8 +76,8 @@ class _Opts(TypedDict):
 def _version_arg(value: object) -> int | None:
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"version must be an int >= 0, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_VERSION:
+        raise ValueError(f"version must be an int from 0 to {MAX_VERSION}, got {value!r}")
     return value
 
 

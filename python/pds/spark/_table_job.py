@@ -18,6 +18,7 @@ pipelines appending meanwhile, are fine: the commit rebases on them.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +38,7 @@ from pds.spark._job import (
     remove_until_settled,
 )
 from pds.spark._schema import conform_batches
-from pds.table import Table, is_table
+from pds.table import MAX_VERSION, Table, is_table
 
 __all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
 
@@ -229,22 +230,36 @@ def table_snapshot_files(table: Table) -> list[tuple[str, int]]:
     return [(f["path"], f["total_rows"]) for f in table.manifest.get("data_files", []) if f["total_rows"]]
 
 
-def version_options(options: Mapping[str, str]) -> tuple[int | None, str | None]:
-    """``versionAsOf`` / ``timestampAsOf`` (lower-cased keys).
+def version_options(options: Mapping[str, str]) -> tuple[int | None, datetime.datetime | None]:
+    """``versionAsOf`` / ``timestampAsOf`` (lower-cased keys), checked
+    before any I/O: a version from 0 to ``MAX_VERSION``, an ISO 8601 time
+    (UTC if it names no zone).
 
     Raises:
-        ValueError: both, or a malformed value.
+        ValueError: both, or a malformed or out-of-range value.
     """
     v = options.get("versionasof")
     t = options.get("timestampasof")
     if v and t:
         raise ValueError("pass versionAsOf or timestampAsOf, not both")
+    if t:
+        try:
+            when = datetime.datetime.fromisoformat(t)
+        except ValueError as exc:
+            raise ValueError(f"timestampAsOf must be an ISO 8601 time, got {t!r} ({exc})") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        try:
+            when.astimezone(datetime.UTC)
+        except (OverflowError, ValueError) as exc:
+            raise ValueError(f"timestampAsOf {t!r} is out of range ({exc})") from None
+        return None, when
     if v:
         try:
             version = int(v)
         except ValueError:
             raise ValueError(f"versionAsOf must be an integer, got {v!r}") from None
-        if version < 0:
-            raise ValueError(f"versionAsOf must be >= 0, got {v!r}")
+        if not 0 <= version <= MAX_VERSION:
+            raise ValueError(f"versionAsOf must be from 0 to {MAX_VERSION}, got {v!r}")
         return version, None
-    return None, t or None
+    return None, None

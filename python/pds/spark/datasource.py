@@ -27,7 +27,6 @@ explicitly.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -536,10 +535,7 @@ class PdsDataSource(DataSource):
             return None
         table = Table.open(store, key)
         if stamp is not None:
-            when = datetime.datetime.fromisoformat(stamp)
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.UTC)
-            return table.at(as_of=when)
+            return table.at(as_of=stamp)
         return table.at(version=version)
 
     def reader(self, schema: StructType) -> DataSourceReader:

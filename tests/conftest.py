@@ -6,6 +6,10 @@ Every dataset test runs on five stores:
   path); ``s3`` talks to a real SeaweedFS started once per session.
 - ``rs_memory``, ``rs_local``: remote-store's own ``MemoryBackend`` and
   ``LocalBackend`` (the portable path).
+
+Storage faults: ``fault_proxy`` (session) is a :class:`fault_proxy.FaultProxy`
+in front of SeaweedFS; ``faulty`` gives each test a fresh prefix opened
+through it, with its rules and log cleared.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,64 @@ def s3_url(request: pytest.FixtureRequest, seaweed: Any) -> Callable[[], tuple[s
         return f"s3://{BUCKET}/{uuid.uuid4().hex}", seaweed.store_options()
 
     return make
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(seaweed: Any) -> Iterator[Any]:
+    """A fault-injecting proxy (tests/fault_proxy.py) in front of SeaweedFS."""
+    from fault_proxy import FaultProxy
+
+    proxy = FaultProxy(seaweed.endpoint)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+#: object_store retries through the proxy: few and quick, so that a
+#: persistent fault fails a test in well under a second, yet one injected
+#: 503 or dropped connection is retried.
+FAULTY_RETRIES = {"max_retries": "2", "retry_timeout_secs": "10"}
+
+
+@dataclass
+class Faulty:
+    """A fresh S3 prefix seen through the fault proxy, and straight."""
+
+    proxy: Any
+    #: ``s3://bucket/prefix`` and its options through the proxy.
+    url: str
+    options: dict[str, str]
+    #: The same prefix, through the proxy and straight to SeaweedFS.
+    store: Store
+    direct: Store
+    direct_options: dict[str, str] = field(default_factory=dict)
+
+    def open(self, **overrides: str) -> Store:
+        """Another Store on this prefix through the proxy (e.g. other retries)."""
+        return pds.open_store(self.url, **{**self.options, **overrides})
+
+
+@pytest.fixture
+def faulty(fault_proxy: Any, seaweed: Any) -> Iterator[Faulty]:
+    """A fresh prefix through the fault proxy, with no rules and an empty
+    log; rules are cleared again after the test."""
+    fault_proxy.clear()
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex}"
+    direct_options = seaweed.store_options()
+    options = {**direct_options, "endpoint": fault_proxy.url, **FAULTY_RETRIES}
+    try:
+        yield Faulty(
+            proxy=fault_proxy,
+            url=url,
+            options=options,
+            store=pds.open_store(url, **options),
+            direct=pds.open_store(url, **direct_options),
+            direct_options=direct_options,
+        )
+    finally:
+        fault_proxy.clear()
 
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:

@@ -696,7 +696,11 @@ class FaultProxy:
         client.send(rhead.raw)
         down = len(rhead.raw)
         framed_by_close = (
-            not rhead.chunked and rhead.length is None and method != "HEAD" and status >= 200 and status not in (204, 304)
+            not rhead.chunked
+            and rhead.length is None
+            and method != "HEAD"
+            and status >= 200
+            and status not in (204, 304)
         )
         for piece in _body(upstream, rhead, response_to=method, status=status):
             client.send(piece)
@@ -738,4 +742,3 @@ if __name__ == "__main__":
     import sys
 
     sys.exit(_main(sys.argv))
-

@@ -85,7 +85,7 @@ class _Recorder(BaseHTTPRequestHandler):
 def upstream() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     server.seen = []  # type: ignore[attr-defined]
-    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     t.start()
     try:
         yield server
@@ -370,7 +370,9 @@ def test_signed_requests_pass_through_to_seaweedfs(seaweed: Any, fault_proxy: Fa
     for n in (1, 2):
         r = s3.upload_part(Bucket=bucket, Key="proxy/mp", UploadId=up["UploadId"], PartNumber=n, Body=part)
         parts.append({"PartNumber": n, "ETag": r["ETag"]})
-    s3.complete_multipart_upload(Bucket=bucket, Key="proxy/mp", UploadId=up["UploadId"], MultipartUpload={"Parts": parts})
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="proxy/mp", UploadId=up["UploadId"], MultipartUpload={"Parts": parts}
+    )
     got = s3.get_object(Bucket=bucket, Key="proxy/mp")["Body"].read()
     assert got == part + part
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="proxy/")["Contents"]]

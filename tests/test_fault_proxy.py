@@ -358,7 +358,7 @@ def test_signed_requests_pass_through_to_seaweedfs(seaweed: Any, fault_proxy: Fa
         aws_access_key_id=seaweed.access_key,
         aws_secret_access_key=seaweed.secret_key,
         region_name=seaweed.region,
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"}),
     )
     bucket = "pds-tests"
     s3.put_object(Bucket=bucket, Key="proxy/one", Body=b"one")
@@ -416,17 +416,17 @@ def test_pds_through_the_proxy_and_each_fault_seen_by_object_store(faulty: Any) 
     # fail, persistent: the error reaches the caller, nothing is written.
     proxy.fail("PUT", r"/k1$", times=None)
     with pytest.raises(remote_store.RemoteStoreError):
-        rs.write_bytes("k1", b"1")
+        rs.write("k1", b"1", overwrite=True)
     assert not faulty.direct.exists("k1")
     assert len(proxy.requests("PUT", r"/k1$")) == 3  # the first try and max_retries=2
     # drop_reply without retries: an error, but the object is there.
     proxy.clear_rules()
     proxy.drop_reply("PUT", r"/k2$")
     with pytest.raises(remote_store.RemoteStoreError):
-        none.write_bytes("k2", b"2")
+        none.write("k2", b"2", overwrite=True)
     assert faulty.direct.read_bytes("k2") == b"2"
     # One 503 is retried by object_store: the write succeeds.
     proxy.fail("PUT", r"/k3$")
-    rs.write_bytes("k3", b"3")
+    rs.write("k3", b"3", overwrite=True)
     assert faulty.direct.read_bytes("k3") == b"3"
     assert [e.action for e in proxy.requests("PUT", r"/k3$")] == ["fail", "forward"]

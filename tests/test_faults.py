@@ -454,6 +454,8 @@ def judge_table(f: Any, case: TableCase, out: Outcome, retry: bool = True) -> Ta
             seen = observe_table(f)
             assert seen.latest == v + 1 and seen.pointed == v + 1, f"retried: versions {seen.versions}"
             assert seen.rows == case.after, "retried: the rows are not exactly the call's result"
+            if case.check is not None:
+                case.check(seen.manifest)
     _sentinel(f, seen)
     return seen
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -155,6 +156,18 @@ class Outcome:
         if self.error is None:
             return f"{self.kind} ({self.value!r})"
         return f"{self.kind}: {type(self.error).__name__}: {self.error}"
+
+
+def note(out: Outcome) -> Outcome:
+    """With ``PDS_FAULT_OUTCOMES=<file>``, append what the faulted call did
+    (test id, outcome) to that file: the raw material of the README's failure
+    model."""
+    path = os.environ.get("PDS_FAULT_OUTCOMES")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].rpartition("::")[2]
+        with open(path, "a") as fh:
+            fh.write(f"{test}\t{str(out).splitlines()[0][:300]}\n")
+    return out
 
 
 def attempt(f: Any, call: Callable[[], Any]) -> Outcome:
@@ -475,7 +488,7 @@ def judge_table(f: Any, case: TableCase, out: Outcome, retry: bool = True) -> Ta
 def test_a_table_commit_step_under_a_fault_keeps_every_row_once(faulty: Any, op: str, step: str, fault: str) -> None:
     case = TABLE_OPS[op](faulty.store)
     rules = inject(faulty, step, FAULTS[fault])
-    out = attempt(faulty, case.call)
+    out = note(attempt(faulty, case.call))
     confirm(faulty, rules, step)
     judge_table(faulty, case, out)
 
@@ -485,7 +498,7 @@ def test_a_table_commit_step_under_a_fault_keeps_every_row_once(faulty: Any, op:
 def test_one_transient_fault_on_a_table_commit_step_is_retried(faulty: Any, op: str, step: str, fault: str) -> None:
     case = TABLE_OPS[op](faulty.store)
     rules = inject(faulty, step, TRANSIENT[fault])
-    out = attempt(faulty, case.call)
+    out = note(attempt(faulty, case.call))
     confirm(faulty, rules, step)
     assert out.kind == "ok", f"one {fault} on the {step} request: {out}"
     faulted = [e for e in faulty.proxy.log if e.rule is not None]
@@ -500,7 +513,7 @@ def test_one_transient_fault_on_a_vacuum_delete_is_retried(faulty: Any, fault: s
     t = _vacuum_table(faulty.store)
     rows = rows_of(t.to_arrow())
     rules = inject(faulty, "delete", TRANSIENT[fault])
-    out = attempt(faulty, lambda: _vacuum(t))
+    out = note(attempt(faulty, lambda: _vacuum(t)))
     confirm(faulty, rules, "delete")
     assert out.kind == "ok" and out.value, f"one {fault} on vacuum's delete: {out}"
     assert _vacuum_dry(Table.open(faulty.direct, KEY)) == [], "vacuum removed everything it meant to"
@@ -525,7 +538,7 @@ def test_table_vacuum_under_a_fault_never_breaks_the_table(faulty: Any, fault: s
     rows = rows_of(t.to_arrow())
     assert _vacuum_dry(t), "the setup leaves garbage to remove"
     rules = inject(faulty, "delete", FAULTS[fault])
-    out = attempt(faulty, lambda: _vacuum(t))
+    out = note(attempt(faulty, lambda: _vacuum(t)))
     confirm(faulty, rules, "delete")
     if out.kind == "ok":
         assert out.value, "vacuum removed something"
@@ -697,7 +710,7 @@ PIPE_STEPS = ["parts", "manifest", "pointer"]
 def test_a_pipeline_update_step_under_a_fault_matches_a_rebuild(faulty: Any, step: str, fault: str) -> None:
     case = _pipeline_case(faulty.store)
     rules = inject(faulty, step, FAULTS[fault])
-    out = attempt(faulty, case.call)
+    out = note(attempt(faulty, case.call))
     confirm(faulty, rules, step)
     judge_pipeline(faulty, case, out)
 
@@ -707,7 +720,7 @@ def test_a_pipeline_update_step_under_a_fault_matches_a_rebuild(faulty: Any, ste
 def test_one_transient_fault_on_a_pipeline_update_step_is_retried(faulty: Any, step: str, fault: str) -> None:
     case = _pipeline_case(faulty.store)
     rules = inject(faulty, step, TRANSIENT[fault])
-    out = attempt(faulty, case.call)
+    out = note(attempt(faulty, case.call))
     confirm(faulty, rules, step)
     assert out.kind == "ok", f"one {fault} on the {step} request: {out}"
     judge_pipeline(faulty, case, out)
@@ -719,7 +732,7 @@ def test_pipeline_vacuum_under_a_fault_never_breaks_the_pipeline(faulty: Any, fa
     case.call()
     assert _vacuum_dry(case.p), "the setup leaves garbage to remove"
     rules = inject(faulty, "delete", FAULTS[fault])
-    out = attempt(faulty, lambda: _vacuum(case.p))
+    out = note(attempt(faulty, lambda: _vacuum(case.p)))
     confirm(faulty, rules, "delete")
     seen = observe_pipeline(faulty)
     assert seen.content == case.after and seen.pointed == seen.latest == case.version + 1, f"after {out}"
@@ -750,7 +763,7 @@ def test_a_lost_manifest_reply_while_another_writer_commits_keeps_every_row_once
     base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
     hook = {"before": other_writer} if when == "before" else {"after": other_writer}
     rule = faulty.proxy.drop_reply("PUT", base + REQUESTS["manifest"][1], **hook)
-    out = attempt(faulty, lambda: a.append(rows_a))
+    out = note(attempt(faulty, lambda: a.append(rows_a)))
     confirm(faulty, [rule], "manifest")
     assert [o.kind for o in b_out] == ["ok"], f"the other writer: {b_out}"
     seen = observe_table(faulty)
@@ -783,7 +796,7 @@ def test_a_lost_pipeline_manifest_reply_while_another_update_commits(faulty: Any
 
     base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
     rule = faulty.proxy.drop_reply("PUT", base + REQUESTS["manifest"][1], after=other_update)
-    out = attempt(faulty, case.call)
+    out = note(attempt(faulty, case.call))
     confirm(faulty, [rule], "manifest")
     assert len(b_out) == 1
     assert b_out[0].kind == "error" and isinstance(b_out[0].error, pds.CommitConflict), f"B: {b_out[0]}"

@@ -43,9 +43,11 @@ manifest PUT's reply while the other commits.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import inspect
 import json
 import os
+import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -76,13 +78,18 @@ pytestmark = [pytest.mark.spec("S-1"), pytest.mark.s3]
 
 KEY = "t"
 
-#: The requests of a commit, by what they write (a regex on the path after the table key).
-REQUESTS = {
-    "data": ("PUT", r"/data/part-[^/]+\.parquet$"),
-    "tombstone": ("PUT", r"/tombstone/[^/]+\.del$"),
-    "manifest": ("PUT", r"/manifest/v\d{8}\.json$"),
-    "pointer": ("PUT", r"/_latest_manifest$"),
-    "parts": ("PUT", r"/nodes/[^/]+/.+\.parquet$"),
+#: The requests of a commit, by what they write: method, a regex on the path
+#: after the table key, a substring of the query.
+REQUESTS: dict[str, tuple[str, str, str | None]] = {
+    "data": ("PUT", r"/data/part-[^/]+\.parquet$", None),
+    "tombstone": ("PUT", r"/tombstone/[^/]+\.del$", None),
+    "manifest": ("PUT", r"/manifest/v\d{8}\.json$", None),
+    "pointer": ("PUT", r"/_latest_manifest$", None),
+    "parts": ("PUT", r"/nodes/[^/]+/.+\.parquet$", None),
+    # A data file above 8 MiB is a multipart upload.
+    "mpu_create": ("POST", r"/data/part-[^/]+\.parquet$", "uploads"),
+    "mpu_part": ("PUT", r"/data/part-[^/]+\.parquet$", "partNumber"),
+    "mpu_complete": ("POST", r"/data/part-[^/]+\.parquet$", "uploadId"),
 }
 
 #: How a matching request is faulted: (action, status or how, times).
@@ -131,11 +138,11 @@ def inject(f: Any, step: str, fault: tuple[str, int | str, int | None], key: str
             else:
                 out.append(proxy.drop_reply(method, path, query=query, how=how, times=times))
         return out
-    method, pattern = REQUESTS[step]
+    method, pattern, query = REQUESTS[step]
     path = base + pattern
     if action == "fail":
-        return [proxy.fail(method, path, status=how, times=times)]
-    return [proxy.drop_reply(method, path, how=how, times=times)]
+        return [proxy.fail(method, path, query=query, status=how, times=times)]
+    return [proxy.drop_reply(method, path, query=query, how=how, times=times)]
 
 
 def confirm(f: Any, rules: list[Any], step: str) -> None:
@@ -325,6 +332,23 @@ def _table_compact(store: Store) -> TableCase:
     )
 
 
+def _table_append_large(store: Store) -> TableCase:
+    """An append whose data file (10 MiB of random bytes) is a multipart upload."""
+    schema = SCHEMA.append(pa.field("blob", pa.binary()))
+    base = make_rows(range(10), schema)
+    t = Table.create(store, KEY, data=base, primary_key="id")
+    rng = random.Random(15)
+    new = pa.Table.from_pylist(
+        [{"id": i, "val": i, "blob": rng.randbytes(1024 * 1024)} for i in range(100, 110)], schema=schema
+    )
+    return TableCase(
+        call=lambda: t.append(new),
+        before=rows_of(base),
+        after=rows_of(base) + rows_of(new),
+        version=0,
+    )
+
+
 TABLE_OPS: dict[str, Callable[[Store], TableCase]] = {
     "create": _table_create,
     "append": _table_append,
@@ -332,6 +356,7 @@ TABLE_OPS: dict[str, Callable[[Store], TableCase]] = {
     "delete_filter": _table_delete_filter,
     "delete_pk": _table_delete_pk,
     "compact": _table_compact,
+    "append_large": _table_append_large,
 }
 
 TABLE_STEPS = [
@@ -354,6 +379,9 @@ TABLE_STEPS = [
     ("compact", "tombstone"),
     ("compact", "manifest"),
     ("compact", "pointer"),
+    ("append_large", "mpu_create"),
+    ("append_large", "mpu_part"),
+    ("append_large", "mpu_complete"),
 ]
 
 
@@ -625,6 +653,11 @@ def observe_pipeline(f: Any, key: str = KEY) -> PipeSeen:
         ]
         missing = [n for n in named if n not in present]
         assert not missing, f"version {v} ({m['operation']}) names parts that do not exist: {missing}"
+        if v == versions[-1]:  # the pipeline's own check: each part's SHA-256
+            for node in m["nodes"].values():
+                for part in [*node.get("content", []), *node.get("mappings", [])]:
+                    got = hashlib.sha256(store.read_bytes(f"{key}/{part['name']}")).hexdigest()
+                    assert got == part["sha256"], f"version {v}: part {part['name']} differs from its SHA-256"
     p = Pipeline.open(store, key)
     for v in versions[1:]:
         _read_all(p, v)  # every version reads

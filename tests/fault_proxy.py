@@ -113,11 +113,14 @@ class LogEntry:
     #: The index of the rule that applied (in :attr:`FaultProxy.rules`), if any.
     rule: int | None = None
     request_bytes: int = 0
+    #: Why the exchange broke off, if it did (a peer closed the connection, ...).
+    error: str | None = None
     time: float = field(default_factory=time.time)
 
     def __str__(self) -> str:
         q = f"?{self.query}" if self.query else ""
-        return f"{self.method} {self.path}{q} -> {self.action} {self.status} (upstream {self.upstream_status})"
+        broke = f" [{self.error}]" if self.error else ""
+        return f"{self.method} {self.path}{q} -> {self.action} {self.status} (upstream {self.upstream_status}){broke}"
 
 
 Hook = Callable[[LogEntry], None]
@@ -505,7 +508,8 @@ class FaultProxy:
     @property
     def counters(self) -> dict[str, int]:
         """``connections``, ``requests``, ``forward``, ``fail``, ``drop_reply``,
-        ``upstream_errors``, ``bytes_up``, ``bytes_down``."""
+        ``upstream_errors`` (could not connect), ``broken`` (an exchange a
+        peer broke off), ``bytes_up``, ``bytes_down``."""
         with self._lock:
             return dict(self._counters)
 
@@ -554,8 +558,10 @@ class FaultProxy:
         self._track(client, True)
         upstream: _Conn | None = None
         reset = False
+        entry: LogEntry | None = None
         try:
             while not self._stopping:
+                entry = None
                 raw = client.head()
                 if raw is None:
                     return
@@ -584,9 +590,11 @@ class FaultProxy:
                 keep, reset = self._forward(client, upstream, head, entry, rule)
                 if not keep:
                     return
-        except _Closed:
-            return
-        except OSError:
+        except (_Closed, OSError) as e:
+            if entry is not None and all(x is not entry for x in self.log):
+                entry.error = f"{type(e).__name__}: {e}"
+                self._count("broken")
+                self._record(entry)
             return
         finally:
             client.close(reset=reset)

@@ -58,6 +58,9 @@ class _Recorder(BaseHTTPRequestHandler):
             }
         )
         digest = hashlib.sha256(body).hexdigest().encode()
+        if self.path.startswith("/hangup"):
+            self.close_connection = True  # no reply at all
+            return
         if self.path.startswith("/chunked"):
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -327,6 +330,18 @@ def test_hooks_run_before_forwarding_and_after_the_reply(proxy: FaultProxy, upst
     assert calls == [("before", 0, None), ("after", 1, 201)]
 
 
+def test_an_upstream_that_hangs_up_is_passed_on_and_logged(proxy: FaultProxy) -> None:
+    c = _conn(proxy)
+    c.request("PUT", "/hangup", body=b"x")
+    with pytest.raises(http.client.RemoteDisconnected):
+        c.getresponse()
+    c.close()
+    [entry] = proxy.log
+    assert (entry.action, entry.status, entry.upstream_status) == ("forward", None, None)
+    assert entry.error is not None and "closed" in entry.error
+    assert proxy.counters["broken"] == 1
+
+
 def test_bad_rules_and_non_loopback_addresses_are_refused() -> None:
     with pytest.raises(ValueError, match="loopback"):
         FaultProxy("http://10.1.2.3:8333")
@@ -358,7 +373,11 @@ def test_signed_requests_pass_through_to_seaweedfs(seaweed: Any, fault_proxy: Fa
         aws_access_key_id=seaweed.access_key,
         aws_secret_access_key=seaweed.secret_key,
         region_name=seaweed.region,
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"}),
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
+        ),
     )
     bucket = "pds-tests"
     s3.put_object(Bucket=bucket, Key="proxy/one", Body=b"one")

@@ -7,7 +7,8 @@ a table's first version, compare-and-swap after), a pipeline's part PUTs,
 and vacuum's deletes. Each step is tried under four faults:
 
 - ``fail``: every matching request is answered 503 without reaching the store
-  (object_store retries, then gives up: a persistent failure);
+  (a persistent failure; the writer's store has no object_store retries
+  here, see ``writer_store``);
 - ``reset``: the first matching request's connection is reset (TCP RST)
   before it reaches the store (object_store retries only idempotent ones);
 - ``drop_reply``: the first matching request reaches the store and is

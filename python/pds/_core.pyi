@@ -372,7 +372,7 @@ def pipeline_update(store: RustStore, root: str, node: str) -> tuple[pa.Table, p
     """What a node's version changed: (rows of every changed key, deleted keys)."""
 
 def pipeline_latest(store: RustStore, root: str) -> str | None:
-    """The latest manifest JSON (2 GETs), or None if there is no pipeline."""
+    """The latest manifest JSON (2 GETs + 1 HEAD), or None if there is no pipeline."""
 
 def pipeline_version(store: RustStore, root: str, version: int) -> str:
     """The manifest JSON of *version* (1 GET)."""

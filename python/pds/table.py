@@ -215,7 +215,9 @@ class Table:
     def open(cls, store: Store | str, key: str, **storage_options: object) -> Table:
         """Open the table at *key* at its latest version.
 
-        Cost: 2 GETs (the pointer, then the manifest it names).
+        Cost: 2 GETs and 1 HEAD in 2 round trips (the pointer, then the
+        manifest it names and a HEAD of the next version name, since a
+        version whose pointer update failed is committed all the same).
 
         Raises:
             remote_store.NotFound: no table at *key*.
@@ -297,7 +299,7 @@ class Table:
                 change shows in :meth:`history`.
             metadata: Strings recorded with the version (shown in history).
 
-        Cost: 2 GETs (pointer, manifest), the data PUTs, then 2 PUTs
+        Cost: 2 GETs + 1 HEAD (pointer, manifest, next name), the data PUTs, then 2 PUTs
         (manifest create-only, pointer compare-and-swap) when the commit wins
         at once.
 
@@ -345,7 +347,7 @@ class Table:
         whose statistics may match. A delete that matches nothing commits
         nothing and returns the current version.
 
-        Cost: 3 PUTs (tombstone, manifest, pointer) and 4 GETs (the pointer
+        Cost: 3 PUTs (tombstone, manifest, pointer) and 4 GETs + 2 HEADs (the pointer
         and manifest are read first to make the filter exact against the
         current schema, then again by the commit), plus, without a
         primary-key range, one footer and the filter columns of each
@@ -579,7 +581,7 @@ class Table:
         Cost: the tombstones, a footer per file with whole-row-group
         deletes and the key column of files with key-range deletes; then the
         rewritten files are read and written, 1 PUT for the coalesced
-        tombstone, and the commit (2 GETs + 2 PUTs).
+        tombstone, and the commit (2 GETs + 1 HEAD + 2 PUTs).
         """
         target = _check_rows(target_file_size, "target_file_size")
         if isinstance(min_deleted_fraction, bool) or not isinstance(min_deleted_fraction, int | float):

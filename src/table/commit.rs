@@ -20,9 +20,21 @@ use crate::store::{PutMode, StoreHandle};
 /// forward at most this many versions at a time.
 const MAX_ROLL_FORWARD: u64 = 64;
 
+/// A base read longer ago than this (an append that uploaded for a long
+/// time, say) is read again before a commit attempt builds on it. Vacuum
+/// removes no manifest younger than its `min_age` (1 hour by default), so
+/// an attempt never builds on a version whose successor vacuum removed
+/// (which would let it create that name again, below the latest).
+pub const MAX_BASE_AGE: Duration = Duration::from_secs(300);
+
 /// Failed read-backs of a version whose manifest PUT's outcome is unclear
 /// before the commit gives up with `CommitUnknown`.
 const MAX_SETTLE_FAILURES: u32 = 5;
+
+/// PUTs in a row that fail without a clear answer (after object_store's own
+/// retries) before a commit, or a pointer update, stops trying: a store
+/// that keeps failing is not waited out for minutes.
+const MAX_UNCLEAR: u32 = 4;
 
 /// Compare-and-swap attempts to move the pointer forward before leaving it
 /// to the next commit.
@@ -95,6 +107,9 @@ pub struct Latest<M = TableManifest> {
     pointer: Option<(Option<String>, Option<String>)>,
     /// The version the pointer names (it may lag `manifest.version`).
     pointed: Option<u64>,
+    /// When this was read: a base older than [`MAX_BASE_AGE`] is read again
+    /// before a commit builds on it.
+    read_at: std::time::Instant,
 }
 
 /// What a commit did.
@@ -108,11 +123,12 @@ pub enum Outcome<M = TableManifest> {
 
 /// Read the pointer (with its ETag) and GET the manifest it names.
 ///
-/// With `roll_forward`, also look past the pointer (a HEAD per version) for
-/// versions whose writers died before moving it: writers do this after a
-/// lost race, so such a version never blocks them. Readers skip it: a
-/// version whose writer died unannounced becomes visible with the next
-/// commit, which rolls the pointer past it.
+/// A version is committed the moment its manifest exists, so the pointer
+/// may lag (its writer died, or its PUT failed). Readers (`roll_forward`
+/// false) HEAD the name after the pointed version together with the GET of
+/// the pointed manifest: 2 round trips (3 requests) when the pointer is
+/// current, and a HEAD per version more when it lags. Writers
+/// (`roll_forward`, after a lost race) HEAD forward before reading.
 ///
 /// `Ok(None)` if the table has no version at all.
 pub async fn latest_with(
@@ -138,7 +154,28 @@ pub async fn latest_of<M: Versioned>(
         Err(e) => return Err(e),
     };
     let mut version = pointed;
-    if roll_forward || pointed.is_none() {
+    if let (Some(v), false) = (pointed, roll_forward) {
+        // A reader: the pointed manifest, and at the same time a HEAD of
+        // the next name, since a version is committed the moment its
+        // manifest exists (its writer may have failed to move the pointer).
+        if let Some(next) = v.checked_add(1) {
+            let next_key = manifest_key(table, next);
+            let (got, ahead) = futures::join!(
+                read_version_of::<M>(store, table, v),
+                store.try_head(&next_key)
+            );
+            if ahead?.is_none() {
+                return Ok(Some(Latest {
+                    manifest: pointed_manifest(got, table, v)?,
+                    pointer,
+                    pointed,
+                    read_at: std::time::Instant::now(),
+                }));
+            }
+            version = Some(next);
+        }
+    }
+    if version.is_none() || version != pointed || roll_forward {
         // A version exists from the moment its manifest does. (Without a
         // pointer, a first writer may have died before creating it.)
         for _ in 0..MAX_ROLL_FORWARD {
@@ -154,25 +191,33 @@ pub async fn latest_of<M: Versioned>(
     let Some(version) = version else {
         return Ok(None);
     };
-    let manifest = match read_version_of::<M>(store, table, version).await {
-        // The pointer names a version whose manifest is not there: the
-        // table is damaged (`NotFound` would say there is no table).
-        Err(Error::NotFound { .. }) if Some(version) == pointed => {
-            return Err(Error::ManifestCorrupted {
-                path: pointer_key(table),
-                reason: format!(
-                    "it names version {version}, whose manifest {} does not exist",
-                    manifest_key(table, version)
-                ),
-            })
-        }
-        other => other?,
+    let got = read_version_of::<M>(store, table, version).await;
+    let manifest = if Some(version) == pointed {
+        pointed_manifest(got, table, version)?
+    } else {
+        got?
     };
     Ok(Some(Latest {
         manifest,
         pointer,
         pointed,
+        read_at: std::time::Instant::now(),
     }))
+}
+
+/// The manifest the pointer names, as read: a missing one means the table
+/// is damaged (`NotFound` would say there is no table).
+fn pointed_manifest<M>(got: Result<M>, table: &str, version: u64) -> Result<M> {
+    match got {
+        Err(Error::NotFound { .. }) => Err(Error::ManifestCorrupted {
+            path: pointer_key(table),
+            reason: format!(
+                "it names version {version}, whose manifest {} does not exist",
+                manifest_key(table, version)
+            ),
+        }),
+        other => other,
+    }
 }
 
 /// [`latest`] of a table that must exist (`NotFound` otherwise), from a
@@ -183,7 +228,8 @@ pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
     })
 }
 
-/// [`latest_with`] as a reader: the pointer and its manifest, 2 GETs.
+/// [`latest_with`] as a reader: the pointer, its manifest and a HEAD of the
+/// next version name (2 GETs + 1 HEAD, in 2 round trips).
 pub async fn latest(store: &StoreHandle, table: &str) -> Result<Option<Latest>> {
     latest_with(store, table, false).await
 }
@@ -217,6 +263,7 @@ async fn advance_pointer<M>(
     let key = pointer_key(table);
     let body = Bytes::from(Pointer::new(table, version).to_json()?);
     let mut current = latest.and_then(|l| l.pointer.clone());
+    let mut unclear = 0u32;
     for _ in 0..MAX_POINTER_ATTEMPTS {
         let mode = match current.take() {
             Some((e_tag, v)) => PutMode::Update { e_tag, version: v },
@@ -224,7 +271,16 @@ async fn advance_pointer<M>(
         };
         match store.put(&key, body.clone(), mode).await {
             Ok(_) => return Ok(()),
-            Err(Error::Precondition { .. }) | Err(Error::AlreadyExists { .. }) => {
+            // A lost race, a retry of its own landed PUT, or a failure after
+            // which the PUT may have landed: read the pointer to find out.
+            Err(e)
+                if matches!(e, Error::Precondition { .. } | Error::AlreadyExists { .. })
+                    || (e.may_have_applied() && unclear < MAX_UNCLEAR) =>
+            {
+                if e.may_have_applied() {
+                    unclear += 1;
+                    tokio::time::sleep(Duration::from_millis(20 << unclear)).await;
+                }
                 let (raw, meta) = match store.get_with_meta(&key).await {
                     Ok(got) => got,
                     Err(Error::NotFound { .. }) => continue,
@@ -342,6 +398,7 @@ where
     // it landed: settled (read back) before anything else is tried.
     let mut pending: Option<(u64, String)> = None;
     let mut settle_failures = 0;
+    let mut unclear_puts = 0;
     let unknown = |why: String| Error::CommitUnknown {
         key: table.to_string(),
         reason: format!("{why} (this commit's id is {id:?}; a version with it is this commit)"),
@@ -375,8 +432,8 @@ where
             }
         }
         let base = match given.take() {
-            Some(b) => Some(b),
-            None => match latest_of::<M>(store, table, attempt > 1).await {
+            Some(b) if b.read_at.elapsed() < MAX_BASE_AGE => Some(b),
+            _ => match latest_of::<M>(store, table, attempt > 1).await {
                 Ok(b) => b,
                 Err(e) => match &pending {
                     Some((_, why)) => {
@@ -482,6 +539,19 @@ where
             }
             Err(e) if !e.may_have_applied() && pending.is_none() => return Err(e),
             Err(e) => {
+                unclear_puts += 1;
+                if unclear_puts >= MAX_UNCLEAR {
+                    // Stop trying: settle once more below, then give up.
+                    pending = Some((
+                        version,
+                        format!(
+                            "the manifest PUT of version {version} failed {unclear_puts} times without \
+                             a clear answer ({})",
+                            crate::error::chain(&e)
+                        ),
+                    ));
+                    break;
+                }
                 // The store may have applied the PUT: settle it next round.
                 pending = Some((
                     version,
@@ -648,9 +718,10 @@ mod tests {
                 PutMode::Create,
             ))
             .unwrap();
-            // Readers follow the pointer; writers look past it.
+            // Readers and writers alike look past the pointer: the version
+            // is committed since its manifest exists.
             let seen = rt.block_on(latest(&store, "t")).unwrap().unwrap();
-            assert_eq!((seen.manifest.version, seen.pointed), (0, Some(0)));
+            assert_eq!((seen.manifest.version, seen.pointed), (1, Some(0)));
             let seen = rt
                 .block_on(latest_with(&store, "t", true))
                 .unwrap()

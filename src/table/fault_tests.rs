@@ -116,7 +116,8 @@ impl ObjectStore for Faulty {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        match self.fault("GET", location) {
+        let method = if options.head { "HEAD" } else { "GET" };
+        match self.fault(method, location) {
             Some(_) => Err(transport_error()),
             None => self.inner.get_opts(location, options).await,
         }
@@ -279,4 +280,27 @@ fn a_read_back_that_fails_once_is_tried_again() {
     faults.rules.lock().unwrap().clear();
     assert_eq!(ids(&store, At::Latest, None), (0..20).collect::<Vec<_>>());
     assert_complete(&store);
+}
+
+#[test]
+fn a_manifest_put_that_keeps_failing_stops_soon_and_keeps_the_files() {
+    let (store, faults) = table();
+    faults.add("PUT", "manifest/v00000001", Fault::Fail, 1000);
+    let started = std::time::Instant::now();
+    let err = append_ids(&store, 10..20).unwrap_err();
+    assert!(matches!(err, Error::CommitUnknown { .. }), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    faults.rules.lock().unwrap().clear();
+    // Nothing landed, the uploads are still there (a manifest might have
+    // named them), and the next append commits once.
+    let data = crate::runtime::block_on(store.list("t/data", true))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        data.objects.len(),
+        2,
+        "the create's file and the kept upload"
+    );
+    assert_eq!(append_ids(&store, 10..20).unwrap(), 1);
+    assert_eq!(ids(&store, At::Latest, None), (0..20).collect::<Vec<_>>());
 }

@@ -140,7 +140,7 @@ class Pipeline:
         *sort_budget* is the memory (bytes) of each external sort (runs spill
         to local temporary files beyond it); *target_rows* the rows per
         key-range part. ``AlreadyExists`` if a pipeline is there, unless
-        *exist_ok*. Cost: 2 GETs + 2 PUTs.
+        *exist_ok*. Cost: 2 GETs + 1 HEAD + 2 PUTs.
         """
         opts = cls._options(sort_budget, target_rows, compression)
         store, handle = _native(store, storage_options)
@@ -175,7 +175,7 @@ class Pipeline:
         **storage_options: object,
     ) -> Pipeline:
         """Open the pipeline under *key* at its latest version (``NotFound``
-        if there is none). Cost: 2 GETs."""
+        if there is none). Cost: 2 GETs + 1 HEAD."""
         opts = cls._options(sort_budget, target_rows, compression)
         store, handle = _native(store, storage_options)
         key = _check_key(key)
@@ -343,7 +343,7 @@ class Pipeline:
         return int(self._manifest["version"])
 
     def refresh(self) -> int:
-        """Load the latest version (2 GETs); returns it."""
+        """Load the latest version (2 GETs + 1 HEAD); returns it."""
         return int(self._at(None)["version"])
 
     def read(self, name: str, version: int | None = None) -> pa.Table:
@@ -471,7 +471,7 @@ class Pipeline:
         the version did not land).
 
         Changes that hold no row and no key (``{}``, a ``Changes()`` or
-        empty tables) commit nothing and return the latest version (2 GETs),
+        empty tables) commit nothing and return the latest version (2 GETs + 1 HEAD),
         unless nodes are declared that the pipeline does not store yet:
         those are built from their sources, as a new version. Changes that
         do hold rows or keys commit a new version even where they change no

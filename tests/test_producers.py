@@ -390,7 +390,9 @@ def test_of_two_concurrent_updaters_one_wins_the_other_gets_commit_conflict(fast
     assert p.refresh() == 1
     assert p.read("t").column("k").to_pylist() == [2]
     # The loser's files are removed; vacuum finds nothing of it.
-    assert [k for k in p.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0)) if k.startswith("nodes/")] == []
+    assert [
+        k for k in p.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0)) if k.startswith("nodes/")
+    ] == []
     assert slow.update({"s": pa.table({"k": [1], "v": [1]})}) == 2
 
 

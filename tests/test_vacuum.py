@@ -178,9 +178,7 @@ def test_appends_racing_vacuum_above_the_floor_keep_every_row(racing_store: Stor
     exactly once, while vacuum keeps removing what aged past the floor."""
     t = Table.create(racing_store, "t", data=rows(0, 10))
     floor = datetime.timedelta(seconds=1)
-    committed, removed, _ = race(
-        racing_store, lambda: t.vacuum(retain=floor, min_age=floor, dry_run=False), seconds=4
-    )
+    committed, removed, _ = race(racing_store, lambda: t.vacuum(retain=floor, min_age=floor, dry_run=False), seconds=4)
     assert any(r for r in removed), "objects aged past the floor and went"
     t = Table.open(racing_store, "t")
     assert ids(t.to_arrow()) == sorted([*range(10), *committed])

@@ -115,10 +115,13 @@ fn the_version_the_pointer_names_and_every_later_one_survive_any_retention() {
     assert_eq!(ids(&store, At::Latest, None), (10..300).collect::<Vec<_>>());
 }
 
+/// What [`Hooked`] runs as a listing starts.
+type Hook = Box<dyn FnOnce(&InMemory) + Send>;
+
 /// An in-memory store that runs a hook once, as its first listing starts.
 struct Hooked {
     inner: Arc<InMemory>,
-    on_list: Mutex<Option<Box<dyn FnOnce(&InMemory) + Send>>>,
+    on_list: Mutex<Option<Hook>>,
 }
 
 impl fmt::Debug for Hooked {

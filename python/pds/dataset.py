@@ -813,8 +813,7 @@ class ParquetDatasetStore:
         """
         key = _check_key(key)
         if not self._store.exists(key):
-            self._store.delete_folder(key, recursive=True)  # raises the store's own NotFound
-            return
+            raise NotFound(f"no dataset folder at {key!r}", path=key)
         if self._native is not None:
             _core.delete_dataset(self._native, self._store.native_path(key))
             return

@@ -913,6 +913,62 @@ mod tests {
     }
 
     #[test]
+    fn delete_own_removes_the_dataset_and_no_nested_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path())
+            .unwrap()
+            .to_string();
+        let file = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
+        for store in [memory(), file] {
+            let rt = crate::runtime::get().unwrap();
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            // A dataset nested below it, as pds let users make them before.
+            write(&store, "src", 5, None, None).unwrap();
+            for o in rt.block_on(store.list("src", true)).unwrap().objects {
+                let to = o.key.replacen("src/", "ds/inner/", 1);
+                rt.block_on(store.copy(&o.key, &to, false)).unwrap();
+            }
+            let others = ["ds/t/_latest_manifest", "ds/notes.txt", "ds/WRITING"];
+            for k in others {
+                rt.block_on(store.put(k, Bytes::from_static(b"x"), PutMode::Create))
+                    .unwrap();
+            }
+            rt.block_on(delete_own(&store, "ds")).unwrap();
+            let left: Vec<String> = rt
+                .block_on(store.list("ds", true))
+                .unwrap()
+                .objects
+                .into_iter()
+                .map(|o| o.key)
+                .collect();
+            let mut expected = vec![
+                "ds/WRITING",
+                "ds/inner/_SUCCESS",
+                "ds/inner/data.parquet",
+                "ds/inner/manifest.json",
+                "ds/notes.txt",
+                "ds/t/_latest_manifest",
+            ];
+            expected.sort_unstable();
+            assert_eq!(left, expected, "{:?}", store.scheme());
+            assert!(
+                read_dataset(store.clone(), "ds/inner", ReadOptions::default(), true, 2).is_ok()
+            );
+        }
+        for (name, own) in [
+            ("_SUCCESS", true),
+            ("part-00003.parquet", true),
+            ("part-abc-00003.parquet", true),
+            ("data.parquet", true),
+            ("inner/data.parquet", false),
+            ("part-1/x.parquet", false),
+            ("notes.txt", false),
+        ] {
+            assert_eq!(is_own_object(name), own, "{name}");
+        }
+    }
+
+    #[test]
     fn write_then_read_multi_part() {
         let store = memory();
         let m = write(&store, "ds", 95, Some(20), None).unwrap();

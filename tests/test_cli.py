@@ -75,11 +75,11 @@ def test_verify_compact_vacuum(lake: str, tmp_path: Path) -> None:
     assert code == 0 and {r["status"] for r in json.loads(out)} == {"ok"}
     code, out = run("compact", lake, "events", "--min-deleted-fraction", "0.2", "--json")
     assert code == 0 and json.loads(out)["version"] == 2
-    code, out = run("vacuum", lake, "events", "--retain", "0s", "--json")
+    code, out = run("vacuum", lake, "events", "--retain", "0s", "--min-age", "0s", "--json")
     planned = json.loads(out)["would_remove"]
     assert "manifest/v00000000.json" in planned
     assert (tmp_path / "lake" / "events" / "manifest" / "v00000000.json").exists(), "dry run by default"
-    code, out = run("vacuum", lake, "events", "--retain", "0s", "--apply", "--json")
+    code, out = run("vacuum", lake, "events", "--retain", "0s", "--min-age", "0s", "--apply", "--json")
     assert json.loads(out)["removed"] == planned
     assert not (tmp_path / "lake" / "events" / "manifest" / "v00000000.json").exists()
     # A damaged file fails verify with exit code 1.

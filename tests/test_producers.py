@@ -390,7 +390,9 @@ def test_of_two_concurrent_updaters_one_wins_the_other_gets_commit_conflict(fast
     assert p.refresh() == 1
     assert p.read("t").column("k").to_pylist() == [2]
     # The loser's files are removed; vacuum finds nothing of it.
-    assert [k for k in p.vacuum(retain=datetime.timedelta(0)) if k.startswith("nodes/")] == []
+    assert [
+        k for k in p.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0)) if k.startswith("nodes/")
+    ] == []
     assert slow.update({"s": pa.table({"k": [1], "v": [1]})}) == 2
 
 
@@ -450,7 +452,7 @@ def test_a_crash_leaves_the_previous_version_intact_and_vacuum_removes_the_garba
             assert q.read("s").num_rows == 20500, "or the whole update landed"
     assert killed >= 1
     q = Pipeline.open(url, "p", **options)
-    q.vacuum(retain=datetime.timedelta(0), dry_run=False)
+    q.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False)
     # What remains is exactly what the retained version references.
     m = json.loads(store.read_bytes(f"p/manifest/v{q.version:08d}.json"))
     referenced = {
@@ -476,9 +478,9 @@ def test_vacuum_keeps_retained_versions_and_removes_older_ones(fast_store: Store
     for i in range(3):
         p.update({s.name: pa.table({"k": [1], "v": [i]})})
     assert p.vacuum() == [], "nothing older than 7 days"
-    doomed = p.vacuum(retain=datetime.timedelta(0))
+    doomed = p.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0))
     assert any(d.startswith("manifest/") for d in doomed) and all(not d.startswith("_latest") for d in doomed)
-    assert p.vacuum(retain=datetime.timedelta(0), dry_run=False) == doomed
+    assert p.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False) == doomed
     assert p.read("s").to_pylist() == [{"k": 1, "v": 2}]
     with pytest.raises(NotFound):
         p.read("s", version=1)

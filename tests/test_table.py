@@ -380,12 +380,12 @@ def test_vacuum_removes_only_what_no_retained_version_needs(fast_store: Store) -
     fast_store.write("t/data/part-orphan-00000.parquet", b"PAR1 unfinished")
     t.compact(min_deleted_fraction=0.1)
     assert t.vacuum() == [], "nothing is older than 7 days"
-    planned = t.vacuum(retain=datetime.timedelta(0))
+    planned = t.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0))
     assert "data/part-orphan-00000.parquet" in planned
     assert any(p.startswith("manifest/v0000000") for p in planned)
     assert any(p.startswith("tombstone/") for p in planned)
     assert all(k in _keys(fast_store, "t") for k in planned), "dry run removes nothing"
-    removed = t.vacuum(retain=datetime.timedelta(0), dry_run=False)
+    removed = t.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False)
     assert removed == planned
     keys = _keys(fast_store, "t")
     assert not keys & set(removed)

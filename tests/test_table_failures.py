@@ -141,7 +141,7 @@ def test_sigkill_at_random_moments_leaves_a_committed_version_and_vacuumable_gar
     # What the killed writers left is garbage that vacuum removes.
     t = Table.open(url, "t", **options)
     expected = _content(t)
-    t.vacuum(retain=datetime.timedelta(0), dry_run=False)
+    t.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False)
     store = pds.open_store(url, **options)
     keys = {str(f.path).split("/", 1)[1] for f in store.list_files("t", recursive=True)}
     m = json.loads(store.read_bytes(f"t/manifest/v{t.version:08d}.json"))

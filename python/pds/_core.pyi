@@ -190,6 +190,12 @@ def scan_part(
 def part_row_groups(store: RustStore, key: str) -> list[int]:
     """Row count of each row group of a part (HEAD + footer). Raises remote_store.NotFound."""
 
+def delete_dataset(store: RustStore, key: str) -> None:
+    """Delete the dataset's own objects (``_SUCCESS`` first and last, ``manifest.json``,
+    ``_WRITING``, ``data.parquet``, ``part-*.parquet``; on file:// their staging files and
+    the folder if left empty), never anything in a sub-folder. Cost: 1 one-level LIST,
+    a DELETE per object (batched where the store can), 2 for ``_SUCCESS``."""
+
 def read_schema(store: RustStore, key: str) -> pa.Schema:
     """The schema from the manifest, else from the first part's footer."""
 
@@ -306,8 +312,16 @@ def table_compact(
     """Compact: (manifest JSON, committed, files removed, files added).
     PartCorrupted (itself, not wrapped) if a file to rewrite is damaged."""
 
-def table_vacuum(store: RustStore, key: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
-    """Keys (relative to the table) removed, or with dry_run to be removed."""
+def table_vacuum(
+    store: RustStore, key: str, *, retain_seconds: float, min_age_seconds: float, keep_versions: bool, dry_run: bool
+) -> list[str]:
+    """Keys (relative to the table) removed, or with dry_run to be removed (see ``Table.vacuum``).
+
+    Only the table's own layout is touched (``data/``, ``tombstone/``, ``manifest/``,
+    ``_latest_manifest``), never a nested key. ValueError, before any I/O, for a negative
+    or non-finite duration or *retain_seconds* below *min_age_seconds*; a duration too
+    long to hold is clamped (nothing is that old). Cost: 1 LIST, 2 GETs and a HEAD for
+    the latest version, a GET per other retained manifest, a DELETE per object removed."""
 
 def table_write_files(
     store: RustStore,
@@ -380,8 +394,11 @@ def pipeline_version(store: RustStore, root: str, version: int) -> str:
 def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest: str) -> str:
     """Commit *manifest* as the version after *expected*: CommitConflict if another won."""
 
-def pipeline_vacuum(store: RustStore, root: str, *, retain_seconds: float, dry_run: bool) -> list[str]:
-    """Keys (relative to the pipeline) removed, or with dry_run to be removed."""
+def pipeline_vacuum(
+    store: RustStore, root: str, *, retain_seconds: float, min_age_seconds: float, keep_versions: bool, dry_run: bool
+) -> list[str]:
+    """Keys (relative to the pipeline) removed, or with dry_run to be removed (see
+    ``Pipeline.vacuum``; the arguments, errors and costs are ``table_vacuum``'s)."""
 
 @final
 class StageRun:

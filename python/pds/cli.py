@@ -8,7 +8,8 @@
     pds scan URL KEY [--columns a,b] [--filter 'id >= 5'] [--limit N]
     pds verify URL KEY                  every file's SHA-256 against its manifest
     pds compact URL KEY                 rewrite thinned and small files
-    pds vacuum URL KEY [--retain 7d] [--apply]   dry run unless --apply
+    pds vacuum URL KEY [--retain 7d] [--min-age 1h] [--keep-versions] [--apply]
+                                        a table's or pipeline's garbage; dry run unless --apply
 
 Storage options come from ``--option key=value`` (repeatable) and, for S3,
 the ``AWS_*`` environment variables. ``--json`` prints machine-readable
@@ -34,6 +35,7 @@ from rich.table import Table as RichTable
 
 from pds.backend import open_store
 from pds.dataset import ParquetDatasetStore
+from pds.producers.pipeline import Pipeline
 from pds.table import MAX_VERSION, Table, is_table
 
 __all__ = ["main"]
@@ -83,7 +85,10 @@ def parse_duration(text: str) -> datetime.timedelta:
         raise click.BadParameter(f"expected a number and s, m, h, d or w (e.g. 7d), got {text!r}")
     n, unit = float(m.group(1)), m.group(2)
     name = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[unit]
-    return datetime.timedelta(**{name: n})
+    try:
+        return datetime.timedelta(**{name: n})
+    except OverflowError:
+        raise click.BadParameter(f"{text!r} is longer than a duration can be (999999999 days)") from None
 
 
 class _Context:
@@ -387,18 +392,65 @@ def compact(
 @_url
 @_key
 @click.option("--retain", default="7d", show_default=True, help="Keep versions this recent: 30m, 12h, 7d, 2w.")
+@click.option(
+    "--min-age",
+    default="1h",
+    show_default=True,
+    help="Never remove an object younger than this (writers in flight); at most --retain. "
+    "Lower it only when no writer can be running.",
+)
+@click.option(
+    "--keep-versions",
+    is_flag=True,
+    help="Keep every version readable: remove only objects no version references (failed or killed writes).",
+)
 @click.option("--apply", is_flag=True, help="Delete; without it, only list what would go.")
 @_common
 @_errors
-def vacuum(url: str, key: str, retain: str, apply: bool, options: tuple[str, ...], as_json: bool) -> None:
-    """Remove what no retained version of a table needs (dry run unless --apply)."""
+def vacuum(
+    url: str,
+    key: str,
+    retain: str,
+    min_age: str,
+    keep_versions: bool,
+    apply: bool,
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Remove what no retained version of a table or pipeline needs (dry run unless --apply).
+
+    \b
+    Retained whatever --retain is: the latest version, the one the pointer
+    names and any above them; then versions created within --retain and the
+    newest one before. Each keeps its manifest and every file it references.
+    Removed: files of failed or killed writes, manifests of versions past the
+    window and the files only they referenced (with --keep-versions, only
+    files no version references). Only the key's own layout is touched
+    (a table's data/, tombstone/, manifest/, _latest_manifest; a pipeline's
+    nodes/*/{content,mappings,update}/, manifest/, _latest_manifest), never
+    a dataset, table or pipeline stored under KEY. Nothing younger than
+    --min-age goes.
+    """
+    window, floor = parse_duration(retain), parse_duration(min_age)
     ctx = _Context(url, _options(options), as_json)
-    keys = Table.open(ctx.store, key).vacuum(retain=parse_duration(retain), dry_run=not apply)
+    target = _collectable(ctx.store, key)
+    keys = target.vacuum(retain=window, dry_run=not apply, keep_versions=keep_versions, min_age=floor)
     if as_json:
         ctx.emit({"applied": apply, "removed" if apply else "would_remove": keys})
         return
     verb = "removed" if apply else "would remove (dry run; --apply to delete)"
     ctx.emit([{"key": k} for k in keys] or f"nothing to remove ({key})", title=f"{len(keys)} objects {verb}")
+
+
+def _collectable(store: Store, key: str) -> Table | Pipeline:
+    """The table or pipeline at *key*, told apart by its latest manifest's ``format``."""
+    try:
+        pointer = json.loads(store.read_bytes(f"{key.strip('/')}/_latest_manifest"))
+        latest = json.loads(store.read_bytes(f"{key.strip('/')}/{pointer['manifest']}"))
+        is_pipeline = str(latest.get("format", "")).startswith("pds-pipeline/")
+    except (RemoteStoreError, ValueError, TypeError, KeyError, AttributeError):
+        is_pipeline = False  # Table.open reports what is wrong
+    return Pipeline.open(store, key) if is_pipeline else Table.open(store, key)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -793,27 +793,38 @@ class ParquetDatasetStore:
         return self._store.exists(f"{key}/{_SUCCESS}")
 
     def delete_dataset(self, key: str) -> None:
-        """Remove every file under *key* via ``store.delete_folder(key, recursive=True)`` (PDS-010).
+        """Remove the dataset under *key*: its own files only (PDS-010).
 
-        ``_SUCCESS`` goes first, so a reader racing the delete (or a delete
-        killed half-way) sees ``DatasetIncomplete``, never a committed
-        dataset with files missing; and last again, in case a writer
-        committed while the folder was being deleted. A killed writer's
-        ``_WRITING`` claim goes too, and on ``file://`` the staging files
-        of killed writes.
+        Those are the files of the dataset layout directly under *key*:
+        ``_SUCCESS``, ``manifest.json``, a writer's ``_WRITING`` claim,
+        ``data.parquet`` and ``part-*.parquet``. Nothing in a sub-folder is
+        touched (a dataset, table or pipeline stored below *key* stays), nor
+        any other file. ``_SUCCESS`` goes first, so a reader racing the
+        delete (or a delete killed half-way) sees ``DatasetIncomplete``,
+        never a committed dataset with files missing; and last again, in
+        case a writer committed while the files were being deleted. On
+        ``file://`` the staging files of killed writes go too, and the
+        folder if it is left empty.
 
         Raises:
             NotFound: the dataset folder does not exist.
+
+        Cost: one LIST of *key*'s folder (one level), a DELETE per file.
         """
         key = _check_key(key)
         if not self._store.exists(key):
-            self._store.delete_folder(key, recursive=True)  # raises the store's own NotFound
+            raise NotFound(f"no dataset folder at {key!r}", path=key)
+        if self._native is not None:
+            _core.delete_dataset(self._native, self._store.native_path(key))
             return
         self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
-        self._store.delete_folder(key, recursive=True, missing_ok=True)
-        # A writer that committed while the folder was being deleted left a
+        for f in list(self._store.list_files(key)):
+            if _own_file(f.name) and f.name != _SUCCESS:
+                self._store.delete(f"{key}/{f.name}", missing_ok=True)
+        # A writer that committed while the files were being deleted left a
         # _SUCCESS over files this delete may have removed: withdraw it.
         self._store.delete(f"{key}/{_SUCCESS}", missing_ok=True)
+        self._remove_empty_folder(key)
 
     def to_pyarrow_dataset(self, key: str) -> pads.Dataset:
         """The committed dataset under *key* as a ``pyarrow.dataset.Dataset``,
@@ -863,6 +874,13 @@ def _check_row_count(manifest: DatasetManifest, rows: int, key: str) -> None:
     if rows != manifest.row_count:
         reason = f"row_count is {manifest.row_count}, but the parts hold {rows} rows"
         raise ManifestCorrupted(f"Manifest of {key!r} is corrupted: {reason}", path=f"{key}/{_MANIFEST}", reason=reason)
+
+
+def _own_file(name: str) -> bool:
+    """Whether *name*, directly under a dataset key, is one of the dataset's own files."""
+    return name in (_SUCCESS, _MANIFEST, _WRITING, "data.parquet") or (
+        name.startswith("part-") and name.endswith(".parquet")
+    )
 
 
 def _now_iso() -> str:

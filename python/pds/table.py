@@ -84,6 +84,35 @@ def is_table(store: Store, key: str) -> bool:
     return bool(store.exists(f"{key}/_latest_manifest") or store.exists(f"{key}/manifest/v00000000.json"))
 
 
+MIN_AGE = datetime.timedelta(hours=1)
+"""Vacuum's default floor: no object younger than this is removed."""
+
+
+def vacuum_args(retain: object, dry_run: object, keep_versions: object, min_age: object) -> dict[str, Any]:
+    """Check vacuum's arguments (before any I/O) and convert them for ``_core``."""
+    if not isinstance(retain, datetime.timedelta):
+        raise TypeError(f"retain must be a datetime.timedelta, got {type(retain).__name__}")
+    if not isinstance(min_age, datetime.timedelta):
+        raise TypeError(f"min_age must be a datetime.timedelta, got {type(min_age).__name__}")
+    for name, value in (("dry_run", dry_run), ("keep_versions", keep_versions)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if min_age < datetime.timedelta(0):
+        raise ValueError(f"min_age must not be negative, got {min_age!r}")
+    if retain < min_age:
+        raise ValueError(
+            f"retain ({retain}) must not be shorter than min_age ({min_age}): no object younger than "
+            "min_age is ever removed, so that writers in flight keep their files; pass a smaller "
+            "min_age explicitly if no writer can be running"
+        )
+    return {
+        "retain_seconds": retain.total_seconds(),
+        "min_age_seconds": min_age.total_seconds(),
+        "keep_versions": keep_versions,
+        "dry_run": dry_run,
+    }
+
+
 def _schema_of(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
@@ -598,25 +627,66 @@ class Table:
         self._manifest = json.loads(text)
         return self.version
 
-    def vacuum(self, retain: datetime.timedelta = datetime.timedelta(days=7), dry_run: bool = True) -> list[str]:
-        """Remove what no retained version references, once it is older than
-        *retain*: data files of crashed writers, manifests of versions past
-        the window, tombstones and files a compaction replaced. Retained: the
-        latest version, every version created within *retain*, and the
-        newest one before the window (so ``as_of`` anywhere in the window
-        reads). Objects younger than *retain* always stay, so a writer still
-        uploading is never robbed. Returns the keys (relative to the table)
-        removed, or with ``dry_run=True`` (the default) to be removed.
+    def vacuum(
+        self,
+        retain: datetime.timedelta = datetime.timedelta(days=7),
+        dry_run: bool = True,
+        *,
+        keep_versions: bool = False,
+        min_age: datetime.timedelta = MIN_AGE,
+    ) -> list[str]:
+        """Remove the objects of this table that no retained version
+        references, once they are older than *retain*. Returns the keys
+        (relative to the table) removed, or with ``dry_run=True`` (the
+        default) the keys that would be.
 
-        Versions past the window can no longer be read afterwards.
+        Retained, whatever *retain* is: the latest version, the version the
+        pointer names, and every version numbered above them (commits in
+        flight); then every version created within *retain*, and the newest
+        one before it (so ``as_of`` anywhere in the window reads). Each
+        retained version keeps its manifest and every data file and
+        tombstone it references.
 
-        Cost: 1 LIST of the table key, a GET per retained manifest, then a
-        DELETE per object removed.
+        Removed by default: the data files and tombstones of writes that
+        failed or were killed before they committed; the manifests of
+        versions past the window (they can no longer be read: ``NotFound``),
+        and the data files and tombstones only they referenced (what a
+        compaction or an overwrite replaced). With ``keep_versions=True``,
+        every version is kept readable, and only objects that no version
+        references at all go: the garbage of failed or killed writes.
+
+        Only this table's own objects are touched: ``data/``,
+        ``tombstone/``, ``manifest/`` and ``_latest_manifest``, never a
+        dataset, table or pipeline stored under its key (``events/archive``),
+        nor any other object. On ``file://``, the staging files of killed
+        uploads there go too.
+
+        Writers in flight: a writer's files exist before the version that
+        references them. No object younger than *min_age* (default 1 hour)
+        is ever removed, so a writer that commits within *min_age* of its
+        first upload never loses a file. Lower *min_age* (down to 0) only
+        when no writer can be running: a file of a write in flight that
+        vacuum removes leaves its version unreadable.
+
+        Args:
+            retain: How far back versions stay readable, and how old an
+                unreferenced object must be to go. At least *min_age*; a
+                window longer than the table's history removes nothing.
+            dry_run: Only list what would go.
+            keep_versions: Keep every version; remove only unreferenced
+                objects.
+            min_age: The age below which nothing is removed (0 or more).
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: a negative *min_age*, or *retain* shorter than
+                *min_age*; before any I/O.
+            remote_store.NotFound: no table at the key.
+
+        Cost: 1 LIST of the table key, the latest version (2 GETs, plus a
+        HEAD per version past the pointer), a GET per other retained
+        manifest (none if nothing is old enough to go; every manifest with
+        *keep_versions*), then a DELETE per object removed.
         """
-        if not isinstance(retain, datetime.timedelta):
-            raise TypeError(f"retain must be a datetime.timedelta, got {type(retain).__name__}")
-        if retain < datetime.timedelta(0):
-            raise ValueError("retain must not be negative")
-        return list(
-            _core.table_vacuum(self._native, self._path, retain_seconds=retain.total_seconds(), dry_run=bool(dry_run))
-        )
+        args = vacuum_args(retain, dry_run, keep_versions, min_age)
+        return list(_core.table_vacuum(self._native, self._path, **args))

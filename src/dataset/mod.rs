@@ -602,6 +602,47 @@ pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest)
     Ok(())
 }
 
+/// Whether `name`, directly under a dataset key, is one of the dataset's
+/// own objects: the commit marker, the manifest, the writer's claim, and
+/// the parts (`data.parquet`, `part-*.parquet`). Anything else, and
+/// anything in a sub-folder (another dataset, table or pipeline), is not.
+pub fn is_own_object(name: &str) -> bool {
+    matches!(name, SUCCESS | MANIFEST | WRITING | "data.parquet")
+        || (name.starts_with("part-") && name.ends_with(".parquet") && !name.contains('/'))
+}
+
+/// Delete the dataset at `dataset_key`: its own objects only (see
+/// [`is_own_object`]), never a key nested below it. `_SUCCESS` goes first,
+/// so that a reader racing the delete sees `DatasetIncomplete`, never a
+/// dataset with parts missing, and again last, in case a writer committed
+/// meanwhile. On `file://`, the staging files of its killed uploads go too,
+/// and the folder if it is left empty.
+///
+/// Cost: 1 LIST (one level), 1 DELETE per object (batched where the store
+/// can), 2 more for `_SUCCESS`.
+pub async fn delete_own(store: &StoreHandle, dataset_key: &str) -> Result<()> {
+    crate::store::keys::object_segments(dataset_key)?;
+    let marker = child_key(dataset_key, SUCCESS);
+    store.delete(&marker).await?;
+    let listing = store.list(dataset_key, false).await?;
+    let root = format!("{}/", dataset_key.trim_end_matches('/'));
+    let own: Vec<String> = listing
+        .objects
+        .iter()
+        .filter(|o| {
+            o.key
+                .strip_prefix(&root)
+                .is_some_and(|name| is_own_object(name) && name != SUCCESS)
+        })
+        .map(|o| o.key.clone())
+        .collect();
+    store.delete_many(&own).await?;
+    store.delete(&marker).await?;
+    let owns = |rel: &str, folder: bool| !folder && is_own_object(rel);
+    store.remove_staging(dataset_key, None, owns, true).await?;
+    Ok(())
+}
+
 /// Read and validate `manifest.json`. `NotFound` if it is absent.
 pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Manifest> {
     let key = child_key(dataset_key, MANIFEST);
@@ -869,6 +910,62 @@ mod tests {
 
     fn memory() -> Arc<StoreHandle> {
         Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap())
+    }
+
+    #[test]
+    fn delete_own_removes_the_dataset_and_no_nested_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path())
+            .unwrap()
+            .to_string();
+        let file = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
+        for store in [memory(), file] {
+            let rt = crate::runtime::get().unwrap();
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            // A dataset nested below it, as pds let users make them before.
+            write(&store, "src", 5, None, None).unwrap();
+            for o in rt.block_on(store.list("src", true)).unwrap().objects {
+                let to = o.key.replacen("src/", "ds/inner/", 1);
+                rt.block_on(store.copy(&o.key, &to, false)).unwrap();
+            }
+            let others = ["ds/t/_latest_manifest", "ds/notes.txt", "ds/WRITING"];
+            for k in others {
+                rt.block_on(store.put(k, Bytes::from_static(b"x"), PutMode::Create))
+                    .unwrap();
+            }
+            rt.block_on(delete_own(&store, "ds")).unwrap();
+            let left: Vec<String> = rt
+                .block_on(store.list("ds", true))
+                .unwrap()
+                .objects
+                .into_iter()
+                .map(|o| o.key)
+                .collect();
+            let mut expected = vec![
+                "ds/WRITING",
+                "ds/inner/_SUCCESS",
+                "ds/inner/data.parquet",
+                "ds/inner/manifest.json",
+                "ds/notes.txt",
+                "ds/t/_latest_manifest",
+            ];
+            expected.sort_unstable();
+            assert_eq!(left, expected, "{:?}", store.scheme());
+            assert!(
+                read_dataset(store.clone(), "ds/inner", ReadOptions::default(), true, 2).is_ok()
+            );
+        }
+        for (name, own) in [
+            ("_SUCCESS", true),
+            ("part-00003.parquet", true),
+            ("part-abc-00003.parquet", true),
+            ("data.parquet", true),
+            ("inner/data.parquet", false),
+            ("part-1/x.parquet", false),
+            ("notes.txt", false),
+        ] {
+            assert_eq!(is_own_object(name), own, "{name}");
+        }
     }
 
     #[test]

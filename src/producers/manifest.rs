@@ -203,6 +203,16 @@ impl Versioned for PipelineManifest {
 }
 
 impl Collectable for PipelineManifest {
+    /// The pointer, the manifests, and each node's parts (see `run` and
+    /// `source`: `nodes/<node>/{content,mappings,update}/<part>`).
+    const LAYOUT: &'static [&'static str] = &[
+        crate::table::POINTER,
+        "manifest/*",
+        "nodes/*/content/*",
+        "nodes/*/mappings/*",
+        "nodes/*/update/*",
+    ];
+
     fn created(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         chrono::DateTime::from_timestamp_millis(self.timestamp_ms)
     }

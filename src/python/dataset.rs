@@ -218,6 +218,17 @@ pub fn part_row_groups(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResu
     })
 }
 
+/// Delete the dataset at `key`: its own objects only, never a key nested
+/// below it (see `crate::dataset::delete_own`).
+#[pyfunction]
+pub fn delete_dataset(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<()> {
+    let handle = store.inner.clone();
+    super::run(
+        py,
+        async move { crate::dataset::delete_own(&handle, key).await },
+    )
+}
+
 /// Open a scan with the GIL released; hand it to Python as a
 /// `pyarrow.RecordBatchReader` over a [`super::stream::PyBatchStream`], so
 /// that an error mid-stream arrives as its documented exception class

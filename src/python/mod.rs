@@ -65,6 +65,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::scan_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::scan_part, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::part_row_groups, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::delete_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(parts::decode_parts, m)?)?;
     m.add_function(wrap_pyfunction!(parts::codecs, m)?)?;
     m.add_function(wrap_pyfunction!(parts::part_schema, m)?)?;

@@ -236,28 +236,30 @@ pub fn pipeline_commit(
 
 /// Remove what no retained version references (see `table_vacuum`).
 #[pyfunction]
-#[pyo3(signature = (store, root, *, retain_seconds, dry_run))]
+#[pyo3(signature = (store, root, *, retain_seconds, min_age_seconds, keep_versions, dry_run))]
 pub fn pipeline_vacuum(
     py: Python<'_>,
     store: &PyRustStore,
     root: &str,
     retain_seconds: f64,
+    min_age_seconds: f64,
+    keep_versions: bool,
     dry_run: bool,
 ) -> PyResult<Vec<String>> {
-    if !retain_seconds.is_finite() || retain_seconds < 0.0 {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "retain must be a finite, non-negative duration",
-        ));
-    }
+    let opts = crate::table::vacuum::VacuumOptions::from_seconds(
+        retain_seconds,
+        min_age_seconds,
+        keep_versions,
+        dry_run,
+    )
+    .py_err()?;
     let handle = store.inner.clone();
     let root = root.to_string();
-    let retain = chrono::Duration::milliseconds((retain_seconds * 1000.0) as i64);
     let v = super::run(py, async move {
         crate::table::vacuum::vacuum_of::<PipelineManifest>(
             &handle,
             &root,
-            retain,
-            dry_run,
+            &opts,
             chrono::Utc::now(),
         )
         .await

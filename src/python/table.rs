@@ -257,24 +257,29 @@ pub fn table_compact(
 }
 
 /// Vacuum: the keys (relative to the table) removed, or to remove.
+/// `ValueError` for a negative or non-finite duration, or `retain` below
+/// `min_age`, before any I/O; a duration too long to hold is clamped.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, retain_seconds, dry_run))]
+#[pyo3(signature = (store, key, *, retain_seconds, min_age_seconds, keep_versions, dry_run))]
 pub fn table_vacuum(
     py: Python<'_>,
     store: &PyRustStore,
     key: String,
     retain_seconds: f64,
+    min_age_seconds: f64,
+    keep_versions: bool,
     dry_run: bool,
 ) -> PyResult<Vec<String>> {
-    if !retain_seconds.is_finite() || retain_seconds < 0.0 {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "retain must be a non-negative timedelta",
-        ));
-    }
-    let retain = chrono::Duration::milliseconds((retain_seconds * 1000.0) as i64);
+    let opts = crate::table::vacuum::VacuumOptions::from_seconds(
+        retain_seconds,
+        min_age_seconds,
+        keep_versions,
+        dry_run,
+    )
+    .py_err()?;
     let handle = store.inner.clone();
     let v = super::run(py, async move {
-        crate::table::vacuum::vacuum(&handle, &key, retain, dry_run, chrono::Utc::now()).await
+        crate::table::vacuum::vacuum(&handle, &key, &opts, chrono::Utc::now()).await
     })?;
     Ok(v.removed)
 }

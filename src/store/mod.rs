@@ -5,7 +5,7 @@
 pub mod config;
 pub mod keys;
 mod local_cas;
-mod local_leftovers;
+pub mod local_leftovers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -343,29 +343,33 @@ impl StoreHandle {
     }
 
     /// On `file://`, remove the staging files of killed writes below the
-    /// folder `key` older than `older_than` (see [`local_leftovers`]); returns
-    /// their keys (with the `#<digits>` suffix). Nothing elsewhere.
+    /// folder `key` older than `older_than` (all if `None`), of the objects
+    /// and folders `owns` accepts (names relative to `key`; see
+    /// [`local_leftovers`]), and the folder `key` itself if `remove_dir` and
+    /// it is left empty. Returns their keys (with the `#<digits>` suffix).
+    /// Nothing elsewhere, and nothing at all on other stores (their uploads
+    /// leave no files).
     pub async fn remove_staging(
         &self,
         key: &str,
-        older_than: std::time::SystemTime,
+        older_than: Option<std::time::SystemTime>,
+        owns: impl local_leftovers::Owns,
+        remove_dir: bool,
     ) -> Result<Vec<String>> {
         let (Some(fs), Some(prefix)) = (&self.built.local, self.prefix_path(key)?) else {
             return Ok(Vec::new());
         };
         let dir = fs.path_to_filesystem(&prefix)?;
-        let base = dir.clone();
         let removed = tokio::task::spawn_blocking(move || {
-            local_leftovers::remove_staging(&dir, Some(older_than))
+            local_leftovers::remove_staging(&dir, older_than, owns, remove_dir)
         })
         .await??;
         let key = keys::segments(key)?.join("/");
         Ok(removed
-            .iter()
-            .filter_map(|p| p.strip_prefix(&base).ok())
-            .map(|p| {
-                let rel = p.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/");
-                format!("{key}/{rel}")
+            .into_iter()
+            .map(|rel| match key.is_empty() {
+                true => rel,
+                false => format!("{key}/{rel}"),
             })
             .collect())
     }

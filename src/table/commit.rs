@@ -112,6 +112,14 @@ pub struct Latest<M = TableManifest> {
     read_at: std::time::Instant,
 }
 
+impl<M> Latest<M> {
+    /// The version the pointer named when it was read (`None`: no pointer
+    /// yet); it may lag `manifest`'s.
+    pub fn pointed(&self) -> Option<u64> {
+        self.pointed
+    }
+}
+
 /// What a commit did.
 #[derive(Debug, Clone)]
 pub enum Outcome<M = TableManifest> {

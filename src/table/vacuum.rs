@@ -1,14 +1,30 @@
 //! GC: removing what no retained version needs.
 //!
-//! A version is retained if it is the latest, if it was created within the
-//! retention window, or if it is the newest version created before the
-//! window (so that `as_of` any time within the window still reads). Every
-//! object under the table key that a retained version references is kept,
-//! and so is the pointer. Any other object is removed once it is older than
-//! the window: data files of writers that crashed before committing, the
-//! manifests of versions past the window, and tombstones a compaction
-//! coalesced. Objects younger than the window are kept whatever they are,
-//! so a writer still uploading is never robbed of its files.
+//! **What is retained.** The latest version, the version the pointer names,
+//! every version numbered above either (a commit in flight, or a writer that
+//! died before moving the pointer), every version created within the
+//! retention window, and the newest version created before the window (so
+//! that `as_of` any time within the window still reads). With
+//! `keep_versions`, every version. A retained version keeps its manifest
+//! and every object it references.
+//!
+//! **What is removed.** Objects of the key's own layout ([`Collectable::LAYOUT`])
+//! that no retained version references and that are older than the window:
+//! data files of writers that crashed or lost their race, manifests of
+//! versions past the window (not with `keep_versions`), and files and
+//! tombstones a compaction replaced once no retained version needs them. On
+//! `file://`, also the staging files of killed uploads in that layout.
+//! Objects of another layout below the key, and everything below a nested
+//! key (a folder holding `_SUCCESS`, `_WRITING`, `manifest.json`,
+//! `_latest_manifest` or `manifest/vN.json`), are never touched.
+//!
+//! **Writers in flight.** A writer uploads its files before it commits the
+//! manifest that references them, so for a while they look like garbage. No
+//! object younger than `min_age` (1 hour by default) is ever removed, and the
+//! window may not be shorter than it: a writer that commits within
+//! `min_age` of its first upload never loses a file. The store is LISTed
+//! before the latest version is read, so every manifest the listing shows is
+//! one the read version knows or one numbered above it, which is kept.
 //!
 //! A version past the window can no longer be read (`NotFound`); versions
 //! within it read as before.
@@ -28,19 +44,110 @@ use crate::store::StoreHandle;
 pub struct Vacuumed {
     /// Keys relative to the table key, sorted: removed, or (dry run) to remove.
     pub removed: Vec<String>,
-    /// Versions whose objects were kept.
+    /// Versions whose objects were kept (those it had to read: none if
+    /// nothing was old enough to remove).
     pub retained: Vec<u64>,
 }
 
-/// A versioned manifest vacuum can collect around: when it was created and
-/// which objects (relative to its key) it references.
+/// The floor under which no object is removed, unless lowered explicitly.
+pub const DEFAULT_MIN_AGE: Duration = Duration::hours(1);
+
+/// What a vacuum keeps and whether it deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VacuumOptions {
+    /// Versions created within this window stay readable; unreferenced
+    /// objects younger than it stay. At least `min_age`.
+    pub retain: Duration,
+    /// No object younger than this is removed (writers in flight).
+    pub min_age: Duration,
+    /// Keep every version: remove only objects no version references.
+    pub keep_versions: bool,
+    /// Only list what would be removed.
+    pub dry_run: bool,
+}
+
+impl Default for VacuumOptions {
+    fn default() -> Self {
+        Self {
+            retain: Duration::days(7),
+            min_age: DEFAULT_MIN_AGE,
+            keep_versions: false,
+            dry_run: true,
+        }
+    }
+}
+
+impl VacuumOptions {
+    /// Options from durations in seconds (a binding's). Any finite,
+    /// non-negative number of seconds is accepted: one beyond what a
+    /// duration holds is clamped (a window longer than the store's history
+    /// removes nothing). `InvalidArgument` for a negative or non-finite one,
+    /// or a `retain` below `min_age`.
+    pub fn from_seconds(
+        retain: f64,
+        min_age: f64,
+        keep_versions: bool,
+        dry_run: bool,
+    ) -> Result<Self> {
+        let opts = Self {
+            retain: seconds("retain", retain)?,
+            min_age: seconds("min_age", min_age)?,
+            keep_versions,
+            dry_run,
+        };
+        opts.check()?;
+        Ok(opts)
+    }
+
+    /// `InvalidArgument` unless `0 <= min_age <= retain`.
+    pub fn check(&self) -> Result<()> {
+        if self.min_age < Duration::zero() {
+            return Err(Error::InvalidArgument(
+                "min_age must not be negative".into(),
+            ));
+        }
+        if self.retain < self.min_age {
+            return Err(Error::InvalidArgument(format!(
+                "retain ({}s) must not be shorter than min_age ({}s), the age below which \
+                 no object is removed (writers in flight); lower min_age explicitly if no \
+                 writer can be running",
+                self.retain.num_seconds(),
+                self.min_age.num_seconds()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A duration of `secs` seconds, clamped to the longest one chrono holds.
+fn seconds(name: &str, secs: f64) -> Result<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(Error::InvalidArgument(format!(
+            "{name} must be a finite, non-negative duration, got {secs} s"
+        )));
+    }
+    // `as` saturates: anything past i64::MAX milliseconds becomes the max.
+    let ms = (secs * 1000.0).round() as i64;
+    Ok(Duration::try_milliseconds(ms).unwrap_or(Duration::MAX))
+}
+
+/// A versioned manifest vacuum can collect around: when it was created,
+/// which objects (relative to its key) it references, and which objects
+/// under its key are its kind's at all.
 pub trait Collectable: Versioned {
+    /// The objects this kind writes under its key, as `/`-separated
+    /// patterns in which `*` stands for any one segment. Nothing else under
+    /// the key is vacuum's to remove.
+    const LAYOUT: &'static [&'static str];
+
     fn created(&self) -> Option<DateTime<Utc>>;
     /// Add the objects this version needs, its own manifest included.
     fn references(&self, keep: &mut BTreeSet<String>);
 }
 
 impl Collectable for TableManifest {
+    const LAYOUT: &'static [&'static str] = &[POINTER, "manifest/*", "data/*", "tombstone/*"];
+
     fn created(&self) -> Option<DateTime<Utc>> {
         DateTime::parse_from_rfc3339(&self.created_at)
             .ok()
@@ -56,90 +163,146 @@ impl Collectable for TableManifest {
 
 /// The version a manifest object name stands for (`manifest/v00000012.json`).
 fn version_of(name: &str) -> Option<u64> {
-    name.strip_prefix("manifest/v")?
-        .strip_suffix(".json")?
-        .parse()
-        .ok()
+    let digits = name.strip_prefix("manifest/v")?.strip_suffix(".json")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Names that mark the folder holding them as a dataset, table or pipeline.
+const KEY_MARKERS: &[&str] = &["_SUCCESS", "_WRITING", "manifest.json", POINTER];
+
+/// Which names under a key belong to its own layout (see the module docs).
+#[derive(Debug, Clone)]
+struct Ownership {
+    layout: &'static [&'static str],
+    /// Folders (relative) that hold another dataset, table or pipeline.
+    nested: BTreeSet<String>,
+}
+
+impl Ownership {
+    /// The ownership of a key whose objects (relative names) are `names`.
+    fn new<'a>(layout: &'static [&'static str], names: impl Iterator<Item = &'a str>) -> Self {
+        let mut nested = BTreeSet::new();
+        for name in names {
+            let segs: Vec<&str> = name.split('/').collect();
+            let n = segs.len();
+            let root = if KEY_MARKERS.contains(&segs[n - 1]) {
+                Some(&segs[..n - 1])
+            } else if n >= 2 && version_of(&segs[n - 2..].join("/")).is_some() {
+                Some(&segs[..n - 2])
+            } else {
+                None
+            };
+            if let Some(root) = root.filter(|r| !r.is_empty()) {
+                nested.insert(root.join("/"));
+            }
+        }
+        Self { layout, nested }
+    }
+
+    /// Whether the object (or, with `folder`, the folder) `rel` is this
+    /// layout's: an object matching a pattern, or a folder on the way to
+    /// one; never anything in a nested key.
+    fn owns(&self, rel: &str, folder: bool) -> bool {
+        let inside = |root: &String| {
+            rel == root
+                || rel
+                    .strip_prefix(root.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        };
+        if self.nested.iter().any(inside) {
+            return false;
+        }
+        let segs: Vec<&str> = rel.split('/').collect();
+        self.layout.iter().any(|pattern| {
+            let pat: Vec<&str> = pattern.split('/').collect();
+            let fits = if folder {
+                segs.len() < pat.len()
+            } else {
+                segs.len() == pat.len()
+            };
+            fits && pat
+                .iter()
+                .zip(&segs)
+                .all(|(p, s)| !s.is_empty() && (*p == "*" || p == s))
+        })
+    }
 }
 
 /// Remove (or, with `dry_run`, list) what no retained version of `table`
-/// references and is older than `retain`.
+/// references and is older than the window (see the module docs).
 ///
-/// Cost: 1 LIST of the table key, a GET per manifest within the window (and
-/// the pointer's), then a DELETE per object removed.
+/// Cost: 1 LIST of the table key, the latest version (a GET of the pointer,
+/// a HEAD per version past it, a GET of its manifest), a GET per other
+/// retained manifest (none if nothing is old enough), then a DELETE per
+/// object removed (batched where the store can).
 pub async fn vacuum(
     store: &StoreHandle,
     table: &str,
-    retain: Duration,
-    dry_run: bool,
+    opts: &VacuumOptions,
     now: DateTime<Utc>,
 ) -> Result<Vacuumed> {
-    vacuum_of::<TableManifest>(store, table, retain, dry_run, now).await
+    vacuum_of::<TableManifest>(store, table, opts, now).await
 }
 
 /// [`vacuum`] for any [`Collectable`] manifest (a pipeline's, say).
 pub async fn vacuum_of<M: Collectable>(
     store: &StoreHandle,
     table: &str,
-    retain: Duration,
-    dry_run: bool,
+    opts: &VacuumOptions,
     now: DateTime<Utc>,
 ) -> Result<Vacuumed> {
-    if retain < Duration::zero() {
-        return Err(Error::InvalidArgument("retain must not be negative".into()));
-    }
+    opts.check()?;
+    // A window longer than the store's history: nothing is that old.
+    let cutoff = now
+        .checked_sub_signed(opts.retain)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let root = format!("{}/", table.trim_end_matches('/'));
+    // LIST before reading the latest version: any manifest listed is then
+    // either one the read version knows of or numbered above it.
+    let listing = store.list(table, true).await?;
     let Some(latest) = latest_of::<M>(store, table, true).await? else {
         return Err(Error::NotFound {
             path: table.to_string(),
         });
     };
-    let cutoff = now - retain;
-    let root = format!("{}/", table.trim_end_matches('/'));
-    let listing = store.list(table, true).await?;
-    let mut keep = BTreeSet::new();
-    keep.insert(POINTER.to_string());
-    latest.manifest.references(&mut keep);
-    let mut retained = vec![latest.manifest.version()];
-    // Manifests by version, newest first: keep those created within the
-    // window and the newest one before it.
-    let mut versions: Vec<u64> = listing
+    let objects: Vec<(&str, DateTime<Utc>)> = listing
         .objects
         .iter()
-        .filter_map(|o| version_of(o.key.strip_prefix(&root)?))
-        .filter(|v| *v < latest.manifest.version())
+        .filter_map(|o| Some((o.key.strip_prefix(&root)?, o.last_modified)))
         .collect();
-    versions.sort_unstable_by(|a, b| b.cmp(a));
-    if latest.manifest.created().is_none_or(|t| t < cutoff) {
-        versions.clear(); // The latest is what `as_of` the cutoff reads.
-    }
-    for v in versions {
-        let m = match read_version_of::<M>(store, table, v).await {
-            Ok(m) => m,
-            Err(Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        m.references(&mut keep);
-        retained.push(v);
-        if m.created().is_none_or(|t| t < cutoff) {
-            break; // The newest version before the window: older ones go.
-        }
-    }
-    let mut removed: Vec<String> = listing
-        .objects
+    let owner = Ownership::new(M::LAYOUT, objects.iter().map(|(rel, _)| *rel));
+    let candidates: Vec<&str> = objects
         .iter()
-        .filter(|o| o.last_modified < cutoff)
-        .filter_map(|o| o.key.strip_prefix(&root).map(str::to_string))
-        .filter(|rel| !keep.contains(rel))
+        .filter(|(rel, modified)| *modified < cutoff && owner.owns(rel, false))
+        .map(|(rel, _)| *rel)
         .collect();
+    let mut removed = Vec::new();
+    let mut retained = Vec::new();
+    if !candidates.is_empty() {
+        let keep =
+            retain::<M>(store, table, &latest, &objects, cutoff, opts, &mut retained).await?;
+        removed = candidates
+            .into_iter()
+            .filter(|rel| !keep.contains(*rel))
+            .map(str::to_string)
+            .collect();
+    }
     removed.sort();
-    if !dry_run && !removed.is_empty() {
+    if !opts.dry_run && !removed.is_empty() {
         let keys: Vec<String> = removed.iter().map(|r| format!("{root}{r}")).collect();
         store.delete_many(&keys).await?;
     }
-    if !dry_run {
+    if let (false, Some(older)) = (opts.dry_run, system_time(cutoff)) {
         // file:// only: staging files of killed uploads, which no LIST shows.
-        let older: std::time::SystemTime = cutoff.into();
-        for key in store.remove_staging(table, older).await? {
+        let sweep = owner.clone();
+        let owns = move |rel: &str, folder: bool| sweep.owns(rel, folder);
+        for key in store
+            .remove_staging(table, Some(older), owns, false)
+            .await?
+        {
             if let Some(rel) = key.strip_prefix(&root) {
                 removed.push(rel.to_string());
             }
@@ -149,3 +312,63 @@ pub async fn vacuum_of<M: Collectable>(
     retained.sort_unstable();
     Ok(Vacuumed { removed, retained })
 }
+
+/// Everything the retained versions need (see the module docs), relative
+/// to the key; the versions read go to `retained`.
+async fn retain<M: Collectable>(
+    store: &StoreHandle,
+    table: &str,
+    latest: &super::commit::Latest<M>,
+    objects: &[(&str, DateTime<Utc>)],
+    cutoff: DateTime<Utc>,
+    opts: &VacuumOptions,
+    retained: &mut Vec<u64>,
+) -> Result<BTreeSet<String>> {
+    let newest = latest.manifest.version();
+    // The pointer may lag the latest version: what it names stays readable.
+    let floor = latest.pointed().map_or(newest, |p| p.min(newest));
+    let mut keep = BTreeSet::from([POINTER.to_string()]);
+    latest.manifest.references(&mut keep);
+    retained.push(newest);
+    let mut versions: Vec<u64> = objects
+        .iter()
+        .filter_map(|(rel, _)| version_of(rel))
+        .filter(|v| *v != newest)
+        .collect();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    versions.dedup();
+    // Whether the oldest version kept so far was created within the window.
+    let mut within = latest.manifest.created().is_some_and(|t| t >= cutoff);
+    for v in versions {
+        let always = v >= floor;
+        if always {
+            keep.insert(manifest_name(v));
+        } else if !opts.keep_versions && !within {
+            break; // The newest version before the window is kept: older ones go.
+        }
+        let m = match read_version_of::<M>(store, table, v).await {
+            Ok(m) => m,
+            Err(Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        m.references(&mut keep);
+        retained.push(v);
+        if v < newest {
+            within = m.created().is_some_and(|t| t >= cutoff);
+        }
+    }
+    Ok(keep)
+}
+
+/// `cutoff` as a file time; `None` if no file can be older.
+fn system_time(cutoff: DateTime<Utc>) -> Option<std::time::SystemTime> {
+    let epoch = std::time::SystemTime::UNIX_EPOCH;
+    let since = cutoff.signed_duration_since(DateTime::<Utc>::UNIX_EPOCH);
+    match since.to_std() {
+        Ok(d) => epoch.checked_add(d),
+        Err(_) => epoch.checked_sub((-since).to_std().ok()?),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -54,7 +54,7 @@ from pds.producers.errors import GraphMismatch
 from pds.producers.exact import Inexact, conform
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
-from pds.table import MAX_VERSION, _native
+from pds.table import MAX_VERSION, MIN_AGE, _native, vacuum_args
 
 __all__ = ["Pipeline"]
 
@@ -387,23 +387,48 @@ class Pipeline:
             )
         return out[::-1]
 
-    def vacuum(self, retain: datetime.timedelta = datetime.timedelta(days=7), dry_run: bool = True) -> list[str]:
-        """Remove what no retained version references, once older than
-        *retain*: parts of updates that crashed or lost a race, and of
-        versions past the window. Retained: the latest version, every
-        version within *retain*, and the newest one before it. Returns the
-        keys (relative to the pipeline) removed, or to be removed with
-        ``dry_run=True`` (the default). Cost: 1 LIST, a GET per retained
-        manifest, a DELETE per object removed."""
-        if not isinstance(retain, datetime.timedelta):
-            raise TypeError(f"retain must be a datetime.timedelta, got {type(retain).__name__}")
-        if retain < datetime.timedelta(0):
-            raise ValueError("retain must not be negative")
-        return list(
-            _core.pipeline_vacuum(
-                self._native, self._root, retain_seconds=retain.total_seconds(), dry_run=bool(dry_run)
-            )
-        )
+    def vacuum(
+        self,
+        retain: datetime.timedelta = datetime.timedelta(days=7),
+        dry_run: bool = True,
+        *,
+        keep_versions: bool = False,
+        min_age: datetime.timedelta = MIN_AGE,
+    ) -> list[str]:
+        """Remove the objects of this pipeline that no retained version
+        references, once they are older than *retain*. Returns the keys
+        (relative to the pipeline) removed, or with ``dry_run=True`` (the
+        default) the keys that would be.
+
+        Retained, whatever *retain* is: the latest version, the version the
+        pointer names and every version above them; then every version
+        created within *retain*, and the newest one before it. Each keeps
+        its manifest and every part it references.
+
+        Removed by default: parts of updates that failed, crashed or lost a
+        race; the manifests of versions past the window (``read(...,
+        version=)`` of them is then ``NotFound``) and the parts only they
+        referenced. With ``keep_versions=True`` every version stays
+        readable and only parts no version references go.
+
+        Only the pipeline's own objects are touched (``nodes/<node>/content/``,
+        ``mappings/`` and ``update/`` parts, ``manifest/``,
+        ``_latest_manifest``), never a dataset, table or pipeline stored
+        under its key. No object younger than *min_age* (default 1 hour) is
+        ever removed, so an update in flight keeps its parts; lower it (down
+        to 0) only when no update can be running.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            ValueError: a negative *min_age*, or *retain* shorter than
+                *min_age*; before any I/O.
+            remote_store.NotFound: no pipeline at the key.
+
+        Cost: 1 LIST, the latest version (2 GETs and a HEAD), a GET per
+        other retained manifest (none if nothing is old enough), a DELETE
+        per object removed."""
+        args = vacuum_args(retain, dry_run, keep_versions, min_age)
+        return list(_core.pipeline_vacuum(self._native, self._root, **args))
 
     # -- updating --------------------------------------------------------------
 

@@ -105,9 +105,9 @@ fn the_version_the_pointer_names_and_every_later_one_survive_any_retention() {
     assert!(v.removed.contains(&manifest_name(2)), "{:?}", v.removed);
     assert!(!v.removed.contains(&manifest_name(3)), "the pointer's");
     assert!(!v.removed.contains(&manifest_name(4)), "the latest");
-    // Readers follow the pointer without looking past it: still readable.
+    // Readers look one name past the pointer: they read the committed v4.
     let seen = block(latest(&store, "t")).unwrap();
-    assert_eq!(seen.manifest.version, 3);
+    assert_eq!(seen.manifest.version, 4);
     assert_eq!(
         ids(&store, At::Version(3), None),
         (10..300).collect::<Vec<_>>()

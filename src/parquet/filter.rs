@@ -15,6 +15,7 @@ use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
+use crate::parquet::part_schema::widens;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +91,11 @@ impl Predicate {
     }
 
     /// Check columns against `schema` and cast every value to its column's
-    /// type, so that evaluation compares like with like.
+    /// type, so that evaluation compares like with like. A value of a type
+    /// its column widens to ([`widens`]: a table's file written before its
+    /// schema widened) stays as it is: such a column is cast up to the
+    /// value's type to compare (and its statistics too), never the value
+    /// down, which could round it.
     pub fn bind(self, schema: &Schema) -> Result<Self> {
         let mut out = Vec::with_capacity(self.conditions.len());
         for c in self.conditions {
@@ -110,6 +115,16 @@ impl Predicate {
                         )));
                     }
                     let target = value_type(field.data_type());
+                    if widens(&target, v.data_type()) {
+                        // A column read as a narrower type than the value's
+                        // (a table's file from before its schema widened):
+                        // compare in the value's type, exactly.
+                        out.push(Condition {
+                            values: Some(v.clone()),
+                            ..c
+                        });
+                        continue;
+                    }
                     Some(arrow_cast::cast(v, &target).map_err(|e| {
                         Error::InvalidArgument(format!(
                             "filter value for {:?} does not fit its type {}: {e}",
@@ -140,7 +155,7 @@ impl Predicate {
                     c.column
                 )))
             })?;
-            let col = unpack_dictionary(col)?;
+            let col = widen_to_values(unpack_dictionary(col)?, c.values.as_ref())?;
             let mask = condition_mask(c.op, &col, c.values.as_ref())?;
             acc = Some(match acc {
                 None => mask,
@@ -231,6 +246,18 @@ fn unpack_dictionary(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError
     match col.data_type() {
         DataType::Dictionary(_, v) => arrow_cast::cast(col, v),
         _ => Ok(col.clone()),
+    }
+}
+
+/// `col` cast up to its condition values' type when its own type widens to
+/// it (exact), else `col` unchanged.
+fn widen_to_values(
+    col: ArrayRef,
+    values: Option<&ArrayRef>,
+) -> std::result::Result<ArrayRef, ArrowError> {
+    match values {
+        Some(v) if widens(col.data_type(), v.data_type()) => arrow_cast::cast(&col, v.data_type()),
+        _ => Ok(col),
     }
 }
 
@@ -352,7 +379,24 @@ fn range_may_match(
     maxs: &ArrayRef,
     values: &ArrayRef,
 ) -> std::result::Result<Vec<bool>, ArrowError> {
-    let values = arrow_cast::cast(values, mins.data_type())?;
+    // Statistics of a narrower type than the values' (a table's file from
+    // before its schema widened) are cast up, exactly; otherwise the values
+    // are cast to the statistics' type, as `bind` did for the column.
+    let (mins, maxs, values) = if widens(mins.data_type(), values.data_type()) {
+        let t = values.data_type();
+        (
+            arrow_cast::cast(mins, t)?,
+            arrow_cast::cast(maxs, t)?,
+            values.clone(),
+        )
+    } else {
+        (
+            mins.clone(),
+            maxs.clone(),
+            arrow_cast::cast(values, mins.data_type())?,
+        )
+    };
+    let (mins, maxs) = (&mins, &maxs);
     let one = |op: Op, v: &ArrayRef| -> std::result::Result<BooleanArray, ArrowError> {
         match op {
             Op::Eq => and_kleene(&compare(Op::Le, mins, v)?, &compare(Op::Ge, maxs, v)?),
@@ -360,6 +404,9 @@ fn range_may_match(
             Op::Le => compare(Op::Le, mins, v),
             Op::Gt => compare(Op::Gt, maxs, v),
             Op::Ge => compare(Op::Ge, maxs, v),
+            // Statistics leave NaN out, and NaN != v: a float row group may
+            // hold one whatever its min and max.
+            Op::Ne if is_float(mins.data_type()) => Ok(BooleanArray::from(vec![true; mins.len()])),
             // Only a row group whose every value equals v is excluded.
             Op::Ne => not(&and_kleene(
                 &compare(Op::Eq, mins, v)?,

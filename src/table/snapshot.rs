@@ -227,7 +227,13 @@ impl TableManifest {
 
     /// The schema `file` was written with.
     pub fn file_schema(&self, file: &DataFile, path: &str) -> Result<arrow_schema::SchemaRef> {
-        let text = match &file.schema {
+        self.schema_named(file.schema.as_deref(), path)
+    }
+
+    /// The schema recorded under `id` in `file_schemas` (the version's own
+    /// for `None`).
+    pub fn schema_named(&self, id: Option<&str>, path: &str) -> Result<arrow_schema::SchemaRef> {
+        let text = match id {
             None => &self.schema.arrow_schema,
             Some(id) => {
                 &self
@@ -235,7 +241,7 @@ impl TableManifest {
                     .get(id)
                     .ok_or_else(|| Error::ManifestCorrupted {
                         path: path.to_string(),
-                        reason: format!("{} names schema {id:?}, which it lacks", file.path),
+                        reason: format!("a data file names schema {id:?}, which it lacks"),
                     })?
                     .arrow_schema
             }

@@ -588,6 +588,77 @@ mod tests {
             .is_err());
     }
 
+    /// A file written before its column widened compares in the wider type:
+    /// the value is never rounded to the file's type.
+    #[test]
+    fn narrower_columns_compare_cast_up_to_the_values_type() {
+        use arrow_array::{Date32Array, Date64Array, Float64Array, Int32Array};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("i", DataType::Int32, true),
+            Field::new("d", DataType::Date32, true),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![Some(2), Some(3), None])),
+                Arc::new(Date32Array::from(vec![Some(1), Some(2), Some(3)])),
+            ],
+        )
+        .unwrap();
+        let f = |v: f64| -> Option<ArrayRef> { Some(Arc::new(Float64Array::from(vec![v]))) };
+        let ms = |v: i64| -> Option<ArrayRef> { Some(Arc::new(Date64Array::from(vec![v]))) };
+        let check = |conds, expected: Vec<bool>| {
+            let p = predicate(conds).unwrap().bind(&schema).unwrap();
+            assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(expected));
+        };
+        // Rounded to int32, 2.5 would be 2: "< 2.5" would lose 2, "== 2.5" keep it.
+        check(vec![cond("i", "<", f(2.5))], vec![true, false, false]);
+        check(vec![cond("i", "==", f(2.5))], vec![false, false, false]);
+        check(vec![cond("i", "in", f(3.0))], vec![false, true, false]);
+        // Days compare as days * 86_400_000 ms, not as milliseconds.
+        check(
+            vec![cond("d", "==", ms(2 * 86_400_000))],
+            vec![false, true, false],
+        );
+        check(
+            vec![cond("d", ">", ms(86_400_000 + 1))],
+            vec![false, true, true],
+        );
+        // Row groups: int32 / date32 statistics against float64 / date64 values.
+        let mins: ArrayRef = Arc::new(Int32Array::from(vec![0, 2]));
+        let maxs: ArrayRef = Arc::new(Int32Array::from(vec![2, 9]));
+        let v = f(2.5).unwrap();
+        assert_eq!(
+            range_may_match(Op::Lt, &mins, &maxs, &v).unwrap(),
+            vec![true, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Gt, &mins, &maxs, &v).unwrap(),
+            vec![false, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Eq, &mins, &maxs, &v).unwrap(),
+            vec![false, true]
+        );
+        let dmins: ArrayRef = Arc::new(Date32Array::from(vec![0, 10]));
+        let dmaxs: ArrayRef = Arc::new(Date32Array::from(vec![5, 20]));
+        let v = ms(6 * 86_400_000).unwrap();
+        assert_eq!(
+            range_may_match(Op::Ge, &dmins, &dmaxs, &v).unwrap(),
+            vec![false, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Lt, &dmins, &dmaxs, &v).unwrap(),
+            vec![true, false]
+        );
+        // NaN is left out of statistics, so "!=" never prunes a float row group.
+        let fm: ArrayRef = Arc::new(Float64Array::from(vec![1.0]));
+        assert_eq!(
+            range_may_match(Op::Ne, &fm, &fm, &f(1.0).unwrap()).unwrap(),
+            vec![true]
+        );
+    }
+
     #[test]
     fn prunes_row_groups_by_statistics() {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));

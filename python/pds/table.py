@@ -158,8 +158,10 @@ class Table:
                 a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``)
                 with its storage options as keywords.
             schema: The table's schema; *data*'s if omitted.
-            primary_key: A column whose range (or equality) deletes read no
-                data file. Integer, float, string, boolean or temporal.
+            primary_key: A column whose range (or equality) deletes are
+                recorded as key ranges, reading at most the footers and key
+                column chunks needed to see that a live row matches (see
+                :meth:`delete`). Integer, float, string, boolean or temporal.
             exist_ok: Return the existing table if one is already there
                 that was created as this call describes it: the same schema,
                 *primary_key*, *compression*, *row_group_size* and

@@ -7,6 +7,10 @@
 //! for booleans, and the stored integer for dates, times, timestamps and
 //! durations (days, or the type's unit since the epoch). Other types get no
 //! min/max. A bound that is unknown for any row group is unknown for the file.
+//! A value is only meaningful with its type (a `date32` day count is not a
+//! `date64` millisecond count): read it back under the type the file was
+//! written with. Floats must parse back bit for bit, which serde_json does
+//! with its `float_roundtrip` feature (on in Cargo.toml).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

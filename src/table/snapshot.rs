@@ -25,6 +25,8 @@ pub struct DataFile {
     pub size_bytes: u64,
     pub row_group_count: u64,
     pub total_rows: u64,
+    /// Per-column statistics, as values of the file's own schema (see
+    /// `schema`): a reader of a later version converts them, exactly.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnStats>,
     pub sha256: String,
@@ -93,7 +95,8 @@ pub struct TombstoneRef {
 /// A table's settings, fixed when it is created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct TableProperties {
-    /// The primary-key column: deletes by a range of it read no data file.
+    /// The primary-key column: deletes by a range of it write key ranges
+    /// and rewrite no data file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_key: Option<String>,
     #[serde(default = "default_compression")]

@@ -380,6 +380,13 @@ def test_deletes_and_changes_after_every_widening_match_pyarrow(
     assert feed.num_rows == sum(g.num_rows for g in deleted_by_version.values())
     inserts = t.changes(0, start - 1).read_all()
     assert _py(inserts.select(["id", "v"])) == _py(data)
+    # Coalescing keeps each key range's type; rewriting applies it.
+    t.compact(target_file_size=1, min_deleted_fraction=1.0)
+    assert len(t.manifest["tombstones"]) <= 1
+    assert _py(t.to_arrow()) == _py(live)
+    t.compact(min_deleted_fraction=0.0)
+    assert _py(t.to_arrow()) == _py(live)
+    assert t.changes(start).read_all().num_rows == feed.num_rows
 
 
 @pytest.mark.spec("S-5")

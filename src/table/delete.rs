@@ -350,8 +350,7 @@ struct Written {
 }
 
 /// Whether some live row of `file` has a key that `range` (a predicate on
-/// `pk` alone, bound to the version's schema) matches; `proven` asks only
-/// whether its statistics prove one without a request.
+/// `pk` alone, bound to the version's schema) matches.
 ///
 /// A key the footer states exactly as a row group's min or max is a key of
 /// one of its rows: in the range, and in a row group no delete touches, it
@@ -402,19 +401,20 @@ async fn key_match(
             let mut starts = Vec::with_capacity(groups.len());
             for n in &groups {
                 starts.push(start);
-                start += n;
+                start = start.saturating_add(*n);
             }
             for &rg in &candidates {
+                let (Some(&lo), Some(&n)) = (starts.get(rg), groups.get(rg)) else {
+                    continue;
+                };
                 let untouched = deletes.is_none_or(|d| {
-                    match (
-                        u32::try_from(starts[rg]),
-                        u32::try_from(starts[rg] + groups[rg]),
-                    ) {
+                    match (u32::try_from(lo), u32::try_from(lo.saturating_add(n))) {
                         (Ok(lo), Ok(hi)) => d.rows.range_cardinality(lo..hi) == 0,
                         _ => false,
                     }
                 });
-                if untouched && (in_min[rg] || in_max[rg]) {
+                let stated = |held: &[bool]| held.get(rg).copied().unwrap_or(false);
+                if untouched && (stated(&in_min) || stated(&in_max)) {
                     return Ok(true);
                 }
             }

@@ -1191,6 +1191,7 @@ def _read_ids(spark: SparkSession, url: str, options: dict[str, str], key: str, 
 
 
 @pytest.mark.spec("D-12")
+@pytest.mark.spec("S-5")
 @pytest.mark.parametrize("kind", ["file", "s3"])
 def test_spark_creates_appends_overwrites_and_time_travels_a_table(
     spark: SparkSession, kind: str, request: pytest.FixtureRequest
@@ -1230,6 +1231,10 @@ def test_spark_creates_appends_overwrites_and_time_travels_a_table(
     assert t.history(1)[0]["operation"] == "overwrite"
     assert _read_ids(spark, url, options, "events") == list(range(1000, 1010))
     assert _read_ids(spark, url, options, "events", versionAsOf="2") == list(range(20, 150))
+    # S-5: the change feed of the overwrite shows every row it replaced.
+    feed = t.changes(3, 3).read_all()
+    kinds = sorted(zip(feed["_change_type"].to_pylist(), feed["id"].to_pylist(), strict=True))
+    assert kinds == [("delete", i) for i in range(20, 150)] + [("insert", i) for i in range(1000, 1010)]
     with pytest.raises(Exception, match="versionAsOf"):
         spark.read.format("pds").option("store", url).options(**options).option("versionAsOf", "x").load(
             "events"

@@ -274,7 +274,11 @@ def table_delete(
     *,
     parallelism: int,
 ) -> tuple[str, int | None, bool]:
-    """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed)."""
+    """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed).
+
+    ``committed`` is False, and nothing is written, when no live row matches
+    (a key range checks the candidates' statistics, footers and key column
+    chunks; see ``Table.delete`` for the requests)."""
 
 def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> str:
     """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time.
@@ -304,12 +308,16 @@ def table_changes(
     store: RustStore, key: str, from_version: int, to_version: int, *, parallelism: int
 ) -> pa.RecordBatchReader:
     """Stream the rows inserted and deleted by versions from..=to, with _change_type and _commit_version.
-    NotFound naming the version if one in the range, or the one before it, does not exist."""
+    NotFound naming the version if one in the range, or the one before it, does not exist.
+    Deletes include the rows still live in files a version removed (an
+    overwrite's replaced rows); compactions add nothing. SchemaMismatch if
+    rows of the range cannot be read in *to_version*'s schema."""
 
 def table_compact(
     store: RustStore, key: str, *, target_file_size: int | None, min_deleted_fraction: float, parallelism: int
 ) -> tuple[str, bool, int, int]:
-    """Compact: (manifest JSON, committed, files removed, files added).
+    """Compact: (manifest JSON, committed, files removed, files added). Also
+    commits, rewriting no file, to coalesce more than one tombstone into one.
     PartCorrupted (itself, not wrapped) if a file to rewrite is damaged."""
 
 def table_vacuum(

@@ -187,8 +187,10 @@ class Table:
                 a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``)
                 with its storage options as keywords.
             schema: The table's schema; *data*'s if omitted.
-            primary_key: A column whose range (or equality) deletes read no
-                data file. Integer, float, string, boolean or temporal.
+            primary_key: A column whose range (or equality) deletes are
+                recorded as key ranges, reading at most the footers and key
+                column chunks needed to see that a live row matches (see
+                :meth:`delete`). Integer, float, string, boolean or temporal.
             exist_ok: Return the existing table if one is already there
                 that was created as this call describes it: the same schema,
                 *primary_key*, *compression*, *row_group_size* and
@@ -310,6 +312,10 @@ class Table:
         self._manifest = json.loads(_core.table_manifest(self._native, self._path))
         return self.version
 
+    def _latest_version(self) -> int:
+        """The latest version, read without moving this object's pin (2 GETs)."""
+        return int(json.loads(_core.table_manifest(self._native, self._path))["version"])
+
     def __repr__(self) -> str:
         return f"Table({self._key!r}, version={self.version})"
 
@@ -325,7 +331,18 @@ class Table:
                 order). ``"merge"``: new columns are added as nullable, and
                 a column may widen (int32 to int64, float32 to float64, ...);
                 older files then read with nulls for what they lack. The
-                change shows in :meth:`history`.
+                change shows in :meth:`history`. Every widening allowed
+                is exact (the older values are values of the new type,
+                order kept): filters, deletes and :meth:`changes` compare
+                older files' values and statistics cast up to the new type.
+                Allowed: int8 to int16/int32/int64/float32/float64, int16
+                to int32/int64/float32/float64, int32 to int64/float64,
+                uint8/uint16/uint32 to any wider unsigned or signed integer
+                (and float32 for uint8/uint16, float64 for all), float16 to
+                float32/float64, float32 to float64, string to
+                large_string, binary to large_binary, date32 to date64.
+                Anything else (int64 to float64, which would round, or any
+                narrowing) raises ``SchemaMismatch``.
             metadata: Strings recorded with the version (shown in history).
 
         Cost: 2 GETs + 1 HEAD (pointer, manifest, next name), the data PUTs, then 2 PUTs
@@ -371,16 +388,28 @@ class Table:
         data file is rewritten: one tombstone records the deleted row
         groups, primary-key ranges or row positions.
 
-        A range (or equality) on the primary key reads no data file. Any
-        other filter reads only its columns, of the files and row groups
-        whose statistics may match. A delete that matches nothing commits
-        nothing and returns the current version.
+        A range (or equality) on the primary key rewrites nothing and
+        writes key ranges, once a live row is known to match: it reads no
+        data file when a candidate file (one whose manifest statistics
+        overlap the range) has no deletes and its recorded min or max key
+        lies in the range (that key is a row's, so it matches); otherwise it
+        reads the candidates' footers and, unless a row group no delete
+        touches has its exact min or max in the range, the key column chunks
+        of the row groups that may match (deletes applied), stopping at the
+        first live match. Statistics alone cannot prove a match in a file
+        with deletes: the rows they name may be the deleted ones. Any other
+        filter reads only its columns, of the files and row groups whose
+        statistics may match. A delete that matches no live row commits
+        nothing and returns the latest version.
 
-        Cost: 3 PUTs (tombstone, manifest, pointer) and 4 GETs + 2 HEADs (the pointer
-        and manifest are read first to make the filter exact against the
-        current schema, then again by the commit), plus, without a
-        primary-key range, one footer and the filter columns of each
-        candidate file.
+        Cost: 4 GETs + 2 HEADs (the pointer and manifest, and a HEAD of the
+        next version name, are read first to make the filter exact against
+        the current schema, then again by the commit) and, when a row
+        matches, 3 PUTs (tombstone, manifest, pointer). On top: with a
+        primary-key range, nothing when the statistics prove a match, else a
+        footer GET (2 for a large footer) per candidate file and the key
+        column chunks of its row groups that may match; otherwise one footer
+        and the filter columns of each candidate file.
 
         Serializable: rows that a concurrent append commits before this
         delete commits are planned too (one more tombstone in the same
@@ -485,10 +514,14 @@ class Table:
         version, which a ``pds.CommitUnknown`` message names). Versions
         already vacuumed are left out.
 
-        Cost: 1 GET per version listed (16 at once), after a :meth:`refresh`.
+        It reads the latest state but leaves this object pinned where it is
+        (:attr:`version` and :meth:`scan` do not move).
+
+        Cost: 2 GETs for the latest version (pointer, manifest), then 1 GET
+        per version listed (16 at once).
         """
         _check_rows(limit, "limit")
-        latest = self.refresh()
+        latest = self._latest_version()
         first = 0 if limit is None else max(0, latest - limit + 1)
         out = []
         for text in _core.table_versions(self._native, self._path, first, latest):
@@ -550,18 +583,24 @@ class Table:
         feed gives them: the columns of *to_version*'s schema, then
         ``_change_type`` (``"insert"`` or ``"delete"``) and
         ``_commit_version``. Nothing is rewritten to produce it: inserts are
-        the files a version added, deletes the rows its tombstones newly
-        cover, read back by position. Compactions change no row and add
-        nothing. A pipeline that processed up to version ``n`` follows the
-        table with ``changes(n + 1)``.
+        the files a version added; deletes are every row that left the
+        table: the rows its tombstones newly cover, read back by position,
+        and the rows still live in the files it removed (an overwrite shows
+        every row of the version before it as deleted). Compactions change
+        no row and add nothing. A pipeline that processed up to version
+        ``n`` follows the table with ``changes(n + 1)``. Without
+        *to_version* it reads up to the latest version, but this object
+        stays pinned (:attr:`version` does not move).
 
         What version ``v`` changed is its difference from version
         ``v - 1``, so the manifest of the version before *from_version* must
         still exist too. :meth:`vacuum` keeps the newest version before its
         window, so every version inside it can be asked for.
 
-        Cost: a manifest GET per version (and the one before), the new
-        tombstones, then the added files and the deleted rows' row groups.
+        Cost: 2 GETs for the latest version when *to_version* is omitted, a
+        manifest GET per version (and the one before), the new tombstones,
+        then the added files, the deleted rows' row groups, and the live
+        rows of removed files.
 
         Raises:
             ValueError: *from_version* is after *to_version*, or either is
@@ -569,13 +608,16 @@ class Table:
             remote_store.NotFound: a version in the range does not exist
                 (never committed, or vacuumed), or the one before
                 *from_version* was vacuumed; the message names the version.
+            pds.SchemaMismatch: the range spans an overwrite that changed the
+                schema so that earlier rows cannot be shown in
+                *to_version*'s schema (read the two sides separately).
         """
         start = _version(from_version, "from_version")
         if start is None:
             raise ValueError("from_version is required")
         end = _version(to_version, "to_version")
         if end is None:
-            end = self.refresh()
+            end = self._latest_version()
         if start > end:
             raise ValueError(f"from_version {start} is after to_version {end}")
         reader: pa.RecordBatchReader = _core.table_changes(
@@ -587,8 +629,11 @@ class Table:
         """Rewrite the files whose deleted fraction reaches
         *min_deleted_fraction*, and merge small files (below half of
         *target_file_size*), into new files; coalesce the tombstones of the
-        other files into one; commit. Returns the version after it (the
-        current one if there was nothing to do).
+        other files into one; commit. A table with more than one tombstone
+        is compacted even when no file qualifies: its tombstones become one
+        and no data file is rewritten. Returns the version after it (the
+        current one if there was nothing to do: no file qualifies and at
+        most one tombstone).
 
         No concurrent change is lost: appends are rebased on; a delete that
         lands meanwhile on a file being rewritten makes the compaction start

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 use futures::StreamExt;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::arrow_reader::{
     ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
     RowFilter, RowSelection, RowSelector,
@@ -477,6 +478,49 @@ impl Footer {
             .iter()
             .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
             .collect()
+    }
+
+    /// Per row group, the least and greatest values of `column` (in the
+    /// file's Arrow type) that the footer states exactly, so that some row of
+    /// the row group holds each; null where unknown or only a bound (a
+    /// truncated string). `None` if the file has no such column.
+    pub fn exact_bounds(&self, column: &str) -> Result<Option<(ArrayRef, ArrayRef)>> {
+        let schema = crate::parquet::chunk_crc::strip(self.metadata.schema());
+        let meta = self.metadata.metadata();
+        let Ok(conv) =
+            StatisticsConverter::try_new(column, &schema, meta.file_metadata().schema_descr())
+        else {
+            return Ok(None);
+        };
+        let Some(leaf) = conv.parquet_column_index() else {
+            return Ok(None);
+        };
+        let groups = meta.row_groups();
+        let exact = |min: bool| {
+            BooleanArray::from(
+                groups
+                    .iter()
+                    .map(|g| {
+                        g.column(leaf).statistics().is_some_and(|s| {
+                            if min {
+                                s.min_is_exact()
+                            } else {
+                                s.max_is_exact()
+                            }
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let keep = |values: ArrayRef, exact: BooleanArray| -> Result<ArrayRef> {
+            Ok(arrow_select::nullif::nullif(
+                values.as_ref(),
+                &arrow_arith::boolean::not(&exact)?,
+            )?)
+        };
+        let mins = keep(conv.row_group_mins(groups.iter())?, exact(true))?;
+        let maxs = keep(conv.row_group_maxes(groups.iter())?, exact(false))?;
+        Ok(Some((mins, maxs)))
     }
 
     /// The row groups whose statistics may hold rows matching `predicate`

@@ -15,6 +15,7 @@ use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
+use crate::parquet::part_schema::widens;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +91,11 @@ impl Predicate {
     }
 
     /// Check columns against `schema` and cast every value to its column's
-    /// type, so that evaluation compares like with like.
+    /// type, so that evaluation compares like with like. A value of a type
+    /// its column widens to ([`widens`]: a table's file written before its
+    /// schema widened) stays as it is: such a column is cast up to the
+    /// value's type to compare (and its statistics too), never the value
+    /// down, which could round it.
     pub fn bind(self, schema: &Schema) -> Result<Self> {
         let mut out = Vec::with_capacity(self.conditions.len());
         for c in self.conditions {
@@ -110,6 +115,16 @@ impl Predicate {
                         )));
                     }
                     let target = value_type(field.data_type());
+                    if widens(&target, v.data_type()) {
+                        // A column read as a narrower type than the value's
+                        // (a table's file from before its schema widened):
+                        // compare in the value's type, exactly.
+                        out.push(Condition {
+                            values: Some(v.clone()),
+                            ..c
+                        });
+                        continue;
+                    }
                     Some(arrow_cast::cast(v, &target).map_err(|e| {
                         Error::InvalidArgument(format!(
                             "filter value for {:?} does not fit its type {}: {e}",
@@ -140,7 +155,7 @@ impl Predicate {
                     c.column
                 )))
             })?;
-            let col = unpack_dictionary(col)?;
+            let col = widen_to_values(unpack_dictionary(col)?, c.values.as_ref())?;
             let mask = condition_mask(c.op, &col, c.values.as_ref())?;
             acc = Some(match acc {
                 None => mask,
@@ -231,6 +246,18 @@ fn unpack_dictionary(col: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError
     match col.data_type() {
         DataType::Dictionary(_, v) => arrow_cast::cast(col, v),
         _ => Ok(col.clone()),
+    }
+}
+
+/// `col` cast up to its condition values' type when its own type widens to
+/// it (exact), else `col` unchanged.
+fn widen_to_values(
+    col: ArrayRef,
+    values: Option<&ArrayRef>,
+) -> std::result::Result<ArrayRef, ArrowError> {
+    match values {
+        Some(v) if widens(col.data_type(), v.data_type()) => arrow_cast::cast(&col, v.data_type()),
+        _ => Ok(col),
     }
 }
 
@@ -352,7 +379,24 @@ fn range_may_match(
     maxs: &ArrayRef,
     values: &ArrayRef,
 ) -> std::result::Result<Vec<bool>, ArrowError> {
-    let values = arrow_cast::cast(values, mins.data_type())?;
+    // Statistics of a narrower type than the values' (a table's file from
+    // before its schema widened) are cast up, exactly; otherwise the values
+    // are cast to the statistics' type, as `bind` did for the column.
+    let (mins, maxs, values) = if widens(mins.data_type(), values.data_type()) {
+        let t = values.data_type();
+        (
+            arrow_cast::cast(mins, t)?,
+            arrow_cast::cast(maxs, t)?,
+            values.clone(),
+        )
+    } else {
+        (
+            mins.clone(),
+            maxs.clone(),
+            arrow_cast::cast(values, mins.data_type())?,
+        )
+    };
+    let (mins, maxs) = (&mins, &maxs);
     let one = |op: Op, v: &ArrayRef| -> std::result::Result<BooleanArray, ArrowError> {
         match op {
             Op::Eq => and_kleene(&compare(Op::Le, mins, v)?, &compare(Op::Ge, maxs, v)?),
@@ -360,6 +404,9 @@ fn range_may_match(
             Op::Le => compare(Op::Le, mins, v),
             Op::Gt => compare(Op::Gt, maxs, v),
             Op::Ge => compare(Op::Ge, maxs, v),
+            // Statistics leave NaN out, and NaN != v: a float row group may
+            // hold one whatever its min and max.
+            Op::Ne if is_float(mins.data_type()) => Ok(BooleanArray::from(vec![true; mins.len()])),
             // Only a row group whose every value equals v is excluded.
             Op::Ne => not(&and_kleene(
                 &compare(Op::Eq, mins, v)?,
@@ -539,6 +586,77 @@ mod tests {
             .unwrap()
             .bind(&b.schema())
             .is_err());
+    }
+
+    /// A file written before its column widened compares in the wider type:
+    /// the value is never rounded to the file's type.
+    #[test]
+    fn narrower_columns_compare_cast_up_to_the_values_type() {
+        use arrow_array::{Date32Array, Date64Array, Float64Array, Int32Array};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("i", DataType::Int32, true),
+            Field::new("d", DataType::Date32, true),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![Some(2), Some(3), None])),
+                Arc::new(Date32Array::from(vec![Some(1), Some(2), Some(3)])),
+            ],
+        )
+        .unwrap();
+        let f = |v: f64| -> Option<ArrayRef> { Some(Arc::new(Float64Array::from(vec![v]))) };
+        let ms = |v: i64| -> Option<ArrayRef> { Some(Arc::new(Date64Array::from(vec![v]))) };
+        let check = |conds, expected: Vec<bool>| {
+            let p = predicate(conds).unwrap().bind(&schema).unwrap();
+            assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(expected));
+        };
+        // Rounded to int32, 2.5 would be 2: "< 2.5" would lose 2, "== 2.5" keep it.
+        check(vec![cond("i", "<", f(2.5))], vec![true, false, false]);
+        check(vec![cond("i", "==", f(2.5))], vec![false, false, false]);
+        check(vec![cond("i", "in", f(3.0))], vec![false, true, false]);
+        // Days compare as days * 86_400_000 ms, not as milliseconds.
+        check(
+            vec![cond("d", "==", ms(2 * 86_400_000))],
+            vec![false, true, false],
+        );
+        check(
+            vec![cond("d", ">", ms(86_400_000 + 1))],
+            vec![false, true, true],
+        );
+        // Row groups: int32 / date32 statistics against float64 / date64 values.
+        let mins: ArrayRef = Arc::new(Int32Array::from(vec![0, 2]));
+        let maxs: ArrayRef = Arc::new(Int32Array::from(vec![2, 9]));
+        let v = f(2.5).unwrap();
+        assert_eq!(
+            range_may_match(Op::Lt, &mins, &maxs, &v).unwrap(),
+            vec![true, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Gt, &mins, &maxs, &v).unwrap(),
+            vec![false, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Eq, &mins, &maxs, &v).unwrap(),
+            vec![false, true]
+        );
+        let dmins: ArrayRef = Arc::new(Date32Array::from(vec![0, 10]));
+        let dmaxs: ArrayRef = Arc::new(Date32Array::from(vec![5, 20]));
+        let v = ms(6 * 86_400_000).unwrap();
+        assert_eq!(
+            range_may_match(Op::Ge, &dmins, &dmaxs, &v).unwrap(),
+            vec![false, true]
+        );
+        assert_eq!(
+            range_may_match(Op::Lt, &dmins, &dmaxs, &v).unwrap(),
+            vec![true, false]
+        );
+        // NaN is left out of statistics, so "!=" never prunes a float row group.
+        let fm: ArrayRef = Arc::new(Float64Array::from(vec![1.0]));
+        assert_eq!(
+            range_may_match(Op::Ne, &fm, &fm, &f(1.0).unwrap()).unwrap(),
+            vec![true]
+        );
     }
 
     #[test]

@@ -178,6 +178,31 @@ pub fn conform(batch: RecordBatch, target: &SchemaRef, path: &str) -> Result<Rec
     .map_err(|e| mismatch(path, e.to_string()))
 }
 
+/// Whether every value of `from` is exactly a value of `to`, so that a
+/// column written as `from` can be read as `to` (a table's older files after
+/// `schema_mode="merge"` widened it) and compared in `to` with the same
+/// result: the cast is exact, one-to-one and keeps the order.
+pub fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        (from, to),
+        (Int8, Int16 | Int32 | Int64 | Float32 | Float64)
+            | (Int16, Int32 | Int64 | Float32 | Float64)
+            | (Int32, Int64 | Float64)
+            | (
+                UInt8,
+                UInt16 | UInt32 | UInt64 | Int16 | Int32 | Int64 | Float32 | Float64
+            )
+            | (UInt16, UInt32 | UInt64 | Int32 | Int64 | Float32 | Float64)
+            | (UInt32, UInt64 | Int64 | Float64)
+            | (Float16, Float32 | Float64)
+            | (Float32, Float64)
+            | (Utf8, LargeUtf8)
+            | (Binary, LargeBinary)
+            | (Date32, Date64)
+    )
+}
+
 /// Give `batch` the schema `target` by column name: a column it lacks
 /// becomes nulls, a column of a narrower type is cast (losslessly: a value
 /// that does not fit fails), and columns `target` lacks are dropped. Used for

@@ -7,6 +7,10 @@
 //! for booleans, and the stored integer for dates, times, timestamps and
 //! durations (days, or the type's unit since the epoch). Other types get no
 //! min/max. A bound that is unknown for any row group is unknown for the file.
+//! A value is only meaningful with its type (a `date32` day count is not a
+//! `date64` millisecond count): read it back under the type the file was
+//! written with. Floats must parse back bit for bit, which serde_json does
+//! with its `float_roundtrip` feature (on in Cargo.toml).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -282,5 +286,33 @@ mod tests {
         .unwrap();
         assert_eq!(odd.null_count(), 2);
         assert!(from_json(&[None], &DataType::Binary).is_none());
+    }
+
+    /// Manifests are parsed and written again by every commit: a float
+    /// bound must come back bit for bit (serde_json's float_roundtrip), or
+    /// it drifts a step and prunes or deletes the wrong rows.
+    #[test]
+    fn float_bounds_survive_json_round_trips_exactly() {
+        let values = [
+            f64::from(3.0e38_f32),
+            f64::from(0.001_f32),
+            0.1,
+            1e300,
+            -2.2250738585072014e-308,
+            5e-324,
+            f64::from(f32::MAX),
+        ];
+        for v in values {
+            let mut s = ColumnStats {
+                min: Some(Value::Number(serde_json::Number::from_f64(v).unwrap())),
+                ..Default::default()
+            };
+            for _ in 0..5 {
+                let text = serde_json::to_string(&s).unwrap();
+                s = serde_json::from_str(&text).unwrap();
+            }
+            let back = s.min.as_ref().and_then(Value::as_f64).unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{v:e}");
+        }
     }
 }

@@ -8,7 +8,11 @@
 //! - rows that `v`'s new tombstones delete, and that were not already
 //!   deleted in `v - 1`, are `delete`s (read back from the data files by
 //!   position);
-//! - a compaction changes no row, so it adds nothing.
+//! - rows of the data files `v` removed that were live in `v - 1` are
+//!   `delete`s too: an overwrite removes every file, so every row of the
+//!   version before it shows as deleted;
+//! - a compaction changes no row (it removes files but writes their live
+//!   rows again), so it adds nothing.
 //!
 //! Rows come in the schema of `to` (older files read with nulls for the
 //! columns they lack), with two more columns: `_change_type` (`insert` or
@@ -23,6 +27,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use super::commit::read_version;
 use super::manifest_key;
 use super::scan::{deleted_positions, file_read_options, output_schema};
+use super::schema::widens;
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes};
 use crate::error::{Error, Result};
@@ -71,6 +76,50 @@ async fn file_deletes(
     Ok(tombstone::fold(&loaded)?.remove(file))
 }
 
+/// `SchemaMismatch` unless the rows of `file` (of `manifest`) read exactly
+/// in the feed's schema `output`: each column there is the file's, of the
+/// same type or one it widens to and no stricter about nulls, or absent
+/// from the file and nullable. Within a table's history that always holds
+/// but across an overwrite that changed the schema.
+fn readable(
+    table: &str,
+    manifest: &TableManifest,
+    file: &DataFile,
+    output: &Schema,
+    version: u64,
+) -> Result<()> {
+    let schema = manifest.file_schema(file, &manifest_key(table, manifest.version))?;
+    let problem = output
+        .fields()
+        .iter()
+        .find_map(|f| match schema.field_with_name(f.name()) {
+            Err(_) if f.is_nullable() => None,
+            Err(_) => Some(format!("they lack the not-null column {:?}", f.name())),
+            Ok(o) if o.is_nullable() && !f.is_nullable() => Some(format!(
+                "{:?} is nullable in them, not null in the feed",
+                f.name()
+            )),
+            Ok(o) if o.data_type() == f.data_type() || widens(o.data_type(), f.data_type()) => None,
+            Ok(o) => Some(format!(
+                "{:?} is {} in them, {} in the feed",
+                f.name(),
+                o.data_type(),
+                f.data_type()
+            )),
+        });
+    match problem {
+        None => Ok(()),
+        Some(p) => Err(Error::SchemaMismatch {
+            key: table.to_string(),
+            reason: format!(
+                "the rows version {version} changed cannot be shown in the schema of the \
+                 range's last version: {p} (an overwrite changed the schema; read the \
+                 changes before and after it separately)"
+            ),
+        }),
+    }
+}
+
 /// The sources one version contributes.
 async fn version_sources(
     store: &StoreHandle,
@@ -94,6 +143,7 @@ async fn version_sources(
         .iter()
         .filter(|f| !before.contains(f.path.as_str()))
     {
+        readable(table, m, f, output, m.version)?;
         if let Some(opts) = file_read_options(m, f, output, None, None, None, &path)? {
             out.push(Source::Pending {
                 key: key_of(f),
@@ -101,6 +151,40 @@ async fn version_sources(
                 opts: Arc::new(opts),
                 map: Some(tag(feed.clone(), "insert", m.version)),
             });
+        }
+    }
+    // The files `m` removed (an overwrite replaces them all): each row that
+    // was live in `prev` left the table.
+    if let Some(p) = prev {
+        let kept: BTreeSet<&str> = m.data_files.iter().map(|f| f.path.as_str()).collect();
+        let removed: Vec<&DataFile> = p
+            .data_files
+            .iter()
+            .filter(|f| !kept.contains(f.path.as_str()))
+            .collect();
+        if !removed.is_empty() {
+            let prev_path = manifest_key(table, p.version);
+            let gone: BTreeSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
+            let refs: Vec<_> = p
+                .tombstones
+                .iter()
+                .filter(|t| t.files.iter().any(|f| gone.contains(f.as_str())))
+                .cloned()
+                .collect();
+            let deletes = tombstone::fold(&tombstone::load(store, table, &refs).await?)?;
+            for f in removed {
+                readable(table, p, f, output, m.version)?;
+                let opts =
+                    file_read_options(p, f, output, None, deletes.get(&f.path), None, &prev_path)?;
+                if let Some(opts) = opts {
+                    out.push(Source::Pending {
+                        key: key_of(f),
+                        size: f.size_bytes,
+                        opts: Arc::new(opts),
+                        map: Some(tag(feed.clone(), "delete", m.version)),
+                    });
+                }
+            }
         }
     }
     let old: BTreeSet<&str> = prev
@@ -131,6 +215,7 @@ async fn version_sources(
         if newly.is_empty() {
             continue;
         }
+        readable(table, m, f, output, m.version)?;
         let Some(mut opts) = file_read_options(m, f, output, None, None, None, &path)? else {
             continue;
         };

@@ -6,7 +6,9 @@
 //! files to merge it with. A file whose rows are all deleted is dropped
 //! without being read. The new files hold the remaining rows, in the
 //! table's current schema; the tombstone entries of the other files are
-//! merged into one new tombstone object. Then a normal commit.
+//! merged into one new tombstone object. Then a normal commit. A table
+//! with more than one tombstone is compacted even when no file qualifies:
+//! its tombstones become one, and no data file is rewritten.
 //!
 //! Concurrency: appends that land meanwhile are rebased on. A delete that
 //! lands meanwhile and touches a file being rewritten would be lost by the
@@ -116,7 +118,8 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
             .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
         props.target_file_size = Some(target);
         let plan = crate::runtime::block_on(plan(&store, table, &base, &opts, target))??;
-        if plan.rewrite.is_empty() && plan.drop.is_empty() {
+        // Coalescing several tombstones into one is reason enough to commit.
+        if plan.rewrite.is_empty() && plan.drop.is_empty() && base.tombstones.len() <= 1 {
             return Ok(Compacted {
                 manifest: base,
                 committed: false,

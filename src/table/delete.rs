@@ -1,9 +1,19 @@
 //! Deleting rows by a filter, without rewriting any data file.
 //!
-//! 1. Files whose manifest statistics rule the filter out are skipped.
+//! 1. Files whose manifest statistics (read under each file's own schema)
+//!    rule the filter out are skipped.
 //! 2. On a primary-key table, a filter that is a range (or equality) on the
-//!    key writes one `pk_range` entry per remaining file and reads no data
-//!    file at all.
+//!    key writes `pk_range` entries, without rewriting or fully reading any
+//!    file, once it knows a live row matches. Statistics can prove that for
+//!    free only for a file with no deletes at all: its recorded min or max
+//!    key is a key one of its rows holds, so if it lies in the range, a live
+//!    row matches and no data file is read. Otherwise (a file with deletes
+//!    may have lost exactly those rows) the candidates' footers are read
+//!    (1 GET each, several at once): a row group untouched by any delete
+//!    whose exact min or max is in the range proves a match; failing that,
+//!    the key column chunks of the row groups that may match are read, with
+//!    the deletes applied, until a live match is found. A range no live row
+//!    matches commits nothing.
 //! 3. Otherwise, per remaining file: its footer prunes row groups, then only
 //!    the filter's columns of the remaining row groups are read. A row group
 //!    whose rows are now all deleted becomes a `row_group` entry; other
@@ -22,12 +32,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow_array::Array;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Schema, SchemaRef};
 use serde_json::Value;
 
 use super::commit::{self, CommitOptions, Outcome};
 use super::manifest_key;
-use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate};
+use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate, FileSchemas};
 use super::snapshot::{DataFile, TableManifest, TombstoneRef};
 use super::tombstone::{self, Entry, FileDeletes, Tombstone};
 use crate::dataset::manifest::now_iso8601;
@@ -134,11 +145,12 @@ async fn plan_file(
         at = at.saturating_add(*n);
     }
     let bound = predicate.clone().bind(&needed)?;
+    let file_schema = manifest.file_schema(file, &path)?;
     let excludes: Vec<Predicate> = match (&manifest.properties.primary_key, deletes) {
         (Some(pk), Some(d)) => d
             .pk_ranges
             .iter()
-            .filter_map(|r| pk_predicate(pk, r, &needed).transpose())
+            .filter_map(|r| pk_predicate(pk, r, &file_schema).transpose())
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .map(|p| p.bind(&needed))
@@ -253,32 +265,52 @@ fn plan(
     let path = manifest_key(table, base.version);
     let schema = base.arrow_schema(&path)?;
     let bound = predicate.clone().bind(&schema)?;
-    let candidates: Vec<&DataFile> = files
-        .iter()
-        .map(|f| file_may_match(f, &schema, &bound).map(|keep| (f, keep)))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .filter_map(|(f, keep)| keep.then_some(f))
-        .collect();
-    let pk = base.properties.primary_key.clone();
-    if let Some((lo, hi)) = pk.as_deref().and_then(|pk| pk_range(&bound, pk)) {
-        let entries = candidates
-            .iter()
-            .map(|f| Entry::PkRange {
-                file: f.path.clone(),
-                pk_min: lo.as_ref().map(|(v, _)| v.clone()),
-                pk_max: hi.as_ref().map(|(v, _)| v.clone()),
-                pk_min_exclusive: lo.as_ref().is_some_and(|(_, x)| *x),
-                pk_max_exclusive: hi.as_ref().is_some_and(|(_, x)| *x),
-            })
-            .collect::<Vec<_>>();
-        return Ok((entries, None));
+    let schemas = FileSchemas::of(base, &path)?;
+    let mut candidates: Vec<&DataFile> = Vec::new();
+    for f in files {
+        if file_may_match(f, schemas.get(f)?, &bound)? {
+            candidates.push(f);
+        }
     }
     if candidates.is_empty() {
         return Ok((Vec::new(), Some(0)));
     }
     let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
     let deletes = tombstone::fold(&tombstones)?;
+    let pk = base.properties.primary_key.clone();
+    if let Some((pk, (lo, hi))) = pk
+        .as_deref()
+        .zip(pk.as_deref().and_then(|pk| pk_range(&bound, pk)))
+    {
+        // Key ranges, only once a live row is known to match (see the
+        // module docs); a key range of an older file records the key type
+        // its bounds are values of when the column has widened since.
+        let key_type = schema.field_with_name(pk)?.data_type().clone();
+        let hit = crate::runtime::block_on(files_with_key_match(
+            store,
+            table,
+            base,
+            &schemas,
+            &candidates,
+            &bound,
+            pk,
+            &deletes,
+            parallelism,
+        ))??;
+        let mut entries = Vec::new();
+        for f in hit {
+            let file_type = schemas.get(f)?.field_with_name(pk)?.data_type().clone();
+            entries.push(Entry::PkRange {
+                file: f.path.clone(),
+                pk_min: lo.as_ref().map(|(v, _)| v.clone()),
+                pk_max: hi.as_ref().map(|(v, _)| v.clone()),
+                pk_min_exclusive: lo.as_ref().is_some_and(|(_, x)| *x),
+                pk_max_exclusive: hi.as_ref().is_some_and(|(_, x)| *x),
+                pk_type: (file_type != key_type).then(|| key_type.to_string()),
+            });
+        }
+        return Ok((entries, None));
+    }
     // One task per file, so that files decode on every core.
     let shared = Arc::new((base.clone(), bound, deletes));
     let planned = crate::runtime::block_on(async {
@@ -315,6 +347,195 @@ struct Written {
     name: String,
     /// The data files its entries mark.
     files: Vec<String>,
+}
+
+/// Whether some live row of `file` has a key that `range` (a predicate on
+/// `pk` alone, bound to the version's schema) matches.
+///
+/// A key the footer states exactly as a row group's min or max is a key of
+/// one of its rows: in the range, and in a row group no delete touches, it
+/// proves a live match. Otherwise the key column chunks of the row groups
+/// whose statistics may match are read, with the file's deletes applied.
+///
+/// Cost: the footer (1 GET, 2 for a large one), then those column chunks
+/// unless the footer proves a match.
+#[allow(clippy::too_many_arguments)]
+async fn key_match(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    file: &DataFile,
+    file_schema: &SchemaRef,
+    range: &Predicate,
+    pk: &str,
+    deletes: Option<&FileDeletes>,
+) -> Result<bool> {
+    let path = manifest_key(table, manifest.version);
+    let schema = manifest.arrow_schema(&path)?;
+    let needed = output_schema(&schema, Some(&[pk.to_string()]))?;
+    let Some(mut opts) =
+        file_read_options(manifest, file, &needed, Some(range), deletes, None, &path)?
+    else {
+        return Ok(false);
+    };
+    let key = format!("{}/{}", table.trim_end_matches('/'), file.path);
+    let footer = decode::read_footer(store, &key, file.size_bytes).await?;
+    let groups = footer.row_group_rows();
+    let dead = deletes.map(|d| d.row_groups.clone()).unwrap_or_default();
+    let candidates: Vec<usize> = footer
+        .prune(Some(range))?
+        .into_iter()
+        .filter(|rg| !dead.contains(&(*rg as u64)))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(false);
+    }
+    let no_key_deletes = deletes.is_none_or(|d| d.pk_ranges.is_empty());
+    if no_key_deletes {
+        if let Some((mins, maxs)) = footer.exact_bounds(pk)? {
+            let (in_min, in_max) = (
+                holds(range, pk, file_schema, mins)?,
+                holds(range, pk, file_schema, maxs)?,
+            );
+            let mut start = 0u64;
+            let mut starts = Vec::with_capacity(groups.len());
+            for n in &groups {
+                starts.push(start);
+                start = start.saturating_add(*n);
+            }
+            for &rg in &candidates {
+                let (Some(&lo), Some(&n)) = (starts.get(rg), groups.get(rg)) else {
+                    continue;
+                };
+                let untouched = deletes.is_none_or(|d| {
+                    match (u32::try_from(lo), u32::try_from(lo.saturating_add(n))) {
+                        (Ok(lo), Ok(hi)) => d.rows.range_cardinality(lo..hi) == 0,
+                        _ => false,
+                    }
+                });
+                let stated = |held: &[bool]| held.get(rg).copied().unwrap_or(false);
+                if untouched && (stated(&in_min) || stated(&in_max)) {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    opts.row_groups = Some(candidates);
+    let mut part = decode::open_part_with(store, &key, &footer, &opts).await?;
+    while let Some(b) = part.next_batch().await {
+        if b?.num_rows() > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Per element of `values` (keys of a file, its own type): does `range`
+/// hold it? Null holds nothing.
+fn holds(range: &Predicate, pk: &str, file_schema: &Schema, values: ArrayRef) -> Result<Vec<bool>> {
+    let field = file_schema.field_with_name(pk)?.clone().with_nullable(true);
+    let values = arrow_cast::cast(&values, field.data_type())?;
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![values])?;
+    let bound = range.clone().bind(batch.schema_ref())?;
+    let mask = bound.evaluate(&batch)?;
+    Ok((0..mask.len())
+        .map(|i| mask.is_valid(i) && mask.value(i))
+        .collect())
+}
+
+/// Whether the manifest alone proves that `file` holds a live row in
+/// `range`: it has no deletes, and its recorded min or max key (a key of
+/// one of its rows) is in the range. Text keys never prove (their
+/// statistics may be truncated).
+fn stats_prove(
+    file: &DataFile,
+    file_schema: &Schema,
+    range: &Predicate,
+    pk: &str,
+    deletes: Option<&FileDeletes>,
+) -> Result<bool> {
+    if deletes.is_some() {
+        return Ok(false);
+    }
+    let Ok(field) = file_schema.field_with_name(pk) else {
+        return Ok(false);
+    };
+    let value_type = match field.data_type() {
+        DataType::Dictionary(_, v) => v.as_ref(),
+        t => t,
+    };
+    if matches!(
+        value_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        return Ok(false);
+    }
+    let Some(s) = file.columns.get(pk) else {
+        return Ok(false);
+    };
+    let Some(values) = stats::from_json(&[s.min.as_ref(), s.max.as_ref()], field.data_type())
+    else {
+        return Ok(false);
+    };
+    Ok(holds(range, pk, file_schema, values)?
+        .into_iter()
+        .any(|h| h))
+}
+
+/// The candidate files a key-range delete must mark: none if no live row
+/// matches. A match the manifest proves ([`stats_prove`]) costs nothing and
+/// keeps every candidate; otherwise the candidates are checked
+/// ([`key_match`]), `parallelism` at a time, until one matches: those found
+/// without a match are left out, the rest kept (marking a file with no
+/// matching row deletes nothing).
+#[allow(clippy::too_many_arguments)]
+async fn files_with_key_match<'a>(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    schemas: &FileSchemas,
+    candidates: &[&'a DataFile],
+    range: &Predicate,
+    pk: &str,
+    deletes: &tombstone::Deletes,
+    parallelism: usize,
+) -> Result<Vec<&'a DataFile>> {
+    for f in candidates {
+        if stats_prove(f, schemas.get(f)?, range, pk, deletes.get(&f.path))? {
+            return Ok(candidates.to_vec());
+        }
+    }
+    use futures::StreamExt;
+    let checks = candidates.iter().enumerate().map(|(i, f)| async move {
+        let schema = schemas.get(f)?;
+        key_match(
+            store,
+            table,
+            manifest,
+            f,
+            schema,
+            range,
+            pk,
+            deletes.get(&f.path),
+        )
+        .await
+        .map(|hit| (i, hit))
+    });
+    let mut results = futures::stream::iter(checks).buffer_unordered(parallelism.max(1));
+    let mut without = std::collections::BTreeSet::new();
+    while let Some(r) = results.next().await {
+        let (i, hit) = r?;
+        if hit {
+            return Ok(candidates
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| !without.contains(j))
+                .map(|(_, f)| *f)
+                .collect());
+        }
+        without.insert(i);
+    }
+    Ok(Vec::new())
 }
 
 /// Delete the rows of `table` matching `predicate` (see the module docs).

@@ -137,9 +137,46 @@ pub fn output_schema(schema: &Schema, columns: Option<&[String]>) -> Result<Sche
     }
 }
 
+/// The schema each data file of a version was written with, decoded once
+/// per schema (a version holds its own and those of files older than its
+/// last schema change).
+pub struct FileSchemas {
+    current: SchemaRef,
+    older: BTreeMap<String, SchemaRef>,
+}
+
+impl FileSchemas {
+    /// The schemas of `manifest` (read from `path`).
+    pub fn of(manifest: &TableManifest, path: &str) -> Result<Self> {
+        let mut older = BTreeMap::new();
+        for id in manifest.file_schemas.keys() {
+            older.insert(id.clone(), manifest.schema_named(Some(id), path)?);
+        }
+        Ok(Self {
+            current: manifest.arrow_schema(path)?,
+            older,
+        })
+    }
+
+    /// The schema `file` was written with.
+    pub fn get(&self, file: &DataFile) -> Result<&SchemaRef> {
+        match &file.schema {
+            None => Ok(&self.current),
+            Some(id) => self.older.get(id).ok_or_else(|| Error::ManifestCorrupted {
+                path: file.path.clone(),
+                reason: format!("it names schema {id:?}, which the manifest lacks"),
+            }),
+        }
+    }
+}
+
 /// The statistics of one file as one-unit arrays, for [`Predicate::may_match`].
-fn file_unit_stats(file: &DataFile, schema: &Schema, column: &str) -> UnitStats {
-    let Ok(field) = schema.field_with_name(column) else {
+/// The manifest records them as JSON values of the file's own type (a day
+/// count for a `date32` file, milliseconds for `date64`), so they are read
+/// under `file_schema`: a predicate in a wider type then compares them cast
+/// up, exactly (see [`Predicate::bind`]).
+fn file_unit_stats(file: &DataFile, file_schema: &Schema, column: &str) -> UnitStats {
+    let Ok(field) = file_schema.field_with_name(column) else {
         return UnitStats::default();
     };
     let s = file.columns.get(column).cloned().unwrap_or_default();
@@ -150,28 +187,35 @@ fn file_unit_stats(file: &DataFile, schema: &Schema, column: &str) -> UnitStats 
     }
 }
 
-/// Whether the manifest's statistics let `file` hold rows matching `pred`.
-pub fn file_may_match(file: &DataFile, schema: &Schema, pred: &Predicate) -> Result<bool> {
-    let keep = pred.may_match(&[file.total_rows], |c| Ok(file_unit_stats(file, schema, c)))?;
+/// Whether the manifest's statistics let `file` hold rows matching `pred`
+/// (bound to the version's schema); `file_schema` is the file's own.
+pub fn file_may_match(file: &DataFile, file_schema: &Schema, pred: &Predicate) -> Result<bool> {
+    let keep = pred.may_match(&[file.total_rows], |c| {
+        Ok(file_unit_stats(file, file_schema, c))
+    })?;
     Ok(keep.first().copied().unwrap_or(true))
 }
 
-/// The predicate excluding rows in a primary-key range.
-pub fn pk_predicate(pk: &str, range: &PkRange, schema: &Schema) -> Result<Option<Predicate>> {
-    let Ok(field) = schema.field_with_name(pk) else {
+/// The predicate excluding rows in a primary-key range of a file written
+/// with `file_schema`. Its values are of the range's own type (the file's
+/// key type, or the wider one the delete recorded): bind it to the schema
+/// the rows are read in, and the comparison is exact either way.
+pub fn pk_predicate(pk: &str, range: &PkRange, file_schema: &Schema) -> Result<Option<Predicate>> {
+    let Ok(field) = file_schema.field_with_name(pk) else {
         return Ok(None);
     };
+    let key_type = range.key_type.as_ref().unwrap_or(field.data_type());
     let mut conditions = Vec::new();
     for (bound, exclusive, op_in, op_ex) in [
         (&range.min, range.min_exclusive, Op::Ge, Op::Gt),
         (&range.max, range.max_exclusive, Op::Le, Op::Lt),
     ] {
         if let Some(v) = bound {
-            let values = stats::from_json(&[Some(v)], field.data_type())
+            let values = stats::from_json(&[Some(v)], key_type)
                 .filter(|a| a.null_count() == 0)
                 .ok_or_else(|| Error::ManifestCorrupted {
                     path: pk.to_string(),
-                    reason: format!("a key-range bound {v} is not a {}", field.data_type()),
+                    reason: format!("a key-range bound {v} is not a {key_type}"),
                 })?;
             conditions.push(Condition {
                 column: pk.to_string(),
@@ -293,6 +337,7 @@ pub fn scan(
             )));
         }
     }
+    let schemas = FileSchemas::of(manifest, &path)?;
     let mut files = Vec::new();
     for file in &manifest.data_files {
         if opts
@@ -303,7 +348,7 @@ pub fn scan(
             continue;
         }
         if let Some(p) = &predicate {
-            if !file_may_match(file, &schema, p)? {
+            if !file_may_match(file, schemas.get(file)?, p)? {
                 continue;
             }
         }

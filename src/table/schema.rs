@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 
@@ -36,27 +36,7 @@ impl SchemaMode {
     }
 }
 
-/// Whether every value of `from` is exactly a value of `to`.
-pub fn widens(from: &DataType, to: &DataType) -> bool {
-    use DataType::*;
-    matches!(
-        (from, to),
-        (Int8, Int16 | Int32 | Int64 | Float32 | Float64)
-            | (Int16, Int32 | Int64 | Float32 | Float64)
-            | (Int32, Int64 | Float64)
-            | (
-                UInt8,
-                UInt16 | UInt32 | UInt64 | Int16 | Int32 | Int64 | Float32 | Float64
-            )
-            | (UInt16, UInt32 | UInt64 | Int32 | Int64 | Float32 | Float64)
-            | (UInt32, UInt64 | Int64 | Float64)
-            | (Float16, Float32 | Float64)
-            | (Float32, Float64)
-            | (Utf8, LargeUtf8)
-            | (Binary, LargeBinary)
-            | (Date32, Date64)
-    )
-}
+pub use crate::parquet::part_schema::widens;
 
 /// The schema the table has after appending data of schema `input`, or
 /// `SchemaMismatch` naming every field that differs. Strict mode returns
@@ -139,6 +119,7 @@ pub fn describe_change(old: &Schema, new: &Schema) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_schema::DataType;
 
     fn schema(fields: &[(&str, DataType, bool)]) -> Schema {
         Schema::new(

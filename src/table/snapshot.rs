@@ -25,6 +25,8 @@ pub struct DataFile {
     pub size_bytes: u64,
     pub row_group_count: u64,
     pub total_rows: u64,
+    /// Per-column statistics, as values of the file's own schema (see
+    /// `schema`): a reader of a later version converts them, exactly.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnStats>,
     pub sha256: String,
@@ -93,7 +95,8 @@ pub struct TombstoneRef {
 /// A table's settings, fixed when it is created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct TableProperties {
-    /// The primary-key column: deletes by a range of it read no data file.
+    /// The primary-key column: deletes by a range of it write key ranges
+    /// and rewrite no data file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_key: Option<String>,
     #[serde(default = "default_compression")]
@@ -227,7 +230,13 @@ impl TableManifest {
 
     /// The schema `file` was written with.
     pub fn file_schema(&self, file: &DataFile, path: &str) -> Result<arrow_schema::SchemaRef> {
-        let text = match &file.schema {
+        self.schema_named(file.schema.as_deref(), path)
+    }
+
+    /// The schema recorded under `id` in `file_schemas` (the version's own
+    /// for `None`).
+    pub fn schema_named(&self, id: Option<&str>, path: &str) -> Result<arrow_schema::SchemaRef> {
+        let text = match id {
             None => &self.schema.arrow_schema,
             Some(id) => {
                 &self
@@ -235,7 +244,7 @@ impl TableManifest {
                     .get(id)
                     .ok_or_else(|| Error::ManifestCorrupted {
                         path: path.to_string(),
-                        reason: format!("{} names schema {id:?}, which it lacks", file.path),
+                        reason: format!("a data file names schema {id:?}, which it lacks"),
                     })?
                     .arrow_schema
             }

@@ -14,8 +14,10 @@
 //!   before fetching anything.
 //! - `pk_range`: rows whose primary key lies in `[pk_min, pk_max]` are deleted
 //!   (either bound may be absent, or exclusive with `pk_min_exclusive` /
-//!   `pk_max_exclusive`). Written without reading the file; applied while
-//!   decoding.
+//!   `pk_max_exclusive`). The bounds are values of the file's key type, or
+//!   of `pk_type` when the key column has widened since the file was
+//!   written (the file's keys are then compared cast up to it, exactly).
+//!   Applied while decoding.
 //! - `rows`: row positions in the file, as a roaring bitmap in the portable
 //!   serialization every roaring implementation reads, base64.
 //!
@@ -58,6 +60,11 @@ pub enum Entry {
         pk_min_exclusive: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pk_max_exclusive: bool,
+        /// The Arrow type the bounds are values of, when it is not the
+        /// file's own key type (a delete after the key column widened:
+        /// `"Date64"` bounds for a `date32` file). Absent: the file's type.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pk_type: Option<String>,
     },
     Rows {
         file: String,
@@ -197,6 +204,8 @@ pub struct PkRange {
     pub max: Option<Value>,
     pub min_exclusive: bool,
     pub max_exclusive: bool,
+    /// The type of the bounds; `None`: the file's key type.
+    pub key_type: Option<arrow_schema::DataType>,
 }
 
 /// Everything deleted from one data file.
@@ -258,12 +267,26 @@ pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
                     pk_max,
                     pk_min_exclusive,
                     pk_max_exclusive,
+                    pk_type,
                     ..
                 } => d.pk_ranges.push(PkRange {
                     min: pk_min.clone(),
                     max: pk_max.clone(),
                     min_exclusive: *pk_min_exclusive,
                     max_exclusive: *pk_max_exclusive,
+                    key_type: pk_type
+                        .as_deref()
+                        .map(|t| {
+                            t.parse::<arrow_schema::DataType>().map_err(|err| {
+                                Error::ManifestCorrupted {
+                                    path: e.file().to_string(),
+                                    reason: format!(
+                                        "a key range's pk_type {t:?} is not a type: {err}"
+                                    ),
+                                }
+                            })
+                        })
+                        .transpose()?,
                 }),
                 Entry::Rows { .. } => {
                     // Decoded (and checked) when the tombstone was parsed.
@@ -363,6 +386,15 @@ mod tests {
                 pk_max: None,
                 pk_min_exclusive: true,
                 pk_max_exclusive: false,
+                pk_type: None,
+            },
+            Entry::PkRange {
+                file: "data/c.parquet".into(),
+                pk_min: None,
+                pk_max: Some(Value::from(86_400_000)),
+                pk_min_exclusive: false,
+                pk_max_exclusive: false,
+                pk_type: Some(arrow_schema::DataType::Date64.to_string()),
             },
         ]);
         let raw = t.to_json().unwrap();
@@ -372,6 +404,23 @@ mod tests {
         assert_eq!(d["data/a.parquet"].rows.len(), 11);
         assert_eq!(d["data/a.parquet"].row_groups.len(), 1);
         assert_eq!(d["data/b.parquet"].pk_ranges.len(), 1);
+        assert_eq!(d["data/b.parquet"].pk_ranges[0].key_type, None);
+        assert_eq!(
+            d["data/c.parquet"].pk_ranges[0].key_type,
+            Some(arrow_schema::DataType::Date64)
+        );
+        let bad = Tombstone::new(vec![Entry::PkRange {
+            file: "data/c.parquet".into(),
+            pk_min: None,
+            pk_max: None,
+            pk_min_exclusive: false,
+            pk_max_exclusive: false,
+            pk_type: Some("NotAType".into()),
+        }]);
+        assert!(matches!(
+            fold(&[Arc::new(bad)]),
+            Err(Error::ManifestCorrupted { .. })
+        ));
         // Row group 1 covers positions 100..200: no overlap with the bitmap.
         assert_eq!(d["data/a.parquet"].known_rows(&[0, 100], &[100, 100]), 111);
         // Row group 0 covers 0..100, which holds all 11 positions.

@@ -156,9 +156,10 @@ impl Versioned for PipelineManifest {
     }
 
     fn to_json(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self).map_err(|e| {
+        let value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("pipeline manifest is not serialisable: {e}"))
-        })
+        })?;
+        crate::table::sealed::seal(value)
     }
 
     fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
@@ -166,39 +167,85 @@ impl Versioned for PipelineManifest {
             path: path.to_string(),
             reason,
         };
+        let content = crate::table::sealed::open(raw, path, FORMAT)?;
         let m: PipelineManifest =
-            serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
-        if m.format != FORMAT {
-            return Err(corrupted(format!(
-                "format {:?} is not {FORMAT:?}",
-                m.format
-            )));
-        }
+            serde_json::from_value(Value::Object(content)).map_err(|e| corrupted(e.to_string()))?;
         if m.version != version {
             return Err(corrupted(format!(
                 "it holds version {} under the name of version {version}",
                 m.version
             )));
         }
-        for name in m.nodes.keys() {
-            check_node_name(name).map_err(|e| corrupted(e.to_string()))?;
+        m.check().map_err(corrupted)?;
+        Ok(m)
+    }
+}
+
+/// The latest time a manifest may carry (9999-12-31T23:59:59.999Z).
+const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+impl PipelineManifest {
+    /// Everything a reader relies on, checked: contiguous versions, a time,
+    /// node names, and parts that stay under their node's key, each listed
+    /// once in the whole manifest, with a SHA-256.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT {
+            return Err(format!("format {:?} is not {FORMAT:?}", self.format));
         }
-        for part in m.parts() {
-            // A key from a store must stay below the pipeline's key.
-            crate::store::keys::object_segments(&part.name)
-                .map_err(|e| corrupted(format!("part name {:?}: {e}", part.name)))?;
-            if part
-                .name
-                .split('/')
-                .any(|s| s.is_empty() || s == ".." || s == ".")
-            {
-                return Err(corrupted(format!(
-                    "part name {:?} leaves the pipeline",
-                    part.name
-                )));
+        if self.version > crate::table::MAX_VERSION {
+            return Err(format!("version {} is beyond any pipeline", self.version));
+        }
+        match (self.previous, self.version) {
+            (None, 0) => {}
+            (Some(p), v) if p.checked_add(1) == Some(v) => {}
+            (p, v) => {
+                return Err(format!(
+                    "version {v} cannot follow {p:?}: versions are contiguous"
+                ))
             }
         }
-        Ok(m)
+        if !(0..=MAX_TIMESTAMP_MS).contains(&self.timestamp_ms) {
+            return Err(format!(
+                "timestamp_ms {} is not a time pds writes",
+                self.timestamp_ms
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (name, state) in &self.nodes {
+            check_node_name(name).map_err(|e| e.to_string())?;
+            let home = format!("nodes/{name}/");
+            for part in state.parts() {
+                // A key from a store must stay below the pipeline's key.
+                crate::store::keys::object_segments(&part.name)
+                    .map_err(|e| format!("part name {:?}: {e}", part.name))?;
+                if part
+                    .name
+                    .split('/')
+                    .any(|s| s.is_empty() || s == ".." || s == ".")
+                {
+                    return Err(format!("part name {:?} leaves the pipeline", part.name));
+                }
+                if !part.name.starts_with(&home) {
+                    return Err(format!(
+                        "node {name:?} lists part {:?}, which is not under {home}",
+                        part.name
+                    ));
+                }
+                if !seen.insert(part.name.as_str()) {
+                    return Err(format!("part {:?} is listed twice", part.name));
+                }
+                if !crate::table::snapshot::is_sha256(&part.sha256) {
+                    return Err(format!("part {:?} has no valid sha256", part.name));
+                }
+                if part.first_key.len() != part.last_key.len() {
+                    return Err(format!(
+                        "part {:?} has first and last keys of different lengths",
+                        part.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -232,7 +279,7 @@ mod tests {
             name: name.into(),
             rows: 1,
             size_bytes: 1,
-            sha256: String::new(),
+            sha256: "ab".repeat(32),
             first_key: vec![],
             last_key: vec![],
         }

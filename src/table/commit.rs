@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::snapshot::TableManifest;
-use super::{manifest_key, pointer_key, Pointer};
+use super::{manifest_key, manifest_name, pointer_key, Pointer};
 use crate::error::{Error, Result};
 use crate::store::{PutMode, StoreHandle};
 
@@ -231,9 +231,12 @@ fn pointed_manifest<M>(got: Result<M>, table: &str, version: u64) -> Result<M> {
 /// [`latest`] of a table that must exist (`NotFound` otherwise), from a
 /// thread outside the runtime.
 pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
-    crate::runtime::block_on(latest(store, table))??.ok_or_else(|| Error::NotFound {
-        path: table.to_string(),
-    })
+    crate::runtime::block_on(async {
+        match latest(store, table).await? {
+            Some(l) => Ok(l),
+            None => Err(super::not_found(store, table, "table").await),
+        }
+    })?
 }
 
 /// [`latest_with`] as a reader: the pointer, its manifest and a HEAD of the
@@ -617,7 +620,7 @@ mod tests {
             row_group_count: 1,
             total_rows: 1,
             columns: BTreeMap::new(),
-            sha256: String::new(),
+            sha256: "ab".repeat(32),
             schema: None,
         }
     }

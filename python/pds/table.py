@@ -41,7 +41,6 @@ from remote_store import CapabilityNotSupported, Store
 from pds import _core
 from pds._filters import core_conditions
 from pds.backend import native_handle, open_store
-from pds.errors import ManifestCorrupted
 from pds.dataset import (
     Filter,
     _arrow_input,
@@ -53,6 +52,7 @@ from pds.dataset import (
     _filtered,
     _parallelism,
 )
+from pds.errors import ManifestCorrupted
 
 __all__ = ["MAX_VERSION", "Table", "is_table"]
 

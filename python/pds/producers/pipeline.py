@@ -219,9 +219,7 @@ class Pipeline:
                 out[n.name] = n
             states = m.get("nodes", {})
             if not isinstance(states, Mapping) or set(states) != set(out):
-                raise ValueError(
-                    f"its graph has nodes {sorted(out)} but it holds state for {sorted(states or {})}"
-                )
+                raise ValueError(f"its graph has nodes {sorted(out)} but it holds state for {sorted(states or {})}")
         except ValueError as e:
             raise ManifestCorrupted(f"pipeline manifest {where} is corrupted: {e}", path=where, reason=str(e)) from e
         return out

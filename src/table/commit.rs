@@ -749,6 +749,49 @@ mod tests {
         }
     }
 
+    /// A pointer naming a version whose manifest is missing is the
+    /// pointer's corruption, not "no table"; a dataset key says so.
+    #[test]
+    fn a_pointer_to_a_missing_version_and_a_dataset_key_say_what_is_wrong() {
+        for (store, _dir) in stores() {
+            let rt = crate::runtime::get().unwrap();
+            append_now(&store, "a");
+            let bad = Pointer::new("t", 7).to_json().unwrap();
+            rt.block_on(store.put(&pointer_key("t"), Bytes::from(bad), PutMode::Overwrite))
+                .unwrap();
+            match rt.block_on(latest(&store, "t")) {
+                Err(Error::ManifestCorrupted { path, .. }) => assert_eq!(path, pointer_key("t")),
+                other => panic!("{other:?}"),
+            }
+            let huge = format!(
+                "{{\"version\":{},\"manifest\":\"{}\"}}",
+                u64::MAX,
+                super::super::manifest_name(u64::MAX)
+            );
+            rt.block_on(store.put(&pointer_key("t"), Bytes::from(huge), PutMode::Overwrite))
+                .unwrap();
+            assert!(matches!(
+                rt.block_on(latest_with(&store, "t", true)),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+            rt.block_on(store.put(
+                "ds/manifest.json",
+                Bytes::from_static(b"{}"),
+                PutMode::Create,
+            ))
+            .unwrap();
+            let err = rt.block_on(super::super::not_found(&store, "ds", "table"));
+            assert!(
+                matches!(&err, Error::OtherKind { reason, .. } if reason.contains("a dataset")),
+                "{err}"
+            );
+            assert!(matches!(
+                rt.block_on(super::super::not_found(&store, "none", "table")),
+                Error::NotFound { .. }
+            ));
+        }
+    }
+
     #[test]
     fn a_pointer_naming_a_missing_version_is_manifest_corrupted_naming_the_pointer() {
         for (store, _dir) in stores() {

@@ -436,6 +436,62 @@ mod tests {
         }
     }
 
+    /// A tombstone must have the SHA-256 its reference records, and delete
+    /// rows only of the files its reference names (issue #15 S-4).
+    #[test]
+    fn loading_checks_the_sha256_and_the_files_its_reference_names() {
+        let store = StoreHandle::open("memory://", &Default::default()).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let entries = vec![
+            Entry::RowGroup {
+                file: "data/a.parquet".into(),
+                row_group: 0,
+                rows: 5,
+            },
+            Entry::RowGroup {
+                file: "data/b.parquet".into(),
+                row_group: 1,
+                rows: 5,
+            },
+        ];
+        let r = rt
+            .block_on(Tombstone::put(&store, "t", 0, entries))
+            .unwrap();
+        assert_eq!(r.files, vec!["data/a.parquet", "data/b.parquet"]);
+        assert_eq!(
+            rt.block_on(load(&store, "t", std::slice::from_ref(&r)))
+                .unwrap()[0]
+                .entries
+                .len(),
+            2
+        );
+        let mut narrower = r.clone();
+        narrower.files = vec!["data/a.parquet".into()];
+        let mut other_sha = r.clone();
+        other_sha.sha256 = "0".repeat(64);
+        for (bad, why) in [(narrower, "does not name"), (other_sha, "SHA-256")] {
+            match rt.block_on(load(&store, "t", &[bad])) {
+                Err(Error::ManifestCorrupted { reason, .. }) => {
+                    assert!(reason.contains(why), "{reason}")
+                }
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        // Replaced bytes (read afresh under another process's cache) fail too.
+        let key = format!("t/{}", r.path);
+        rt.block_on(store.put(
+            &key,
+            bytes::Bytes::from(Tombstone::new(vec![]).to_json().unwrap()),
+            crate::store::PutMode::Overwrite,
+        ))
+        .unwrap();
+        cache().lock().unwrap().clear();
+        assert!(matches!(
+            rt.block_on(load(&store, "t", &[r])),
+            Err(Error::ManifestCorrupted { .. })
+        ));
+    }
+
     /// A seeded fuzz loop: damaged tombstones (flipped bytes, truncations,
     /// random bitmaps) parse or fail as `ManifestCorrupted`, never panic.
     #[test]

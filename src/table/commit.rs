@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::snapshot::TableManifest;
-use super::{manifest_key, manifest_name, pointer_key, Pointer};
+use super::{manifest_key, pointer_key, Pointer};
 use crate::error::{Error, Result};
 use crate::store::{PutMode, StoreHandle};
 

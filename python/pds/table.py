@@ -114,8 +114,6 @@ def vacuum_args(retain: object, dry_run: object, keep_versions: object, min_age:
     }
 
 
-
-
 def _schema_of(text: str, where: str = "") -> pa.Schema:
     """The Arrow schema a manifest stores. The core checked it when it read
     the manifest; should pyarrow still refuse it, that is the manifest's

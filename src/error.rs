@@ -19,6 +19,12 @@ pub enum Error {
     #[error("{reason}")]
     VersionNotFound { path: String, reason: String },
 
+    /// Nothing of the kind asked for is at `path`, but something else is (a
+    /// dataset where a table was expected): `reason` says what and how to
+    /// read it. Python: `NotFound`.
+    #[error("not found: {path}: {reason}")]
+    OtherKind { path: String, reason: String },
+
     /// A create-only write found the object already there.
     #[error("already exists: {path}")]
     AlreadyExists { path: String },

@@ -282,7 +282,8 @@ def table_delete(
 
 def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> str:
     """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time.
-    NotFound if there is no table, no such version, or no version at that time.
+    NotFound if there is no table (saying so for a dataset key), no such version, or no version
+    at that time. ManifestCorrupted if a pointer or manifest is damaged or inconsistent.
     OverflowError for a *version* past 2**64 - 1 (the facade refuses it with ValueError first)."""
 
 def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[str]:
@@ -394,7 +395,9 @@ def pipeline_update(store: RustStore, root: str, node: str) -> tuple[pa.Table, p
     """What a node's version changed: (rows of every changed key, deleted keys)."""
 
 def pipeline_latest(store: RustStore, root: str) -> str | None:
-    """The latest manifest JSON (2 GETs + 1 HEAD), or None if there is no pipeline."""
+    """The latest manifest JSON (2 GETs + 1 HEAD), or None if there is no pipeline
+    (NotFound, 1 HEAD more, if a dataset lives there; ManifestCorrupted for a
+    damaged or inconsistent manifest, or a table's)."""
 
 def pipeline_version(store: RustStore, root: str, version: int) -> str:
     """The manifest JSON of *version* (1 GET)."""

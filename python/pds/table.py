@@ -52,6 +52,7 @@ from pds.dataset import (
     _filtered,
     _parallelism,
 )
+from pds.errors import ManifestCorrupted
 
 __all__ = ["MAX_VERSION", "Table", "is_table"]
 
@@ -113,8 +114,28 @@ def vacuum_args(retain: object, dry_run: object, keep_versions: object, min_age:
     }
 
 
-def _schema_of(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+def _schema_of(text: str, where: str = "") -> pa.Schema:
+    """The Arrow schema a manifest stores. The core checked it when it read
+    the manifest; should pyarrow still refuse it, that is the manifest's
+    corruption (``ManifestCorrupted``), never a bare ``ArrowInvalid``."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (ValueError, TypeError, pa.ArrowException) as e:
+        raise ManifestCorrupted(
+            f"manifest of {where or 'a table'} holds an unreadable arrow_schema",
+            path=where or None,
+            reason=str(e),
+        ) from e
+
+
+def _created_at(m: Mapping[str, Any], where: str) -> datetime.datetime:
+    """A manifest's ``created_at`` (checked by the core when it read it)."""
+    try:
+        return datetime.datetime.fromisoformat(str(m["created_at"]))
+    except (KeyError, ValueError) as e:
+        raise ManifestCorrupted(
+            f"manifest of version {m.get('version')} of {where} has no valid created_at", path=where, reason=str(e)
+        ) from e
 
 
 #: The largest version number a table can have (versions are int64 in
@@ -249,11 +270,16 @@ class Table:
         Cost: 2 GETs and 1 HEAD in 2 round trips (the pointer, then the
         manifest it names and a HEAD of the next version name, since a
         version whose pointer update failed is committed all the same).
+        1 HEAD more when there is no table.
 
         Raises:
-            remote_store.NotFound: no table at *key*.
-            pds.ManifestCorrupted: the pointer is damaged, or names a
-                version whose manifest does not exist.
+            remote_store.NotFound: no table at *key* (the message says so if a
+                dataset lives there instead).
+            pds.ManifestCorrupted: the pointer or the manifest is damaged or
+                inconsistent (its checksum, a file or tombstone listed twice,
+                a tombstone naming a file the version lacks, an unreadable
+                schema or time, ...), names a version whose manifest is
+                missing, or is a pipeline's (the message says how to open it).
         """
         st, handle = _native(store, storage_options)
         key = _check_key(key)
@@ -275,7 +301,7 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         """The schema of :attr:`version` (the full Arrow schema)."""
-        return _schema_of(self._manifest["schema"]["arrow_schema"])
+        return _schema_of(self._manifest["schema"]["arrow_schema"], self._key)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -479,7 +505,7 @@ class Table:
         raw, expression = _check_filter(filter)
         size = _check_batch_size(batch_size)
         manifest = self._pinned(version, as_of)
-        schema = _schema_of(manifest["schema"]["arrow_schema"])
+        schema = _schema_of(manifest["schema"]["arrow_schema"], self._key)
         conditions = core_conditions(raw, schema) if raw is not None else None
         read_cols = None if expression is not None else cols
         reader: pa.RecordBatchReader = _core.table_scan(
@@ -531,7 +557,7 @@ class Table:
                 {
                     "version": m["version"],
                     "previous": m.get("previous"),
-                    "created_at": datetime.datetime.fromisoformat(m["created_at"]),
+                    "created_at": _created_at(m, self._key),
                     "operation": m["operation"],
                     "parameters": params,
                     "rows_added": params.get("rows_added", 0),

@@ -718,6 +718,46 @@ mod tests {
         assert_eq!(d.batches[0], b.project(&[2, 0]).unwrap());
     }
 
+    /// A part that is not the size its reader was told (empty, cut short,
+    /// grown) is `PartCorrupted`, never a store error or a right-looking read.
+    #[test]
+    fn a_part_of_another_size_than_recorded_is_corrupted() {
+        let b = sample();
+        let (bytes, _) = encode_to_bytes(
+            std::slice::from_ref(&b),
+            b.schema(),
+            &EncodeOptions::new("zstd", None, None).unwrap(),
+        )
+        .unwrap();
+        let store = StoreHandle::open("memory://", &Default::default()).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let size = bytes.len() as u64;
+        let mut grown = bytes.to_vec();
+        grown.extend_from_slice(&[0u8; 100]);
+        for (name, stored) in [
+            ("empty", Bytes::new()),
+            ("short", bytes.slice(0..bytes.len() - 1)),
+            ("half", bytes.slice(0..bytes.len() / 2)),
+            ("grown", Bytes::from(grown)),
+        ] {
+            rt.block_on(store.put(name, stored, crate::store::PutMode::Overwrite))
+                .unwrap();
+            match rt.block_on(read_part(&store, name, size, &ReadOptions::default())) {
+                Err(Error::PartCorrupted { path, reason }) => {
+                    assert_eq!(path, name);
+                    assert!(reason.contains("recorded"), "{name}: {reason}");
+                }
+                other => panic!("{name}: {:?}", other.map(|d| d.file_rows)),
+            }
+        }
+        rt.block_on(store.put("exact", bytes, crate::store::PutMode::Overwrite))
+            .unwrap();
+        let d = rt
+            .block_on(read_part(&store, "exact", size, &ReadOptions::default()))
+            .unwrap();
+        assert_eq!(d.file_rows, 3);
+    }
+
     #[test]
     fn unknown_column_and_garbage_are_reported() {
         let b = sample();

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
@@ -74,15 +74,48 @@ fn external(e: object_store::Error) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
+impl ObjectRangeReader {
+    /// A range read failed: if the object is not the size its reader was
+    /// told (a truncated or replaced file, a 0-byte file), that is the
+    /// file's corruption, not a store failure. One HEAD, on failures only.
+    async fn explain(&self, e: object_store::Error) -> ParquetError {
+        if matches!(e, object_store::Error::NotFound { .. }) {
+            return external(e);
+        }
+        match self.store.head(&self.path).await {
+            Ok(meta) if meta.size != self.size => self.wrong_size(meta.size),
+            _ => external(e),
+        }
+    }
+
+    fn wrong_size(&self, actual: u64) -> ParquetError {
+        ParquetError::General(format!(
+            "the object holds {actual} bytes, not the {} recorded for it (truncated, grown or \
+             replaced)",
+            self.size
+        ))
+    }
+}
+
 impl AsyncFileReader for ObjectRangeReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         async move {
             let start = range.start;
-            let data = self
-                .store
-                .get_range(&self.path, range)
-                .await
-                .map_err(external)?;
+            // A ranged GET also tells the object's size: a file that is not
+            // the size recorded for it (truncated, grown, replaced) is
+            // corrupt, even where the bytes asked for are all there.
+            let options = GetOptions::new().with_range(Some(range));
+            let got = match self.store.get_opts(&self.path, options).await {
+                Ok(got) => got,
+                Err(e) => return Err(self.explain(e).await),
+            };
+            if got.meta.size != self.size {
+                return Err(self.wrong_size(got.meta.size));
+            }
+            let data = match got.bytes().await {
+                Ok(d) => d,
+                Err(e) => return Err(self.explain(e).await),
+            };
             self.check(start, &data)?;
             Ok(data)
         }
@@ -91,11 +124,10 @@ impl AsyncFileReader for ObjectRangeReader {
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         async move {
-            let data = self
-                .store
-                .get_ranges(&self.path, &ranges)
-                .await
-                .map_err(external)?;
+            let data = match self.store.get_ranges(&self.path, &ranges).await {
+                Ok(d) => d,
+                Err(e) => return Err(self.explain(e).await),
+            };
             for (range, bytes) in ranges.iter().zip(&data) {
                 self.check(range.start, bytes)?;
             }

@@ -156,9 +156,10 @@ impl Versioned for PipelineManifest {
     }
 
     fn to_json(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self).map_err(|e| {
+        let value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("pipeline manifest is not serialisable: {e}"))
-        })
+        })?;
+        crate::table::sealed::seal(value)
     }
 
     fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
@@ -166,39 +167,104 @@ impl Versioned for PipelineManifest {
             path: path.to_string(),
             reason,
         };
+        let content = crate::table::sealed::open(raw, path, FORMAT)?;
         let m: PipelineManifest =
-            serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
-        if m.format != FORMAT {
-            return Err(corrupted(format!(
-                "format {:?} is not {FORMAT:?}",
-                m.format
-            )));
-        }
+            serde_json::from_value(Value::Object(content)).map_err(|e| corrupted(e.to_string()))?;
         if m.version != version {
             return Err(corrupted(format!(
                 "it holds version {} under the name of version {version}",
                 m.version
             )));
         }
-        for name in m.nodes.keys() {
-            check_node_name(name).map_err(|e| corrupted(e.to_string()))?;
+        m.check().map_err(corrupted)?;
+        Ok(m)
+    }
+}
+
+/// One part of node `name` (whose parts live under `home`), checked.
+fn check_part(part: &RangePart, home: &str, name: &str) -> std::result::Result<(), String> {
+    // A key from a store must stay below the pipeline's key.
+    crate::store::keys::object_segments(&part.name)
+        .map_err(|e| format!("part name {:?}: {e}", part.name))?;
+    if part
+        .name
+        .split('/')
+        .any(|s| s.is_empty() || s == ".." || s == ".")
+    {
+        return Err(format!("part name {:?} leaves the pipeline", part.name));
+    }
+    if !part.name.starts_with(home) {
+        return Err(format!(
+            "node {name:?} lists part {:?}, which is not under {home}",
+            part.name
+        ));
+    }
+    if !crate::table::snapshot::is_sha256(&part.sha256) {
+        return Err(format!("part {:?} has no valid sha256", part.name));
+    }
+    if part.first_key.len() != part.last_key.len() {
+        return Err(format!(
+            "part {:?} has first and last keys of different lengths",
+            part.name
+        ));
+    }
+    Ok(())
+}
+
+/// The latest time a manifest may carry (9999-12-31T23:59:59.999Z).
+const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+impl PipelineManifest {
+    /// Everything a reader relies on, checked: contiguous versions, a time,
+    /// node names, and parts that stay under their node's key, each listed
+    /// once per list, with a SHA-256.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT {
+            return Err(format!("format {:?} is not {FORMAT:?}", self.format));
         }
-        for part in m.parts() {
-            // A key from a store must stay below the pipeline's key.
-            crate::store::keys::object_segments(&part.name)
-                .map_err(|e| corrupted(format!("part name {:?}: {e}", part.name)))?;
-            if part
-                .name
-                .split('/')
-                .any(|s| s.is_empty() || s == ".." || s == ".")
-            {
-                return Err(corrupted(format!(
-                    "part name {:?} leaves the pipeline",
-                    part.name
-                )));
+        if self.version > crate::table::MAX_VERSION {
+            return Err(format!("version {} is beyond any pipeline", self.version));
+        }
+        match (self.previous, self.version) {
+            (None, 0) => {}
+            (Some(p), v) if p.checked_add(1) == Some(v) => {}
+            (p, v) => {
+                return Err(format!(
+                    "version {v} cannot follow {p:?}: versions are contiguous"
+                ))
             }
         }
-        Ok(m)
+        if !(0..=MAX_TIMESTAMP_MS).contains(&self.timestamp_ms) {
+            return Err(format!(
+                "timestamp_ms {} is not a time pds writes",
+                self.timestamp_ms
+            ));
+        }
+        for (name, state) in &self.nodes {
+            check_node_name(name).map_err(|e| e.to_string())?;
+            let home = format!("nodes/{name}/");
+            // A part is listed once in each list (a first build's update is
+            // its content: the same parts, in two lists).
+            let lists = [
+                ("content", &state.content),
+                ("mappings", &state.mappings),
+                ("update rows", &state.update.rows),
+                ("update deletes", &state.update.deleted),
+            ];
+            for (list, parts) in lists {
+                let mut seen = std::collections::HashSet::with_capacity(parts.len());
+                for part in parts {
+                    check_part(part, &home, name)?;
+                    if !seen.insert(part.name.as_str()) {
+                        return Err(format!(
+                            "node {name:?} lists part {:?} twice in its {list}",
+                            part.name
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -232,7 +298,7 @@ mod tests {
             name: name.into(),
             rows: 1,
             size_bytes: 1,
-            sha256: String::new(),
+            sha256: "ab".repeat(32),
             first_key: vec![],
             last_key: vec![],
         }
@@ -268,6 +334,56 @@ mod tests {
                 "{bad}"
             );
         }
+        // A first build's update is its content: the same part in two lists.
+        let mut first = m.clone();
+        let a = first.nodes.get_mut("a").unwrap();
+        a.update.rows = a.content.clone();
+        let raw_first = first.to_json().unwrap();
+        assert_eq!(
+            PipelineManifest::from_json(&raw_first, "p", 3).unwrap(),
+            first
+        );
+        // Inconsistencies behind a valid checksum (issue #15 S-4).
+        let mut twice = m.clone();
+        let a = twice.nodes.get_mut("a").unwrap();
+        a.content.push(a.content[0].clone());
+        let mut other_node = m.clone();
+        other_node.nodes.get_mut("a").unwrap().content[0].name =
+            "nodes/b/content/x-00000.parquet".into();
+        let mut gap = m.clone();
+        gap.previous = Some(1);
+        let mut time = m.clone();
+        time.timestamp_ms = -1;
+        let mut sha = m.clone();
+        sha.nodes.get_mut("a").unwrap().content[0].sha256 = "00".into();
+        for (bad, why) in [
+            (twice, "twice"),
+            (other_node, "not under nodes/a/"),
+            (gap, "contiguous"),
+            (time, "timestamp_ms"),
+            (sha, "sha256"),
+        ] {
+            match PipelineManifest::from_json(&bad.to_json().unwrap(), "p", 3) {
+                Err(Error::ManifestCorrupted { reason, .. }) => {
+                    assert!(reason.contains(why), "{why}: {reason}")
+                }
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        // Any edited byte is caught by the checksum; a table's manifest says so.
+        for at in 0..raw.len() {
+            let mut edited = raw.clone();
+            edited[at] = if edited[at] == b'7' { b'8' } else { b'7' };
+            assert!(matches!(
+                PipelineManifest::from_json(&edited, "p", 3),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+        }
+        let table = crate::table::snapshot::tests::manifest(3)
+            .to_json()
+            .unwrap();
+        let err = PipelineManifest::from_json(&table, "p", 3).unwrap_err();
+        assert!(err.to_string().contains("pds.Table.open"), "{err}");
         // Truncations and garbage are ManifestCorrupted, never a panic.
         for n in 0..raw.len() {
             let _ = PipelineManifest::from_json(&raw[..n], "p", 3);

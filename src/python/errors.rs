@@ -37,7 +37,9 @@ pub fn to_py(err: Error) -> PyErr {
     Python::attach(|py| {
         let msg = chain(&err);
         match &err {
-            Error::NotFound { path } | Error::VersionNotFound { path, .. } => {
+            Error::NotFound { path }
+            | Error::VersionNotFound { path, .. }
+            | Error::OtherKind { path, .. } => {
                 raise(py, "remote_store", "NotFound", msg, &[("path", path)])
             }
             Error::AlreadyExists { path }

@@ -162,7 +162,8 @@ pub fn pipeline_update<'py>(
     ))
 }
 
-/// The latest manifest JSON (pointer + manifest: 2 GETs), or `None`.
+/// The latest manifest JSON (pointer + manifest: 2 GETs), or `None`; a
+/// dataset at `root` is `NotFound` saying so (1 HEAD more).
 #[pyfunction]
 pub fn pipeline_latest(
     py: Python<'_>,
@@ -172,7 +173,14 @@ pub fn pipeline_latest(
     let handle = store.inner.clone();
     let root = root.to_string();
     let latest = super::run(py, async move {
-        commit::latest_of::<PipelineManifest>(&handle, &root, false).await
+        match commit::latest_of::<PipelineManifest>(&handle, &root, false).await? {
+            Some(l) => Ok(Some(l)),
+            // A dataset there is an error that says so; nothing at all is `None`.
+            None => match crate::table::not_found(&handle, &root, "pipeline").await {
+                e @ crate::error::Error::OtherKind { .. } => Err(e),
+                _ => Ok(None),
+            },
+        }
     })?;
     latest.map(|l| manifest_text(&l.manifest)).transpose()
 }

@@ -231,9 +231,12 @@ fn pointed_manifest<M>(got: Result<M>, table: &str, version: u64) -> Result<M> {
 /// [`latest`] of a table that must exist (`NotFound` otherwise), from a
 /// thread outside the runtime.
 pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
-    crate::runtime::block_on(latest(store, table))??.ok_or_else(|| Error::NotFound {
-        path: table.to_string(),
-    })
+    crate::runtime::block_on(async {
+        match latest(store, table).await? {
+            Some(l) => Ok(l),
+            None => Err(super::not_found(store, table, "table").await),
+        }
+    })?
 }
 
 /// [`latest_with`] as a reader: the pointer, its manifest and a HEAD of the
@@ -617,7 +620,7 @@ mod tests {
             row_group_count: 1,
             total_rows: 1,
             columns: BTreeMap::new(),
-            sha256: String::new(),
+            sha256: "ab".repeat(32),
             schema: None,
         }
     }
@@ -743,6 +746,49 @@ mod tests {
             assert_eq!(manifest.data_files.len(), 3, "built on the orphaned v1");
             let now = rt.block_on(latest(&store, "t")).unwrap().unwrap();
             assert_eq!((now.manifest.version, now.pointed), (2, Some(2)));
+        }
+    }
+
+    /// A pointer naming a version whose manifest is missing is the
+    /// pointer's corruption, not "no table"; a dataset key says so.
+    #[test]
+    fn a_pointer_to_a_missing_version_and_a_dataset_key_say_what_is_wrong() {
+        for (store, _dir) in stores() {
+            let rt = crate::runtime::get().unwrap();
+            append_now(&store, "a");
+            let bad = Pointer::new("t", 7).to_json().unwrap();
+            rt.block_on(store.put(&pointer_key("t"), Bytes::from(bad), PutMode::Overwrite))
+                .unwrap();
+            match rt.block_on(latest(&store, "t")) {
+                Err(Error::ManifestCorrupted { path, .. }) => assert_eq!(path, pointer_key("t")),
+                other => panic!("{other:?}"),
+            }
+            let huge = format!(
+                "{{\"version\":{},\"manifest\":\"{}\"}}",
+                u64::MAX,
+                super::super::manifest_name(u64::MAX)
+            );
+            rt.block_on(store.put(&pointer_key("t"), Bytes::from(huge), PutMode::Overwrite))
+                .unwrap();
+            assert!(matches!(
+                rt.block_on(latest_with(&store, "t", true)),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+            rt.block_on(store.put(
+                "ds/manifest.json",
+                Bytes::from_static(b"{}"),
+                PutMode::Create,
+            ))
+            .unwrap();
+            let err = rt.block_on(super::super::not_found(&store, "ds", "table"));
+            assert!(
+                matches!(&err, Error::OtherKind { reason, .. } if reason.contains("a dataset")),
+                "{err}"
+            );
+            assert!(matches!(
+                rt.block_on(super::super::not_found(&store, "none", "table")),
+                Error::NotFound { .. }
+            ));
         }
     }
 

@@ -213,9 +213,11 @@ fn commit_compaction(
     let coalesced = if entries.is_empty() {
         None
     } else {
-        let name = crate::runtime::block_on(Tombstone::put(store, table, base.version, entries))??;
-        let key = format!("{}/{name}", table.trim_end_matches('/'));
-        Some((TombstoneRef { path: name, files }, key))
+        let mut r = crate::runtime::block_on(Tombstone::put(store, table, base.version, entries))??;
+        // Every kept file, also those whose entries merged into nothing.
+        r.files = files;
+        let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
+        Some((r, key))
     };
     let base_tombstones: BTreeSet<String> =
         base.tombstones.iter().map(|t| t.path.clone()).collect();

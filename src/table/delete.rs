@@ -347,6 +347,8 @@ struct Written {
     name: String,
     /// The data files its entries mark.
     files: Vec<String>,
+    /// Its SHA-256, recorded in the manifest.
+    sha256: String,
 }
 
 /// Whether some live row of `file` has a key that `range` (a predicate on
@@ -600,12 +602,13 @@ pub fn delete(
             _ => None,
         };
         if !entries.is_empty() {
-            let mut files: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
-            files.sort();
-            files.dedup();
-            let name =
+            let r =
                 crate::runtime::block_on(Tombstone::put(&store, table, base.version, entries))??;
-            written.push(Written { name, files });
+            written.push(Written {
+                name: r.path,
+                files: r.files,
+                sha256: r.sha256,
+            });
         }
         if written.is_empty() {
             return Ok(Deleted {
@@ -733,6 +736,7 @@ fn commit_tombstones(
             next.tombstones.extend(written.iter().map(|w| TombstoneRef {
                 path: w.name.clone(),
                 files: w.files.clone(),
+                sha256: w.sha256.clone(),
             }));
             Ok(Some(next))
         },

@@ -33,6 +33,7 @@ pub mod delete;
 mod fault_tests;
 pub mod scan;
 pub mod schema;
+pub mod sealed;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,10 @@ pub mod write;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+/// The highest version a pointer or manifest may name (versions count in i64
+/// wherever they meet Arrow or Python's readers).
+pub const MAX_VERSION: u64 = i64::MAX as u64;
 
 /// The pointer's name under the table key.
 pub const POINTER: &str = "_latest_manifest";
@@ -60,6 +65,27 @@ pub fn manifest_name(version: u64) -> String {
 /// `table/manifest/v00000123.json`.
 pub fn manifest_key(table: &str, version: u64) -> String {
     format!("{}/{}", table.trim_end_matches('/'), manifest_name(version))
+}
+
+/// The error for no `what` (a table, a pipeline) at `key`: `NotFound`, or,
+/// if a dataset lives there (its `manifest.json`, one HEAD), an error that
+/// says so and how to read it (Python: `NotFound` too).
+pub async fn not_found(store: &crate::store::StoreHandle, key: &str, what: &str) -> Error {
+    let key = key.trim_end_matches('/');
+    let manifest = format!("{key}/{}", crate::dataset::MANIFEST);
+    match store.try_head(&manifest).await {
+        Ok(Some(_)) => Error::OtherKind {
+            path: key.to_string(),
+            reason: format!(
+                "no {what} lives there, a dataset does (its {}): read it with \
+                 pds.ParquetDatasetStore(store).read_dataset",
+                crate::dataset::MANIFEST
+            ),
+        },
+        _ => Error::NotFound {
+            path: key.to_string(),
+        },
+    }
 }
 
 /// The content of `_latest_manifest`.
@@ -88,6 +114,12 @@ impl Pointer {
             path: path.to_string(),
             reason: e.to_string(),
         })?;
+        if p.version > MAX_VERSION {
+            return Err(Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason: format!("version {} is beyond any table", p.version),
+            });
+        }
         if p.manifest != manifest_name(p.version) {
             return Err(Error::ManifestCorrupted {
                 path: path.to_string(),

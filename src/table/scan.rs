@@ -46,24 +46,27 @@ pub enum At {
 /// not exist; `VersionNotFound` if that version does not (never committed,
 /// or vacuumed), or, for `AsOf`, if no version existed at that time.
 pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableManifest> {
-    let missing = || Error::NotFound {
-        path: table.to_string(),
+    let last = match at {
+        At::Version(v) => {
+            return read_version(store, table, v).await.map_err(|e| match e {
+                Error::NotFound { .. } => Error::VersionNotFound {
+                    path: table.to_string(),
+                    reason: format!(
+                        "table {table:?} has no version {v} (it was never committed, or was \
+                         vacuumed)"
+                    ),
+                },
+                other => other,
+            })
+        }
+        At::Latest | At::AsOf(_) => match latest(store, table).await? {
+            Some(l) => l.manifest,
+            None => return Err(super::not_found(store, table, "table").await),
+        },
     };
     match at {
-        At::Latest => Ok(latest(store, table).await?.ok_or_else(missing)?.manifest),
-        At::Version(v) => read_version(store, table, v).await.map_err(|e| match e {
-            Error::NotFound { .. } => Error::VersionNotFound {
-                path: table.to_string(),
-                reason: format!(
-                    "table {table:?} has no version {v} (it was never committed, or was vacuumed)"
-                ),
-            },
-            other => other,
-        }),
-        At::AsOf(t) => {
-            let last = latest(store, table).await?.ok_or_else(missing)?.manifest;
-            as_of(store, table, last, t).await
-        }
+        At::AsOf(t) => as_of(store, table, last, t).await,
+        _ => Ok(last),
     }
 }
 

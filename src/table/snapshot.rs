@@ -90,6 +90,8 @@ pub struct TombstoneRef {
     /// Relative to the table key (`tombstone/...del`).
     pub path: String,
     pub files: Vec<String>,
+    /// The SHA-256 of the tombstone object (checked when it is read).
+    pub sha256: String,
 }
 
 /// A table's settings, fixed when it is created.
@@ -111,7 +113,53 @@ fn default_compression() -> String {
     "zstd".into()
 }
 
+/// Whether `s` is a SHA-256 in lowercase hex.
+pub fn is_sha256(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Check a manifest time: RFC 3339 as pds writes it (`now_iso8601`), in
+/// years 1 to 9999 (what every reader, Python's `datetime` too, can hold).
+pub fn check_time(text: &str) -> std::result::Result<chrono::DateTime<chrono::Utc>, String> {
+    use chrono::{Datelike, Timelike};
+    let t = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|e| format!("created_at {text:?} is not a time: {e}"))?;
+    if !(1..=9999).contains(&t.year()) || t.nanosecond() >= 1_000_000_000 {
+        return Err(format!("created_at {text:?} is out of range"));
+    }
+    Ok(t.with_timezone(&chrono::Utc))
+}
+
 impl TableSchema {
+    /// The Arrow schema, read and checked against the readable column list.
+    pub fn arrow(&self) -> Result<arrow_schema::SchemaRef> {
+        let schema = crate::dataset::manifest::schema_from_ipc_base64(&self.arrow_schema)?;
+        let listed: Vec<(&str, String, bool)> = self
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.data_type.clone(), c.nullable))
+            .collect();
+        let actual: Vec<(&str, String, bool)> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                (
+                    f.name().as_str(),
+                    f.data_type().to_string(),
+                    f.is_nullable(),
+                )
+            })
+            .collect();
+        if listed != actual {
+            return Err(Error::InvalidArgument(
+                "arrow_schema and the column list differ".into(),
+            ));
+        }
+        Ok(schema)
+    }
+
     /// The readable column list and the IPC schema of `schema`.
     pub fn of(schema: &arrow_schema::Schema) -> Result<Self> {
         Ok(Self {
@@ -130,75 +178,135 @@ impl TableSchema {
 }
 
 impl TableManifest {
-    /// Canonical JSON (sorted keys, 2-space indent).
+    /// Sealed JSON (sorted keys, 2-space indent, with the checksum of its
+    /// content: see [`super::sealed`]).
     pub fn to_json(&self) -> Result<Vec<u8>> {
         let value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("table manifest is not serialisable: {e}"))
         })?;
-        serde_json::to_vec_pretty(&value)
-            .map_err(|e| Error::InvalidArgument(format!("table manifest is not serialisable: {e}")))
+        super::sealed::seal(value)
     }
 
     /// Parse and validate a manifest read from `path`; `version` is the one
-    /// its name promises. Every failure is `ManifestCorrupted`.
+    /// its name promises. Every failure is `ManifestCorrupted`: a checksum
+    /// that does not match, a manifest of another kind, and any content
+    /// that cannot be a version (see [`TableManifest::check`]).
     pub fn from_json(raw: &[u8], path: &str, version: u64) -> Result<Self> {
         let corrupted = |reason: String| Error::ManifestCorrupted {
             path: path.to_string(),
             reason,
         };
-        let m: TableManifest = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
-        if m.format != FORMAT {
-            return Err(corrupted(format!(
-                "format is {:?}, this pds reads {FORMAT:?}",
-                m.format
-            )));
-        }
+        let content = super::sealed::open(raw, path, FORMAT)?;
+        let m: TableManifest = serde_json::from_value(serde_json::Value::Object(content))
+            .map_err(|e| corrupted(e.to_string()))?;
         if m.version != version {
             return Err(corrupted(format!(
                 "it says version {} but is stored as version {version}",
                 m.version
             )));
         }
-        match (m.previous, m.version) {
+        m.check().map_err(corrupted)?;
+        Ok(m)
+    }
+
+    /// Everything a reader relies on, checked: contiguous versions, a time,
+    /// schemas that can be read, a primary key that is a column, data files
+    /// under `data/` listed once with a SHA-256, tombstones under
+    /// `tombstone/` listed once, each naming only files of this version.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT {
+            return Err(format!(
+                "format is {:?}, this pds reads {FORMAT:?}",
+                self.format
+            ));
+        }
+        if self.version > super::MAX_VERSION {
+            return Err(format!("version {} is beyond any table", self.version));
+        }
+        match (self.previous, self.version) {
             (None, 0) => {}
             (Some(p), v) if p.checked_add(1) == Some(v) => {}
             (p, v) => {
-                return Err(corrupted(format!(
+                return Err(format!(
                     "version {v} cannot follow {p:?}: versions are contiguous"
-                )))
+                ))
             }
         }
-        for f in &m.data_files {
-            let segments =
-                crate::store::keys::segments(&f.path).map_err(|e| corrupted(e.to_string()))?;
-            if segments.first().map(String::as_str) != Some("data") {
-                return Err(corrupted(format!(
-                    "data file {:?} is not under data/",
-                    f.path
-                )));
-            }
-        }
-        for f in &m.data_files {
-            if let Some(id) = &f.schema {
-                if !m.file_schemas.contains_key(id) {
-                    return Err(corrupted(format!(
-                        "{} names schema {id:?}, which the manifest lacks",
-                        f.path
-                    )));
+        check_time(&self.created_at)?;
+        let schema = self
+            .schema
+            .arrow()
+            .map_err(|e| format!("its schema: {e}"))?;
+        for (id, s) in &self.file_schemas {
+            let fs = s.arrow().map_err(|e| format!("file schema {id:?}: {e}"))?;
+            if let Some(pk) = &self.properties.primary_key {
+                if fs.field_with_name(pk).is_err() {
+                    return Err(format!(
+                        "primary_key {pk:?} is not a column of file schema {id:?}"
+                    ));
                 }
             }
         }
-        for t in &m.tombstones {
-            let segments =
-                crate::store::keys::segments(&t.path).map_err(|e| corrupted(e.to_string()))?;
-            if segments.first().map(String::as_str) != Some("tombstone") {
-                return Err(corrupted(format!(
-                    "tombstone {:?} is not under tombstone/",
-                    t.path
-                )));
+        if let Some(pk) = &self.properties.primary_key {
+            if schema.field_with_name(pk).is_err() {
+                return Err(format!(
+                    "primary_key {pk:?} is not a column of the table's schema"
+                ));
             }
         }
-        Ok(m)
+        let mut files = std::collections::HashSet::with_capacity(self.data_files.len());
+        let mut rows = 0u64;
+        for f in &self.data_files {
+            let segments = crate::store::keys::segments(&f.path).map_err(|e| e.to_string())?;
+            if segments.first().map(String::as_str) != Some("data") || segments.len() < 2 {
+                return Err(format!("data file {:?} is not under data/", f.path));
+            }
+            if !files.insert(f.path.as_str()) {
+                return Err(format!("data file {:?} is listed twice", f.path));
+            }
+            if !is_sha256(&f.sha256) {
+                return Err(format!("data file {:?} has no valid sha256", f.path));
+            }
+            if let Some(id) = &f.schema {
+                if !self.file_schemas.contains_key(id) {
+                    return Err(format!(
+                        "{} names schema {id:?}, which the manifest lacks",
+                        f.path
+                    ));
+                }
+            }
+            rows = rows
+                .checked_add(f.total_rows)
+                .filter(|r| *r <= crate::dataset::manifest::MAX_ROWS)
+                .ok_or_else(|| "its data files hold more than 2^63 rows".to_string())?;
+        }
+        let mut tombstones = std::collections::HashSet::with_capacity(self.tombstones.len());
+        for t in &self.tombstones {
+            let segments = crate::store::keys::segments(&t.path).map_err(|e| e.to_string())?;
+            if segments.first().map(String::as_str) != Some("tombstone") || segments.len() < 2 {
+                return Err(format!("tombstone {:?} is not under tombstone/", t.path));
+            }
+            if !tombstones.insert(t.path.as_str()) {
+                return Err(format!("tombstone {:?} is listed twice", t.path));
+            }
+            if !is_sha256(&t.sha256) {
+                return Err(format!("tombstone {:?} has no valid sha256", t.path));
+            }
+            let mut named = std::collections::HashSet::with_capacity(t.files.len());
+            for f in &t.files {
+                if !files.contains(f.as_str()) {
+                    return Err(format!(
+                        "tombstone {:?} deletes rows of {f:?}, which is not a data file of \
+                         this version",
+                        t.path
+                    ));
+                }
+                if !named.insert(f.as_str()) {
+                    return Err(format!("tombstone {:?} names {f:?} twice", t.path));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The full Arrow schema of this version.
@@ -273,30 +381,44 @@ pub(crate) mod tests {
             format: FORMAT.into(),
             version,
             previous: version.checked_sub(1),
-            created_at: "2026-11-23T00:00:00Z".into(),
+            created_at: "2026-11-23T00:00:00.000001+00:00".into(),
             operation: "append".into(),
             operation_parameters: BTreeMap::new(),
-            schema: TableSchema {
-                columns: vec![Column {
-                    name: "id".into(),
-                    data_type: "int64".into(),
-                    nullable: false,
-                }],
-                arrow_schema: String::new(),
-            },
+            schema: TableSchema::of(&arrow_schema::Schema::new(vec![
+                arrow_schema::Field::new("id", arrow_schema::DataType::Int64, false),
+                arrow_schema::Field::new("x", arrow_schema::DataType::Float64, true),
+            ]))
+            .unwrap(),
             data_files: vec![DataFile {
                 path: "data/a.parquet".into(),
                 size_bytes: 10,
                 row_group_count: 1,
                 total_rows: 3,
-                columns: BTreeMap::new(),
-                sha256: "00".into(),
+                columns: BTreeMap::from([(
+                    "x".to_string(),
+                    ColumnStats {
+                        min: Some(serde_json::json!(0.1)),
+                        max: Some(serde_json::json!(1e300)),
+                        null_count: Some(0),
+                    },
+                )]),
+                sha256: "ab".repeat(32),
                 schema: None,
             }],
             tombstones: vec![],
             file_schemas: BTreeMap::new(),
             properties: TableProperties::default(),
             commit_id: None,
+        }
+    }
+
+    fn refused(m: &TableManifest, why: &str) {
+        let json = m.to_json().unwrap();
+        match TableManifest::from_json(&json, "p", m.version) {
+            Err(Error::ManifestCorrupted { reason, .. }) => {
+                assert!(reason.contains(why), "{why:?} not in {reason:?}")
+            }
+            other => panic!("{why}: {other:?}"),
         }
     }
 
@@ -311,30 +433,112 @@ pub(crate) mod tests {
         ));
         let mut gap = manifest(4);
         gap.previous = Some(2);
+        refused(&gap, "contiguous");
         let mut escape = manifest(4);
         escape.data_files[0].path = "../x.parquet".into();
+        refused(&escape, "");
         let mut outside = manifest(4);
         outside.data_files[0].path = "manifest/v00000001.json".into();
-        for bad in [gap, escape, outside] {
-            let json = bad.to_json().unwrap();
-            assert!(matches!(
-                TableManifest::from_json(&json, "p", 4),
-                Err(Error::ManifestCorrupted { .. })
-            ));
+        refused(&outside, "not under data/");
+    }
+
+    /// Each inconsistency that once changed rows silently (issue #15 S-4)
+    /// is refused when the manifest is parsed, even with a valid checksum.
+    #[test]
+    fn inconsistent_manifests_are_refused() {
+        let mut m = manifest(2);
+        let mut other = m.data_files[0].clone();
+        other.path = "data/b.parquet".into();
+        m.data_files.push(other);
+        let tomb = TombstoneRef {
+            path: "tombstone/v00000002-x.del".into(),
+            files: vec!["data/a.parquet".into()],
+            sha256: "cd".repeat(32),
+        };
+        m.tombstones.push(tomb.clone());
+        assert!(TableManifest::from_json(&m.to_json().unwrap(), "p", 2).is_ok());
+
+        let mut stray = m.clone();
+        stray.tombstones[0].files = vec!["data/gone.parquet".into()];
+        refused(&stray, "not a data file of this version");
+        let mut twice = m.clone();
+        twice.data_files.push(twice.data_files[0].clone());
+        refused(&twice, "listed twice");
+        let mut tomb_twice = m.clone();
+        tomb_twice.tombstones.push(tomb);
+        refused(&tomb_twice, "listed twice");
+        let mut named_twice = m.clone();
+        named_twice.tombstones[0]
+            .files
+            .push("data/a.parquet".into());
+        refused(&named_twice, "twice");
+        let mut pk = m.clone();
+        pk.properties.primary_key = Some("nope".into());
+        refused(&pk, "primary_key");
+        let mut good_pk = m.clone();
+        good_pk.properties.primary_key = Some("id".into());
+        assert!(TableManifest::from_json(&good_pk.to_json().unwrap(), "p", 2).is_ok());
+        let mut schema = m.clone();
+        schema.schema.arrow_schema = "AAAA".into();
+        refused(&schema, "its schema");
+        let mut listed = m.clone();
+        listed.schema.columns[0].name = "other".into();
+        refused(&listed, "column list");
+        let mut file_schema = m.clone();
+        file_schema.data_files[0].schema = Some("old".into());
+        let mut old = file_schema.schema.clone();
+        old.arrow_schema = "!!".into();
+        file_schema.file_schemas.insert("old".into(), old);
+        refused(&file_schema, "file schema");
+        let mut missing_schema = m.clone();
+        missing_schema.data_files[0].schema = Some("old".into());
+        refused(&missing_schema, "lacks");
+        for bad in [
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "+10000-01-01T00:00:00Z",
+            "",
+        ] {
+            let mut time = m.clone();
+            time.created_at = bad.into();
+            refused(&time, "created_at");
         }
+        let mut sha = m.clone();
+        sha.data_files[0].sha256 = "00".into();
+        refused(&sha, "sha256");
+        let mut rows = m.clone();
+        rows.data_files[0].total_rows = u64::MAX / 2;
+        rows.data_files[1].total_rows = u64::MAX / 2;
+        refused(&rows, "2^63");
+    }
+
+    /// Any single-byte change of a stored manifest that still parses as
+    /// JSON is caught by its checksum; a pipeline's manifest names itself.
+    #[test]
+    fn edited_bytes_and_other_kinds_are_caught() {
+        let good = manifest(1).to_json().unwrap();
+        for at in 0..good.len() {
+            let mut edited = good.clone();
+            edited[at] = if edited[at] == b'1' { b'2' } else { b'1' };
+            match TableManifest::from_json(&edited, "p", 1) {
+                Err(Error::ManifestCorrupted { .. }) => {}
+                other => panic!("byte {at}: {other:?}"),
+            }
+        }
+        let pipeline = super::super::sealed::seal(serde_json::json!({
+            "format": "pds-pipeline/1", "version": 0, "timestamp_ms": 0,
+            "operation": "create", "graph": {"nodes": []}, "nodes": {}
+        }))
+        .unwrap();
+        let err = TableManifest::from_json(&pipeline, "p", 0).unwrap_err();
+        assert!(err.to_string().contains("pds.Pipeline.open"), "{err}");
     }
 
     /// Damaged manifests (flipped bytes, truncations) parse or fail as
     /// `ManifestCorrupted`, never panic; a schema that parses is usable.
     #[test]
     fn damaged_manifests_never_panic() {
-        let mut m = manifest(3);
-        m.schema = TableSchema::of(&arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-            "id",
-            arrow_schema::DataType::Int64,
-            false,
-        )]))
-        .unwrap();
+        let m = manifest(3);
         let good = m.to_json().unwrap();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {

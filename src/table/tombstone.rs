@@ -132,22 +132,51 @@ impl Tombstone {
     }
 
     /// Write a new tombstone with `entries` for the version after `base`
-    /// (create-only, uniquely named); returns its name under the table.
+    /// (create-only, uniquely named); returns its reference (its name under
+    /// the table, the files it deletes rows of, and its SHA-256).
     pub async fn put(
         store: &StoreHandle,
         table: &str,
         base: u64,
         entries: Vec<Entry>,
-    ) -> Result<String> {
+    ) -> Result<TombstoneRef> {
         let name = format!(
             "tombstone/v{:08}-{}.del",
             base.saturating_add(1),
             crate::dataset::unique_token()
         );
         let key = format!("{}/{name}", table.trim_end_matches('/'));
+        let mut files: Vec<String> = entries.iter().map(|e| e.file().to_string()).collect();
+        files.sort();
+        files.dedup();
         let body = bytes::Bytes::from(Self::new(entries).to_json()?);
+        let sha256 = crate::parquet::encode::sha256_hex(&body);
         store.put_create_own(&key, body).await?;
-        Ok(name)
+        Ok(TombstoneRef {
+            path: name,
+            files,
+            sha256,
+        })
+    }
+
+    /// Refuse an entry for a file `named` does not list: a delete must
+    /// never land on a file its reference (which scans and compaction go
+    /// by) does not name.
+    fn check_files(&self, named: &TombstoneRef, path: &str) -> Result<()> {
+        match self
+            .entries
+            .iter()
+            .find(|e| !named.files.iter().any(|f| f == e.file()))
+        {
+            Some(e) => Err(Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason: format!(
+                    "it deletes rows of {:?}, which the manifest's reference to it does not name",
+                    e.file()
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub fn to_json(&self) -> Result<Vec<u8>> {
@@ -302,9 +331,9 @@ pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
     Ok(out)
 }
 
-/// Tombstones are immutable: once read, they are kept (per store URL and
-/// key) for later scans of this process.
-type Cache = Mutex<HashMap<(String, String), Arc<Tombstone>>>;
+/// Tombstones are immutable: once read (and their SHA-256 checked), they
+/// are kept (per store URL, key and SHA-256) for later scans of this process.
+type Cache = Mutex<HashMap<(String, String, String), Arc<Tombstone>>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -315,6 +344,8 @@ fn cache() -> &'static Cache {
 const CACHE_LIMIT: usize = 4096;
 
 /// GET (or take from the cache) the tombstones `refs` of `table`, at once.
+/// Each must have the SHA-256 its reference records, and delete rows only
+/// of the files its reference names; otherwise `ManifestCorrupted`.
 pub async fn load(
     store: &StoreHandle,
     table: &str,
@@ -322,8 +353,9 @@ pub async fn load(
 ) -> Result<Vec<Arc<Tombstone>>> {
     let fetch = refs.iter().map(|r| async move {
         let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
-        let id = (store.url().to_string(), key.clone());
+        let id = (store.url().to_string(), key.clone(), r.sha256.clone());
         if let Some(t) = cache().lock().ok().and_then(|c| c.get(&id).cloned()) {
+            t.check_files(r, &key)?;
             return Ok(t);
         }
         let raw = store.get(&key).await.map_err(|e| match e {
@@ -333,7 +365,18 @@ pub async fn load(
             },
             other => other,
         })?;
+        let sum = crate::parquet::encode::sha256_hex(&raw);
+        if sum != r.sha256 {
+            return Err(Error::ManifestCorrupted {
+                path: key,
+                reason: format!(
+                    "its SHA-256 is {sum}, the manifest records {} (damaged or replaced)",
+                    r.sha256
+                ),
+            });
+        }
         let t = Arc::new(Tombstone::from_json(&raw, &key)?);
+        t.check_files(r, &key)?;
         if let Ok(mut c) = cache().lock() {
             if c.len() >= CACHE_LIMIT {
                 c.clear();
@@ -440,6 +483,62 @@ mod tests {
                 Err(Error::ManifestCorrupted { .. })
             ));
         }
+    }
+
+    /// A tombstone must have the SHA-256 its reference records, and delete
+    /// rows only of the files its reference names (issue #15 S-4).
+    #[test]
+    fn loading_checks_the_sha256_and_the_files_its_reference_names() {
+        let store = StoreHandle::open("memory://", &Default::default()).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let entries = vec![
+            Entry::RowGroup {
+                file: "data/a.parquet".into(),
+                row_group: 0,
+                rows: 5,
+            },
+            Entry::RowGroup {
+                file: "data/b.parquet".into(),
+                row_group: 1,
+                rows: 5,
+            },
+        ];
+        let r = rt
+            .block_on(Tombstone::put(&store, "t", 0, entries))
+            .unwrap();
+        assert_eq!(r.files, vec!["data/a.parquet", "data/b.parquet"]);
+        assert_eq!(
+            rt.block_on(load(&store, "t", std::slice::from_ref(&r)))
+                .unwrap()[0]
+                .entries
+                .len(),
+            2
+        );
+        let mut narrower = r.clone();
+        narrower.files = vec!["data/a.parquet".into()];
+        let mut other_sha = r.clone();
+        other_sha.sha256 = "0".repeat(64);
+        for (bad, why) in [(narrower, "does not name"), (other_sha, "SHA-256")] {
+            match rt.block_on(load(&store, "t", &[bad])) {
+                Err(Error::ManifestCorrupted { reason, .. }) => {
+                    assert!(reason.contains(why), "{reason}")
+                }
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        // Replaced bytes (read afresh under another process's cache) fail too.
+        let key = format!("t/{}", r.path);
+        rt.block_on(store.put(
+            &key,
+            bytes::Bytes::from(Tombstone::new(vec![]).to_json().unwrap()),
+            crate::store::PutMode::Overwrite,
+        ))
+        .unwrap();
+        cache().lock().unwrap().clear();
+        assert!(matches!(
+            rt.block_on(load(&store, "t", &[r])),
+            Err(Error::ManifestCorrupted { .. })
+        ));
     }
 
     /// A seeded fuzz loop: damaged tombstones (flipped bytes, truncations,

@@ -48,7 +48,7 @@ import pyarrow as pa
 from remote_store import AlreadyExists, NotFound, Store
 
 from pds import _core
-from pds.errors import CommitConflict, CommitUnknown, SchemaMismatch
+from pds.errors import CommitConflict, CommitUnknown, ManifestCorrupted, SchemaMismatch
 from pds.producers.changes import Changes, as_arrow
 from pds.producers.errors import GraphMismatch
 from pds.producers.exact import Inexact, conform
@@ -174,8 +174,14 @@ class Pipeline:
         compression: str = "zstd",
         **storage_options: object,
     ) -> Pipeline:
-        """Open the pipeline under *key* at its latest version (``NotFound``
-        if there is none). Cost: 2 GETs + 1 HEAD."""
+        """Open the pipeline under *key* at its latest version. Cost: 2 GETs +
+        1 HEAD (1 HEAD more when there is no pipeline).
+
+        Raises ``NotFound`` if there is none (saying so if a dataset lives
+        there instead), ``ManifestCorrupted`` if the pointer or the manifest
+        is damaged or inconsistent (its checksum, a part listed twice or
+        outside its node, a graph that does not match the nodes' states,
+        ...) or is a table's (the message says how to open it)."""
         opts = cls._options(sort_budget, target_rows, compression)
         store, handle = _native(store, storage_options)
         key = _check_key(key)
@@ -187,11 +193,35 @@ class Pipeline:
     # -- declaring -------------------------------------------------------------
 
     def _stored(self, manifest: Mapping[str, Any] | None = None) -> dict[str, Node]:
+        """The stored graph of *manifest* (this object's by default).
+
+        The core checked the manifest's checksum and parts when it read it;
+        the graph is checked here: readable nodes, each named once, reading
+        only nodes declared before it, and exactly the nodes the manifest
+        holds state for. Anything else is ``ManifestCorrupted``."""
         m = self._manifest if manifest is None else manifest
-        out = {}
-        for d in m.get("graph", {}).get("nodes", []):
-            n = Node.from_description(d)
-            out[n.name] = n
+        where = f"{self._key}/manifest/v{int(m.get('version', 0)):08d}.json"
+        out: dict[str, Node] = {}
+        try:
+            graph = m.get("graph", {})
+            descriptions = graph.get("nodes", []) if isinstance(graph, Mapping) else None
+            if not isinstance(descriptions, list):
+                raise ValueError("its graph holds no list of nodes")
+            for d in descriptions:
+                if not isinstance(d, Mapping):
+                    raise ValueError("a graph node is not an object")
+                n = Node.from_description(d)
+                if n.name in out:
+                    raise ValueError(f"node {n.name!r} is listed twice")
+                unknown = [s for s in n.sources if s not in out]
+                if unknown:
+                    raise ValueError(f"node {n.name!r} reads {unknown}, which no earlier node is")
+                out[n.name] = n
+            states = m.get("nodes", {})
+            if not isinstance(states, Mapping) or set(states) != set(out):
+                raise ValueError(f"its graph has nodes {sorted(out)} but it holds state for {sorted(states or {})}")
+        except ValueError as e:
+            raise ManifestCorrupted(f"pipeline manifest {where} is corrupted: {e}", path=where, reason=str(e)) from e
         return out
 
     def _declare(self, node: Node) -> Node:

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// The pointer's name under the table key.
-pub const POINTER: &str = "_latest_manifest";
+pub const POINTER: &str = crate::store::occupancy::POINTER;
 
 /// `table/_latest_manifest`.
 pub fn pointer_key(table: &str) -> String {

@@ -86,7 +86,9 @@ def test_no_kind_nests_in_or_shares_a_key_with_another(
 @pytest.mark.spec("S-3")
 @pytest.mark.parametrize("relation", list(PLACES))
 @pytest.mark.parametrize("existing", KINDS)
-def test_a_dataset_overwrite_replaces_only_a_dataset_at_its_key(fast_store: Store, existing: str, relation: str) -> None:
+def test_a_dataset_overwrite_replaces_only_a_dataset_at_its_key(
+    fast_store: Store, existing: str, relation: str
+) -> None:
     there_key, new_key = PLACES[relation]
     make(fast_store, existing, there_key)
     if existing == "dataset" and relation == "at":
@@ -103,7 +105,7 @@ def test_the_message_names_the_kind_the_key_and_the_relation(fast_store: Store) 
         pds.ParquetDatasetStore(fast_store).write_dataset(DATA, "lake/events/2024/archive")
     with pytest.raises(AlreadyExists, match=re.escape('the table at "lake/events" lies inside it')):
         pds.Pipeline.create(fast_store, "lake")
-    with pytest.raises(AlreadyExists, match=re.escape("cannot create a dataset at \"lake/events\": a table is")):
+    with pytest.raises(AlreadyExists, match=re.escape('cannot create a dataset at "lake/events": a table is')):
         pds.ParquetDatasetStore(fast_store).write_dataset(DATA, "lake/events")
     # Siblings are not nested: "lake/events2" is free.
     pds.ParquetDatasetStore(fast_store).write_dataset(DATA, "lake/events2")
@@ -131,9 +133,7 @@ def test_an_unfinished_dataset_write_also_occupies_its_key(fast_store: Store) ->
 
 @pytest.mark.parametrize("kind", ["rs_memory", "rs_local"])
 @pytest.mark.spec("S-3")
-def test_the_portable_dataset_path_refuses_nesting(
-    store_factory: Callable[[str], Store], kind: str
-) -> None:
+def test_the_portable_dataset_path_refuses_nesting(store_factory: Callable[[str], Store], kind: str) -> None:
     store = store_factory(kind)
     ds = pds.ParquetDatasetStore(store)
     ds.write_dataset(DATA, "a/b")
@@ -155,7 +155,12 @@ def test_the_portable_path_sees_tables_and_pipelines(tmp_path: Path) -> None:
     pds.Table.create(fast, "t", data=DATA)
     pds.Pipeline.create(fast, "p/q")
     portable = Store(LocalBackend(str(root)))
-    for key, there, at in [("t", "table", "t"), ("t/x", "table", "t"), ("p", "pipeline", "p/q"), ("p/q", "pipeline", "p/q")]:
+    for key, there, at in [
+        ("t", "table", "t"),
+        ("t/x", "table", "t"),
+        ("p", "pipeline", "p/q"),
+        ("p/q", "pipeline", "p/q"),
+    ]:
         for overwrite in (False, True):
             refused(portable, "dataset", key, there, at, overwrite=overwrite)
     assert pds.Table.open(fast, "t").to_arrow().equals(DATA)

@@ -349,11 +349,11 @@ class WriteJob(StoreJob):
                 f"Dataset already exists at {key!r}: datasets are write-once; use mode 'overwrite' to replace it",
                 path=key,
             )
+        # Checked before the claim, so that a refused overwrite takes no key
+        # from its holder.
+        _core.check_key_free(rust, location, "dataset")
         token = _core.dataset_claim(rust, location, take_over=overwrite)
         try:
-            # Checked once the key is claimed, so that a table or pipeline
-            # creator checking after this sees the claim.
-            _core.check_key_free(rust, location, "dataset")
             if not overwrite and ParquetDatasetStore(store).dataset_exists(key):
                 raise AlreadyExists(f"Dataset already exists at {key!r}: another writer committed it", path=key)
         except BaseException:
@@ -530,7 +530,9 @@ class WriteJob(StoreJob):
             if self.claim:
                 _core.dataset_claim_release(self._rust(), location, self.claim)
         except Exception as exc:  # noqa: BLE001 - as above
-            _log.warning("pds.spark: could not release the claim of aborted job %s on %r: %s", self.job_id, self.key, exc)
+            _log.warning(
+                "pds.spark: could not release the claim of aborted job %s on %r: %s", self.job_id, self.key, exc
+            )
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:

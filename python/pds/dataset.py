@@ -391,7 +391,8 @@ class ParquetDatasetStore:
 
         Cost: on the fast path, memory is about row group size x parts in
         flight (one per core), and one PUT (or multipart upload) per part plus
-        two small PUTs, the claim (1 PUT, 1 GET and 1 DELETE) and the
+        two small PUTs, the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
+        after the first) and the
         exclusivity check: 5 HEADs per level of *key* (``a/b``: 10, at once),
         1 LIST of at most 1,000 objects below it (markers further down are
         not seen), and 1-3 GETs per table or pipeline found. An overwrite
@@ -476,6 +477,9 @@ class ParquetDatasetStore:
             self._check_free(key)
             if self._store.exists(f"{key}/{_SUCCESS}"):
                 raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
+            claim.check()  # an overwrite may have taken the key during the checks
+        except _ClaimLost as exc:
+            raise AlreadyExists(str(exc), path=key) from None
         except BaseException:
             claim.release()
             raise

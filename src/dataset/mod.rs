@@ -358,7 +358,8 @@ struct OpenPart {
 /// dataset is committed there or another writer holds it, before any part
 /// is written. Then the key must be free of tables and pipelines, and of
 /// anything inside or around it ([`occupancy::check_free`]: 5 HEADs per
-/// level of the key and 1 LIST): `KeyOccupied` otherwise. Types pds cannot store fail with `UnsupportedType` before any
+/// level of the key and 1 LIST): `KeyOccupied` otherwise. The claim is
+/// checked once more (1 GET) before the first part. Types pds cannot store fail with `UnsupportedType` before any
 /// I/O.
 pub fn write_dataset(
     store: Arc<StoreHandle>,
@@ -377,12 +378,18 @@ pub fn write_dataset(
             // creator checking after this sees the claim.
             let free = async {
                 occupancy::check_free(store.as_ref(), &location, Kind::Dataset).await?;
-                match store.try_head(&child_key(&location, SUCCESS)).await? {
-                    None => Ok(()),
-                    Some(_) => Err(Error::AlreadyExists {
+                if store
+                    .try_head(&child_key(&location, SUCCESS))
+                    .await?
+                    .is_some()
+                {
+                    return Err(Error::AlreadyExists {
                         path: location.clone(),
-                    }),
+                    });
                 }
+                // An overwrite may have taken the key during the checks: the
+                // first part is written only while the claim still holds.
+                claim.check(&store).await
             };
             match free.await {
                 Ok(()) => Ok(claim),

@@ -391,9 +391,9 @@ class ParquetDatasetStore:
 
         Cost: on the fast path, memory is about row group size x parts in
         flight (one per core), and one PUT (or multipart upload) per part plus
-        two small PUTs, the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
-        after the first) and the
-        exclusivity check: 5 HEADs per level of *key* (``a/b``: 10, at once),
+        two small PUTs; the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
+        after the first); and the exclusivity check: 5 HEADs per level of
+        *key* (``a/b``: 10, at once),
         1 LIST of at most 1,000 objects below it (markers further down are
         not seen), and 1-3 GETs per table or pipeline found. An overwrite
         checks once more before it clears the key.

@@ -75,13 +75,13 @@ impl PyProbe {
 
 impl Probe for PyProbe {
     async fn exists(&self, key: &str) -> Result<bool> {
-        self.call(|o| Ok(o.call_method1("exists", (key,))?.extract::<bool>()?))
+        self.call(|o| o.call_method1("exists", (key,))?.extract::<bool>())
     }
 
     async fn list_below(&self, key: &str, limit: usize) -> Result<Vec<String>> {
         self.call(|o| {
-            Ok(o.call_method1("list_below", (key, limit))?
-                .extract::<Vec<String>>()?)
+            o.call_method1("list_below", (key, limit))?
+                .extract::<Vec<String>>()
         })
     }
 

@@ -693,7 +693,9 @@ fn a_date32_column_widened_to_date64_filters_and_deletes_by_days() {
     )
     .unwrap();
     assert!(!d.committed, "only deleted rows are in range");
+}
 
+#[test]
 fn create_refuses_keys_that_others_occupy_before_writing() {
     use crate::store::PutMode;
     let (store, counts) = counting_store();

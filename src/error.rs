@@ -42,6 +42,18 @@ pub enum Error {
     )]
     WriteInProgress { key: String, since: Option<String> },
 
+    /// A dataset, table or pipeline would be created at, inside or around
+    /// the key of another (keys are exclusive; see `store::occupancy`).
+    #[error(
+        "cannot create {creating} at {key:?}: {reason} (keys are exclusive: datasets, tables \
+         and pipelines never nest)"
+    )]
+    KeyOccupied {
+        key: String,
+        creating: String,
+        reason: String,
+    },
+
     /// An `overwrite=True` write took the key from this writer mid-write.
     #[error(
         "another writer took over {key:?} (an overwrite) while this write ran; \

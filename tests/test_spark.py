@@ -28,10 +28,11 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import datasource as sds
 from pyspark.sql.types import LongType, StringType, StructField, StructType
-from remote_store import Store
+from remote_store import AlreadyExists, Store
 
 import pds
 import pds.spark
+from pds import _core
 from pds.errors import DatasetIncomplete
 from pds.spark._arrow_conf import MAX_BYTES_PER_BATCH, UNCAPPED
 from pds.spark._job import WriteJob, WriteSettings, spark_store
@@ -458,7 +459,8 @@ def test_commit_takes_one_attempt_per_partition_and_abort_removes_all(tmp_path: 
     doomed = WriteJob.start(store, "doomed", schema, WriteSettings(), overwrite=False)
     written = doomed.write_task([rows], identity=(0, 0, 7, 1))
     doomed.write_task([rows], identity=(1, 0, 8, 1))  # a failed attempt: the driver never hears of it
-    assert len(dataset_files(store, "doomed")) == 2
+    assert len({f for f in dataset_files(store, "doomed") if f.startswith("part-")}) == 2
+    assert "_WRITING" in dataset_files(store, "doomed")  # the job's claim on the key
     doomed.abort([written, None])
     assert dataset_files(store, "doomed") == set()
 
@@ -1272,3 +1274,199 @@ def test_a_retried_table_task_leaves_no_duplicate_and_no_orphan(
         )
     assert pds.Table.open(store, "t").version == 1
     assert {k for k in dataset_files(store, "t") if k.startswith("data/")} == referenced
+
+
+# -- keys are exclusive; one writer per dataset key (issue #15, S-2 and S-3) ---------------------
+
+
+def _all_objects(store: Store) -> dict[str, int]:
+    listed, _ = store.unwrap(_core.RustStore).list("", recursive=True)
+    return {o.key: o.size for o in listed}
+
+
+@pytest.mark.spec("S-3")
+def test_spark_writers_never_nest_keys(spark: SparkSession, file_store: tuple[str, dict[str, str], Store]) -> None:
+    """Both Spark writers (dataset and table; data source and helper) refuse a key at, inside
+    or around another kind's, before any task runs, and change nothing."""
+    url, _, store = file_store
+    data = pa.table({"id": pa.array([1, 2], pa.int64())})
+    pds.Table.create(store, "t", data=data)
+    pds.ParquetDatasetStore(store).write_dataset(data, "outer/d")
+    pds.Pipeline.create(store, "p")
+    df = spark_df(spark, rich_table(10))
+    before = _all_objects(store)
+
+    def save(key: str, mode: str, **options: str) -> None:
+        df.write.format("pds").option("store", url).options(**options).mode(mode).save(key)
+
+    with pytest.raises(AlreadyExists, match='inside the table at "t"'):
+        pds.spark.write_dataset(df, url, "t/x")
+    with pytest.raises(AlreadyExists, match="a pipeline is stored there"):
+        pds.spark.write_dataset(df, url, "p", mode="overwrite")
+    with pytest.raises(AlreadyExists, match='the dataset at "outer/d" lies inside it'):
+        pds.spark.write_dataset(df, url, "outer", mode="overwrite")
+    with pytest.raises(Exception, match=r'inside the pipeline at \\?"p\\?"'):
+        save("p/x", "append")
+    with pytest.raises(Exception, match="a dataset is stored there"):
+        save("outer/d", "append", table="true")
+    with pytest.raises(Exception, match=r'the dataset at \\?"outer/d\\?" lies inside it'):
+        save("outer", "overwrite", table="true")
+    with pytest.raises(Exception, match="a pipeline is stored there"):
+        save("p", "append", table="true")
+    assert _all_objects(store) == before
+    # An append to the table still works.
+    ids = spark_df(spark, pa.table({"id": pa.array([3, 4], pa.int64())}))
+    ids.write.format("pds").option("store", url).mode("append").save("t")
+    assert sorted(pds.Table.open(store, "t").to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+
+
+class _Gate:
+    """An Arrow stream for ``write_dataset`` that stops after its first batch until released."""
+
+    def __init__(self, table: pa.Table, per_batch: int) -> None:
+        self.batches = table.to_batches(max_chunksize=per_batch)
+        self.schema = table.schema
+        self.started = threading.Event()
+        self.go = threading.Event()
+
+    def reader(self) -> pa.RecordBatchReader:
+        def gen() -> Iterator[pa.RecordBatch]:
+            yield self.batches[0]
+            self.started.set()
+            assert self.go.wait(120)
+            yield from self.batches[1:]
+
+        return pa.RecordBatchReader.from_batches(self.schema, gen())
+
+
+def _python_writer(
+    store: Store, key: str, gate: _Gate, *, overwrite: bool = False
+) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(
+                pds.ParquetDatasetStore(store, max_rows_per_file=5).write_dataset(
+                    gate.reader(), key, overwrite=overwrite
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.spec("S-2")
+def test_a_python_writer_holding_the_claim_makes_spark_writes_fail(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    url, _, store = file_store
+    python_rows = pa.table({"id": pa.array(range(20), pa.int64())})
+    gate = _Gate(python_rows, per_batch=5)
+    thread, outcome = _python_writer(store, "k", gate)
+    assert gate.started.wait(60)
+    held = _all_objects(store)
+    assert "k/_WRITING" in held
+    df = spark_df(spark, pa.table({"id": pa.array(range(100, 110), pa.int64())}))
+    with pytest.raises(AlreadyExists, match="in progress"):
+        pds.spark.write_dataset(df, url, "k")
+    with pytest.raises(Exception, match="AlreadyExists"):
+        df.write.format("pds").option("store", url).mode("append").save("k")
+    assert _all_objects(store) == held  # the Spark writes left nothing
+    gate.go.set()
+    thread.join(60)
+    assert isinstance(outcome[0], pds.DatasetManifest), outcome
+    back = pds.ParquetDatasetStore(store).read_dataset("k", verify=True)
+    assert back.sort_by("id").equals(python_rows)
+    assert not store.exists("k/_WRITING")
+
+
+@pytest.mark.spec("S-2")
+def test_spark_and_python_writers_racing_for_a_key_never_mix(
+    spark: SparkSession, file_store: tuple[str, dict[str, str], Store]
+) -> None:
+    """Exactly one of the two writers commits, with its own rows only; the other
+    gets AlreadyExists. Spark claims first, Python claims first, and an overwrite
+    by Spark takes the key from a Python writer mid-write."""
+    url, _, store = file_store
+    python_rows = pa.table({"id": pa.array(range(20), pa.int64())})
+    spark_rows_ = pa.table({"id": pa.array(range(100, 130), pa.int64())})
+    df = spark_df(spark, spark_rows_, partitions=3)
+    ours = pds.ParquetDatasetStore(store)
+
+    def dataset(key: str) -> pa.Table:
+        return ours.read_dataset(key, verify=True).sort_by("id")
+
+    # 1. Spark claims first (its tasks take a second): the Python writer is
+    # refused before it writes anything.
+    def slowly(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import time
+
+        time.sleep(1.0)
+        yield from batches
+
+    slow_df = df.mapInArrow(slowly, df.schema)
+    gate = _Gate(python_rows, per_batch=5)
+    spark_outcome: list[Any] = []
+    spark_thread = threading.Thread(target=lambda: spark_outcome.append(pds.spark.write_dataset(slow_df, url, "a")))
+    spark_thread.start()
+    for _ in range(600):
+        if store.exists("a/_WRITING"):
+            break
+        threading.Event().wait(0.05)
+    thread, outcome = _python_writer(store, "a", gate)
+    gate.go.set()
+    thread.join(60)
+    spark_thread.join(120)
+    assert isinstance(outcome[0], AlreadyExists), outcome
+    assert isinstance(spark_outcome[0], pds.DatasetManifest), spark_outcome
+    assert dataset("a").equals(spark_rows_.cast(dataset("a").schema))
+    assert not store.exists("a/_WRITING")
+
+    # 2. Both start at once, repeatedly: exactly one wins, with its rows only.
+    for round_ in range(3):
+        key = f"race{round_}"
+        gate = _Gate(python_rows, per_batch=5)
+        gate.go.set()
+        barrier = threading.Barrier(2)
+        results: dict[str, Any] = {}
+
+        def spark_side(key: str = key, barrier: threading.Barrier = barrier, results: dict[str, Any] = results) -> None:
+            barrier.wait()
+            try:
+                results["spark"] = pds.spark.write_dataset(df, url, key)
+            except Exception as exc:  # noqa: BLE001 - inspected below
+                results["spark"] = exc
+
+        spark_thread = threading.Thread(target=spark_side)
+        spark_thread.start()
+        barrier.wait()
+        try:
+            results["python"] = pds.ParquetDatasetStore(store, max_rows_per_file=5).write_dataset(gate.reader(), key)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            results["python"] = exc
+        spark_thread.join(120)
+        won = {who for who, r in results.items() if isinstance(r, pds.DatasetManifest)}
+        assert len(won) == 1, results
+        loser = ({"spark", "python"} - won).pop()
+        assert isinstance(results[loser], AlreadyExists), results
+        expected = spark_rows_ if won == {"spark"} else python_rows
+        got = dataset(key)
+        assert got.equals(expected.cast(got.schema)), (won, got)
+        assert not store.exists(f"{key}/_WRITING")
+
+    # 3. A Spark overwrite takes the key from a Python writer that wrote its first
+    # part and waits: Spark commits its rows only, the Python writer fails.
+    gate = _Gate(python_rows, per_batch=5)
+    thread, outcome = _python_writer(store, "b", gate)
+    assert gate.started.wait(60)
+    pds.spark.write_dataset(df, url, "b", mode="overwrite")
+    gate.go.set()
+    thread.join(60)
+    assert isinstance(outcome[0], AlreadyExists), outcome
+    got = dataset("b")
+    assert got.equals(spark_rows_.cast(got.schema))
+    assert not store.exists("b/_WRITING")

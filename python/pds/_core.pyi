@@ -220,6 +220,42 @@ def check_schema(schema: pa.Schema) -> None:
     """Raise ``TypeError``, naming the column, for a type pds cannot store
     exactly (unions, run-end encoding, list views, empty structs, no columns)."""
 
+def dataset_claim(store: RustStore, location: str, *, take_over: bool) -> bytes:
+    """Claim the dataset key *location* for a writer whose parts are written
+    elsewhere (a Spark job): create ``_WRITING`` create-only, or with
+    *take_over* replace whoever holds it (an overwrite). Returns the claim's
+    token. Raises ``remote_store.AlreadyExists`` if another writer holds the
+    key (without *take_over*). Cost: 1 PUT (+1 HEAD when refused)."""
+
+def dataset_claim_check(store: RustStore, location: str, token: bytes) -> None:
+    """Raise ``remote_store.AlreadyExists`` unless the claim on *location*
+    still holds *token* (an overwrite took the key). Cost: 1 GET."""
+
+def dataset_claim_release(store: RustStore, location: str, token: bytes) -> None:
+    """Remove the claim on *location* if it still holds *token*; never
+    raises for a lost claim. Cost: 1 GET + 1 DELETE."""
+
+def check_key_free(store: RustStore, key: str, creating: Literal["dataset", "table", "pipeline"]) -> str | None:
+    """Raise ``remote_store.AlreadyExists``, naming what is there and its key,
+    unless a *creating* may be created at *key*: nothing of another kind at
+    the key, and no dataset, table or pipeline at an ancestor of the key or
+    below it (keys are exclusive). Returns the kind at the key (``"dataset"``,
+    ``"unfinished dataset"``, ``"table"``, ``"pipeline"``, ``"table or
+    pipeline"``) or ``None``. Cost: 5 HEADs per level of the key (at once),
+    1 LIST of at most 1,000 objects below it (markers further down are not
+    seen), and 1 to 3 GETs per table or pipeline found."""
+
+class KeyProbe(Protocol):
+    """The I/O :func:`check_key_free_with` needs, on keys of one store."""
+
+    def exists(self, key: str, /) -> bool: ...
+    def list_below(self, key: str, limit: int, /) -> list[str]: ...
+    def read(self, key: str, /) -> bytes | None: ...
+
+def check_key_free_with(probe: KeyProbe, key: str, creating: Literal["dataset", "table", "pipeline"]) -> str | None:
+    """:func:`check_key_free` through *probe* (a ``remote_store.Store``
+    adapter); its exceptions propagate unchanged. Same requests, one at a time."""
+
 def schema_from_ipc(text: str) -> pa.Schema:
     """Parse a base64 Arrow IPC schema safely; ``ValueError`` with the reason if invalid."""
 
@@ -401,6 +437,12 @@ def pipeline_latest(store: RustStore, root: str) -> str | None:
 
 def pipeline_version(store: RustStore, root: str, version: int) -> str:
     """The manifest JSON of *version* (1 GET)."""
+
+def pipeline_create(store: RustStore, root: str, manifest: str, *, exist_ok: bool) -> str:
+    """Create the pipeline at *root* with *manifest* as version 0; return its JSON.
+    ``remote_store.AlreadyExists`` if anything occupies the key (see
+    :func:`check_key_free`), unless it is a pipeline and *exist_ok* (then its
+    latest version is returned)."""
 
 def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest: str) -> str:
     """Commit *manifest* as the version after *expected*: CommitConflict if another won."""

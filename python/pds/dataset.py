@@ -17,6 +17,7 @@ reader that checks ``_SUCCESS`` never sees a partial dataset.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import uuid
@@ -371,8 +372,12 @@ class ParquetDatasetStore:
                 ``DELETE`` when *overwrite* is true.
             AlreadyExists: a dataset exists at *key* and *overwrite* is false;
                 another writer holds the key (its ``_WRITING`` claim, or a
-                killed writer's: ``overwrite=True`` clears it); or an
-                overwrite took the key from this writer mid-write.
+                killed writer's: ``overwrite=True`` clears it); an
+                overwrite took the key from this writer mid-write; or, with
+                or without *overwrite*, a table or pipeline is at *key*, or
+                a dataset, table or pipeline lies at an ancestor of *key* or
+                below it (keys are exclusive; the message names what is
+                there and its key). Nothing is written or deleted then.
             TypeError: a column type pds cannot store (unions, run-end
                 encoding, ...), before any I/O; the message names the column.
             ValueError: a NUL or lone surrogate in a column name or metadata.
@@ -386,7 +391,12 @@ class ParquetDatasetStore:
 
         Cost: on the fast path, memory is about row group size x parts in
         flight (one per core), and one PUT (or multipart upload) per part plus
-        two small PUTs.
+        two small PUTs; the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
+        after the first); and the exclusivity check: 5 HEADs per level of
+        *key* (``a/b``: 10, at once),
+        1 LIST of at most 1,000 objects below it (markers further down are
+        not seen), and 1-3 GETs per table or pipeline found. An overwrite
+        checks once more before it clears the key.
         """
         key = _check_key(key)
         data, schema, total_rows, guard = _arrow_input(table)
@@ -406,6 +416,7 @@ class ParquetDatasetStore:
                     capability=Capability.DELETE.value,
                 )
             location = self._store.native_path(key)  # validates the key before I/O
+            self._check_free(key)  # before the clear: never delete a table, nor what is nested
             self._clear(key)
         else:
             location = self._store.native_path(key)
@@ -435,6 +446,16 @@ class ParquetDatasetStore:
                 guard.reraise()
             raise
 
+    def _check_free(self, key: str) -> None:
+        """``AlreadyExists`` unless a dataset may be written at *key*: no table
+        or pipeline there, and nothing at an ancestor or below (keys are
+        exclusive). Cost: 5 HEADs per level of the key, 1 LIST (at most 1,000
+        objects), 1-3 GETs per table or pipeline found."""
+        if self._native is not None:
+            _core.check_key_free(self._native, self._store.native_path(key), "dataset")
+        else:
+            _core.check_key_free_with(_StoreProbe(self._store), key, "dataset")
+
     def _clear(self, key: str) -> None:
         """Delete whatever is under *key* (an ``overwrite=True`` write), tolerating a concurrent delete."""
         with contextlib.suppress(NotFound):
@@ -450,11 +471,21 @@ class ParquetDatasetStore:
         metadata: dict[str, str] | None,
     ) -> DatasetManifest:
         claim = _Claim.take(self._store, key)
+        try:
+            # Checked once the key is claimed, so that a table or pipeline
+            # creator checking after this sees the claim.
+            self._check_free(key)
+            if self._store.exists(f"{key}/{_SUCCESS}"):
+                raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
+            claim.check()  # an overwrite may have taken the key during the checks
+        except _ClaimLost as exc:
+            raise AlreadyExists(str(exc), path=key) from None
+        except BaseException:
+            claim.release()
+            raise
         written: list[PartInfo] = []
         committed = False
         try:
-            if self._store.exists(f"{key}/{_SUCCESS}"):
-                raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
             parts = _core.EncodedParts(
                 data,
                 compression=self._compression,
@@ -885,6 +916,28 @@ def _own_file(name: str) -> bool:
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
+
+
+class _StoreProbe:
+    """A ``remote_store.Store`` as the probe ``_core.check_key_free_with`` reads markers through."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def exists(self, key: str) -> bool:
+        return self._store.exists(key)
+
+    def list_below(self, key: str, limit: int) -> list[str]:
+        try:
+            return [str(f.path) for f in itertools.islice(self._store.list_files(key, recursive=True), limit)]
+        except NotFound:
+            return []
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return self._store.read_bytes(key)
+        except NotFound:
+            return None
 
 
 class _ClaimLost(Exception):

@@ -223,11 +223,18 @@ class Table:
             target_file_size: Bytes per data file at most (default 512 MiB),
                 estimated from the Arrow size of the data.
 
-        Cost: 1 GET + 1 HEAD to see that no table exists, the data PUTs,
-        then 1 PUT for ``manifest/v00000000.json`` and 1 for the pointer.
+        Cost: the exclusivity check (5 HEADs per level of *key*, at once;
+        1 LIST of at most 1,000 objects below it; 1-3 GETs per table or
+        pipeline found), 1 GET + 1 HEAD to see that no table exists, the
+        data PUTs, then 1 PUT for ``manifest/v00000000.json`` and 1 for the
+        pointer.
 
         Raises:
-            remote_store.AlreadyExists: a table exists at *key*.
+            remote_store.AlreadyExists: a table exists at *key* (without
+                *exist_ok*); or a dataset or pipeline is at *key*, or a
+                dataset, table or pipeline lies at an ancestor of *key* or
+                below it (keys are exclusive: the message names what is
+                there and its key). Nothing is written then.
             pds.SchemaMismatch: *data* does not have *schema*, or holds
                 nulls in a column *schema* declares not nullable (nothing
                 is left behind), or (exist_ok) the existing table has

@@ -42,15 +42,16 @@ use crate::error::{Error, Result};
 use crate::parquet::decode::{self, Decoded, ReadOptions};
 use crate::parquet::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary};
 use crate::parquet::split::{part_name, Piece, Splitter};
+use crate::store::occupancy::{self, Kind};
 use crate::store::{PutMode, StoreHandle};
 use manifest::{Manifest, PartInfo};
 
 /// The commit marker, written last.
-pub const SUCCESS: &str = "_SUCCESS";
+pub const SUCCESS: &str = occupancy::SUCCESS;
 /// The manifest, written after every part.
-pub const MANIFEST: &str = "manifest.json";
+pub const MANIFEST: &str = occupancy::DATASET_MANIFEST;
 /// The writer's claim on a key, present while a write runs (see the module docs).
-pub const WRITING: &str = "_WRITING";
+pub const WRITING: &str = occupancy::WRITING;
 /// Missing parts named in a `DatasetIncomplete` message; the rest are counted.
 const NAMED_MISSING: usize = 5;
 
@@ -107,12 +108,7 @@ impl Claim {
     /// killed one left its claim.
     pub async fn take(store: &StoreHandle, location: &str) -> Result<Self> {
         let key = child_key(location, WRITING);
-        let token = Bytes::from(format!(
-            "{{\"writer\": \"{}\", \"pid\": {}, \"started_at\": \"{}\"}}\n",
-            unique_token(),
-            std::process::id(),
-            manifest::now_iso8601()
-        ));
+        let token = new_token();
         match store.put(&key, token.clone(), PutMode::Create).await {
             Ok(_) => Ok(Self { key, token }),
             Err(Error::AlreadyExists { .. }) => {
@@ -127,6 +123,30 @@ impl Claim {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Take the key from whoever holds it (an overwrite that keeps the old
+    /// dataset until it commits): `_WRITING` is replaced unconditionally, so
+    /// a writer that held it fails at its next check.
+    pub async fn take_over(store: &StoreHandle, location: &str) -> Result<Self> {
+        let key = child_key(location, WRITING);
+        let token = new_token();
+        store.put(&key, token.clone(), PutMode::Overwrite).await?;
+        Ok(Self { key, token })
+    }
+
+    /// The claim on `location` that holds `token` (taken earlier, possibly
+    /// by another process of the same writer: a Spark driver).
+    pub fn resume(location: &str, token: Bytes) -> Self {
+        Self {
+            key: child_key(location, WRITING),
+            token,
+        }
+    }
+
+    /// What `_WRITING` holds while the claim is this writer's.
+    pub fn token(&self) -> &Bytes {
+        &self.token
     }
 
     /// `Ok` while the claim is still this writer's.
@@ -150,6 +170,17 @@ impl Claim {
             let _ = store.delete(&self.key).await;
         }
     }
+}
+
+/// The content of a new claim: a token no other writer holds, the process
+/// and the time.
+fn new_token() -> Bytes {
+    Bytes::from(format!(
+        "{{\"writer\": \"{}\", \"pid\": {}, \"started_at\": \"{}\"}}\n",
+        unique_token(),
+        std::process::id(),
+        manifest::now_iso8601()
+    ))
 }
 
 /// A token no other writer holds: time, process, a counter and a hash of them.
@@ -325,7 +356,10 @@ struct OpenPart {
 ///
 /// The key is claimed first (see the module docs): `AlreadyExists` if a
 /// dataset is committed there or another writer holds it, before any part
-/// is written. Types pds cannot store fail with `UnsupportedType` before any
+/// is written. Then the key must be free of tables and pipelines, and of
+/// anything inside or around it ([`occupancy::check_free`]: 5 HEADs per
+/// level of the key and 1 LIST): `KeyOccupied` otherwise. The claim is
+/// checked once more (1 GET) before the first part. Types pds cannot store fail with `UnsupportedType` before any
 /// I/O.
 pub fn write_dataset(
     store: Arc<StoreHandle>,
@@ -340,14 +374,25 @@ pub fn write_dataset(
         let store = store.clone();
         async move {
             let claim = Claim::take(&store, &location).await?;
-            match store.try_head(&child_key(&location, SUCCESS)).await {
-                Ok(None) => Ok(claim),
-                Ok(Some(_)) => {
-                    claim.release(&store).await;
-                    Err(Error::AlreadyExists {
+            // Checked once the key is claimed, so that a table or pipeline
+            // creator checking after this sees the claim.
+            let free = async {
+                occupancy::check_free(store.as_ref(), &location, Kind::Dataset).await?;
+                if store
+                    .try_head(&child_key(&location, SUCCESS))
+                    .await?
+                    .is_some()
+                {
+                    return Err(Error::AlreadyExists {
                         path: location.clone(),
-                    })
+                    });
                 }
+                // An overwrite may have taken the key during the checks: the
+                // first part is written only while the claim still holds.
+                claim.check(&store).await
+            };
+            match free.await {
+                Ok(()) => Ok(claim),
                 Err(e) => {
                     claim.release(&store).await;
                     Err(e)
@@ -1097,6 +1142,45 @@ mod tests {
             write_parts(store, reader, &opts, &bad),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn a_dataset_never_nests_with_a_table() {
+        let store = memory();
+        let rt = crate::runtime::get().unwrap();
+        rt.block_on(store.put(
+            "t/manifest/v00000000.json",
+            Bytes::from_static(br#"{"format": "pds-table/1"}"#),
+            PutMode::Create,
+        ))
+        .unwrap();
+        for key in ["t", "t/inner"] {
+            let r = write(&store, key, 5, None, None);
+            assert!(matches!(r, Err(Error::KeyOccupied { .. })), "{key}: {r:?}");
+        }
+        write(&store, "d/x", 5, None, None).unwrap();
+        let r = write(&store, "d", 5, None, None);
+        assert!(
+            matches!(&r, Err(Error::KeyOccupied { reason, .. }) if reason.contains("\"d/x\"")),
+            "{r:?}"
+        );
+        // Nothing was left behind, the claims included.
+        let left: Vec<String> = rt
+            .block_on(store.list("", true))
+            .unwrap()
+            .objects
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        assert_eq!(
+            left,
+            [
+                "d/x/_SUCCESS",
+                "d/x/data.parquet",
+                "d/x/manifest.json",
+                "t/manifest/v00000000.json"
+            ]
+        );
     }
 
     #[test]

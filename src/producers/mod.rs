@@ -13,6 +13,7 @@
 //!   update's keys touch.
 //! - [`partset`]: a set of key-range parts read whole or by key, and
 //!   rewritten only where a change lands (the rest kept by reference).
+//! - [`create`]: a pipeline's first version, on a key nothing else occupies.
 //! - [`manifest`]: a pipeline version (graph + every node's parts),
 //!   committed by the table layer's compare-and-swap loop.
 //! - [`node`]: a source, stage or merge at one version, and the reads an
@@ -22,6 +23,7 @@
 //! - [`source`]: a source's update from the user's changes; a merge's update.
 
 pub mod chunks;
+pub mod create;
 pub mod group;
 pub mod join;
 pub mod keys;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::sync::Arc;
 
 use pyo3_arrow::{PyArray, PyRecordBatchReader, PySchema, PyTable};
@@ -266,4 +267,59 @@ pub fn check_schema(schema: PySchema) -> PyResult<()> {
 pub fn schema_from_ipc<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
     let schema = crate::dataset::manifest::schema_from_ipc_base64(text).py_err()?;
     PySchema::new(schema).into_pyarrow(py)
+}
+
+/// Claim the dataset key `location` for a writer whose parts are written
+/// elsewhere (a Spark job): create `_WRITING` create-only (`AlreadyExists`
+/// if another writer holds the key), or, with `take_over`, replace whoever
+/// holds it. Returns the claim's token for [`dataset_claim_check`] and
+/// [`dataset_claim_release`]. 1 PUT (+1 HEAD when refused).
+#[pyfunction]
+#[pyo3(signature = (store, location, *, take_over))]
+pub fn dataset_claim<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    location: &str,
+    take_over: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let handle = store.inner.clone();
+    let claim = super::run(py, async move {
+        if take_over {
+            dataset::Claim::take_over(&handle, location).await
+        } else {
+            dataset::Claim::take(&handle, location).await
+        }
+    })?;
+    Ok(PyBytes::new(py, claim.token()))
+}
+
+/// `AlreadyExists` unless the claim on `location` still holds `token`
+/// (another writer's overwrite took the key). 1 GET.
+#[pyfunction]
+pub fn dataset_claim_check(
+    py: Python<'_>,
+    store: &PyRustStore,
+    location: &str,
+    token: &[u8],
+) -> PyResult<()> {
+    let handle = store.inner.clone();
+    let claim = dataset::Claim::resume(location, bytes::Bytes::copy_from_slice(token));
+    super::run(py, async move { claim.check(&handle).await })
+}
+
+/// Remove the claim on `location` if it still holds `token` (best effort:
+/// never raises for a lost claim). 1 GET + 1 DELETE.
+#[pyfunction]
+pub fn dataset_claim_release(
+    py: Python<'_>,
+    store: &PyRustStore,
+    location: &str,
+    token: &[u8],
+) -> PyResult<()> {
+    let handle = store.inner.clone();
+    let claim = dataset::Claim::resume(location, bytes::Bytes::copy_from_slice(token));
+    super::run(py, async move {
+        claim.release(&handle).await;
+        Ok(())
+    })
 }

@@ -44,7 +44,8 @@ pub fn to_py(err: Error) -> PyErr {
             }
             Error::AlreadyExists { path }
             | Error::WriteInProgress { key: path, .. }
-            | Error::ClaimLost { key: path } => {
+            | Error::ClaimLost { key: path }
+            | Error::KeyOccupied { key: path, .. } => {
                 raise(py, "remote_store", "AlreadyExists", msg, &[("path", path)])
             }
             Error::InvalidPath { path, .. } => {

@@ -3,6 +3,7 @@
 
 mod dataset;
 mod errors;
+mod occupancy;
 mod parts;
 mod producers;
 mod store;
@@ -70,6 +71,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parts::codecs, m)?)?;
     m.add_function(wrap_pyfunction!(parts::part_schema, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::check_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::dataset_claim, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::dataset_claim_check, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::dataset_claim_release, m)?)?;
+    m.add_function(wrap_pyfunction!(occupancy::check_key_free, m)?)?;
+    m.add_function(wrap_pyfunction!(occupancy::check_key_free_with, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_append, m)?)?;
@@ -92,6 +98,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(producers::pipeline_latest, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_version, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_create, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_vacuum, m)?)?;
     Ok(())
 }

@@ -201,6 +201,30 @@ pub fn pipeline_version(
     manifest_text(&m)
 }
 
+/// Create the pipeline at `root` with `manifest` (JSON) as its version 0,
+/// on a key nothing else occupies (`KeyOccupied` otherwise, a
+/// `remote_store.AlreadyExists`); with `exist_ok`, a pipeline already there
+/// is returned. Returns the manifest JSON.
+#[pyfunction]
+#[pyo3(signature = (store, root, manifest, *, exist_ok))]
+pub fn pipeline_create(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    manifest: &str,
+    exist_ok: bool,
+) -> PyResult<String> {
+    let mut first: PipelineManifest = serde_json::from_str(manifest)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("manifest: {e}")))?;
+    first.format = crate::producers::manifest::FORMAT.into();
+    first.timestamp_ms = chrono::Utc::now().timestamp_millis();
+    let handle = store.inner.clone();
+    let m = super::run(py, async move {
+        crate::producers::create::create(&handle, root, first, exist_ok).await
+    })?;
+    manifest_text(&m)
+}
+
 /// Commit `manifest` (JSON; its version is set here) as the version after
 /// `expected` (`None`: the first). If another writer got there first:
 /// `CommitConflict` (an update built on `expected` cannot be rebased), or

@@ -6,6 +6,7 @@ pub mod config;
 pub mod keys;
 mod local_cas;
 pub mod local_leftovers;
+pub mod occupancy;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

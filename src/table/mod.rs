@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 pub const MAX_VERSION: u64 = i64::MAX as u64;
 
 /// The pointer's name under the table key.
-pub const POINTER: &str = "_latest_manifest";
+pub const POINTER: &str = crate::store::occupancy::POINTER;
 
 /// `table/_latest_manifest`.
 pub fn pointer_key(table: &str) -> String {

@@ -694,3 +694,56 @@ fn a_date32_column_widened_to_date64_filters_and_deletes_by_days() {
     .unwrap();
     assert!(!d.committed, "only deleted rows are in range");
 }
+
+#[test]
+fn create_refuses_keys_that_others_occupy_before_writing() {
+    use crate::store::PutMode;
+    let (store, counts) = counting_store();
+    let put = |key: &str, body: &'static str| {
+        crate::runtime::block_on(store.put(
+            key,
+            bytes::Bytes::from_static(body.as_bytes()),
+            PutMode::Create,
+        ))
+        .unwrap()
+        .unwrap();
+    };
+    put("ds/_SUCCESS", "");
+    put("outer/inner/_SUCCESS", "");
+    put(
+        "pl/manifest/v00000000.json",
+        r#"{"format": "pds-pipeline/1", "version": 0}"#,
+    );
+    create(store.clone(), "t", schema(), None, props(None), false, 1).unwrap();
+    counts.take();
+    for (key, says) in [
+        ("ds", "a dataset is stored there"),
+        ("pl", "a pipeline is stored there"),
+        ("t/archive", "inside the table at \"t\""),
+        ("ds/x", "inside the dataset at \"ds\""),
+        ("outer", "the dataset at \"outer/inner\" lies inside it"),
+    ] {
+        let r = create(
+            store.clone(),
+            key,
+            schema(),
+            Some(rows(0..3)),
+            props(None),
+            false,
+            1,
+        );
+        match r {
+            Err(e @ Error::KeyOccupied { .. }) => assert!(e.to_string().contains(says), "{e}"),
+            other => panic!("{key}: expected KeyOccupied, got {other:?}"),
+        }
+        assert_eq!(counts.take()[2], 0, "{key}: nothing written");
+    }
+    // The check's cost on a free key: 5 HEADs per level and 1 LIST; then
+    // the latest version (GET + HEAD), and the commit (GET + HEAD, 2 PUTs).
+    create(store.clone(), "a/b", schema(), None, props(None), false, 1).unwrap();
+    assert_eq!(
+        counts.take(),
+        [2, 12, 2, 1, 0],
+        "[get, head, put, list, delete]"
+    );
+}

@@ -21,6 +21,7 @@ use crate::dataset::{self, manifest::now_iso8601, WriteRequest};
 use crate::error::{Error, Result};
 use crate::parquet::encode::EncodeOptions;
 use crate::parquet::part_schema;
+use crate::store::occupancy::{self, Kind};
 use crate::store::StoreHandle;
 
 /// A stream of Arrow batches.
@@ -345,7 +346,13 @@ fn property_differences(theirs: &TableProperties, asked: &TableProperties) -> Ve
 /// If a table exists at the key: with `exist_ok` and no data, its latest
 /// version is returned if it has `schema` and the settings `props` (see
 /// [`property_differences`]; `SchemaMismatch` naming the differences if
-/// not); otherwise `AlreadyExists`, and nothing is written.
+/// not); otherwise `AlreadyExists`, and nothing is written. A dataset or
+/// pipeline at the key, or anything inside or around it, is `KeyOccupied`,
+/// before any data is written.
+///
+/// Cost: [`occupancy::check_free`] (5 HEADs per level of the key, 1 LIST),
+/// 1 GET + 1 HEAD to see that no table exists, the data PUTs, then 2 PUTs
+/// (the first manifest, the pointer).
 pub fn create(
     store: Arc<StoreHandle>,
     table: &str,
@@ -384,6 +391,7 @@ pub fn create(
             path: table.to_string(),
         })
     };
+    crate::runtime::block_on(occupancy::check_free(store.as_ref(), table, Kind::Table))??;
     if let Some(latest) = crate::runtime::block_on(commit::latest(&store, table))?? {
         return existing(latest.manifest);
     }
@@ -520,7 +528,9 @@ pub enum FilesMode {
 /// there first (a HEAD each, at once). On failure the files are removed.
 ///
 /// `SchemaMismatch` if the table's schema is not `schema` (append), or
-/// changed while the files were written.
+/// changed while the files were written. `KeyOccupied` (and the files are
+/// removed) if a dataset or pipeline is at the key, or anything inside or
+/// around it ([`occupancy::check_free`]: 5 HEADs per level, 1 LIST).
 pub fn commit_files(
     store: Arc<StoreHandle>,
     table: &str,
@@ -565,6 +575,11 @@ pub fn commit_files(
         }
     }
     let table_schema = TableSchema::of(&schema)?;
+    let free = crate::runtime::block_on(occupancy::check_free(store.as_ref(), table, Kind::Table))?;
+    if let Err(e) = free {
+        discard(&store, table, &files);
+        return Err(e);
+    }
     let heads = files.iter().map(|f| {
         let key = format!("{}/{}", table.trim_end_matches('/'), f.path);
         let store = store.clone();

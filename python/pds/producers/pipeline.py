@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeAlias, TypedDict, TypeVar
 
 import pyarrow as pa
-from remote_store import AlreadyExists, NotFound, Store
+from remote_store import NotFound, Store
 
 from pds import _core
 from pds.errors import CommitConflict, CommitUnknown, ManifestCorrupted, SchemaMismatch
@@ -139,8 +139,18 @@ class Pipeline:
 
         *sort_budget* is the memory (bytes) of each external sort (runs spill
         to local temporary files beyond it); *target_rows* the rows per
-        key-range part. ``AlreadyExists`` if a pipeline is there, unless
-        *exist_ok*. Cost: 2 GETs + 1 HEAD + 2 PUTs.
+        key-range part.
+
+        Raises:
+            remote_store.AlreadyExists: a pipeline is at *key* (unless
+                *exist_ok*, which opens it); or a dataset or table is at
+                *key*, or a dataset, table or pipeline lies at an ancestor
+                of *key* or below it (keys are exclusive: the message names
+                what is there and its key). Nothing is written then.
+
+        Cost: the exclusivity check (5 HEADs per level of *key*, at once;
+        1 LIST of at most 1,000 objects below it; 1-3 GETs per table or
+        pipeline found), then 1 GET + 1 HEAD + 2 PUTs.
         """
         opts = cls._options(sort_budget, target_rows, compression)
         store, handle = _native(store, storage_options)
@@ -155,12 +165,7 @@ class Pipeline:
             "graph": {"nodes": []},
             "nodes": {},
         }
-        try:
-            text = _core.pipeline_commit(handle, root, None, json.dumps(manifest))
-        except AlreadyExists:
-            if not exist_ok:
-                raise AlreadyExists(f"a pipeline already exists at {key!r}", path=key) from None
-            return cls.open(store, key, **opts)
+        text = _core.pipeline_create(handle, root, json.dumps(manifest), exist_ok=bool(exist_ok))
         return cls(store, handle, key, json.loads(text), **opts)
 
     @classmethod

@@ -8,24 +8,35 @@ attempts of one task (a retry, or a speculative copy) never write the same
 name, and the driver commits exactly the parts of the one attempt per
 partition that Spark reports as successful:
 
-1. every part of the committed attempts must be present;
-2. ``_SUCCESS`` of a dataset being overwritten is retracted first;
-3. every other object under the dataset (parts of failed or duplicate
+1. the job still holds its claim on the key (below);
+2. every part of the committed attempts must be present;
+3. ``_SUCCESS`` of a dataset being overwritten is retracted first;
+4. every other object under the dataset (parts of failed or duplicate
    attempts, the overwritten dataset, debris of an earlier crashed write) is
    deleted;
-4. ``manifest.json``, then ``_SUCCESS``, are written.
+5. ``manifest.json``, then ``_SUCCESS`` (create-only), are written, and the
+   claim is released.
 
-A failed job (``abort``) deletes every part carrying its job id and writes
-neither ``manifest.json`` nor ``_SUCCESS``. An overwrite keeps the old
-dataset readable until its commit, so a failed overwrite leaves it intact,
-and a job may overwrite the dataset it reads from.
+**One writer per key**, as for ``ParquetDatasetStore.write_dataset`` (see
+the Rust ``dataset`` module): before any task runs, the driver claims the
+key with a create-only ``_WRITING``. A job racing another writer of the key
+(a Python ``write_dataset``, another Spark job) gets ``AlreadyExists`` and
+writes nothing; an overwrite takes the claim over (the old dataset stays
+readable until the commit), and the writer it took the key from fails at
+its next check. The claim is checked again at the commit, and ``_SUCCESS``
+is created create-only, so of racing writers exactly one commits, with its
+own rows only. The claim's token travels with the job (it is pickled), so
+the commit may run in another driver process than the start.
+
+A failed job (``abort``) deletes every part carrying its job id, writes
+neither ``manifest.json`` nor ``_SUCCESS``, and releases its claim. An
+overwrite keeps the old dataset readable until its commit, so a failed
+overwrite leaves it intact, and a job may overwrite the dataset it reads
+from.
 
 Limit: a duplicate attempt that Spark has not yet killed when the driver
-commits (speculation) may finish an upload after step 3. That part is never
+commits (speculation) may finish an upload after step 4. That part is never
 in the manifest, so readers do not see it; the next overwrite removes it.
-Concurrent writers to one key are not supported (datasets are write-once);
-the checks in :meth:`WriteJob.commit` make such a race fail rather than mix
-rows, in all but a narrow window.
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ _log = logging.getLogger("pds.spark")
 
 _MANIFEST = "manifest.json"
 _SUCCESS = "_SUCCESS"
+_WRITING = "_WRITING"
 _DELETE_THREADS = 16
 
 STORAGE_EXCLUDED = frozenset(
@@ -301,33 +313,53 @@ class WriteJob(StoreJob):
     settings: WriteSettings
     overwrite: bool
     job_id: str
+    claim: bytes = dataclasses.field(default=b"", repr=False)
+    """The token of this job's ``_WRITING`` claim (see the module docs)."""
 
     @classmethod
     def start(cls, store: Store, key: str, schema: pa.Schema, settings: WriteSettings, *, overwrite: bool) -> WriteJob:
-        """Check that the job may run and give it a fresh id (driver side).
+        """Check that the job may run, claim the key and give the job a fresh id (driver side).
 
-        Nothing is written or deleted here; an overwritten dataset stays
-        readable until :meth:`commit`.
+        Only the claim (``_WRITING``) is written here; an overwritten
+        dataset stays readable until :meth:`commit`.
 
         Raises:
             InvalidPath: a bad *key*.
             CapabilityNotSupported: the store cannot put atomically or delete.
             AlreadyExists: a dataset exists at *key* and *overwrite* is false
-                (datasets are write-once).
+                (datasets are write-once); another writer holds the key and
+                *overwrite* is false; or a table or pipeline is at *key*, or
+                a dataset, table or pipeline lies at an ancestor of *key* or
+                below it (keys are exclusive). Nothing is written then.
+
+        Cost: the claim (1 PUT), the exclusivity check (5 HEADs per level
+        of *key*, 1 LIST of at most 1,000 objects, 1-3 GETs per table or
+        pipeline found) and 1 HEAD for ``_SUCCESS``.
         """
         key = check_dataset_key(key)
-        store.native_path(key)
+        location = str(store.native_path(key))
         for cap in (Capability.ATOMIC_WRITE, Capability.DELETE, Capability.LIST):
             if not store.supports(cap):
                 raise CapabilityNotSupported(
                     f"a Spark write needs the {cap.value} capability", path=key, capability=cap.value
                 )
+        rust: _core.RustStore = store.unwrap(_core.RustStore)
         if not overwrite and ParquetDatasetStore(store).dataset_exists(key):
             raise AlreadyExists(
                 f"Dataset already exists at {key!r}: datasets are write-once; use mode 'overwrite' to replace it",
                 path=key,
             )
-        return cls(store, key, schema, settings, overwrite, uuid.uuid4().hex[:12])
+        # Checked before the claim, so that a refused overwrite takes no key
+        # from its holder.
+        _core.check_key_free(rust, location, "dataset")
+        token = _core.dataset_claim(rust, location, take_over=overwrite)
+        try:
+            if not overwrite and ParquetDatasetStore(store).dataset_exists(key):
+                raise AlreadyExists(f"Dataset already exists at {key!r}: another writer committed it", path=key)
+        except BaseException:
+            _core.dataset_claim_release(rust, location, token)
+            raise
+        return cls(store, key, schema, settings, overwrite, uuid.uuid4().hex[:12], token)
 
     def _part_prefix(self, label: str) -> str:
         return f"{self.job_id}-{label}"
@@ -416,18 +448,20 @@ class WriteJob(StoreJob):
         one empty part, so the dataset keeps its schema.
 
         Raises:
-            AlreadyExists: not an overwrite, and another writer committed
-                a dataset at the key meanwhile.
+            AlreadyExists: another writer took the key over (an overwrite)
+                while the job ran, or committed a dataset at the key.
             DatasetIncomplete: a part of a successful attempt is missing
                 (another writer deleted it); nothing is committed.
             RuntimeError: two results for one partition.
         """
         parts = self._ordered_parts(results)
+        location = self.location
+        rust = self._rust()
+        _core.dataset_claim_check(rust, location, self.claim)
         if not self.overwrite and ParquetDatasetStore(self.store).dataset_exists(self.key):
             raise AlreadyExists(f"Dataset already exists at {self.key!r}: another writer committed it", path=self.key)
         if not parts:
             parts = self._write_empty_part()
-        location = self.location
         present = set(self._list())
         ours = {f"{location}/{p.name}" for p in parts}
         missing = sorted(ours - present)
@@ -438,9 +472,11 @@ class WriteJob(StoreJob):
                 path=self.key,
             )
         success = f"{location}/{_SUCCESS}"
+        claim = f"{location}/{_WRITING}"
+        _core.dataset_claim_check(rust, location, self.claim)
         if success in present:
-            self._rust().delete(success)  # retract the overwritten dataset first
-        self._delete(sorted(present - ours - {success}))
+            rust.delete(success)  # retract the overwritten dataset first
+        self._delete(sorted(present - ours - {success, claim}))
         manifest = DatasetManifest(
             dataset_key=self.key,
             parts=[p.name for p in parts],
@@ -453,8 +489,16 @@ class WriteJob(StoreJob):
             arrow_schema=schema_to_ipc(self.schema),
             part_info=parts,
         )
+        _core.dataset_claim_check(rust, location, self.claim)
         self.store.write_atomic(f"{self.key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
-        self.store.write_atomic(f"{self.key}/{_SUCCESS}", b"", overwrite=True)
+        try:
+            rust.put(success, b"", mode="create")
+        except AlreadyExists:
+            raise AlreadyExists(
+                f"another writer committed a dataset at {self.key!r} while this job ran; this job was not committed",
+                path=self.key,
+            ) from None
+        _core.dataset_claim_release(rust, location, self.claim)
         return manifest
 
     def abort(self, results: Iterable[TaskParts | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
@@ -466,9 +510,10 @@ class WriteJob(StoreJob):
         them may finish an upload meanwhile, so the prefix is listed again
         until it has stayed empty for *settle* seconds (at most
         ``ABORT_SETTLE_LIMIT`` seconds in all). Other objects, such as a
-        dataset an overwrite would have replaced, are left alone. Errors are
-        logged (without credentials), not raised, so the job's own failure
-        is what the caller sees.
+        dataset an overwrite would have replaced, are left alone. Then the
+        job's claim on the key is released (if it still holds it). Errors
+        are logged (without credentials), not raised, so the job's own
+        failure is what the caller sees.
         """
         location = self.location
         keys = {f"{location}/{p.name}" for r in results if r is not None for p in r.parts}
@@ -480,6 +525,13 @@ class WriteJob(StoreJob):
         except Exception as exc:  # noqa: BLE001 - abort is best effort; the job's error matters
             _log.warning(
                 "pds.spark: could not remove all parts of aborted job %s under %r: %s", self.job_id, self.key, exc
+            )
+        try:
+            if self.claim:
+                _core.dataset_claim_release(self._rust(), location, self.claim)
+        except Exception as exc:  # noqa: BLE001 - as above
+            _log.warning(
+                "pds.spark: could not release the claim of aborted job %s on %r: %s", self.job_id, self.key, exc
             )
 
 

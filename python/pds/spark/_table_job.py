@@ -110,8 +110,16 @@ class TableWriteJob(StoreJob):
 
         Raises:
             SchemaMismatch: an append whose columns are not the table's.
+            remote_store.AlreadyExists: a dataset or pipeline is at *key*, or
+                a dataset, table or pipeline lies at an ancestor of *key* or
+                below it (keys are exclusive), before any task runs.
+
+        Cost: the exclusivity check (5 HEADs per level of *key*, 1 LIST of
+        at most 1,000 objects, 1-3 GETs per table or pipeline found), then
+        2 GETs to open the table.
         """
         key = check_dataset_key(key)
+        _core.check_key_free(store.unwrap(_core.RustStore), str(store.native_path(key)), "table")
         target = schema
         settings_used = settings
         try:

@@ -568,7 +568,11 @@ class PdsDataSource(DataSource):
         Raises:
             ValueError: a missing ``store`` / key, a bad option, duplicate
                 column names.
-            AlreadyExists: mode ``append`` and a dataset exists at the key.
+            AlreadyExists: mode ``append`` and a dataset exists at the key,
+                or another writer holds it (its ``_WRITING`` claim); or a
+                table or pipeline (dataset or pipeline, for a table write)
+                is at the key, or a dataset, table or pipeline lies at an
+                ancestor of the key or below it (keys are exclusive).
         """
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)

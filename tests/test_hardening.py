@@ -266,11 +266,14 @@ def _check_race(outs: list[str], ds: ParquetDatasetStore, overwrite: bool) -> No
         return
     if overwrite:
         # An overwrite deletes first (PDS-011): a later overwrite may remove
-        # what an earlier one committed, even if it then loses the claim.
-        # Never a mix: one writer's whole table, or a typed "not there".
+        # what an earlier one committed, even if it then loses the claim, and
+        # a part upload of the writer that lost the claim can still land over
+        # the winner's part of the same name (README, Known limits: do not run
+        # overwrites of one key concurrently; verify=True detects it).
+        # Never a silent mix: one writer's whole table, or a typed error.
         try:
             got = ds.read_dataset("k", verify=True)
-        except (DatasetIncomplete, NotFound):
+        except (DatasetIncomplete, NotFound, PartCorrupted):
             return
     else:
         got = ds.read_dataset("k", verify=True)

@@ -502,10 +502,21 @@ where
         next.set_version(version, version.checked_sub(1));
         next.set_commit_id(&id);
         let body = Bytes::from(next.to_json()?);
-        match store
-            .put(&manifest_key(table, version), body, PutMode::Create)
-            .await
-        {
+        // Never write a manifest that readers would refuse (a plan gone
+        // stale in a way its prepare missed): the table would be unreadable.
+        let key = manifest_key(table, version);
+        if let Err(e) = M::from_json(&body, &key, version) {
+            let refused = Error::Task(format!(
+                "pds refused to commit a manifest that readers would reject (a bug; nothing \
+                 was committed by this attempt): {}",
+                crate::error::chain(&e)
+            ));
+            return Err(match &pending {
+                Some((_, why)) => unknown(format!("{why}; then {}", crate::error::chain(&refused))),
+                None => refused,
+            });
+        }
+        match store.put(&key, body, PutMode::Create).await {
             Ok(_) => {
                 let _ = advance_pointer(store, table, base.as_ref(), version).await;
                 return Ok(Outcome::Committed {

@@ -241,7 +241,19 @@ fn commit_compaction(
             let touched = newer
                 .iter()
                 .any(|t| t.files.iter().any(|f| gone.contains(f)));
+            // The coalesced tombstone replaces the base's tombstones and marks
+            // the files kept: an overwrite or another compaction that removed
+            // any of them makes this plan stale.
+            let kept_now: BTreeSet<&str> = now.tombstones.iter().map(|t| t.path.as_str()).collect();
+            let lost_tombstone = base_tombstones
+                .iter()
+                .any(|t| !kept_now.contains(t.as_str()));
+            let lost_file = coalesced
+                .iter()
+                .any(|(r, _)| r.files.iter().any(|f| !present.contains(f.as_str())));
             if touched
+                || lost_tombstone
+                || lost_file
                 || gone.iter().any(|g| !present.contains(g.as_str()))
                 || now.schema != base.schema
             {

@@ -400,7 +400,9 @@ class Pipeline:
         (UTC datetime), ``operation`` and ``detail`` (per source, the rows
         upserted and keys deleted; per stage run, the rows handed to
         ``Produce`` and the rows it emitted: the only rows the update sorted
-        besides the changed keys). Cost: a GET per version."""
+        besides the changed keys), and ``commit_id`` (the id of the commit
+        that wrote the version, which a ``pds.CommitUnknown`` message names).
+        Cost: a GET per version."""
         latest = self._at(None)
         out = []
         for v in range(int(latest["version"]), -1, -1):
@@ -418,6 +420,7 @@ class Pipeline:
                     "timestamp": datetime.datetime.fromtimestamp(m["timestamp_ms"] / 1000, tz=datetime.UTC),
                     "operation": m["operation"],
                     "detail": m.get("detail", {}),
+                    "commit_id": m.get("commit_id"),
                 }
             )
         return out[::-1]

@@ -26,7 +26,7 @@ from itertools import chain
 from typing import Any
 
 import pyarrow as pa
-from remote_store import NotFound, Store
+from remote_store import NotFound, RemoteStoreError, Store
 
 from pds import _core
 from pds.errors import CommitUnknown, SchemaMismatch
@@ -46,6 +46,7 @@ __all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_sn
 # may name them, so an abort that follows must leave them (vacuum removes
 # them later if no version does).
 _MAY_BE_COMMITTED: dict[str, frozenset[str]] = {}
+_UNREADABLE: frozenset[str] = frozenset({"\0unreadable"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,10 +220,29 @@ class TableWriteJob(StoreJob):
         )
         return text
 
+    def _named_by_latest(self) -> frozenset[str]:
+        """The job's files that the table's latest version names (a commit
+        whose outcome was unknown may have landed; Spark runs ``abort`` in
+        another process than ``commit``, so this asks the store), or
+        ``_UNREADABLE`` if the table cannot be read."""
+        try:
+            manifest = Table.open(self.store, self.key).manifest
+        except NotFound:
+            return frozenset()
+        except RemoteStoreError:
+            return _UNREADABLE
+        return frozenset(f"{self.location}/{f['path']}" for f in manifest.get("data_files", []))
+
     def abort(self, results: Iterable[TableFiles | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
         """Remove every file this job wrote, re-listing until none turns up
-        for *settle* seconds (tasks still being killed may finish an upload)."""
-        keep = _MAY_BE_COMMITTED.get(self.job_id, frozenset())
+        for *settle* seconds (tasks still being killed may finish an upload),
+        except the files the table's latest version names: a commit whose
+        outcome was unknown may have landed. If the table cannot be read,
+        remove nothing (vacuum removes what no version names)."""
+        named = self._named_by_latest()
+        if named is _UNREADABLE:
+            return  # cannot tell what a version names: remove nothing (vacuum will)
+        keep = _MAY_BE_COMMITTED.get(self.job_id, frozenset()) | named
         keys = {f"{self.location}/{f['path']}" for r in results if r is not None for f in r.files}
 
         def leftovers() -> list[str]:

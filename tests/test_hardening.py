@@ -233,7 +233,7 @@ try:
 except pds.AlreadyExists as exc:
     print("AlreadyExists")
 except pds.RemoteStoreError as exc:
-    print("typed", type(exc).__name__)
+    print("typed", type(exc).__name__, str(exc).replace(chr(10), " ")[:300], file=sys.stderr); print("typed", type(exc).__name__)
 """
 
 
@@ -254,8 +254,11 @@ def _race(url: str, options: dict[str, str], overwrite: bool) -> tuple[list[str]
         )
         for tag in (1, 2)
     ]
-    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
-    return outs, ds
+    done = [p.communicate(timeout=120) for p in procs]
+    for _, err in done:
+        if err.strip():
+            print(err)  # a racer's typed error, shown when the test fails
+    return [out.strip() for out, _ in done], ds
 
 
 def _check_race(outs: list[str], ds: ParquetDatasetStore, overwrite: bool) -> None:

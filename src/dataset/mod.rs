@@ -404,11 +404,18 @@ pub fn write_dataset(
         let parts = write_parts_claimed(store.clone(), reader, &opts, &req, Some(&claim))?;
         let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
         crate::runtime::block_on(async {
-            let committed = async {
+            let mut committed = async {
                 claim.check(&store).await?;
                 commit(&store, &req.location, &manifest).await
             }
             .await;
+            // Failing because an overwrite took the key is the lost claim:
+            // the key and its part names are the other writer's now.
+            if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
+                if let Err(lost @ Error::ClaimLost { .. }) = claim.check(&store).await {
+                    committed = Err(lost);
+                }
+            }
             if let Err(e) = &committed {
                 if !matches!(e, Error::ClaimLost { .. }) {
                     // The key is still ours: nothing of this write may stay.
@@ -569,7 +576,14 @@ fn write_parts_claimed(
             }
         }
     }
-    if let Some(e) = failure {
+    if let Some(mut e) = failure {
+        // A part that failed because an overwrite took the key (and removed
+        // this writer's staging files) is the lost claim, not a store error.
+        if let (Some(claim), false) = (claim, matches!(e, Error::ClaimLost { .. })) {
+            if let Err(lost @ Error::ClaimLost { .. }) = handle.block_on(claim.check(&store)) {
+                e = lost;
+            }
+        }
         if !matches!(e, Error::ClaimLost { .. }) {
             let keys: Vec<String> = written
                 .iter()

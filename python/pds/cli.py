@@ -697,9 +697,10 @@ _LS_COLUMNS = ("key", "kind", "version", "files", "rows", "parts", "sources", "s
 
 
 def _ls_entry(ctx: _Context, folder: str) -> dict[str, Any]:
-    kind = ctx.kind(folder)
-    entry: dict[str, Any] = {"key": folder, "kind": kind or "folder"}
+    entry: dict[str, Any] = {"key": folder, "kind": "unknown"}
     try:
+        kind = ctx.kind(folder)
+        entry["kind"] = kind or "folder"
         if kind == "table":
             t = Table.open(ctx.store, folder)
             files = t.files().to_pylist()

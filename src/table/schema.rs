@@ -7,10 +7,17 @@
 //! float64, string to large_string, ...). Files written before keep their
 //! schema (the manifest records it) and are read with nulls for the columns
 //! they lack and their values cast to the wider types.
+//!
+//! Both modes compare *logical* types ([`same_logical_type`]): the physical
+//! variants Arrow producers choose between (`string`, `large_string` and
+//! `string_view`; the three binaries; the four lists; a dictionary of
+//! strings or binaries and its plain values) are one type. An append's
+//! columns of another variant are cast to the table's type as they stream
+//! in, before encoding; the table's schema does not change for them.
 
 use std::sync::Arc;
 
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 
@@ -61,6 +68,7 @@ pub fn reconcile(table: &Schema, input: &Schema, mode: SchemaMode, key: &str) ->
                     SchemaMode::Merge if widens(t, i) => {
                         fields.push(tf.as_ref().clone().with_data_type(i.clone()))
                     }
+                    _ if same_logical_type(t, i) => fields.push(tf.as_ref().clone()),
                     _ => problems.push(format!(
                         "{:?} is {i} in the data, {t} in the table",
                         tf.name()
@@ -97,6 +105,73 @@ pub fn reconcile(table: &Schema, input: &Schema, mode: SchemaMode, key: &str) ->
     )))
 }
 
+/// Whether a column of type `input` holds values of the table's type
+/// `table` under another physical layout, so that an append casts it to
+/// `table` (exactly: the same values, nulls and order).
+///
+/// One logical type each: `Utf8`, `LargeUtf8` and `Utf8View`; `Binary`,
+/// `LargeBinary` and `BinaryView`; `List`, `LargeList`, `ListView` and
+/// `LargeListView` (of one logical item type); a dictionary of strings or
+/// binaries and its plain value type; two dictionaries of one logical value
+/// type (whatever their key types). Recursively: list items, struct
+/// children (matched by name, any order), map keys and values, and
+/// dictionary values. Names of list and map item fields and the nullability
+/// of nested fields do not count here: the cast enforces the table's
+/// nullability on the values, and fails on a null it does not allow. Every
+/// other type must be equal. The pair must also be one `arrow_cast` casts.
+pub fn same_logical_type(table: &DataType, input: &DataType) -> bool {
+    logically_equal(table, input) && arrow_cast::can_cast_types(input, table)
+}
+
+fn logically_equal(t: &DataType, i: &DataType) -> bool {
+    use DataType as T;
+    let strings = |x: &DataType| matches!(x, T::Utf8 | T::LargeUtf8 | T::Utf8View);
+    let binaries = |x: &DataType| matches!(x, T::Binary | T::LargeBinary | T::BinaryView);
+    let list_item = |x: &DataType| match x {
+        T::List(f) | T::LargeList(f) | T::ListView(f) | T::LargeListView(f) => {
+            Some(f.data_type().clone())
+        }
+        _ => None,
+    };
+    match (t, i) {
+        _ if t == i => true,
+        _ if strings(t) && strings(i) => true,
+        _ if binaries(t) && binaries(i) => true,
+        (T::Dictionary(_, tv), T::Dictionary(_, iv)) => logically_equal(tv, iv),
+        (T::Dictionary(_, tv), _) => (strings(tv) || binaries(tv)) && logically_equal(tv, i),
+        (_, T::Dictionary(_, iv)) => (strings(iv) || binaries(iv)) && logically_equal(t, iv),
+        (T::FixedSizeList(tf, n), T::FixedSizeList(inf, m)) => {
+            n == m && logically_equal(tf.data_type(), inf.data_type())
+        }
+        (T::Struct(tf), T::Struct(inf)) => {
+            tf.len() == inf.len()
+                && tf.iter().all(|f| {
+                    inf.iter()
+                        .find(|g| g.name() == f.name())
+                        .is_some_and(|g| logically_equal(f.data_type(), g.data_type()))
+                })
+        }
+        (T::Map(tf, ts), T::Map(inf, is)) => {
+            let pair = |f: &arrow_schema::FieldRef| match f.data_type() {
+                T::Struct(kv) if kv.len() == 2 => {
+                    Some((kv[0].data_type().clone(), kv[1].data_type().clone()))
+                }
+                _ => None,
+            };
+            match (pair(tf), pair(inf)) {
+                (Some((tk, tv)), Some((ik, iv))) => {
+                    ts == is && logically_equal(&tk, &ik) && logically_equal(&tv, &iv)
+                }
+                _ => false,
+            }
+        }
+        _ => match (list_item(t), list_item(i)) {
+            (Some(ti), Some(ii)) => logically_equal(&ti, &ii),
+            _ => false,
+        },
+    }
+}
+
 /// What changed between two schemas, for the history: added columns and
 /// columns whose type changed (`name: old -> new`).
 pub fn describe_change(old: &Schema, new: &Schema) -> Vec<String> {
@@ -119,7 +194,6 @@ pub fn describe_change(old: &Schema, new: &Schema) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_schema::DataType;
 
     fn schema(fields: &[(&str, DataType, bool)]) -> Schema {
         Schema::new(
@@ -176,6 +250,225 @@ mod tests {
                 reconcile(&table, &bad, SchemaMode::Merge, "t"),
                 Err(Error::SchemaMismatch { .. })
             ));
+        }
+    }
+
+    fn item(t: DataType) -> Arc<Field> {
+        Arc::new(Field::new("item", t, true))
+    }
+
+    /// One column type in each physical variant producers use for it.
+    fn variants() -> Vec<Vec<DataType>> {
+        use DataType as T;
+        let dict = |k: T, v: T| T::Dictionary(Box::new(k), Box::new(v));
+        let lists = |t: T| {
+            vec![
+                T::List(item(t.clone())),
+                T::LargeList(Arc::new(Field::new("element", t.clone(), true))),
+                T::ListView(item(t.clone())),
+                T::LargeListView(item(t)),
+            ]
+        };
+        let st = |s: T, b: T| {
+            T::Struct(
+                vec![
+                    Field::new("s", s, true),
+                    Field::new("b", T::List(item(b)), true),
+                ]
+                .into(),
+            )
+        };
+        let map = |k: T, v: T| {
+            let kv =
+                T::Struct(vec![Field::new("key", k, false), Field::new("value", v, true)].into());
+            T::Map(Arc::new(Field::new("entries", kv, false)), false)
+        };
+        vec![
+            vec![
+                T::Utf8,
+                T::LargeUtf8,
+                T::Utf8View,
+                dict(T::Int32, T::Utf8),
+                dict(T::UInt32, T::Utf8View),
+                dict(T::Int8, T::LargeUtf8),
+            ],
+            vec![
+                T::Binary,
+                T::LargeBinary,
+                T::BinaryView,
+                dict(T::Int16, T::Binary),
+            ],
+            lists(T::Utf8)
+                .into_iter()
+                .chain(lists(T::Utf8View))
+                .chain(lists(T::LargeUtf8))
+                .collect(),
+            vec![st(T::Utf8, T::Binary), st(T::Utf8View, T::BinaryView)],
+            vec![map(T::Utf8, T::LargeBinary), map(T::Utf8View, T::Binary)],
+            vec![T::Int64],
+            vec![T::Int32],
+            vec![T::Float64],
+        ]
+    }
+
+    /// A sample column in `t`, the first type of its group in [`variants`].
+    fn sample(t: &DataType) -> arrow_array::ArrayRef {
+        use arrow_array::builder::*;
+        use arrow_array::*;
+        use DataType as T;
+        let strings = || StringArray::from(vec![Some("a"), None, Some("bb"), Some("a")]);
+        let binaries = || {
+            let mut b = ListBuilder::new(BinaryBuilder::new());
+            b.append_value([Some(b"x".as_ref())]);
+            b.append_null();
+            b.append_null();
+            b.append_value(Vec::<Option<&[u8]>>::new());
+            b.finish()
+        };
+        match t {
+            T::Utf8 => Arc::new(strings()),
+            T::Binary => Arc::new(BinaryArray::from(vec![
+                Some(b"a".as_ref()),
+                None,
+                Some(b""),
+                Some(b"bb"),
+            ])),
+            T::List(_) => {
+                let mut b = ListBuilder::new(StringBuilder::new());
+                b.append_value([Some("a"), None]);
+                b.append_null();
+                b.append_value(Vec::<Option<&str>>::new());
+                b.append_value([Some("bb")]);
+                Arc::new(b.finish())
+            }
+            T::Struct(fields) => Arc::new(
+                StructArray::try_new(
+                    fields.clone(),
+                    vec![Arc::new(strings()), Arc::new(binaries())],
+                    Some(vec![true, false, true, true].into()),
+                )
+                .unwrap(),
+            ),
+            T::Map(..) => {
+                let names = MapFieldNames {
+                    entry: "entries".into(),
+                    key: "key".into(),
+                    value: "value".into(),
+                };
+                let mut b =
+                    MapBuilder::new(Some(names), StringBuilder::new(), LargeBinaryBuilder::new());
+                b.keys().append_value("k");
+                b.values().append_value(b"v");
+                b.append(true).unwrap();
+                b.append(false).unwrap();
+                b.append(true).unwrap();
+                b.keys().append_value("j");
+                b.values().append_null();
+                b.append(true).unwrap();
+                Arc::new(b.finish())
+            }
+            T::Int64 => Arc::new(Int64Array::from(vec![Some(1), None, Some(2), Some(3)])),
+            T::Int32 => Arc::new(Int32Array::from(vec![Some(1), None, Some(2), Some(3)])),
+            T::Float64 => Arc::new(Float64Array::from(vec![Some(1.5), None, Some(2.0), None])),
+            other => unreachable!("no sample for {other}"),
+        }
+    }
+
+    #[test]
+    fn physical_variants_are_one_logical_type_and_cast_exactly() {
+        let groups = variants();
+        for (g, group) in groups.iter().enumerate() {
+            let base = sample(&group[0]);
+            assert_eq!(base.data_type(), &group[0]);
+            for t in group {
+                let as_t = arrow_cast::cast(&base, t).unwrap();
+                for i in group {
+                    assert!(same_logical_type(t, i), "{i} should be one type with {t}");
+                    // An append of `i` data to a `t` table: cast, then read
+                    // back as the first variant, the values are the same.
+                    let data = arrow_cast::cast(&base, i).unwrap();
+                    let stored = arrow_cast::cast(&data, t).unwrap();
+                    assert_eq!(stored.data_type(), t);
+                    assert_eq!(&stored, &as_t, "{i} -> {t}");
+                    let back = arrow_cast::cast(&stored, &group[0]).unwrap();
+                    assert_eq!(&back, &base, "{i} -> {t} -> {}", group[0]);
+                }
+                for (h, other) in groups.iter().enumerate() {
+                    if h != g {
+                        for i in other {
+                            assert!(!same_logical_type(t, i), "{i} is not {t}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn views_reconcile_to_the_tables_types_in_both_modes() {
+        use DataType as T;
+        let table = schema(&[
+            ("s", T::Utf8, true),
+            ("b", T::Binary, true),
+            ("l", T::List(item(T::Utf8)), true),
+            ("i", T::Int64, false),
+        ]);
+        // What polars exports for the same columns.
+        let polars = schema(&[
+            ("s", T::Utf8View, true),
+            ("b", T::BinaryView, true),
+            ("l", T::LargeList(item(T::Utf8View)), true),
+            ("i", T::Int64, true),
+        ]);
+        for mode in [SchemaMode::Strict, SchemaMode::Merge] {
+            let out = reconcile(&table, &polars, mode, "t").unwrap();
+            assert_eq!(out.as_ref(), &table, "{mode:?}");
+            assert!(describe_change(&table, &out).is_empty());
+            // And the reverse: a table created from polars takes pyarrow's.
+            let out = reconcile(&polars, &table, mode, "t").unwrap();
+            assert_eq!(out.as_ref(), &polars, "{mode:?}");
+        }
+        // Documented widening stays: merge makes string large_string.
+        let large = schema(&[
+            ("s", T::LargeUtf8, true),
+            ("b", T::Binary, true),
+            ("l", T::List(item(T::Utf8)), true),
+            ("i", T::Int64, false),
+        ]);
+        let merged = reconcile(&table, &large, SchemaMode::Merge, "t").unwrap();
+        assert_eq!(merged.field(0).data_type(), &T::LargeUtf8);
+        let strict = reconcile(&table, &large, SchemaMode::Strict, "t").unwrap();
+        assert_eq!(strict.as_ref(), &table);
+        // Another logical type is still refused, naming the field.
+        let polars_with = |name: &str, t: T| {
+            let fields: Vec<Field> = polars
+                .fields()
+                .iter()
+                .map(|f| {
+                    let f = f.as_ref().clone();
+                    if f.name() == name {
+                        f.with_data_type(t.clone())
+                    } else {
+                        f
+                    }
+                })
+                .collect();
+            Schema::new(fields)
+        };
+        for (name, t) in [
+            ("s", T::Int64),
+            ("i", T::Utf8View),
+            ("l", T::List(item(T::Int64))),
+            ("b", T::Utf8View),
+        ] {
+            let bad = polars_with(name, t.clone());
+            for mode in [SchemaMode::Strict, SchemaMode::Merge] {
+                let Err(Error::SchemaMismatch { reason, .. }) = reconcile(&table, &bad, mode, "t")
+                else {
+                    panic!("{name}: {t} must be refused")
+                };
+                assert!(reason.contains(&format!("{name:?}")), "{reason}");
+            }
         }
     }
 }

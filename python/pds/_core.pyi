@@ -256,6 +256,16 @@ def check_key_free_with(probe: KeyProbe, key: str, creating: Literal["dataset", 
     """:func:`check_key_free` through *probe* (a ``remote_store.Store``
     adapter); its exceptions propagate unchanged. Same requests, one at a time."""
 
+def describe_key(store: RustStore, key: str, wanted: Literal["dataset", "table", "pipeline"]) -> str | None:
+    """What a reader looking for a *wanted* finds at, around or below *key*
+    instead ("a table is stored at ..."), or ``None``; for error messages.
+    Costs what :func:`check_key_free` costs. The GIL is released."""
+
+def describe_key_with(probe: KeyProbe, key: str, wanted: Literal["dataset", "table", "pipeline"]) -> str | None:
+    """What a reader looking for a *wanted* finds at, around or below *key*
+    instead ("a table is stored at ..."), or ``None``; through *probe*, for
+    error messages. Same requests as :func:`check_key_free_with`."""
+
 def schema_from_ipc(text: str) -> pa.Schema:
     """Parse a base64 Arrow IPC schema safely; ``ValueError`` with the reason if invalid."""
 

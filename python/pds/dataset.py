@@ -34,7 +34,7 @@ from remote_store import Capability, RemotePath, Store
 
 from pds import _core
 from pds._filters import core_conditions
-from pds.backend import native_handle
+from pds.backend import native_handle, open_store
 from pds.errors import (
     AlreadyExists,
     CapabilityNotSupported,
@@ -44,6 +44,7 @@ from pds.errors import (
     ManifestCorrupted,
     NotFound,
     PartCorrupted,
+    RemoteStoreError,
 )
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
 
@@ -287,30 +288,42 @@ class ParquetDatasetStore:
 
     Args:
         store: The Store to read and write through. With a
-            :class:`pds.ObjectStoreBackend` all I/O runs in Rust.
+            :class:`pds.ObjectStoreBackend` all I/O runs in Rust. A URL
+            (``"s3://bucket/lake"``, ``"file:///data/lake"``, ``"memory://"``)
+            or an absolute folder path (``str`` or ``pathlib.Path``) is
+            opened with :func:`pds.open_store` and *storage_options*.
         compression: Parquet codec: ``"zstd"`` (default, level 1),
             ``"snappy"``, ``"gzip"``, ``"brotli"``, ``"lz4"`` or ``"none"``.
         row_group_size: Rows per row group; ``None`` for the default (1Mi).
         max_rows_per_file: Split into ``part-NNNNN.parquet`` files of at most
             this many rows; ``None`` writes one ``data.parquet``.
+        storage_options: Options for :class:`pds.ObjectStoreBackend` when
+            *store* is a URL or path (``endpoint``, ``region``, ...).
 
     Raises:
-        TypeError: *store* is not a ``remote_store.Store``.
-        ValueError: an unknown codec or a non-positive size.
+        TypeError: *store* is neither a ``remote_store.Store`` nor a URL or
+            path, or *storage_options* come with a Store.
+        ValueError: an unknown codec or a non-positive size; a relative path
+            or a URL pds cannot open.
 
     No I/O happens on construction.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Store | str | os.PathLike[str],
         *,
         compression: str = "zstd",
         row_group_size: int | None = None,
         max_rows_per_file: int | None = None,
+        storage_options: Mapping[str, object] | None = None,
     ) -> None:
+        if isinstance(store, str | os.PathLike):
+            store = open_store(store, **dict(storage_options or {}))
+        elif storage_options:
+            raise TypeError("storage_options are for a URL or path; a Store is already configured")
         if not isinstance(store, Store):
-            raise TypeError(f"store must be a remote_store.Store, got {type(store).__name__}")
+            raise TypeError(f"store must be a remote_store.Store, a URL or a path, got {type(store).__name__}")
         if not isinstance(compression, str) or compression.lower() not in (*_core.codecs(), "uncompressed"):
             raise ValueError(f"unknown compression codec {compression!r}; expected one of {', '.join(_core.codecs())}")
         self._store = store
@@ -704,7 +717,20 @@ class ParquetDatasetStore:
             raise
         return core_conditions(raw, schema)
 
+    def _other_kind(self, key: str) -> str | None:
+        """What is at, around or below *key* instead of a dataset, in words
+        (a table, a pipeline), or None. For error messages only."""
+        try:
+            if self._native is not None:
+                return _core.describe_key(self._native, self._store.native_path(key), "dataset")
+            return _core.describe_key_with(_StoreProbe(self._store), key, "dataset")
+        except RemoteStoreError:
+            return None  # the caller's plain reason still holds
+
     def _absent_reason(self, key: str) -> str:
+        other = self._other_kind(key)
+        if other is not None:
+            return other
         if not self._store.exists(key):
             return "no dataset: nothing is stored under this key"
         return (
@@ -777,7 +803,13 @@ class ParquetDatasetStore:
         """
         key = _check_key(key)
         path = f"{key}/{_MANIFEST}"
-        raw = self._store.read_bytes(path)
+        try:
+            raw = self._store.read_bytes(path)
+        except NotFound:
+            other = self._other_kind(key)
+            if other is None:
+                raise
+            raise NotFound(f"no dataset manifest at {path!r}: {other}", path=path) from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

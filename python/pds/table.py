@@ -212,6 +212,11 @@ class Table:
                 recorded as key ranges, reading at most the footers and key
                 column chunks needed to see that a live row matches (see
                 :meth:`delete`). Integer, float, string, boolean or temporal.
+                The key is **not enforced**: appending a key that the table
+                already holds keeps both rows (no append reads the table).
+                What it buys is deletes by key that read no data; to replace
+                rows, delete their keys and append them in turn (``upsert``,
+                which does both in one commit, is planned).
             exist_ok: Return the existing table if one is already there
                 that was created as this call describes it: the same schema,
                 *primary_key*, *compression*, *row_group_size* and
@@ -318,7 +323,9 @@ class Table:
 
     @property
     def primary_key(self) -> str | None:
-        """The primary-key column, if the table declares one."""
+        """The primary-key column, if the table declares one. Not enforced:
+        appends never check it, so a key may occur more than once (see
+        :meth:`create`)."""
         pk = self._manifest.get("properties", {}).get("primary_key")
         return str(pk) if pk is not None else None
 

@@ -755,9 +755,17 @@ pub async fn open_dataset(
     Ok((manifest, sizes))
 }
 
-/// Why a key without `_SUCCESS` has no dataset: nothing at all is stored
-/// there, or a write is unfinished (one LIST request, at most one object).
+/// Why a key without `_SUCCESS` has no dataset: a table or pipeline is
+/// there (or around it), nothing at all is stored there, or a write is
+/// unfinished (the occupancy probe, then one LIST of at most one object;
+/// error path only).
 async fn absent_reason(store: &StoreHandle, dataset_key: &str) -> String {
+    use crate::store::occupancy::{occupancy, Kind};
+    if let Ok(found) = occupancy(store, dataset_key).await {
+        if let Some(reason) = found.describe_for(dataset_key, Kind::Dataset) {
+            return reason;
+        }
+    }
     match store.folder_exists(dataset_key).await {
         Ok(false) => "no dataset: nothing is stored under this key".into(),
         _ => "_SUCCESS marker missing: the dataset was never committed (a write is \

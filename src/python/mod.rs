@@ -76,6 +76,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::dataset_claim_release, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free_with, m)?)?;
+    m.add_function(wrap_pyfunction!(occupancy::describe_key, m)?)?;
+    m.add_function(wrap_pyfunction!(occupancy::describe_key_with, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_append, m)?)?;

@@ -54,6 +54,41 @@ pub fn check_key_free_with(
     Ok(result.py_err()?.map(|o| o.kind.name()))
 }
 
+/// What a reader looking for a `wanted` finds at, around or below `key`
+/// of `store` instead, in words, or `None` (see [`describe_key_with`]).
+/// The GIL is released.
+#[pyfunction]
+pub fn describe_key(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: &str,
+    wanted: &str,
+) -> PyResult<Option<String>> {
+    let kind = Kind::parse(wanted).py_err()?;
+    let handle = store.inner.clone();
+    let found = super::run(py, async move {
+        occupancy::occupancy(handle.as_ref(), key).await
+    })?;
+    Ok(found.describe_for(key, kind))
+}
+
+/// What a reader looking for a `wanted` (`"dataset"`, `"table"`,
+/// `"pipeline"`) finds at, around or below `key` instead, in words, or
+/// `None`; through `probe` as [`check_key_free_with`]. For error messages.
+#[pyfunction]
+pub fn describe_key_with(probe: Py<PyAny>, key: &str, wanted: &str) -> PyResult<Option<String>> {
+    let kind = Kind::parse(wanted).py_err()?;
+    let probe = PyProbe {
+        obj: probe,
+        failure: Mutex::new(None),
+    };
+    let result = crate::runtime::block_on(occupancy::occupancy(&probe, key)).and_then(|r| r);
+    if let Some(e) = probe.failure.lock().ok().and_then(|mut f| f.take()) {
+        return Err(e);
+    }
+    Ok(result.py_err()?.describe_for(key, kind))
+}
+
 /// A Python object as a [`Probe`]; the first exception it raised is kept
 /// to be re-raised as it was.
 struct PyProbe {

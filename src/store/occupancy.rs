@@ -176,6 +176,60 @@ impl Occupancy {
     }
 }
 
+impl Occupancy {
+    /// What a reader that looked for a `wanted` at `key` finds instead, in
+    /// words ("a table is stored at \"events\", not a dataset: open it with
+    /// pds.Table.open"), or `None` when nothing else is there (an
+    /// unfinished dataset is left to the dataset reader's own message).
+    pub fn describe_for(&self, key: &str, wanted: Kind) -> Option<String> {
+        let key = key.trim_matches('/');
+        if let Some(o) = &self.at {
+            let same = o.kind == wanted
+                || (wanted == Kind::Dataset && o.kind == Kind::UnfinishedDataset)
+                || (o.kind == Kind::Versioned && matches!(wanted, Kind::Table | Kind::Pipeline));
+            if same {
+                return None;
+            }
+            return Some(format!(
+                "{} is stored at {key:?}, not a {}: {}",
+                o.kind.noun(),
+                wanted.name(),
+                o.kind.how_to_read()
+            ));
+        }
+        if let Some(o) = &self.above {
+            return Some(format!(
+                "no {} is stored at {key:?}: it lies inside the {} at {:?} ({})",
+                wanted.name(),
+                o.kind.name(),
+                o.key,
+                o.kind.how_to_read()
+            ));
+        }
+        self.below.as_ref().map(|o| {
+            format!(
+                "no {} is stored at {key:?}; the {} at {:?} lies below it",
+                wanted.name(),
+                o.kind.name(),
+                o.key
+            )
+        })
+    }
+}
+
+impl Kind {
+    /// How to read a thing of this kind from Python.
+    pub fn how_to_read(self) -> &'static str {
+        match self {
+            Kind::UnfinishedDataset => "its write never committed",
+            Kind::Dataset => "read it with pds.ParquetDatasetStore(store).read_dataset",
+            Kind::Versioned => "open it with pds.Table.open or pds.Pipeline.open",
+            Kind::Table => "open it with pds.Table.open",
+            Kind::Pipeline => "open it with pds.Pipeline.open",
+        }
+    }
+}
+
 /// The I/O [`occupancy`] needs. Keys are relative to the probe's root.
 pub trait Probe {
     /// Whether an object exists at `key`.

@@ -67,22 +67,27 @@ pub fn manifest_key(table: &str, version: u64) -> String {
     format!("{}/{}", table.trim_end_matches('/'), manifest_name(version))
 }
 
-/// The error for no `what` (a table, a pipeline) at `key`: `NotFound`, or,
-/// if a dataset lives there (its `manifest.json`, one HEAD), an error that
-/// says so and how to read it (Python: `NotFound` too).
+/// The error for no `what` (`"table"`, `"pipeline"`) at `key`: `NotFound`,
+/// or, if something else lives at, around or below the key (a dataset, a
+/// pipeline, ...), an error that says what and how to read it (Python:
+/// `NotFound` too). Costs what [`occupancy`] costs (error path only).
+///
+/// [`occupancy`]: crate::store::occupancy::occupancy
 pub async fn not_found(store: &crate::store::StoreHandle, key: &str, what: &str) -> Error {
+    use crate::store::occupancy::{occupancy, Kind};
     let key = key.trim_end_matches('/');
-    let manifest = format!("{key}/{}", crate::dataset::MANIFEST);
-    match store.try_head(&manifest).await {
-        Ok(Some(_)) => Error::OtherKind {
-            path: key.to_string(),
-            reason: format!(
-                "no {what} lives there, a dataset does (its {}): read it with \
-                 pds.ParquetDatasetStore(store).read_dataset",
-                crate::dataset::MANIFEST
-            ),
+    let wanted = Kind::parse(what).unwrap_or(Kind::Table);
+    match occupancy(store, key).await {
+        Ok(found) => match found.describe_for(key, wanted) {
+            Some(reason) => Error::OtherKind {
+                path: key.to_string(),
+                reason,
+            },
+            None => Error::NotFound {
+                path: key.to_string(),
+            },
         },
-        _ => Error::NotFound {
+        Err(_) => Error::NotFound {
             path: key.to_string(),
         },
     }

@@ -48,16 +48,10 @@ pub enum At {
 pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableManifest> {
     let last = match at {
         At::Version(v) => {
-            return read_version(store, table, v).await.map_err(|e| match e {
-                Error::NotFound { .. } => Error::VersionNotFound {
-                    path: table.to_string(),
-                    reason: format!(
-                        "table {table:?} has no version {v} (it was never committed, or was \
-                         vacuumed)"
-                    ),
-                },
+            return match read_version(store, table, v).await {
+                Err(Error::NotFound { .. }) => Err(no_version(store, table, v).await),
                 other => other,
-            })
+            };
         }
         At::Latest | At::AsOf(_) => match latest(store, table).await? {
             Some(l) => l.manifest,
@@ -67,6 +61,31 @@ pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableMa
     match at {
         At::AsOf(t) => as_of(store, table, last, t).await,
         _ => Ok(last),
+    }
+}
+
+/// `VersionNotFound` for version `v`, saying which versions there are
+/// ("table \"t\" has no version 999: the latest is 12"); `NotFound` if there is no table.
+/// Reads the latest version (error path only).
+async fn no_version(store: &StoreHandle, table: &str, v: u64) -> Error {
+    let reason = match latest(store, table).await {
+        Ok(Some(l)) if v > l.manifest.version => {
+            format!(
+                "table {table:?} has no version {v}: the latest is {}",
+                l.manifest.version
+            )
+        }
+        Ok(Some(l)) => format!(
+            "table {table:?} has no version {v}: it was vacuumed or never committed (the \
+             latest is {})",
+            l.manifest.version
+        ),
+        Ok(None) => return super::not_found(store, table, "table").await,
+        Err(_) => format!("table {table:?} has no version {v} (never committed, or vacuumed)"),
+    };
+    Error::VersionNotFound {
+        path: table.to_string(),
+        reason,
     }
 }
 

@@ -395,35 +395,46 @@ class Pipeline:
         rows, deleted = _core.pipeline_update(self._native, self._root, view)
         return Changes(upserts=rows, deletes=deleted)
 
-    def history(self) -> list[dict[str, Any]]:
-        """Every readable version, oldest first: ``version``, ``timestamp``
-        (UTC datetime), ``operation`` and ``detail`` (per source, the rows
-        upserted and keys deleted; per stage run, the rows handed to
-        ``Produce`` and the rows it emitted: the only rows the update sorted
-        besides the changed keys), and ``commit_id`` (the id of the commit
-        that wrote the version, which a ``pds.CommitUnknown`` message names).
-        Cost: a GET per version."""
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The readable versions, newest first (at most *limit*), in the shape
+        of :meth:`pds.Table.history`: ``version``, ``previous`` (the version
+        it was built on; ``None`` for the first), ``created_at`` (UTC
+        datetime), ``operation`` (``create``, ``update``, ``rebuild``),
+        ``parameters`` (per source, the rows upserted and keys deleted; per
+        stage run, the rows handed to ``Produce`` and the rows it emitted:
+        the only rows the update sorted besides the changed keys), and
+        ``commit_id`` (the id of the commit that wrote the version, which a
+        ``pds.CommitUnknown`` message names). Versions already vacuumed are
+        left out.
+
+        Cost: 2 GETs for the latest version, then 1 GET per older version
+        listed.
+
+        Raises:
+            ValueError: *limit* is not a positive int.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
         latest = self._at(None)
+        newest = int(latest["version"])
+        oldest = 0 if limit is None else max(0, newest - limit + 1)
         out = []
-        for v in range(int(latest["version"]), -1, -1):
+        for v in range(newest, oldest - 1, -1):
             try:
-                m = (
-                    latest
-                    if v == latest["version"]
-                    else json.loads(_core.pipeline_version(self._native, self._root, v))
-                )
+                m = latest if v == newest else json.loads(_core.pipeline_version(self._native, self._root, v))
             except NotFound:
                 continue
             out.append(
                 {
                     "version": v,
-                    "timestamp": datetime.datetime.fromtimestamp(m["timestamp_ms"] / 1000, tz=datetime.UTC),
+                    "previous": v - 1 if v > 0 else None,
+                    "created_at": datetime.datetime.fromtimestamp(m["timestamp_ms"] / 1000, tz=datetime.UTC),
                     "operation": m["operation"],
-                    "detail": m.get("detail", {}),
+                    "parameters": m.get("detail", {}),
                     "commit_id": m.get("commit_id"),
                 }
             )
-        return out[::-1]
+        return out
 
     def vacuum(
         self,

@@ -14,6 +14,12 @@ Tables (append, delete, time travel)::
 Install with ``pip install "pds[spark]"``. ``format("pds")`` works without
 registration (PySpark discovers the ``pyspark_pds`` module);
 :func:`register` registers the source explicitly.
+
+Spark's Python workers must import pds: they run ``spark.pyspark.python``,
+else ``PYSPARK_PYTHON``, else ``python3`` from the PATH. Set
+``PYSPARK_PYTHON`` to the Python that has pds (a venv's python) before the
+session starts; :func:`register` and the helpers check it on a local master
+and raise :class:`SparkWorkerError` naming the fix.
 """
 
 try:
@@ -22,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('pds.spark needs PySpark >= 4.0 and pandas: pip install "pds[spark]"') from exc
 
 from pds.spark._job import WriteJob, WriteSettings
+from pds.spark._workers import SparkWorkerError
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import (
     FilterTuple,
@@ -35,6 +42,7 @@ from pds.spark.helpers import delete, read_dataset, register, write_dataset
 __all__ = [
     "FilterTuple",
     "PdsDataSource",
+    "SparkWorkerError",
     "WriteJob",
     "WriteSettings",
     "apply_filter_tuples",

@@ -27,6 +27,7 @@ from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key
 from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._native_read import read_natively
 from pds.spark._schema import spark_read_target, spark_to_arrow
+from pds.spark._workers import check_workers, explain_worker_failure
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
 
@@ -55,7 +56,15 @@ def register(spark: SparkSession) -> None:
 
     Not needed where ``pyspark_pds`` is importable (PySpark finds it), but
     harmless: registering again replaces the entry with the same class.
+
+    On a local master it first checks that Spark's Python workers import
+    pds (they run ``PYSPARK_PYTHON``, else ``python3`` from the PATH).
+
+    Raises:
+        pds.spark.SparkWorkerError: the workers' Python cannot import pds;
+            the message names the fix (set ``PYSPARK_PYTHON``).
     """
+    check_workers(spark)
     spark.dataSource.register(PdsDataSource)
     _registered.add(spark)
 
@@ -167,11 +176,15 @@ def write_dataset(
     Raises:
         AlreadyExists: a dataset exists at *key* and this is not an overwrite.
         TypeError / ValueError: a bad store, option or schema (before any job).
+        pds.spark.SparkWorkerError: Spark's Python workers cannot import
+            pds (set ``PYSPARK_PYTHON``; checked before the job on a local
+            master, recognised in the job's error elsewhere).
         pyspark.errors.PySparkException: the Spark job failed (its parts are
             removed; no manifest, no ``_SUCCESS``).
     """
     is_overwrite = _write_mode(mode, overwrite)
     target = spark_store(store, **storage_options)
+    check_workers(df.sparkSession)
     settings = WriteSettings(
         compression=compression,
         row_group_size=row_group_size,
@@ -190,9 +203,12 @@ def write_dataset(
     try:
         with arrow_byte_cap_lifted(spark), tagged(spark, group, f"pds.spark.write_dataset {key!r}"):
             rows = df.mapInArrow(write_partition, _PARTS_SCHEMA).collect()
-    except BaseException:
+    except BaseException as exc:
         wait_for_tasks(spark, group)  # no task may upload after the cleanup
         job.abort()
+        clear = explain_worker_failure(exc)
+        if clear is not None:
+            raise clear from exc
         raise
     results = _task_results(rows)
     try:
@@ -268,6 +284,8 @@ def read_dataset(
         ValueError: an unknown column or engine, a bad filter tuple; with
             ``"spark"``, a key holding a glob character (``*?[]{}\\``).
         TypeError: a bad *store* or *filter*.
+        pds.spark.SparkWorkerError: with ``"pds"`` on a local master,
+            Spark's Python workers cannot import pds (set ``PYSPARK_PYTHON``).
     """
     if engine not in ("pds", "spark"):
         raise ValueError(f"engine must be 'pds' or 'spark', got {engine!r}")

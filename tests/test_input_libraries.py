@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import duckdb
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -238,7 +238,9 @@ def test_another_logical_type_is_still_a_mismatch_naming_the_field(
 
 
 @pytest.mark.spec("U-2")
-@pytest.mark.parametrize(("declared", "updater"), [("pyarrow", "polars"), ("polars", "pyarrow"), ("pyarrow", "duckdb")])
+@pytest.mark.parametrize(
+    ("declared", "updater"), [("pyarrow", "polars"), ("polars", "pyarrow"), ("pyarrow", "duckdb"), ("pandas", "polars")]
+)
 def test_a_pipeline_source_takes_the_other_librarys_types(tmp_path: pathlib.Path, declared: str, updater: str) -> None:
     value = pa.schema([f for f in exported_schema(LIBRARIES[declared](rows(0))) if f.name != "id"])
     p = pds.Pipeline.create(tmp_path.as_uri(), "p")

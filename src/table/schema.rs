@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 /// How an append's schema may differ from the table's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SchemaMode {
-    /// The same columns with the same types (any order).
+    /// The same columns with the same logical types (any order; see
+    /// [`same_logical_type`]).
     #[default]
     Strict,
     /// New columns are added as nullable; columns may widen.
@@ -47,7 +48,10 @@ pub use crate::parquet::part_schema::widens;
 
 /// The schema the table has after appending data of schema `input`, or
 /// `SchemaMismatch` naming every field that differs. Strict mode returns
-/// the table's schema unchanged when the columns match (in any order).
+/// the table's schema unchanged when the columns match (in any order, each
+/// of the table's logical type). A column of the table's logical type in
+/// another physical type keeps the table's type in both modes (the append
+/// casts it); merge widens only as [`widens`] allows.
 pub fn reconcile(table: &Schema, input: &Schema, mode: SchemaMode, key: &str) -> Result<SchemaRef> {
     let mut problems = Vec::new();
     let mut fields: Vec<Field> = Vec::with_capacity(table.fields().len());

@@ -438,7 +438,10 @@ pub fn create(
 }
 
 /// Append `reader` to `table`; returns the new version's manifest, or the
-/// latest one unchanged if `reader` holds no rows.
+/// latest one unchanged if `reader` holds no rows. Columns of the table's
+/// logical type in another physical type (polars' `string_view`, say; see
+/// [`super::schema::same_logical_type`]) are cast to the table's type as
+/// they stream in, before encoding: every file has the table's types.
 ///
 /// Cost: 2 GETs (pointer, manifest), the data PUTs, then 2 PUTs (manifest
 /// create-only, pointer compare-and-swap) when the commit wins at once.

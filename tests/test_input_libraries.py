@@ -105,6 +105,7 @@ def by_id(t: pa.Table) -> list[dict[str, Any]]:
     return sorted(t.to_pylist(), key=lambda r: r["id"])
 
 
+@pytest.mark.spec("U-2")
 def test_the_producers_really_differ() -> None:
     """The matrix below is worth having: the libraries export other types."""
     data = rows(0)

@@ -159,6 +159,24 @@ def test_a_table_created_from_a_schema_takes_every_library(tmp_path: pathlib.Pat
 
 
 @pytest.mark.spec("U-2")
+def test_create_exist_ok_takes_another_librarys_schema(tmp_path: pathlib.Path) -> None:
+    """``exist_ok=True`` with the polars spelling of the table's schema
+    returns the table (one logical schema); a real difference still fails."""
+    url = tmp_path.as_uri()
+    t = pds.Table.create(url, "t", schema=ROWS)
+    polars_schema = pl.from_arrow(rows(0)).to_arrow().schema
+    assert not polars_schema.equals(ROWS), "polars really spells it otherwise"
+    again = pds.Table.create(url, "t", schema=polars_schema, exist_ok=True)
+    assert again.version == t.version and again.schema.equals(ROWS)
+    other = pa.schema([f.with_type(pa.int32()) if f.name == "i" else f for f in ROWS])
+    with pytest.raises(pds.SchemaMismatch, match="exists with schema"):
+        pds.Table.create(url, "t", schema=other, exist_ok=True)
+    renamed = pa.schema([f.with_name("j") if f.name == "i" else f for f in ROWS])
+    with pytest.raises(pds.SchemaMismatch):
+        pds.Table.create(url, "t", schema=renamed, exist_ok=True)
+
+
+@pytest.mark.spec("U-2")
 def test_nested_and_dictionary_variants_are_one_type(tmp_path: pathlib.Path) -> None:
     """Recursively: structs, maps, lists of lists; dictionaries of strings
     (polars' Categorical) against plain strings, both ways."""

@@ -222,6 +222,13 @@ def _py(t: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(out)
 
 
+def _one_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """string/large_string (binary/large_binary) are one type to the strict
+    check: a strict append of the other casts to the table's type (U-2)."""
+    kinds = (pa.types.is_string, pa.types.is_large_string), (pa.types.is_binary, pa.types.is_large_binary)
+    return any(any(k(a) for k in ks) and any(k(b) for k in ks) for ks in kinds)
+
+
 def widened_table(store: Store, key: str, old: pa.DataType, new: pa.DataType, **create: Any) -> tuple[Table, pa.Table]:
     """Old rows in two files, a merge that widens ``v``, then new rows in
     two more files. Returns the table and the oracle's data (cast)."""
@@ -229,8 +236,9 @@ def widened_table(store: Store, key: str, old: pa.DataType, new: pa.DataType, **
     second = _rows(old, list(reversed(old_values(old))), 100)
     t = Table.create(store, key, data=first, row_group_size=3, **create)
     t.append(second)
-    with pytest.raises(SchemaMismatch):
-        t.append(_rows(new, new_values(old, new), 200))
+    if not _one_logical_type(old, new):
+        with pytest.raises(SchemaMismatch):
+            t.append(_rows(new, new_values(old, new), 200))
     third = _rows(new, new_values(old, new), 200)
     t.append(third, schema_mode="merge")
     assert t.schema.field("v").type == new

@@ -207,7 +207,9 @@ class Table:
             store: A ``remote_store.Store`` over ``pds.ObjectStoreBackend``, or
                 a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``)
                 with its storage options as keywords.
-            schema: The table's schema; *data*'s if omitted.
+            schema: The table's schema; *data*'s if omitted. *data* is
+                cast to it where only the physical variant differs
+                (``string_view`` to ``string``, ...; see :meth:`append`).
             primary_key: A column whose range (or equality) deletes are
                 recorded as key ranges, reading at most the footers and key
                 column chunks needed to see that a live row matches (see
@@ -218,7 +220,8 @@ class Table:
                 rows, delete their keys and append them in turn (``upsert``,
                 which does both in one commit, is planned).
             exist_ok: Return the existing table if one is already there
-                that was created as this call describes it: the same schema,
+                that was created as this call describes it: the same schema
+                (up to the physical variants of one logical type),
                 *primary_key*, *compression*, *row_group_size* and
                 *target_file_size* (a size left ``None`` means its default,
                 so ``None`` and the default itself agree). Only without
@@ -367,8 +370,14 @@ class Table:
         lost race is rebased and retried, so each append lands exactly once.
 
         Args:
-            schema_mode: ``"strict"``: the same columns and types (any
-                order). ``"merge"``: new columns are added as nullable, and
+            schema_mode: ``"strict"``: the same columns and logical
+                types (any order). ``string``, ``large_string`` and
+                ``string_view`` are one logical type, as are the binary
+                variants, the list variants (``list``, ``large_list``,
+                ``list_view``), and a dictionary of strings and its values:
+                pyarrow, polars, pandas and DuckDB data mix freely. The data
+                is cast to the table's types, and the table's schema does
+                not change (in merge mode either). ``"merge"``: new columns are added as nullable, and
                 a column may widen (int32 to int64, float32 to float64, ...);
                 older files then read with nulls for what they lack. The
                 change shows in :meth:`history`. Every widening allowed

@@ -15,7 +15,7 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 
 use super::commit::{self, CommitOptions, Outcome};
-use super::schema::{describe_change, reconcile, SchemaMode};
+use super::schema::{describe_change, reconcile, same_logical_type, SchemaMode};
 use super::snapshot::{DataFile, TableManifest, TableProperties, TableSchema, FORMAT};
 use crate::dataset::{self, manifest::now_iso8601, WriteRequest};
 use crate::error::{Error, Result};
@@ -341,6 +341,19 @@ fn property_differences(theirs: &TableProperties, asked: &TableProperties) -> Ve
     out
 }
 
+/// Whether `asked` describes the table schema `stored` up to the physical
+/// variants that are one logical type (string, large_string and
+/// string_view, ...; see [`same_logical_type`]): the same field names in
+/// the same order, with the same nullability.
+fn same_logical_schema(stored: &arrow_schema::Schema, asked: &arrow_schema::Schema) -> bool {
+    stored.fields().len() == asked.fields().len()
+        && stored.fields().iter().zip(asked.fields()).all(|(s, a)| {
+            s.name() == a.name()
+                && s.is_nullable() == a.is_nullable()
+                && same_logical_type(s.data_type(), a.data_type())
+        })
+}
+
 /// Create `table` with `schema` and, optionally, `data` as its version 0.
 ///
 /// If a table exists at the key: with `exist_ok` and no data, its latest
@@ -370,10 +383,12 @@ pub fn create(
         if exist_ok && !with_data {
             if m.schema.arrow_schema != table_schema.arrow_schema {
                 let theirs = m.arrow_schema(table)?;
-                return Err(Error::SchemaMismatch {
-                    key: table.to_string(),
-                    reason: format!("the table exists with schema {theirs:?}"),
-                });
+                if !same_logical_schema(&theirs, &schema) {
+                    return Err(Error::SchemaMismatch {
+                        key: table.to_string(),
+                        reason: format!("the table exists with schema {theirs:?}"),
+                    });
+                }
             }
             let differences = property_differences(&m.properties, &props);
             if !differences.is_empty() {

@@ -793,7 +793,7 @@ mod tests {
             .unwrap();
             let err = rt.block_on(super::super::not_found(&store, "ds", "table"));
             assert!(
-                matches!(&err, Error::OtherKind { reason, .. } if reason.contains("dataset is stored at \"ds\", not a table")),
+                matches!(&err, Error::OtherKind { reason, .. } if reason.contains("unfinished dataset") && reason.contains("stored at \"ds\", not a table")),
                 "{err}"
             );
             assert!(matches!(

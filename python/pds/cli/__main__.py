@@ -1,0 +1,5 @@
+"""``python -m pds.cli``: the ``pds`` command."""
+
+from pds.cli import main
+
+main()

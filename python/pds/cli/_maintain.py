@@ -1,0 +1,100 @@
+"""``pds compact`` and ``pds vacuum``: rewrite thinned files, remove garbage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+
+from pds.cli._args import _check_key, _common, _key, _url, parse_duration
+from pds.cli._context import _Context
+from pds.cli._group import main
+from pds.producers.pipeline import Pipeline
+from pds.table import Table
+
+
+@main.command()
+@_url
+@_key
+@click.option("--target-file-size", type=click.IntRange(min=1), default=None, help="Bytes per new file at most.")
+@click.option("--min-deleted-fraction", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@_common
+def compact(
+    url: str,
+    key: str,
+    target_file_size: int | None,
+    min_deleted_fraction: float,
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Rewrite a table's thinned and small files; coalesce its tombstones."""
+    key = _check_key(key)
+    ctx = _Context(url, options, as_json)
+    kind = ctx.need(key)
+    if kind != "table":
+        raise ValueError(f"{key!r} is a {kind}: only tables are compacted")
+    t = Table.open(ctx.store, key)
+    before = t.version
+    with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
+        progress.add_task("compacting", total=None)
+        after = t.compact(target_file_size=target_file_size, min_deleted_fraction=min_deleted_fraction)
+    info: dict[str, Any] = {"key": key, "version_before": before, "version": after}
+    if after != before:
+        info.update(t.history(1)[0]["parameters"])
+    ctx.emit(info, title="compaction" if after != before else "nothing to compact")
+
+
+@main.command()
+@_url
+@_key
+@click.option("--retain", default="7d", show_default=True, help="Keep versions this recent: 30m, 12h, 7d, 2w.")
+@click.option(
+    "--min-age",
+    default="1h",
+    show_default=True,
+    help="Never remove an object younger than this (writers in flight); at most --retain. "
+    "Lower it only when no writer can be running.",
+)
+@click.option(
+    "--keep-versions",
+    is_flag=True,
+    help="Keep every version readable: remove only objects no version references (failed or killed writes).",
+)
+@click.option("--apply", is_flag=True, help="Delete; without it, only list what would go.")
+@_common
+def vacuum(
+    url: str,
+    key: str,
+    retain: str,
+    min_age: str,
+    keep_versions: bool,
+    apply: bool,
+    options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Remove what no retained version of a table or pipeline needs (dry run unless --apply).
+
+    \b
+    Retained whatever --retain is: the latest version, the one the pointer
+    names and any above them; then versions created within --retain and the
+    newest one before. Each keeps its manifest and every file it references.
+    Removed: files of failed or killed writes, manifests of versions past the
+    window and the files only they referenced (with --keep-versions, only
+    files no version references). Only the key's own layout is touched
+    (a table's data/, tombstone/, manifest/, _latest_manifest; a pipeline's
+    nodes/*/{content,mappings,update}/, manifest/, _latest_manifest), never
+    a dataset, table or pipeline stored under KEY. Nothing younger than
+    --min-age goes.
+    """
+    window, floor = parse_duration(retain), parse_duration(min_age)
+    key = _check_key(key)
+    ctx = _Context(url, options, as_json)
+    target = Pipeline.open(ctx.store, key) if ctx.kind(key) == "pipeline" else Table.open(ctx.store, key)
+    keys = target.vacuum(retain=window, dry_run=not apply, keep_versions=keep_versions, min_age=floor)
+    if as_json:
+        ctx.emit({"applied": apply, "removed" if apply else "would_remove": keys})
+        return
+    verb = "removed" if apply else "would remove (dry run; --apply to delete)"
+    ctx.emit([{"key": k} for k in keys] or f"nothing to remove ({key})", title=f"{len(keys)} objects {verb}")

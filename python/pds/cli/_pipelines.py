@@ -1,0 +1,59 @@
+"""Reading a pipeline's manifests for the commands: nodes, rows per node, parts,
+a version's changes as text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from remote_store import Store
+
+from pds.producers.graph import Node
+from pds.producers.pipeline import Pipeline
+
+
+def _pipeline_manifest(store: Store, p: Pipeline, version: int | None = None) -> dict[str, Any]:
+    """The manifest of *version* (default: the one *p* loaded); 1 GET."""
+    v = p.version if version is None else version
+    m = json.loads(store.read_bytes(f"{p.key}/manifest/v{v:08d}.json"))
+    if not isinstance(m, dict):
+        raise ValueError(f"pipeline manifest {p.key}/manifest/v{v:08d}.json is not an object")
+    return m
+
+
+def _nodes(m: Mapping[str, Any]) -> list[Node]:
+    return [Node.from_description(d) for d in m.get("graph", {}).get("nodes", [])]
+
+
+def _node_rows(m: Mapping[str, Any]) -> dict[str, int]:
+    """Rows per node at manifest *m*: its content parts' rows (a merge: its feeders')."""
+    states = m.get("nodes", {})
+    out: dict[str, int] = {}
+    for n in _nodes(m):
+        if n.kind == "merge":
+            out[n.name] = sum(out.get(f, 0) for f in n.sources)
+        else:
+            out[n.name] = sum(int(part["rows"]) for part in states.get(n.name, {}).get("content", []))
+    return out
+
+
+def _changes_text(params: Mapping[str, Any]) -> str:
+    """``people +2 -1; by_email 3 in, 2 out`` from a pipeline version's parameters."""
+    parts = []
+    for name, c in (params.get("sources") or {}).items():
+        parts.append(f"{name} +{c.get('upserts', 0)} -{c.get('deletes', 0)}")
+    for name, c in (params.get("stages") or {}).items():
+        parts.append(f"{name} {c.get('rows_in', 0)} in, {c.get('rows_emitted', 0)} out")
+    if params.get("stage"):
+        parts.append(f"rebuilt {params['stage']}")
+    return "; ".join(parts)
+
+
+def _pipeline_parts(m: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    for state in m.get("nodes", {}).values():
+        yield from state.get("content", [])
+        yield from state.get("mappings", [])
+        update = state.get("update") or {}
+        yield from update.get("rows", [])
+        yield from update.get("deleted", [])

@@ -360,17 +360,32 @@ class Pipeline:
         return dict(json.loads(_core.pipeline_version(self._native, self._root, version)))
 
     def _node_view(self, name: str, version: int | None) -> tuple[Node, str]:
+        _, node, view = self._node_at(name, version)
+        return node, json.dumps(view)
+
+    def _node_at(self, name: str, version: int | None) -> tuple[dict[str, Any], Node, dict[str, Any]]:
+        """The manifest of *version*, the node *name* in it and its engine view."""
         m = self._at(version)
         graph = self._stored(m)
         if name not in graph:
-            raise NotFound(f"pipeline {self._key!r} has no node {name!r} at version {m['version']}", path=name)
-        return graph[name], json.dumps(self._view(name, graph, m["nodes"]))
+            raise NotFound(
+                f"pipeline {self._key!r} has no node {name!r} at version {m['version']} "
+                f"(its nodes: {', '.join(graph)})",
+                path=name,
+            )
+        return m, graph[name], self._view(name, graph, m["nodes"])
 
     # -- reading ---------------------------------------------------------------
 
     @property
     def key(self) -> str:
+        """The pipeline's key in its store."""
         return self._key
+
+    @property
+    def store(self) -> Store:
+        """The store the pipeline lives in."""
+        return self._store
 
     @property
     def version(self) -> int:
@@ -386,6 +401,25 @@ class Pipeline:
         value columns, sorted by key. A merge reads as all its feeders'."""
         _, view = self._node_view(name, version)
         return _core.pipeline_read(self._native, self._root, view)
+
+    def _partition_views(self, name: str, version: int | None = None) -> tuple[int, pa.Schema, list[str]]:
+        """For readers that split a node's content (Spark): the version read,
+        the node's public schema, and one engine view per stored content
+        part (a merge's: per part of each feeder), each reading that part
+        alone. The parts' rows together are :meth:`read`'s (unsorted across
+        parts of different feeders). Cost: what :meth:`read` costs before
+        reading data (2 GETs + 1 HEAD for the latest version)."""
+        m, _, view = self._node_at(name, version)
+        schema = _core.pipeline_read(self._native, self._root, json.dumps(_without_parts(view))).schema
+
+        def split(v: dict[str, Any]) -> list[dict[str, Any]]:
+            if v["kind"] == "merge":
+                return [part for f in v["feeders"] for part in split(f)]
+            state = v.get("state") or {}
+            return [{**v, "state": {**state, "content": [part]}} for part in state.get("content") or []]
+
+        views = [json.dumps(v) for v in split(view)]
+        return int(m["version"]), schema, views
 
     def changes(self, name: str, version: int | None = None) -> Changes:
         """What *version* (latest by default) changed in a node: every row
@@ -684,6 +718,15 @@ class _Change(NamedTuple):
     upserts: Upserts
     deletes: pa.Table | None
     failed: list[BaseException]
+
+
+def _without_parts(view: Mapping[str, Any]) -> dict[str, Any]:
+    """*view* reading nothing (for its schema): no content parts, here or in feeders."""
+    out = dict(view)
+    out["state"] = {**(view.get("state") or {}), "content": []}
+    if "feeders" in view:
+        out["feeders"] = [_without_parts(f) for f in view["feeders"]]
+    return out
 
 
 def _update_counts(state: Mapping[str, Any]) -> dict[str, int]:

@@ -37,7 +37,7 @@ from pds.spark.filters import (
     spark_filters_to_tuples,
     translate_filter,
 )
-from pds.spark.helpers import delete, read_dataset, register, write_dataset
+from pds.spark.helpers import delete, read_dataset, read_stage, register, write_dataset
 
 __all__ = [
     "FilterTuple",
@@ -49,6 +49,7 @@ __all__ = [
     "delete",
     "filter_expression",
     "read_dataset",
+    "read_stage",
     "register",
     "spark_filters_to_tuples",
     "translate_filter",

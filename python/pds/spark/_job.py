@@ -105,6 +105,9 @@ STORAGE_EXCLUDED = frozenset(
         "target_file_size",
         "versionasof",
         "timestampasof",
+        "pipeline",
+        "stage",
+        "version",
     }
 )
 """Data source options that are not storage options (lower case)."""

@@ -55,6 +55,7 @@ from pds.spark._job import (
     dataset_key_from_options,
     store_from_options,
 )
+from pds.spark._pipeline_read import PdsPipelineReader, pipeline_options, pipeline_snapshot
 from pds.spark._schema import arrow_to_spark, spark_read_target, spark_to_arrow
 from pds.spark._table_job import (
     TableFiles,
@@ -492,6 +493,10 @@ class PdsDataSource(DataSource):
       pushed-down filters; needs ``spark.sql.python.filterPushdown.enabled``),
       ``splitRowGroups`` (``auto``: one partition per row group when the
       dataset has fewer than 8 parts; ``true``; ``false``: one per part).
+    - pipelines (read only): ``pipeline`` (the pipeline's key, with
+      ``load()`` and no path), ``stage`` (the stage, source or merge to
+      read), ``version`` (default: the latest); one input partition per
+      stored key-range part.
     - any other option is a storage option for :class:`pds.ObjectStoreBackend`
       (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
       ``session_token``, ``allow_http``, ``aws_*`` ...).
@@ -513,6 +518,9 @@ class PdsDataSource(DataSource):
             DatasetIncomplete: no committed dataset at the key.
         """
         store = store_from_options(self.options)
+        pipeline = pipeline_options(self.options)
+        if pipeline is not None:
+            return arrow_to_spark(pipeline_snapshot(store, *pipeline).schema)
         key = dataset_key_from_options(self.options)
         table = self._table(store, key)
         if table is not None:
@@ -549,6 +557,9 @@ class PdsDataSource(DataSource):
                 to; a bad ``filters`` option.
         """
         store = store_from_options(self.options)
+        pipeline = pipeline_options(self.options)
+        if pipeline is not None:
+            return PdsPipelineReader(store, pipeline_snapshot(store, *pipeline), schema)
         key = dataset_key_from_options(self.options)
         table = self._table(store, key)
         if table is not None:
@@ -574,6 +585,11 @@ class PdsDataSource(DataSource):
                 is at the key, or a dataset, table or pipeline lies at an
                 ancestor of the key or below it (keys are exclusive).
         """
+        if self.options.get("pipeline") is not None:
+            raise ValueError(
+                'pipelines are not written through format("pds"): update them with pds.Pipeline.update '
+                "or pds.spark.update_pipeline"
+            )
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
         if str(self.options.get("table", "false")).strip().lower() in _TRUE or is_table(store, key):

@@ -22,6 +22,7 @@ from remote_store import Store
 
 from pds.backend import ObjectStoreBackend
 from pds.manifest import DatasetManifest, PartInfo
+from pds.producers.pipeline import Pipeline
 from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key, spark_store
 from pds.spark._job_group import tagged, wait_for_tasks
@@ -31,7 +32,7 @@ from pds.spark._workers import check_workers, explain_worker_failure
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
 
-__all__ = ["delete", "read_dataset", "register", "write_dataset"]
+__all__ = ["delete", "read_dataset", "read_stage", "register", "write_dataset"]
 
 _PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -311,6 +312,46 @@ def read_dataset(
         if columns is not None:
             df = df.select(*columns)
     return df
+
+
+def read_stage(spark: SparkSession, p: Pipeline, stage: str, version: int | None = None) -> DataFrame:
+    """A pipeline node's output as a DataFrame: a stage's, a source's or a
+    merge's key and value columns, at *version* (the latest by default),
+    the rows :meth:`pds.Pipeline.read` returns.
+
+    Runs through the ``pds`` data source (``option("pipeline", key)``,
+    ``option("stage", name)``): the driver pins the version and lists the
+    node's key-range parts (2 GETs + 1 HEAD), and each part is one input
+    partition that one task reads (its footer and column chunks, nothing
+    else). A stage's partitions come in key order, each sorted by key.
+
+    Args:
+        spark: The session.
+        p: The pipeline (opened or created on a Store over
+            ``pds.ObjectStoreBackend`` that executors can reach: file or S3).
+        stage: A node's name.
+        version: A pipeline version; ``None`` for the latest.
+
+    Raises:
+        remote_store.NotFound: no such node or version (the message names the nodes).
+        ValueError: a negative *version*; a ``memory://`` store (executors cannot reach it).
+        pds.spark.SparkWorkerError: on a local master, Spark's Python
+            workers cannot import pds (set ``PYSPARK_PYTHON``).
+    """
+    if not isinstance(p, Pipeline):
+        raise TypeError(f"p must be a pds.Pipeline, got {type(p).__name__}")
+    if not isinstance(stage, str):
+        raise TypeError(f"stage must be a node name (str), got {type(stage).__name__}")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        raise ValueError(f"version must be a non-negative int or None, got {version!r}")
+    source = spark_store(p.store)
+    url, options = _url_and_options(source)
+    _ensure_registered(spark)
+    reader = spark.read.format("pds").option("store", url).options(**options)
+    reader = reader.option("pipeline", str(source.native_path(p.key))).option("stage", stage)
+    if version is not None:
+        reader = reader.option("version", str(version))
+    return reader.load()
 
 
 def delete(store: Store | str, key: str, filter: Sequence[FilterTuple], **options: Any) -> int:

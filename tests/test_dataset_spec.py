@@ -63,7 +63,7 @@ def test_constructor_rejects_bad_settings(kwargs: dict[str, object], exc: type[E
     with pytest.raises(exc):
         ParquetDatasetStore(Store(MemoryBackend()), **kwargs)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        ParquetDatasetStore("memory://")  # type: ignore[arg-type]
+        ParquetDatasetStore(42)  # type: ignore[arg-type]
 
 
 @pytest.mark.spec("PDS-002")

@@ -53,8 +53,7 @@ def test_a_session_whose_workers_lack_pds_gets_the_fix_named(tmp_path: Path) -> 
         import pds.spark
         from pds.spark._workers import explain_worker_failure
 
-        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-                 .config("spark.pyspark.python", {BASE_PYTHON!r}).getOrCreate())
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
         df = spark.range(3)
         for call in (lambda: pds.spark.register(spark),
                      lambda: pds.spark.write_dataset(df, {tmp_path.as_uri()!r}, "d")):
@@ -78,6 +77,7 @@ def test_a_session_whose_workers_lack_pds_gets_the_fix_named(tmp_path: Path) -> 
         """
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PYSPARK_PYTHON"] = BASE_PYTHON  # as a user's shell outside the venv would have it
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [

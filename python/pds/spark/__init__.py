@@ -15,8 +15,8 @@ Install with ``pip install "pds[spark]"``. ``format("pds")`` works without
 registration (PySpark discovers the ``pyspark_pds`` module);
 :func:`register` registers the source explicitly.
 
-Spark's Python workers must import pds: they run ``spark.pyspark.python``,
-else ``PYSPARK_PYTHON``, else ``python3`` from the PATH. Set
+Spark's Python workers must import pds: they run ``PYSPARK_PYTHON`` (as it
+was when the session started), else ``python3`` from the PATH. Set
 ``PYSPARK_PYTHON`` to the Python that has pds (a venv's python) before the
 session starts; :func:`register` and the helpers check it on a local master
 and raise :class:`SparkWorkerError` naming the fix.

@@ -1,7 +1,8 @@
 """Spark's Python workers must import pds: check it, and say how to fix it.
 
-Spark starts its Python workers with ``spark.pyspark.python``, else the
-``PYSPARK_PYTHON`` environment variable, else ``python3`` from the PATH.
+Spark starts its Python workers with the ``PYSPARK_PYTHON`` environment
+variable (as it was when the session started), else ``python3`` from the
+PATH (``spark-submit`` also reads the ``spark.pyspark.python`` conf).
 Outside a virtual environment's own shell, that is usually the system's
 Python, which has no pds: ``format("pds")`` then fails with
 ``DATA_SOURCE_NOT_FOUND`` and the helpers' tasks with ``No module named
@@ -29,8 +30,8 @@ class SparkWorkerError(ImportError):
 _FIX = (
     "Set PYSPARK_PYTHON to the Python that has pds installed, before the SparkSession starts "
     "(for example `export PYSPARK_PYTHON=$(python -c 'import sys; print(sys.executable)')` in the "
-    'shell whose python imports pds, or `SparkSession.builder.config("spark.pyspark.python", '
-    "sys.executable)`); on a cluster, install the pds wheel into the executors' Python"
+    'shell whose python imports pds, or `os.environ["PYSPARK_PYTHON"] = sys.executable` before '
+    "SparkSession.builder...getOrCreate()); on a cluster, install the pds wheel into the executors' Python"
 )
 
 
@@ -40,12 +41,15 @@ _MISSING = re.compile(r"No module named '(pds|pyspark_pds|pyarrow|pandas)[.']")
 
 
 def worker_python(spark: Any) -> str:
-    """The Python executable Spark starts for its workers."""
+    """The Python executable Spark starts for its workers: the one the
+    SparkContext took from ``PYSPARK_PYTHON`` when it started (a session
+    started from Python ignores the ``spark.pyspark.python`` conf, which
+    only ``spark-submit`` reads), else ``python3`` from the PATH."""
     try:
-        conf = spark.sparkContext.getConf().get("spark.pyspark.python")
+        exe = spark.sparkContext.pythonExec
     except Exception:  # noqa: BLE001 - a Spark Connect session has no SparkContext
-        conf = None
-    return str(conf or os.environ.get("PYSPARK_PYTHON") or "python3")
+        exe = None
+    return str(exe or os.environ.get("PYSPARK_PYTHON") or "python3")
 
 
 @functools.lru_cache(maxsize=16)

@@ -45,6 +45,30 @@ def _weed_binary() -> str:
 
 
 @pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """One local Spark for the whole run (2 cores, each task may fail once),
+    its workers on this Python (``PYSPARK_PYTHON``)."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("pds-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "America/New_York")  # not UTC, on purpose
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real SeaweedFS S3 server on 127.0.0.1 with a fresh data dir."""
     from seaweed import SeaweedFS

@@ -12,7 +12,6 @@ import datetime
 import decimal
 import io
 import json
-import os
 import sys
 import threading
 import uuid
@@ -57,25 +56,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local Spark for the file: 2 cores, each task may fail once."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("pds-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "America/New_York")  # not UTC, on purpose
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(FlakyPdsDataSource)
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(spark_session: SparkSession) -> SparkSession:
+    """The run's local Spark (conftest), with a data source whose tasks fail on demand."""
+    spark_session.dataSource.register(FlakyPdsDataSource)
+    return spark_session
 
 
 @pytest.fixture

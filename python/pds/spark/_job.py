@@ -161,17 +161,27 @@ def spark_store(store: object, **options: object) -> Store:
     return result
 
 
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+def int_option(options: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
+    """The integer option *name* (``None`` if unset or empty).
+
+    Raises:
+        ValueError: not an integer, or below *minimum*.
+    """
     raw = options.get(name)
     if raw is None or raw == "":
         return None
+    kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}")
+        raise ValueError(f"option {name!r} must be {kind}, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"option {name!r} must be {kind}, got {raw!r}")
     return value
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    return int_option(options, name, 1)
 
 
 @dataclasses.dataclass(frozen=True)

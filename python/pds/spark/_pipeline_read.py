@@ -19,6 +19,7 @@ from remote_store import Store
 
 from pds import _core
 from pds.producers.pipeline import Pipeline
+from pds.spark._job import int_option
 from pds.spark._schema import spark_read_target
 
 __all__ = ["PdsPipelineReader", "PipelineSnapshot", "pipeline_options", "pipeline_snapshot"]
@@ -37,7 +38,7 @@ def pipeline_options(options: Mapping[str, str]) -> tuple[str, str, int | None] 
 
     Raises:
         ValueError: ``pipeline`` without ``stage``, a path given as well, or
-            a version that is not a non-negative integer.
+            a ``version`` (or ``versionAsOf``) that is not an integer >= 0.
     """
     key = options.get("pipeline")
     if key is None:
@@ -47,15 +48,8 @@ def pipeline_options(options: Mapping[str, str]) -> tuple[str, str, int | None] 
         raise ValueError('option("pipeline", ...) reads one node: add option("stage", name) (a stage, source or merge)')
     if options.get("path") or options.get("paths") not in (None, "", "[]"):
         raise ValueError('option("pipeline", key) names what to read: call load() without a path')
-    raw = options.get("version", options.get("versionasof"))
-    version: int | None = None
-    if raw is not None:
-        try:
-            version = int(raw)
-        except ValueError:
-            raise ValueError(f"version must be a non-negative integer, got {raw!r}") from None
-        if version < 0:
-            raise ValueError(f"version must be a non-negative integer, got {raw!r}")
+    name = "version" if "version" in options else "versionasof"
+    version = int_option(options, name, minimum=0)
     return key, node, version
 
 

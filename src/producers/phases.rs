@@ -36,7 +36,7 @@ use super::manifest::{NodeState, UpdateFiles};
 use super::node::{Env, Kind, NodeView};
 use super::parts::RangePart;
 use super::ranges::{KeyRange, Place, RangeFilter};
-use super::run::{write_deleted, Finishing, StageRun};
+use super::run::{write_deleted, StageRun};
 use super::steps;
 use super::BatchIter;
 use crate::error::{Error, Result};
@@ -115,17 +115,9 @@ impl StageRun {
     /// key lies outside the range is `InvalidArgument`. Nothing is
     /// committed; a failure removes what this call wrote.
     pub fn finish_map(self) -> Result<MapOutput> {
-        let Finishing {
-            env,
-            stage,
-            changed,
-            content,
-            mappings,
-            scope,
-            rows_in,
-            rows_out,
-        } = self.finishing()?;
-        let scope = match scope {
+        let f = self.finishing()?;
+        let (env, stage, changed) = (f.env, f.stage, f.changed);
+        let scope = match f.scope {
             Some(s) => s,
             None => Arc::new(RangeFilter::new(
                 &KeyRange::all(),
@@ -134,7 +126,7 @@ impl StageRun {
         };
         let parts = scope.parts_in(&stage.state.mappings)?;
         let token = crate::dataset::unique_token();
-        let adds = scope.checked(mappings.finish()?, &stage.source_key, "emitted rows");
+        let adds = scope.checked(f.mappings.finish()?, &stage.source_key, "emitted rows");
         let m = steps::rewrite_mappings(
             &env,
             &stage,
@@ -143,7 +135,7 @@ impl StageRun {
             adds,
             format!("nodes/{}/mappings/{token}", stage.name),
         )?;
-        let emitted = match content.finish() {
+        let emitted = match f.content.finish() {
             Ok(e) => e,
             Err(e) => return undo(&env, &m.created, e),
         };
@@ -154,8 +146,8 @@ impl StageRun {
             },
             emitted,
             removed: m.removed,
-            rows_in,
-            rows_out,
+            rows_in: f.rows_in,
+            rows_out: f.rows_out,
             changed_keys: changed.keys.iter().map(|b| b.num_rows() as u64).sum(),
             created: m.created,
         })
@@ -637,6 +629,22 @@ mod tests {
             .clone()
     }
 
+    /// A source of keys `0..n` (key `k` holding `"v<value(k)>"`) and the
+    /// stage built from it in one process.
+    fn built(env: &Env, n: u64, value: impl Fn(u64) -> u64) -> (NodeState, NodeState) {
+        let ks: Vec<i64> = (0..n as i64).collect();
+        let ns: Vec<u64> = (0..n).map(value).collect();
+        let (s1, _) = source::apply(
+            env,
+            &source_view(NodeState::default()),
+            it(vec![upserts(&ks, &ns)]),
+            vec![],
+        )
+        .unwrap();
+        let t1 = single(env, NodeState::default(), s1.clone(), false);
+        (s1, t1)
+    }
+
     fn objects(env: &Env) -> Vec<String> {
         let mut o: Vec<String> = crate::runtime::block_on(env.store.list("p", true))
             .unwrap()
@@ -655,16 +663,7 @@ mod tests {
     #[test]
     fn a_range_no_change_touches_writes_nothing() {
         let env = env(3);
-        let ks: Vec<i64> = (0..120).collect();
-        let ns: Vec<u64> = ks.iter().map(|k| (*k as u64 * 7) % 1000).collect();
-        let (s1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&ks, &ns)]),
-            vec![],
-        )
-        .unwrap();
-        let t1 = single(&env, NodeState::default(), s1.clone(), false);
+        let (s1, t1) = built(&env, 120, |k| (k * 7) % 1000);
         // Key 0 held "v0" (targets 0 and 100); now "v1" (target 1).
         let (s2, _) = source::apply(
             &env,
@@ -711,16 +710,7 @@ mod tests {
     #[test]
     fn a_failed_reduce_removes_what_it_wrote() {
         let env = env(3);
-        let ks: Vec<i64> = (0..120).collect();
-        let ns: Vec<u64> = ks.iter().map(|k| *k as u64).collect();
-        let (s1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&ks, &ns)]),
-            vec![],
-        )
-        .unwrap();
-        let t1 = single(&env, NodeState::default(), s1, false);
+        let (_, t1) = built(&env, 120, |k| k);
         let before = objects(&env);
         // New rows for every target key, so every part is rewritten; the
         // last part is damaged: its read fails after the others were written.
@@ -759,16 +749,7 @@ mod tests {
     #[test]
     fn stitching_checks_its_ranges() {
         let env = env(3);
-        let ks: Vec<i64> = (0..60).collect();
-        let ns: Vec<u64> = ks.iter().map(|k| *k as u64).collect();
-        let (s1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&ks, &ns)]),
-            vec![],
-        )
-        .unwrap();
-        let t1 = single(&env, NodeState::default(), s1, false);
+        let (_, t1) = built(&env, 60, |k| k);
         let view = stage_view(t1.clone());
         let ks = view.key_schema().unwrap();
         let keep = |range: KeyRange| {

@@ -11,14 +11,15 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use arrow_schema::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::keys::key_columns;
 use super::node::NodeView;
-use super::parts::RangePart;
+use super::parts::{json_key_columns, RangePart};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -143,29 +144,15 @@ fn converter(key_schema: &Schema) -> Result<RowConverter> {
 
 /// Keys given as JSON values (one slice per key) as rows of `conv`.
 fn json_rows(conv: &RowConverter, key_schema: &Schema, keys: &[&[Option<Value>]]) -> Result<Rows> {
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(key_schema.fields().len());
-    for (n, field) in key_schema.fields().iter().enumerate() {
-        let values: Vec<Option<&Value>> = keys
-            .iter()
-            .map(|k| k.get(n).and_then(|v| v.as_ref()))
-            .collect();
-        if keys.iter().any(|k| k.len() != key_schema.fields().len()) {
-            return Err(Error::InvalidArgument(format!(
-                "a key bound holds a value per key column ({})",
-                key_schema.fields().len()
-            )));
-        }
-        let array =
-            crate::parquet::stats::from_json(&values, field.data_type()).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "key column {:?} of type {} has no recorded ranges",
-                    field.name(),
-                    field.data_type()
-                ))
-            })?;
-        columns.push(array);
+    if keys.iter().any(|k| k.len() != key_schema.fields().len()) {
+        return Err(Error::InvalidArgument(format!(
+            "a key bound holds a value per key column ({})",
+            key_schema.fields().len()
+        )));
     }
-    Ok(conv.convert_columns(&columns)?)
+    let fields: Vec<&arrow_schema::Field> =
+        key_schema.fields().iter().map(|f| f.as_ref()).collect();
+    Ok(conv.convert_columns(&json_key_columns(keys, &fields)?)?)
 }
 
 /// Where a part lies with respect to a range.
@@ -251,15 +238,7 @@ impl RangeFilter {
 
     /// The key rows of `batch`'s columns `key` (in key order).
     fn rows(&self, batch: &RecordBatch, key: &[String]) -> Result<Rows> {
-        let columns = key
-            .iter()
-            .map(|n| {
-                batch.column_by_name(n).cloned().ok_or_else(|| {
-                    Error::InvalidArgument(format!("key column {n:?} is missing from a batch"))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.converter.convert_columns(&columns)?)
+        Ok(self.converter.convert_columns(&key_columns(batch, key)?)?)
     }
 
     /// The rows of `batch` whose `key` columns lie in the range.

@@ -629,6 +629,120 @@ mod tests {
             .clone()
     }
 
+    /// `Produce` of a join of two sources: each key with rows on either
+    /// side emits one row, `(sum % 37, k, "v<sum>")`, `sum` over both sides'
+    /// values.
+    fn produce_join(run: &mut StageRun) {
+        while let Some(chunk) = run.next_chunk(true, 5).unwrap() {
+            let keys = chunk.keys.column(0).as_primitive::<Int64Type>();
+            let (mut t, mut s, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+            for i in 0..chunk.keys.num_rows() {
+                let mut sum = 0i64;
+                for (rows, offsets) in &chunk.sources {
+                    let v = rows.column(1).as_string::<i32>();
+                    for r in offsets[i]..offsets[i + 1] {
+                        sum += v.value(r as usize)[1..].parse::<i64>().unwrap();
+                    }
+                }
+                t.push(sum % 37);
+                s.push(keys.value(i));
+                vs.push(format!("v{sum}"));
+            }
+            let out = RecordBatch::try_new(
+                run.schema(),
+                vec![
+                    Arc::new(Int64Array::from(t)),
+                    Arc::new(Int64Array::from(s)),
+                    Arc::new(arrow_array::StringArray::from(vs)),
+                ],
+            )
+            .unwrap();
+            run.push(out).unwrap();
+        }
+    }
+
+    fn sources(a: &NodeState, b: &NodeState) -> Vec<NodeView> {
+        vec![
+            NodeView {
+                name: "a".into(),
+                ..source_view(a.clone())
+            },
+            NodeView {
+                name: "b".into(),
+                ..source_view(b.clone())
+            },
+        ]
+    }
+
+    /// A join's update, single and split by 1, 2, 3 or 5 ranges.
+    fn join_update(env: &Env, stage: &NodeState, a: &NodeState, b: &NodeState) -> NodeState {
+        let mut run =
+            StageRun::new(env.clone(), stage_view(stage.clone()), sources(a, b), false).unwrap();
+        produce_join(&mut run);
+        let want = run.finish().unwrap().0;
+        for k in [1, 2, 3, 5] {
+            let view = stage_view(stage.clone());
+            let mut maps = Vec::new();
+            let (mut emitted, mut removed) = (Vec::new(), Vec::new());
+            for r in plan(&stage.mappings, k) {
+                let mut run =
+                    StageRun::for_range(env.clone(), view.clone(), sources(a, b), false, &r)
+                        .unwrap();
+                produce_join(&mut run);
+                let out = run.finish_map().unwrap();
+                emitted.extend(out.emitted.map(|b| b.unwrap()));
+                removed.extend(out.removed);
+                maps.push(out.mappings);
+            }
+            let mut reduced = Vec::new();
+            for r in plan(&stage.content, k) {
+                let f = RangeFilter::new(&r, view.key_schema().unwrap()).unwrap();
+                let pick = |v: &[RecordBatch]| -> Vec<RecordBatch> {
+                    v.iter().map(|b| f.keep(b, &view.key).unwrap()).collect()
+                };
+                let out = reduce_range(env, &view, &r, it(pick(&emitted)), pick(&removed)).unwrap();
+                reduced.push(out);
+            }
+            let got = stitch_stage(env, &view, &maps, &reduced).unwrap();
+            assert_eq!(decoded(env, &got), decoded(env, &want), "join, k = {k}");
+        }
+        want
+    }
+
+    /// A join of two sources with random changes on either side.
+    #[test]
+    fn split_join_updates_equal_the_single_process_update() {
+        for seed in 1..=3u64 {
+            let env = env(3);
+            let mut rng = Rng(seed * 0x2545_F491_4F6C_DD1D + 7);
+            let side = |rng: &mut Rng| {
+                let ks: Vec<i64> = (0..200).filter(|_| rng.below(2) == 0).collect();
+                let ns: Vec<u64> = ks.iter().map(|_| rng.below(1000)).collect();
+                let (s, _) = source::apply(
+                    &env,
+                    &source_view(NodeState::default()),
+                    it(vec![upserts(&ks, &ns)]),
+                    vec![],
+                )
+                .unwrap();
+                (ks, s)
+            };
+            let (ka, a1) = side(&mut rng);
+            let (kb, b1) = side(&mut rng);
+            let t1 = join_update(&env, &NodeState::default(), &a1, &b1);
+            assert!(
+                t1.mappings.len() >= 10,
+                "{} mapping parts",
+                t1.mappings.len()
+            );
+            let (ups, dels) = changes(&mut rng, &ka, 30);
+            let (a2, _) = source::apply(&env, &source_view(a1), it(vec![ups]), dels).unwrap();
+            let (ups, dels) = changes(&mut rng, &kb, 30);
+            let (b2, _) = source::apply(&env, &source_view(b1), it(vec![ups]), dels).unwrap();
+            join_update(&env, &t1, &a2, &b2);
+        }
+    }
+
     /// A source of keys `0..n` (key `k` holding `"v<value(k)>"`) and the
     /// stage built from it in one process.
     fn built(env: &Env, n: u64, value: impl Fn(u64) -> u64) -> (NodeState, NodeState) {

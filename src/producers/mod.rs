@@ -26,6 +26,7 @@
 //!   from parts, filters, the parts inside a range.
 //! - [`phases`]: a stage update split by key range into map and reduce
 //!   tasks (Spark), and the driver's stitching of their results.
+//! - [`source_ranges`]: a source's update split by key range likewise.
 
 pub mod chunks;
 pub mod create;
@@ -42,6 +43,7 @@ pub mod ranges;
 pub mod run;
 pub mod sort;
 pub mod source;
+pub mod source_ranges;
 pub mod steps;
 
 use arrow_array::RecordBatch;

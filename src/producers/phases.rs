@@ -303,19 +303,32 @@ pub fn stitch_stage(
     let content = stitch_parts(&stage.state.content, &key_schema, &contents)?;
     let source_schema = stage.mappings_layout(env)?.cut_schema()?;
     let mappings = stitch_parts(&stage.state.mappings, &source_schema, maps)?;
-    let ranges: Vec<&KeyRange> = contents.iter().map(|d| &d.range).collect();
-    let mut update = UpdateFiles::default();
-    for f in ordered(&key_schema, &ranges)? {
-        if let Some(r) = reduces.iter().find(|r| &r.content.range == f.range()) {
-            update.rows.extend(r.update.rows.iter().cloned());
-            update.deleted.extend(r.update.deleted.iter().cloned());
-        }
-    }
+    let updates: Vec<(&KeyRange, &UpdateFiles)> = reduces
+        .iter()
+        .map(|r| (&r.content.range, &r.update))
+        .collect();
     Ok(NodeState {
         content,
         mappings,
-        update,
+        update: stitch_updates(&key_schema, &updates)?,
     })
+}
+
+/// The ranges' updates as one, in key order (`key_schema`: the types of
+/// the key the ranges bound). `InvalidArgument` for overlapping ranges.
+pub fn stitch_updates(
+    key_schema: &SchemaRef,
+    updates: &[(&KeyRange, &UpdateFiles)],
+) -> Result<UpdateFiles> {
+    let ranges: Vec<&KeyRange> = updates.iter().map(|u| u.0).collect();
+    let mut update = UpdateFiles::default();
+    for f in ordered(key_schema, &ranges)? {
+        if let Some((_, u)) = updates.iter().find(|u| u.0 == f.range()) {
+            update.rows.extend(u.rows.iter().cloned());
+            update.deleted.extend(u.deleted.iter().cloned());
+        }
+    }
+    Ok(update)
 }
 
 #[cfg(test)]

@@ -51,6 +51,19 @@ pub fn cmp_prefixed(
     })
 }
 
+/// The columns `names` of `batch`, found by name, in that order.
+/// `InvalidArgument` if one is missing.
+pub fn key_columns(batch: &RecordBatch, names: &[String]) -> Result<Vec<arrow_array::ArrayRef>> {
+    names
+        .iter()
+        .map(|n| {
+            batch.column_by_name(n).cloned().ok_or_else(|| {
+                Error::InvalidArgument(format!("key column {n:?} is missing from a batch"))
+            })
+        })
+        .collect()
+}
+
 /// Encodes the key columns of batches of one schema.
 #[derive(Debug)]
 pub struct KeyEncoder {
@@ -86,16 +99,9 @@ impl KeyEncoder {
     /// batch may hold other columns too). `InvalidArgument` if one is
     /// missing; an Arrow error if its type is not the key's.
     pub fn rows(&self, batch: &RecordBatch) -> Result<Rows> {
-        let columns = self
-            .names
-            .iter()
-            .map(|n| {
-                batch.column_by_name(n).cloned().ok_or_else(|| {
-                    Error::InvalidArgument(format!("key column {n:?} is missing from a batch"))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.converter.convert_columns(&columns)?)
+        Ok(self
+            .converter
+            .convert_columns(&key_columns(batch, &self.names)?)?)
     }
 
     /// The key rows of several batches, appended into one [`Rows`]: row `i`
@@ -104,18 +110,8 @@ impl KeyEncoder {
         let n: usize = batches.iter().map(|b| b.num_rows()).sum();
         let mut rows = self.converter.empty_rows(n, n * 16);
         for b in batches {
-            let columns = self
-                .names
-                .iter()
-                .map(|name| {
-                    b.column_by_name(name).cloned().ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "key column {name:?} is missing from a batch"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.converter.append(&mut rows, &columns)?;
+            self.converter
+                .append(&mut rows, &key_columns(b, &self.names)?)?;
         }
         Ok(rows)
     }

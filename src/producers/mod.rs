@@ -21,6 +21,12 @@
 //! - [`chunks`]: the groups handed to `Produce`, in chunks.
 //! - [`run`]: one stage's incremental update over its stored parts.
 //! - [`source`]: a source's update from the user's changes; a merge's update.
+//! - [`steps`]: the steps of a stage update, shared by [`run`] and [`phases`].
+//! - [`ranges`]: key ranges (the unit of work of a split update): planning
+//!   from parts, filters, the parts inside a range.
+//! - [`phases`]: a stage update split by key range into map and reduce
+//!   tasks (Spark), and the driver's stitching of their results.
+//! - [`source_ranges`]: a source's update split by key range likewise.
 
 pub mod chunks;
 pub mod create;
@@ -32,9 +38,13 @@ pub mod merge;
 pub mod node;
 pub mod parts;
 pub mod partset;
+pub mod phases;
+pub mod ranges;
 pub mod run;
 pub mod sort;
 pub mod source;
+pub mod source_ranges;
+pub mod steps;
 
 use arrow_array::RecordBatch;
 

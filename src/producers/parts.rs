@@ -144,21 +144,18 @@ pub fn write_range_parts(
     Ok(written)
 }
 
-/// The parts' last keys (`key` columns of `key_schema`) as rows of the
-/// key's row format, one per part. `InvalidArgument` for a key type
-/// without recorded ranges.
-pub fn last_key_rows(
-    parts: &[RangePart],
-    key_schema: &SchemaRef,
-    key: &[String],
-) -> Result<arrow_row::Rows> {
-    let idx = crate::parquet::decode::column_indices(key_schema, key)?;
-    let mut columns = Vec::with_capacity(key.len());
-    for (n, &i) in idx.iter().enumerate() {
-        let field = key_schema.field(i);
-        let values: Vec<Option<&Value>> = parts
+/// Recorded keys (JSON values, one per key column) as arrays, one per
+/// column of `fields`. `InvalidArgument` for a key type without recorded
+/// ranges; a missing value is a null.
+pub fn json_key_columns(
+    keys: &[&[Option<Value>]],
+    fields: &[&arrow_schema::Field],
+) -> Result<Vec<arrow_array::ArrayRef>> {
+    let mut columns = Vec::with_capacity(fields.len());
+    for (n, field) in fields.iter().enumerate() {
+        let values: Vec<Option<&Value>> = keys
             .iter()
-            .map(|p| p.last_key.get(n).and_then(|v| v.as_ref()))
+            .map(|k| k.get(n).and_then(|v| v.as_ref()))
             .collect();
         let array =
             crate::parquet::stats::from_json(&values, field.data_type()).ok_or_else(|| {
@@ -170,6 +167,21 @@ pub fn last_key_rows(
             })?;
         columns.push(array);
     }
+    Ok(columns)
+}
+
+/// The parts' last keys (`key` columns of `key_schema`) as rows of the
+/// key's row format, one per part. `InvalidArgument` for a key type
+/// without recorded ranges.
+pub fn last_key_rows(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+) -> Result<arrow_row::Rows> {
+    let idx = crate::parquet::decode::column_indices(key_schema, key)?;
+    let fields: Vec<&arrow_schema::Field> = idx.iter().map(|&i| key_schema.field(i)).collect();
+    let lasts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.last_key.as_slice()).collect();
+    let columns = json_key_columns(&lasts, &fields)?;
     let lasts = RecordBatch::try_new(
         Arc::new(arrow_schema::Schema::new(
             idx.iter()

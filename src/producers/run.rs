@@ -22,12 +22,14 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::chunks::{Chunk, JoinChunker, SingleChunker};
-use super::keys::KeyEncoder;
+use std::sync::Arc;
+
 use super::manifest::{NodeState, UpdateFiles};
 use super::merge::{dedup_sorted, merge_sorted};
 use super::node::{renamed, union_of_update_keys, Env, Kind, NodeView};
-use super::partset::{key_set, Change, Remove};
+use super::ranges::RangeFilter;
 use super::sort::{ExternalSorter, BATCH_ROWS};
+use super::steps::{self, ChangedKeys};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -46,6 +48,8 @@ pub struct StageRun {
     changed_schema: SchemaRef,
     sorting: SortWorker,
     mapping_idx: Vec<usize>,
+    /// The source-key range the input is restricted to (a map task's).
+    scope: Option<Arc<RangeFilter>>,
     /// Rows handed out / taken back.
     pub rows_in: u64,
     pub rows_out: u64,
@@ -56,6 +60,19 @@ impl StageRun {
     /// versions they were just updated to. With `rebuild`, every source key
     /// counts as changed and its whole content is handed out again.
     pub fn new(env: Env, stage: NodeView, sources: Vec<NodeView>, rebuild: bool) -> Result<Self> {
+        Self::start(env, stage, sources, rebuild, None)
+    }
+
+    /// [`Self::new`], with the input restricted to the source keys in
+    /// `scope` (see [`super::phases`]); the sources are read only where
+    /// their parts may hold such keys.
+    pub(super) fn start(
+        env: Env,
+        stage: NodeView,
+        sources: Vec<NodeView>,
+        rebuild: bool,
+        scope: Option<Arc<RangeFilter>>,
+    ) -> Result<Self> {
         if stage.kind != Kind::Stage || sources.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "{:?} is not a stage with sources",
@@ -85,16 +102,30 @@ impl StageRun {
                 )));
             }
         }
+        let sources = match &scope {
+            Some(f) => sources.iter().map(|s| f.prune(s)).collect::<Result<_>>()?,
+            None => sources,
+        };
+        // Only the rows of the source keys in scope (any key names).
+        let keep = |stream: BatchIter, key: &[String]| -> BatchIter {
+            match &scope {
+                Some(f) => f.filtered(stream, key),
+                None => stream,
+            }
+        };
+        let keep_all = |batches: Vec<RecordBatch>, key: &[String]| -> Result<Vec<RecordBatch>> {
+            keep(Box::new(batches.into_iter().map(Ok)), key).collect()
+        };
         let mut changed = Vec::new();
         let input = if sources.len() == 1 {
             let s = &sources[0];
             let stream = if rebuild {
-                s.full_scan(&env)?
+                keep(s.full_scan(&env)?, &s.key)
             } else {
-                for d in s.update_deleted(&env)? {
+                for d in keep_all(s.update_deleted(&env)?, &s.key)? {
                     changed.push(renamed(&d, &stage.source_key)?);
                 }
-                s.update_rows(&env)
+                keep(s.update_rows(&env), &s.key)
             };
             Input::Single(SingleChunker::new(s.public_schema()?, &s.key, stream)?)
         } else {
@@ -104,7 +135,7 @@ impl StageRun {
                 for s in &sources {
                     let ks = s.key_schema()?;
                     let key = s.key.clone();
-                    let scan = s.full_scan(&env)?;
+                    let scan = keep(s.full_scan(&env)?, &key);
                     let idx = crate::parquet::decode::column_indices(&*s.public_schema()?, &key)?;
                     let names = names.clone();
                     all.push(dedup_sorted(
@@ -118,14 +149,14 @@ impl StageRun {
                 dedup_sorted(ks, &names, merged)?.collect::<Result<Vec<_>>>()?
             } else {
                 let refs: Vec<&NodeView> = sources.iter().collect();
-                union_of_update_keys(&env, &refs, &names)?
+                keep_all(union_of_update_keys(&env, &refs, &names)?, &names)?
             };
             let mut inputs = Vec::new();
             for s in &sources {
                 let rows = if rebuild {
-                    s.full_scan(&env)?.collect::<Result<Vec<_>>>()?
+                    keep(s.full_scan(&env)?, &s.key).collect::<Result<Vec<_>>>()?
                 } else {
-                    s.augmented(&env, &keys)?
+                    keep_all(s.augmented(&env, &keys)?, &s.key)?
                 };
                 inputs.push((
                     s.public_schema()?,
@@ -161,6 +192,7 @@ impl StageRun {
                 half.sorter(mapping_schema, &mapping_cols)?,
             ),
             mapping_idx,
+            scope,
             changed,
             changed_schema,
             input,
@@ -215,89 +247,80 @@ impl StageRun {
         self.sorting.send(batch, mapping)
     }
 
-    /// Apply what was emitted (see the module docs); returns the stage's
-    /// new state and every object written. Nothing is committed here; a
-    /// failure removes what this call wrote.
-    pub fn finish(self) -> Result<(NodeState, Vec<String>)> {
+    /// What both [`Self::finish`] and a map task's finish start from: the
+    /// sorts joined, the changed source keys sorted.
+    pub(super) fn finishing(self) -> Result<Finishing> {
         let Self {
             env,
             stage,
             changed,
             changed_schema,
             sorting,
+            scope,
+            rows_in,
+            rows_out,
             ..
         } = self;
         let (content, mappings) = sorting.join()?;
-        let token = crate::dataset::unique_token();
-        let base = format!("nodes/{}", stage.name);
         let stored = !stage.state.content.is_empty() || !stage.state.mappings.is_empty();
         // The changed source keys, sorted and distinct (runs are sorted each).
-        let changed = if stored {
-            env.sorted_distinct(&changed_schema, &stage.source_key, changed)?
-        } else {
-            Vec::new()
-        };
-        let remove = |set: &super::keys::KeySet| {
-            if stored {
-                Remove::Keys {
-                    key: stage.source_key.clone(),
-                    set: set.clone(),
-                }
-            } else {
-                Remove::Nothing
-            }
-        };
-        let set = if stored {
-            key_set(
-                &changed,
-                &KeyEncoder::new(&changed_schema, &stage.source_key)?,
-            )?
-        } else {
-            super::keys::key_set_new()
-        };
+        let changed = ChangedKeys::new(&env, &stage, &changed_schema, changed, stored)?;
+        Ok(Finishing {
+            env,
+            stage,
+            changed,
+            content,
+            mappings,
+            scope,
+            rows_in,
+            rows_out,
+        })
+    }
+
+    /// Apply what was emitted (see the module docs); returns the stage's
+    /// new state and every object written. Nothing is committed here; a
+    /// failure removes what this call wrote.
+    pub fn finish(self) -> Result<(NodeState, Vec<String>)> {
+        let Finishing {
+            env,
+            stage,
+            changed,
+            content,
+            mappings,
+            ..
+        } = self.finishing()?;
+        let token = crate::dataset::unique_token();
+        let base = format!("nodes/{}", stage.name);
+        let stored = changed.stored;
         let mut created = Vec::new();
         let result = (|| {
             // 1. Key-mappings: the old targets of the changed keys go.
-            let ml = stage.mappings_layout(&env)?;
-            let kidx = crate::parquet::decode::column_indices(&ml.schema, &stage.key)?;
             let rewrite_mappings = || -> Result<super::partset::Rewritten> {
-                let adds = dedup_sorted(ml.schema.clone(), &ml.sort_key, mappings.finish()?)?;
-                ml.rewrite(
+                steps::rewrite_mappings(
+                    &env,
+                    &stage,
                     &stage.state.mappings,
-                    Change {
-                        remove: remove(&set),
-                        touch: Box::new(changed.clone().into_iter().map(Ok)),
-                        adds,
-                        collect_removed: stored,
-                        select: false,
-                        prefix: format!("{base}/mappings/{token}"),
-                    },
+                    &changed,
+                    mappings.finish()?,
+                    format!("{base}/mappings/{token}"),
                 )
             };
-            let cl = stage.content_layout(&env);
             let rewrite_content = |old_targets: Vec<RecordBatch>| {
-                cl.rewrite(
+                steps::rewrite_content(
+                    &env,
+                    &stage,
                     &stage.state.content,
-                    Change {
-                        remove: remove(&set),
-                        touch: Box::new(old_targets.into_iter().map(Ok)),
-                        adds: content.finish()?,
-                        collect_removed: false,
-                        select: true,
-                        prefix: format!("{base}/content/{token}"),
-                    },
+                    steps::remove_source_keys(&stage, &changed.set, stored),
+                    old_targets,
+                    content.finish()?,
+                    format!("{base}/content/{token}"),
                 )
             };
             let (m, c) = if stored {
                 let m = rewrite_mappings()?;
                 created.extend(m.created.iter().cloned());
                 // The old targets, sorted by target key.
-                let old: Vec<RecordBatch> = m
-                    .removed
-                    .iter()
-                    .map(|b| b.project(&kidx).map_err(Error::from))
-                    .collect::<Result<_>>()?;
-                let old_targets = env.sorted_distinct(&stage.key_schema()?, &stage.key, old)?;
+                let old_targets = steps::old_targets(&env, &stage, &m.removed)?;
                 let c = rewrite_content(old_targets)?;
                 (m, c)
             } else {
@@ -415,6 +438,20 @@ impl Drop for SortWorker {
     }
 }
 
+/// See [`StageRun::finishing`].
+pub(super) struct Finishing {
+    pub env: Env,
+    pub stage: NodeView,
+    pub changed: ChangedKeys,
+    /// The emitted rows, by `(K_t, K_s)`.
+    pub content: ExternalSorter,
+    /// The emitted `(K_s, K_t)` pairs, by `(K_s, K_t)`.
+    pub mappings: ExternalSorter,
+    pub scope: Option<Arc<RangeFilter>>,
+    pub rows_in: u64,
+    pub rows_out: u64,
+}
+
 /// `schema` with its fields renamed to `names`.
 fn renamed_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
     std::sync::Arc::new(arrow_schema::Schema::new(
@@ -462,7 +499,7 @@ pub fn write_deleted(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::parquet::encode::EncodeOptions;
     use crate::producers::source;
@@ -474,7 +511,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    fn it(batches: Vec<RecordBatch>) -> BatchIter {
+    pub(crate) fn it(batches: Vec<RecordBatch>) -> BatchIter {
         Box::new(batches.into_iter().map(Ok))
     }
 
@@ -489,7 +526,7 @@ mod tests {
         }
     }
 
-    fn source_view(state: NodeState) -> NodeView {
+    pub(crate) fn source_view(state: NodeState) -> NodeView {
         NodeView {
             name: "src".into(),
             kind: Kind::Source,
@@ -505,7 +542,7 @@ mod tests {
         }
     }
 
-    fn stage_view(state: NodeState) -> NodeView {
+    pub(crate) fn stage_view(state: NodeState) -> NodeView {
         NodeView {
             name: "st".into(),
             kind: Kind::Stage,
@@ -522,7 +559,7 @@ mod tests {
         }
     }
 
-    fn pairs(ks: &[i64], vs: &[&str]) -> RecordBatch {
+    pub(crate) fn pairs(ks: &[i64], vs: &[&str]) -> RecordBatch {
         RecordBatch::try_new(
             source_view(NodeState::default()).schema,
             vec![
@@ -533,7 +570,7 @@ mod tests {
         .unwrap()
     }
 
-    fn keys(ks: &[i64]) -> RecordBatch {
+    pub(crate) fn keys(ks: &[i64]) -> RecordBatch {
         RecordBatch::try_new(
             Arc::new(Schema::new(vec![Field::new("ks", DataType::Int64, false)])),
             vec![Arc::new(Int64Array::from(ks.to_vec()))],
@@ -569,7 +606,7 @@ mod tests {
         }
     }
 
-    fn triples(
+    pub(crate) fn triples(
         env: &Env,
         view: &NodeView,
         parts: &[super::super::parts::RangePart],
@@ -591,7 +628,7 @@ mod tests {
             .collect()
     }
 
-    fn mapping_pairs(env: &Env, view: &NodeView) -> Vec<(i64, i64)> {
+    pub(crate) fn mapping_pairs(env: &Env, view: &NodeView) -> Vec<(i64, i64)> {
         let layout = view.mappings_layout(env).unwrap();
         layout
             .scan(view.state.mappings.clone(), None)
@@ -608,7 +645,7 @@ mod tests {
             .collect()
     }
 
-    fn deleted(env: &Env, view: &NodeView) -> Vec<i64> {
+    pub(crate) fn deleted(env: &Env, view: &NodeView) -> Vec<i64> {
         view.update_deleted(env)
             .unwrap()
             .iter()

@@ -92,6 +92,30 @@ pub fn apply(
     upserts: BatchIter,
     deletes: Vec<RecordBatch>,
 ) -> Result<(NodeState, Vec<String>)> {
+    let (content, update, created) =
+        apply_to(env, node, &node.state.content, upserts, deletes, None)?;
+    Ok((
+        NodeState {
+            content,
+            mappings: Vec::new(),
+            update,
+        },
+        created,
+    ))
+}
+
+/// [`apply`] to `parts` (the node's content parts, or those of one key
+/// range); with `scope`, a changed key outside it is `InvalidArgument`
+/// (before anything is written). Returns the new parts in place of
+/// `parts`, the update, and every object written.
+pub(super) fn apply_to(
+    env: &Env,
+    node: &NodeView,
+    parts: &[super::parts::RangePart],
+    upserts: BatchIter,
+    deletes: Vec<RecordBatch>,
+    scope: Option<&super::ranges::RangeFilter>,
+) -> Result<(Vec<super::parts::RangePart>, UpdateFiles, Vec<String>)> {
     if node.kind != Kind::Source {
         return Err(Error::InvalidArgument(format!(
             "{:?} is not a source",
@@ -105,6 +129,9 @@ pub fn apply(
         .into_iter()
         .map(|d| {
             check_not_null(node, &ks, &d, "deletes")?;
+            if let Some(f) = scope {
+                f.check(&d, &node.key, "deletes")?;
+            }
             RecordBatch::try_new(ks.clone(), d.columns().to_vec()).map_err(Error::from)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -118,6 +145,9 @@ pub fn apply(
         check_not_null(node, &schema, &b, "upserts")?;
         let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
         check_batch(&node.key, &b, &deleted)?;
+        if let Some(f) = scope {
+            f.check(&b, &node.key, "upserts")?;
+        }
         if stored {
             keys.push(b.project(&kidx)?);
         }
@@ -137,7 +167,7 @@ pub fn apply(
     let base = format!("nodes/{}", node.name);
     let layout = node.content_layout(env);
     let c = layout.rewrite(
-        &node.state.content,
+        parts,
         Change {
             remove,
             touch: Box::new(changed.into_iter().map(Ok)),
@@ -156,13 +186,10 @@ pub fn apply(
         &mut created,
     ) {
         Ok(deleted) => Ok((
-            NodeState {
-                content: c.parts,
-                mappings: Vec::new(),
-                update: UpdateFiles {
-                    rows: c.selected,
-                    deleted,
-                },
+            c.parts,
+            UpdateFiles {
+                rows: c.selected,
+                deleted,
             },
             created,
         )),

@@ -1,0 +1,494 @@
+//! Key ranges: the unit of work when a stage update is split into tasks
+//! (see [`super::phases`]).
+//!
+//! A [`KeyRange`] is `[lo, hi)` over a key's columns, each bound one value
+//! per key column as JSON (the form [`RangePart`] records its first and
+//! last keys in), or unbounded. Bounds compare in arrow's row format, as
+//! every sort and merge of the engine does. [`plan`] cuts a part list into
+//! ranges at part boundaries, so that each stored part falls in exactly one
+//! range; [`RangeFilter`] is a range compiled for one key's types: it keeps
+//! or checks rows, and picks the parts inside (or overlapping) the range.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_row::{OwnedRow, Row, RowConverter, Rows, SortField};
+use arrow_schema::{Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::keys::key_columns;
+use super::node::NodeView;
+use super::parts::{json_key_columns, RangePart};
+use super::BatchIter;
+use crate::error::{Error, Result};
+
+/// One key as JSON values, one per key column (`None`: null).
+pub type KeyValues = Vec<Option<Value>>;
+
+/// A key range `[lo, hi)`; a missing bound is unbounded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeyRange {
+    /// The least key in the range (inclusive).
+    #[serde(default)]
+    pub lo: Option<KeyValues>,
+    /// The least key past the range (exclusive).
+    #[serde(default)]
+    pub hi: Option<KeyValues>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// From bound rows: one-row batches holding the key columns (in key
+    /// order; names are not looked at). `InvalidArgument` for a batch that
+    /// is not one row, or a key type without JSON bounds.
+    pub fn from_rows(lo: Option<&RecordBatch>, hi: Option<&RecordBatch>) -> Result<Self> {
+        let values = |b: &RecordBatch| -> Result<KeyValues> {
+            if b.num_rows() != 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "a key bound is one row, not {}",
+                    b.num_rows()
+                )));
+            }
+            b.columns()
+                .iter()
+                .map(|c| {
+                    if c.is_null(0) {
+                        return Ok(None);
+                    }
+                    crate::parquet::stats::to_json(c.as_ref(), 0)
+                        .map(Some)
+                        .ok_or_else(|| {
+                            Error::InvalidArgument(format!(
+                                "a key of type {} cannot bound a range",
+                                c.data_type()
+                            ))
+                        })
+                })
+                .collect()
+        };
+        Ok(Self {
+            lo: lo.map(values).transpose()?,
+            hi: hi.map(values).transpose()?,
+        })
+    }
+}
+
+/// Cut `parts` (in key order, as a layout writes them) into at most
+/// `max_ranges` ranges of about equal rows, at part boundaries: each part
+/// falls in exactly one range, the first range is unbounded below and the
+/// last above, and a boundary is the first key of the part it starts. No
+/// parts: one unbounded range. No I/O.
+pub fn plan(parts: &[RangePart], max_ranges: usize) -> Vec<KeyRange> {
+    let n = max_ranges.max(1).min(parts.len().max(1));
+    let total: u64 = parts.iter().map(|p| p.rows.max(1)).sum();
+    let mut ranges = Vec::with_capacity(n);
+    let mut lo: Option<KeyValues> = None;
+    let mut acc = 0u64;
+    for (j, p) in parts.iter().enumerate() {
+        acc += p.rows.max(1);
+        let left_parts = parts.len() - j - 1;
+        let left_ranges = n - ranges.len() - 1;
+        // Cut after this part once its share is reached (or parts run short).
+        let share = total * (ranges.len() as u64 + 1) / n as u64;
+        if left_ranges > 0 && left_parts > 0 && (acc >= share || left_parts == left_ranges) {
+            let hi = parts[j + 1].first_key.clone();
+            ranges.push(KeyRange {
+                lo: lo.take(),
+                hi: Some(hi.clone()),
+            });
+            lo = Some(hi);
+        }
+    }
+    ranges.push(KeyRange { lo, hi: None });
+    ranges
+}
+
+/// Ranges from boundary keys (e.g. sampled ones, for a first build): the
+/// keys are sorted and repeats dropped, each starts a range, and the first
+/// range is unbounded below. `key_schema`: the key columns' types.
+pub fn plan_from_bounds(key_schema: &Schema, bounds: Vec<KeyValues>) -> Result<Vec<KeyRange>> {
+    let conv = converter(key_schema)?;
+    let refs: Vec<&[Option<Value>]> = bounds.iter().map(|b| b.as_slice()).collect();
+    let rows = json_rows(&conv, key_schema, &refs)?;
+    let mut order: Vec<usize> = (0..bounds.len()).collect();
+    order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b)));
+    order.dedup_by(|a, b| rows.row(*a) == rows.row(*b));
+    let mut out = Vec::with_capacity(order.len() + 1);
+    let mut lo = None;
+    for i in order {
+        let hi = bounds[i].clone();
+        out.push(KeyRange {
+            lo: lo.take(),
+            hi: Some(hi.clone()),
+        });
+        lo = Some(hi);
+    }
+    out.push(KeyRange { lo, hi: None });
+    Ok(out)
+}
+
+fn converter(key_schema: &Schema) -> Result<RowConverter> {
+    let fields = key_schema
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    RowConverter::new(fields)
+        .map_err(|e| Error::InvalidArgument(format!("the key cannot be ordered: {e}")))
+}
+
+/// Keys given as JSON values (one slice per key) as rows of `conv`.
+fn json_rows(conv: &RowConverter, key_schema: &Schema, keys: &[&[Option<Value>]]) -> Result<Rows> {
+    if keys.iter().any(|k| k.len() != key_schema.fields().len()) {
+        return Err(Error::InvalidArgument(format!(
+            "a key bound holds a value per key column ({})",
+            key_schema.fields().len()
+        )));
+    }
+    let fields: Vec<&arrow_schema::Field> =
+        key_schema.fields().iter().map(|f| f.as_ref()).collect();
+    Ok(conv.convert_columns(&json_key_columns(keys, &fields)?)?)
+}
+
+/// Where a part lies with respect to a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Before,
+    Inside,
+    After,
+}
+
+/// A [`KeyRange`] compiled for one key's types (see the module docs).
+#[derive(Debug)]
+pub struct RangeFilter {
+    range: KeyRange,
+    key_schema: SchemaRef,
+    converter: RowConverter,
+    lo: Option<OwnedRow>,
+    hi: Option<OwnedRow>,
+}
+
+impl RangeFilter {
+    /// `range` over keys of `key_schema` (the key columns, in key order).
+    /// `InvalidArgument` for bounds that do not fit the key, or `lo >= hi`.
+    pub fn new(range: &KeyRange, key_schema: SchemaRef) -> Result<Self> {
+        let converter = converter(&key_schema)?;
+        let one = |b: &Option<KeyValues>| -> Result<Option<OwnedRow>> {
+            match b {
+                None => Ok(None),
+                Some(v) => Ok(Some(
+                    json_rows(&converter, &key_schema, &[v.as_slice()])?
+                        .row(0)
+                        .owned(),
+                )),
+            }
+        };
+        let (lo, hi) = (one(&range.lo)?, one(&range.hi)?);
+        if let (Some(l), Some(h)) = (&lo, &hi) {
+            if l.row() >= h.row() {
+                return Err(Error::InvalidArgument(format!(
+                    "key range {range:?} is empty: lo must be below hi"
+                )));
+            }
+        }
+        Ok(Self {
+            range: range.clone(),
+            key_schema,
+            converter,
+            lo,
+            hi,
+        })
+    }
+
+    /// The range this filter tests.
+    pub fn range(&self) -> &KeyRange {
+        &self.range
+    }
+
+    /// Whether a key row lies in the range (rows compare by their bytes,
+    /// whichever converter of the key's types made them).
+    fn holds(&self, r: Row<'_>) -> bool {
+        let r = r.as_ref();
+        self.lo.as_ref().is_none_or(|l| r >= l.row().as_ref())
+            && self.hi.as_ref().is_none_or(|h| r < h.row().as_ref())
+    }
+
+    /// Order by lower bound (unbounded first); both of one key.
+    pub fn cmp_lo(&self, other: &Self) -> std::cmp::Ordering {
+        match (&self.lo, &other.lo) {
+            (None, None) => std::cmp::Ordering::Equal,
+            (None, Some(_)) => std::cmp::Ordering::Less,
+            (Some(_), None) => std::cmp::Ordering::Greater,
+            (Some(a), Some(b)) => a.row().as_ref().cmp(b.row().as_ref()),
+        }
+    }
+
+    /// Whether this range ends where `other` starts, or before.
+    pub fn ends_before(&self, other: &Self) -> bool {
+        match (&self.hi, &other.lo) {
+            (Some(h), Some(l)) => h.row().as_ref() <= l.row().as_ref(),
+            _ => false,
+        }
+    }
+
+    /// The key rows of `batch`'s columns `key` (in key order).
+    fn rows(&self, batch: &RecordBatch, key: &[String]) -> Result<Rows> {
+        Ok(self.converter.convert_columns(&key_columns(batch, key)?)?)
+    }
+
+    /// The rows of `batch` whose `key` columns lie in the range.
+    pub fn keep(&self, batch: &RecordBatch, key: &[String]) -> Result<RecordBatch> {
+        if self.lo.is_none() && self.hi.is_none() {
+            return Ok(batch.clone());
+        }
+        let rows = self.rows(batch, key)?;
+        let mask: arrow_array::BooleanArray = (0..batch.num_rows())
+            .map(|i| Some(self.holds(rows.row(i))))
+            .collect();
+        Ok(arrow_select::filter::filter_record_batch(batch, &mask)?)
+    }
+
+    /// `InvalidArgument` (naming `what`) if a row of `batch` lies outside
+    /// the range: rows routed to the wrong task must not be dropped.
+    pub fn check(&self, batch: &RecordBatch, key: &[String], what: &str) -> Result<()> {
+        if self.lo.is_none() && self.hi.is_none() {
+            return Ok(());
+        }
+        let rows = self.rows(batch, key)?;
+        match (0..batch.num_rows()).find(|&i| !self.holds(rows.row(i))) {
+            None => Ok(()),
+            Some(i) => Err(Error::InvalidArgument(format!(
+                "{what}: row {i} has a key outside the task's range {:?}",
+                self.range
+            ))),
+        }
+    }
+
+    /// `stream` with only its rows in the range.
+    pub fn filtered(self: &Arc<Self>, stream: BatchIter, key: &[String]) -> BatchIter {
+        let (this, key) = (self.clone(), key.to_vec());
+        Box::new(stream.map(move |b| this.keep(&b?, &key)))
+    }
+
+    /// `stream`, failing at the first row outside the range (see [`Self::check`]).
+    pub fn checked(self: &Arc<Self>, stream: BatchIter, key: &[String], what: &str) -> BatchIter {
+        let (this, key, what) = (self.clone(), key.to_vec(), what.to_string());
+        Box::new(stream.map(move |b| {
+            let b = b?;
+            this.check(&b, &key, &what)?;
+            Ok(b)
+        }))
+    }
+
+    /// Where each of `parts` (recorded over this filter's key) lies.
+    pub fn places(&self, parts: &[RangePart]) -> Result<Vec<(Place, bool)>> {
+        let firsts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.first_key.as_slice()).collect();
+        let lasts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.last_key.as_slice()).collect();
+        let first = json_rows(&self.converter, &self.key_schema, &firsts)?;
+        let last = json_rows(&self.converter, &self.key_schema, &lasts)?;
+        Ok((0..parts.len())
+            .map(|j| {
+                let (f, l) = (first.row(j), last.row(j));
+                let before = self
+                    .lo
+                    .as_ref()
+                    .is_some_and(|lo| l.as_ref() < lo.row().as_ref());
+                let after = self
+                    .hi
+                    .as_ref()
+                    .is_some_and(|hi| f.as_ref() >= hi.row().as_ref());
+                let place = if before {
+                    Place::Before
+                } else if after {
+                    Place::After
+                } else {
+                    Place::Inside
+                };
+                // Inside whole, or only overlapping (straddling a bound).
+                (
+                    place,
+                    place != Place::Inside || self.holds(f) && self.holds(l),
+                )
+            })
+            .collect())
+    }
+
+    /// The parts lying inside the range, in order. `InvalidArgument` if a
+    /// part straddles a bound: a range of work must not cut a part.
+    pub fn parts_in(&self, parts: &[RangePart]) -> Result<Vec<RangePart>> {
+        let mut out = Vec::new();
+        for (p, (place, whole)) in parts.iter().zip(self.places(parts)?) {
+            if !whole {
+                return Err(Error::InvalidArgument(format!(
+                    "part {:?} straddles the bounds of range {:?}: ranges must be cut at part boundaries",
+                    p.name, self.range
+                )));
+            }
+            if place == Place::Inside {
+                out.push(p.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The parts holding some key of the range (whole or straddling), in order.
+    pub fn overlapping(&self, parts: &[RangePart]) -> Result<Vec<RangePart>> {
+        Ok(parts
+            .iter()
+            .zip(self.places(parts)?)
+            .filter(|(_, (place, _))| *place == Place::Inside)
+            .map(|(p, _)| p.clone())
+            .collect())
+    }
+
+    /// `node` (a source of a stage, or a merge) with only the parts that
+    /// may hold keys of the range: its content, update rows and deleted
+    /// keys (a merge's feeders likewise). What is read from it must still
+    /// be [`Self::filtered`]: kept parts hold keys outside the range too.
+    pub fn prune(&self, node: &NodeView) -> Result<NodeView> {
+        let mut n = node.clone();
+        n.state.content = self.overlapping(&node.state.content)?;
+        n.state.update.rows = self.overlapping(&node.state.update.rows)?;
+        n.state.update.deleted = self.overlapping(&node.state.update.deleted)?;
+        n.feeders = node
+            .feeders
+            .iter()
+            .map(|f| self.prune(f))
+            .collect::<Result<_>>()?;
+        Ok(n)
+    }
+}
+
+/// For each row of `batch` (key columns `key`, of the types of
+/// `key_schema`), the index of the range of `ranges` (sorted, disjoint,
+/// e.g. from [`plan`]) that holds it: what a shuffle partitions by.
+/// `InvalidArgument` for a row no range holds.
+pub fn assign(
+    ranges: &[KeyRange],
+    key_schema: SchemaRef,
+    batch: &RecordBatch,
+    key: &[String],
+) -> Result<Vec<u32>> {
+    let filters = ranges
+        .iter()
+        .map(|r| RangeFilter::new(r, key_schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let Some(first) = filters.first() else {
+        return Err(Error::InvalidArgument("no key ranges to assign to".into()));
+    };
+    let rows = first.rows(batch, key)?;
+    (0..batch.num_rows())
+        .map(|i| {
+            let r = rows.row(i);
+            // The last range whose lower bound is <= the row.
+            let (mut lo, mut hi) = (0, filters.len());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if filters[mid]
+                    .lo
+                    .as_ref()
+                    .is_none_or(|l| l.row().as_ref() <= r.as_ref())
+                {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            match lo.checked_sub(1) {
+                Some(j) if filters[j].holds(r) => Ok(j as u32),
+                _ => Err(Error::InvalidArgument(format!(
+                    "row {i} lies in none of the {} key ranges",
+                    filters.len()
+                ))),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field};
+
+    fn part(first: i64, last: i64, rows: u64) -> RangePart {
+        RangePart {
+            name: format!("p{first}"),
+            rows,
+            size_bytes: 1,
+            sha256: String::new(),
+            first_key: vec![Some(Value::from(first))],
+            last_key: vec![Some(Value::from(last))],
+        }
+    }
+
+    fn ks() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]))
+    }
+
+    fn batch(v: &[i64]) -> RecordBatch {
+        RecordBatch::try_new(ks(), vec![Arc::new(Int64Array::from(v.to_vec()))]).unwrap()
+    }
+
+    #[test]
+    fn plans_cut_at_part_boundaries_and_cover_every_part_once() {
+        let parts: Vec<RangePart> = (0..10).map(|i| part(i * 10, i * 10 + 5, 3)).collect();
+        assert_eq!(plan(&[], 4), vec![KeyRange::all()]);
+        for k in [1, 2, 3, 5, 10, 50] {
+            let ranges = plan(&parts, k);
+            assert_eq!(ranges.len(), k.min(10), "k = {k}");
+            assert_eq!(ranges[0].lo, None);
+            assert_eq!(ranges[ranges.len() - 1].hi, None);
+            let mut seen = 0;
+            for r in &ranges {
+                let f = RangeFilter::new(r, ks()).unwrap();
+                let inside = f.parts_in(&parts).unwrap();
+                assert!(!inside.is_empty(), "k = {k}: an empty range {r:?}");
+                assert_eq!(inside[0].name, parts[seen].name, "in order, once each");
+                seen += inside.len();
+            }
+            assert_eq!(seen, parts.len());
+        }
+        // A range that cuts a part is refused.
+        let cut = KeyRange {
+            lo: Some(vec![Some(Value::from(3))]),
+            hi: None,
+        };
+        let f = RangeFilter::new(&cut, ks()).unwrap();
+        assert!(matches!(f.parts_in(&parts), Err(Error::InvalidArgument(_))));
+        assert_eq!(f.overlapping(&parts).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn filters_checks_and_assignment_agree() {
+        let ranges = plan_from_bounds(
+            &ks(),
+            vec![vec![Some(Value::from(20))], vec![Some(Value::from(10))]],
+        )
+        .unwrap();
+        assert_eq!(ranges.len(), 3);
+        let b = batch(&[-5, 10, 15, 20, 99, 9]);
+        assert_eq!(
+            assign(&ranges, ks(), &b, &["k".into()]).unwrap(),
+            [0, 1, 1, 2, 2, 0]
+        );
+        let mid = RangeFilter::new(&ranges[1], ks()).unwrap();
+        let kept = mid.keep(&b, &["k".into()]).unwrap();
+        assert_eq!(kept.num_rows(), 2);
+        assert!(mid.check(&kept, &["k".into()], "rows").is_ok());
+        assert!(mid.check(&b, &["k".into()], "rows").is_err());
+        let lo = batch(&[10]);
+        let hi = batch(&[20]);
+        assert_eq!(
+            KeyRange::from_rows(Some(&lo), Some(&hi)).unwrap(),
+            ranges[1]
+        );
+        let empty = KeyRange::from_rows(Some(&hi), Some(&lo)).unwrap();
+        assert!(RangeFilter::new(&empty, ks()).is_err());
+    }
+}

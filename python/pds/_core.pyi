@@ -479,7 +479,12 @@ class StageRun:
         compression: str,
         target_rows: int,
         sort_budget: int,
-    ) -> None: ...
+        range: str | None = None,
+        job: str | None = None,
+    ) -> None:
+        """With *range* (a key range's JSON), a map task of a split update:
+        only the source keys in the range, finished with finish_map(). With
+        *job*, every object written is named starting with it."""
     def schema(self) -> pa.Schema:
         """The physical schema push() takes."""
     def next_chunk(
@@ -492,5 +497,49 @@ class StageRun:
         """(rows handed out, rows taken back)."""
     def finish(self) -> tuple[str, list[str]]:
         """Write the new state: (state JSON, objects written)."""
+    def finish_map(self) -> tuple[str, list[pa.RecordBatch], list[pa.RecordBatch]]:
+        """Finish a map task: (result JSON with ``mappings``, ``rows_in``,
+        ``rows_out``, ``changed_keys``, ``created``; emitted rows; removed
+        key-mappings pairs). Nothing is committed."""
     def close(self) -> None:
         """Drop the run and its spill files."""
+
+def pipeline_stage_ranges(
+    stage: str, sources: Sequence[str], which: Literal["source", "target"], max_ranges: int
+) -> list[str]:
+    """A split stage update's key ranges (JSON): ``"source"`` for the map
+    tasks (aligned with the key-mappings parts, else the first source's
+    content parts), ``"target"`` for the reduce tasks (aligned with the
+    content parts). No I/O."""
+
+def pipeline_assign(stage: str, ranges: Sequence[str], batch: pa.RecordBatch) -> list[int]:
+    """For each row (holding the stage's key columns), the index of the range holding it."""
+
+def pipeline_reduce_range(
+    store: RustStore,
+    root: str,
+    stage: str,
+    range: str,
+    emitted: Sequence[pa.RecordBatch],
+    removed: Sequence[pa.RecordBatch],
+    *,
+    compression: str,
+    target_rows: int,
+    sort_budget: int,
+    job: str | None = None,
+) -> str:
+    """A reduce task: merge a target range's rows into its content parts and
+    write its update; the result's JSON. Nothing is committed."""
+
+def pipeline_stitch_stage(
+    store: RustStore,
+    root: str,
+    stage: str,
+    maps: Sequence[str],
+    reduces: Sequence[str],
+    *,
+    compression: str,
+    target_rows: int,
+    sort_budget: int,
+) -> str:
+    """The stage's new state (JSON) from its map and reduce results. No I/O."""

@@ -41,9 +41,21 @@ pub struct Env {
     pub sort_budget: usize,
     /// Where sorts spill (the system's temp dir if `None`).
     pub spill: Option<PathBuf>,
+    /// Objects written are named starting with this (a Spark job's id), so
+    /// that the job can find and remove what its failed tasks wrote.
+    pub job: Option<String>,
 }
 
 impl Env {
+    /// A fresh token to name a write's objects by (the job's id first).
+    pub fn token(&self) -> String {
+        let token = crate::dataset::unique_token();
+        match &self.job {
+            Some(job) => format!("{job}{token}"),
+            None => token,
+        }
+    }
+
     /// A sorter of `schema` by `key` within the sort budget.
     pub fn sorter(&self, schema: SchemaRef, key: &[String]) -> Result<ExternalSorter> {
         ExternalSorter::new(schema, key, self.sort_budget, self.spill.clone())

@@ -125,7 +125,7 @@ impl StageRun {
             )?),
         };
         let parts = scope.parts_in(&stage.state.mappings)?;
-        let token = crate::dataset::unique_token();
+        let token = env.token();
         let adds = scope.checked(f.mappings.finish()?, &stage.source_key, "emitted rows");
         let m = steps::rewrite_mappings(
             &env,
@@ -193,7 +193,7 @@ pub fn reduce_range(
             b.columns().to_vec(),
         )?)?;
     }
-    let token = crate::dataset::unique_token();
+    let token = env.token();
     let base = format!("nodes/{}", stage.name);
     let c = steps::rewrite_content(
         env,

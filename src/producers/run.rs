@@ -203,6 +203,11 @@ impl StageRun {
         })
     }
 
+    /// The store the run writes to.
+    pub fn store(&self) -> std::sync::Arc<crate::store::StoreHandle> {
+        self.env.store.clone()
+    }
+
     /// The stage's physical schema: what [`Self::push`] takes.
     pub fn schema(&self) -> SchemaRef {
         self.stage.schema.clone()
@@ -289,7 +294,7 @@ impl StageRun {
             mappings,
             ..
         } = self.finishing()?;
-        let token = crate::dataset::unique_token();
+        let token = env.token();
         let base = format!("nodes/{}", stage.name);
         let stored = changed.stored;
         let mut created = Vec::new();
@@ -523,6 +528,7 @@ pub(crate) mod tests {
             target_rows,
             sort_budget: 1 << 20,
             spill: None,
+            job: None,
         }
     }
 

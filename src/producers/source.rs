@@ -163,7 +163,7 @@ pub(super) fn apply_to(
     } else {
         Remove::Nothing
     };
-    let token = crate::dataset::unique_token();
+    let token = env.token();
     let base = format!("nodes/{}", node.name);
     let layout = node.content_layout(env);
     let c = layout.rewrite(
@@ -233,7 +233,7 @@ pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String
         })
         .collect();
     let merged = merge_sorted(schema.clone(), &node.key, inputs, BATCH_ROWS)?;
-    let token = crate::dataset::unique_token();
+    let token = env.token();
     let base = format!("nodes/{}", node.name);
     let layout = node.content_layout(env);
     let u = layout.rewrite(

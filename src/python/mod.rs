@@ -5,6 +5,7 @@ mod dataset;
 mod errors;
 mod occupancy;
 mod parts;
+mod phases;
 mod producers;
 mod store;
 mod stream;
@@ -92,6 +93,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_write_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_commit_files, m)?)?;
     m.add_class::<producers::PyStageRun>()?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_stage_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_assign, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_reduce_range, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_stitch_stage, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_check_changes, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_apply_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;

@@ -21,7 +21,7 @@ use crate::table::commit::{self, CommitOptions, Outcome, Versioned};
 /// Default rows per key-range part.
 const TARGET_ROWS: usize = 256 * 1024;
 
-fn env(
+pub(crate) fn env(
     store: &PyRustStore,
     root: &str,
     compression: &str,
@@ -40,6 +40,7 @@ fn env(
         target_rows,
         sort_budget,
         spill: None,
+        job: None,
     })
 }
 
@@ -327,10 +328,17 @@ impl PyStageRun {
 
 type PyChunk<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, Vec<u32>)>, bool);
 
+/// A map task's result: `(JSON, emitted rows, removed pairs)`.
+type PyMapped<'py> = (String, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
+
 #[pymethods]
 impl PyStageRun {
+    /// With `range` (a key range's JSON), a map task of a split update
+    /// (see `crate::producers::phases`): only the source keys in the range,
+    /// finished with `finish_map`. With `job`, every object written is
+    /// named starting with it.
     #[new]
-    #[pyo3(signature = (store, root, stage, sources, *, rebuild, compression, target_rows, sort_budget))]
+    #[pyo3(signature = (store, root, stage, sources, *, rebuild, compression, target_rows, sort_budget, range=None, job=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -342,15 +350,22 @@ impl PyStageRun {
         compression: &str,
         target_rows: usize,
         sort_budget: usize,
+        range: Option<String>,
+        job: Option<String>,
     ) -> PyResult<Self> {
-        let env = env(store, root, compression, target_rows, sort_budget)?;
+        let mut env = env(store, root, compression, target_rows, sort_budget)?;
+        env.job = super::phases::job_prefix(job)?;
         let stage = NodeView::from_json(stage).py_err()?;
         let sources = sources
             .iter()
             .map(|s| NodeView::from_json(s))
             .collect::<crate::error::Result<Vec<_>>>()
             .py_err()?;
-        let run = super::detach(py, || StageRun::new(env, stage, sources, rebuild))?;
+        let range = range.map(|r| super::phases::key_range(&r)).transpose()?;
+        let run = super::detach(py, || match &range {
+            Some(r) => StageRun::for_range(env, stage, sources, rebuild, r),
+            None => StageRun::new(env, stage, sources, rebuild),
+        })?;
         Ok(Self {
             schema: run.schema(),
             inner: Mutex::new(Some(run)),
@@ -403,6 +418,30 @@ impl PyStageRun {
             run.finish().py_err()
         })?;
         Ok((state_json(&state)?, created))
+    }
+
+    /// Finish a map task (a run made with `range`): `(result JSON, emitted
+    /// rows, removed key-mappings pairs)`; the JSON holds `mappings` (the
+    /// range's new key-mappings parts), `rows_in`, `rows_out`,
+    /// `changed_keys` and `created`. Nothing is committed; on an error,
+    /// what it wrote is removed.
+    fn finish_map<'py>(&self, py: Python<'py>) -> PyResult<PyMapped<'py>> {
+        let (meta, emitted, removed) = super::detach_py(py, || {
+            let run = self
+                .inner
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?
+                .take()
+                .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))?;
+            super::phases::finish_map(run)
+        })?;
+        let to_py = |batches: Vec<arrow_array::RecordBatch>| -> PyResult<Vec<Bound<'py, PyAny>>> {
+            batches
+                .into_iter()
+                .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
+                .collect()
+        };
+        Ok((meta, to_py(emitted)?, to_py(removed)?))
     }
 
     /// Drop the run (its spill files go with it).

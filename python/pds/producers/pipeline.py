@@ -587,6 +587,11 @@ class Pipeline:
         updates go by key, not by value, so those keys are handed to the
         stages' ``Produce`` again and appear in the change feeds.
         """
+        return self._update(changes, None)
+
+    def _update(self, changes: Mapping[str, Any], run_stage: StageRunner | None) -> int:
+        """:meth:`update`, running each stage with *run_stage* (``None``: in
+        this process; ``pds.spark.update_pipeline`` passes Spark's)."""
         normalised = self._normalise(changes)
         self._check_declared()
         if not normalised:
@@ -594,7 +599,24 @@ class Pipeline:
             stored = self._stored(latest)
             if all(name in stored for name in self._order):
                 return int(latest["version"])
-        return self._run(normalised, rebuild=set(), operation="update", detail={"sources": {}})
+        return self._run(normalised, rebuild=set(), operation="update", detail={"sources": {}}, run_stage=run_stage)
+
+    def _run_stage_here(self, task: StageTask, created: list[str]) -> StageDone:
+        """Run one stage's update in this process (see :class:`StageTask`)."""
+        run = _core.StageRun(
+            self._native, self._root, task.stage_view, task.source_views, rebuild=task.rebuild, **task.opts
+        )
+        try:
+            if task.node.batched:
+                run_batched(task.node, run, len(task.node.sources))
+            else:
+                run_rows(task.node, run, len(task.node.sources), task.values)
+            handed, emitted = run.counts()
+            text, made = run.finish()
+        finally:
+            run.close()
+        created += made
+        return StageDone(text, handed, emitted)
 
     def rebuild(self, stage: str) -> int:
         """Recompute *stage* from its sources' whole content (after its
@@ -613,7 +635,9 @@ class Pipeline:
         rebuild: set[str],
         operation: str,
         detail: dict[str, Any],
+        run_stage: StageRunner | None = None,
     ) -> int:
+        run_stage = run_stage or self._run_stage_here
         base = self._at(None)
         stored = self._stored(base)
         old_states: dict[str, Any] = base["nodes"]
@@ -663,20 +687,10 @@ class Pipeline:
                     continue
                 stage_view = json.dumps(self._view(name, graph, {name: old}))
                 source_views = [json.dumps(self._view(s, graph, states)) for s in node.sources]
-                run = _core.StageRun(self._native, self._root, stage_view, source_views, rebuild=fresh, **opts)
-                try:
-                    if node.batched:
-                        run_batched(node, run, len(node.sources))
-                    else:
-                        values = [graph[s].value.names for s in node.sources]
-                        run_rows(node, run, len(node.sources), values)
-                    handed, emitted = run.counts()
-                    text, made = run.finish()
-                finally:
-                    run.close()
-                detail.setdefault("stages", {})[name] = {"rows_in": handed, "rows_emitted": emitted}
-                created += made
-                states[name] = json.loads(text)
+                values = [graph[s].value.names for s in node.sources]
+                done = run_stage(StageTask(node, stage_view, source_views, values, fresh, opts), created)
+                detail.setdefault("stages", {})[name] = {"rows_in": done.rows_in, "rows_emitted": done.rows_out}
+                states[name] = json.loads(done.state)
             manifest = {
                 "format": "pds-pipeline/1",
                 "version": 0,
@@ -708,6 +722,35 @@ class Pipeline:
             raise
         self._manifest = json.loads(text)
         return int(self._manifest["version"])
+
+
+class StageTask(NamedTuple):
+    """One stage's update to run: the stage, its engine view (with its
+    stored state), its sources' views (at the versions just updated), the
+    value column names of each source (the row form's dicts), whether every
+    source key counts as changed (a first build or rebuild), and the engine
+    options (``compression``, ``target_rows``, ``sort_budget``)."""
+
+    node: Node
+    stage_view: str
+    source_views: list[str]
+    values: list[list[str]]
+    rebuild: bool
+    opts: _Opts
+
+
+class StageDone(NamedTuple):
+    """A stage's new state (JSON), the rows handed to ``Produce`` and emitted."""
+
+    state: str
+    rows_in: int
+    rows_out: int
+
+
+#: Runs a :class:`StageTask`; appends every object it writes to the list
+#: (removed if the update fails), and removes what it wrote itself if it
+#: raises.
+StageRunner = Callable[[StageTask, list[str]], StageDone]
 
 
 class _Change(NamedTuple):

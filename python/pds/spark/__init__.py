@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('pds.spark needs PySpark >= 4.0 and pandas: pip install "pds[spark]"') from exc
 
 from pds.spark._job import WriteJob, WriteSettings
+from pds.spark._pipeline_update import update_pipeline
 from pds.spark._workers import SparkWorkerError
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import (
@@ -53,5 +54,6 @@ __all__ = [
     "register",
     "spark_filters_to_tuples",
     "translate_filter",
+    "update_pipeline",
     "write_dataset",
 ]

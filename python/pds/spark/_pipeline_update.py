@@ -1,0 +1,342 @@
+"""Updating a pipeline on Spark: each stage's update split into tasks by key range.
+
+The driver runs the update as :meth:`pds.Pipeline.update` does (same checks
+before any write, same stage order, one commit by compare-and-swap), but
+hands each stage to Spark in two phases with a shuffle between them:
+
+1. **map**: one task per *source*-key range, aligned with the stage's
+   stored key-mapping parts (for a stage with nothing stored yet: with its
+   first source's content parts). The task builds the engine's stage run
+   restricted to its range, calls the user's ``Produce`` (pickled by
+   PySpark) on the groups of the changed source keys, rewrites the range's
+   key-mapping parts, and emits the rows ``Produce`` returned and the
+   removed ``(source key, target key)`` pairs, each tagged with the
+   *target*-key range that holds its target key.
+2. **shuffle**: the rows are repartitioned by that target range (the ranges
+   are aligned with the stage's stored content parts; a stage with no
+   content yet has one target range, see the module's limits).
+3. **reduce**: one task per target range (a task may take several) merges
+   the range's rows into the range's content parts and writes the range's
+   update. Ranges that no change touches are neither read nor written.
+
+The driver then stitches the ranges' parts into the stage's new state (the
+untouched parts kept by reference) and goes on to the next node. Sources
+and merges are updated on the driver (their cost follows the change; the
+change's rows pass through the driver). The version is committed once.
+
+Every object a task writes is named after the update's job id, so the
+driver finds and removes what failed or duplicate task attempts wrote,
+and everything the job wrote when the update fails. ``Produce`` must be
+deterministic: Spark may run a task twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
+from remote_store import NotFound, RemoteStoreError
+
+from pds import _core
+from pds.errors import SchemaMismatch
+from pds.producers.changes import Changes
+from pds.producers.errors import ProduceError
+from pds.producers.pipeline import Pipeline, StageDone, StageTask
+from pds.producers.produce import run_batched, run_rows
+from pds.spark._job import spark_store
+from pds.spark._job_group import tagged, wait_for_tasks
+from pds.spark._workers import check_workers, explain_worker_failure
+
+__all__ = ["update_pipeline"]
+
+#: Key ranges per stage phase at most (tasks; a task may take several).
+MAX_RANGES = 64
+
+_EMITTED, _REMOVED, _MAPPED, _REDUCED = 0, 1, 2, 3
+
+_ROWS = StructType(
+    [
+        StructField("kind", ByteType(), nullable=False),
+        StructField("range", IntegerType(), nullable=False),
+        StructField("payload", BinaryType(), nullable=True),
+        StructField("meta", StringType(), nullable=True),
+    ]
+)
+"""What the phases hand on: a batch of rows (Arrow IPC) for a target range,
+or a task's result (JSON)."""
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+def _batches(payload: bytes) -> list[pa.RecordBatch]:
+    return list(pa.ipc.open_stream(payload))
+
+
+def _out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"kind": [kind], "range": [rng], "payload": [payload], "meta": [meta]},
+        schema=pa.schema(
+            [
+                pa.field("kind", pa.int8(), nullable=False),
+                pa.field("range", pa.int32(), nullable=False),
+                pa.field("payload", pa.binary()),
+                pa.field("meta", pa.string()),
+            ]
+        ),
+    )
+
+
+def _split(batch: pa.RecordBatch, stage_view: str, targets: list[str], kind: int) -> Iterator[pa.RecordBatch]:
+    """*batch*'s rows as one output row per target range they fall in."""
+    if batch.num_rows == 0:
+        return
+    if len(targets) == 1:
+        yield _out(kind, 0, _ipc(batch), None)
+        return
+    ids = pa.array(_core.pipeline_assign(stage_view, targets, batch), pa.int32())
+    for rng in pc.unique(ids).to_pylist():
+        part = batch.filter(pc.equal(ids, rng))
+        yield _out(kind, int(rng), _ipc(part), None)
+
+
+class _Phases:
+    """One stage's map and reduce functions, pickled to the tasks."""
+
+    def __init__(self, store: Any, root: str, task: StageTask, targets: list[str], job: str) -> None:
+        self.store, self.root, self.task, self.targets, self.job = store, root, task, targets, job
+
+    def _rust(self) -> _core.RustStore:
+        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        return rust
+
+    def map(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t = self.task
+        for b in batches:
+            for rng in b.column("range_json").to_pylist():
+                run = _core.StageRun(
+                    self._rust(),
+                    self.root,
+                    t.stage_view,
+                    t.source_views,
+                    rebuild=t.rebuild,
+                    range=rng,
+                    job=self.job,
+                    **t.opts,
+                )
+                try:
+                    if t.node.batched:
+                        run_batched(t.node, run, len(t.node.sources))
+                    else:
+                        run_rows(t.node, run, len(t.node.sources), t.values)
+                    meta, emitted, removed = run.finish_map()
+                finally:
+                    run.close()
+                for e in emitted:
+                    yield from _split(e, t.stage_view, self.targets, _EMITTED)
+                for r in removed:
+                    yield from _split(r, t.stage_view, self.targets, _REMOVED)
+                yield _out(_MAPPED, -1, None, meta)
+
+    def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        emitted: dict[int, list[pa.RecordBatch]] = {}
+        removed: dict[int, list[pa.RecordBatch]] = {}
+        for b in batches:
+            for kind, rng, payload, meta in zip(
+                b.column("kind").to_pylist(),
+                b.column("range").to_pylist(),
+                b.column("payload").to_pylist(),
+                b.column("meta").to_pylist(),
+                strict=True,
+            ):
+                if kind == _MAPPED:
+                    yield _out(_MAPPED, -1, None, meta)
+                elif kind == _EMITTED:
+                    emitted.setdefault(rng, []).extend(_batches(payload))
+                else:
+                    removed.setdefault(rng, []).extend(_batches(payload))
+        for rng in sorted(set(emitted) | set(removed)):
+            meta = _core.pipeline_reduce_range(
+                self._rust(),
+                self.root,
+                self.task.stage_view,
+                self.targets[rng],
+                emitted.get(rng, []),
+                removed.get(rng, []),
+                job=self.job,
+                **self.task.opts,
+            )
+            yield _out(_REDUCED, rng, None, meta)
+
+
+def _state_objects(state: Mapping[str, Any]) -> set[str]:
+    """Every object a node state references."""
+    update = state.get("update") or {}
+    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
+    return {str(p["name"]) for p in parts}
+
+
+class _SparkStages:
+    """The :data:`pds.producers.pipeline.StageRunner` that runs stages on Spark."""
+
+    def __init__(self, spark: SparkSession, p: Pipeline) -> None:
+        self.spark = spark
+        self.p = p
+        self.store = spark_store(p.store)
+        self.rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        self.root = str(self.store.native_path(p.key))
+        self.job = f"sp{uuid.uuid4().hex[:12]}"
+        self.stats: dict[str, dict[str, int]] = {}
+
+    def _job_objects(self, stage: str) -> list[str]:
+        """Every object this job wrote for *stage* (their names start with
+        its id), as keys of the Rust store (1 LIST per folder)."""
+        out = []
+        for folder in ("content", "mappings", "update"):
+            prefix = f"{self.p.key}/nodes/{stage}/{folder}"
+            try:
+                found = [str(f.path) for f in self.store.list_files(prefix, recursive=True)]
+            except NotFound:
+                continue
+            out += [str(self.store.native_path(k)) for k in found if os.path.basename(k).startswith(self.job)]
+        return out
+
+    def _remove(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            try:
+                self.rust.delete(k)
+            except RemoteStoreError:
+                continue  # best effort: vacuum is the backstop
+
+    def __call__(self, task: StageTask, created: list[str]) -> StageDone:
+        name = task.node.name
+        sources = _core.pipeline_stage_ranges(task.stage_view, task.source_views, "source", MAX_RANGES)
+        targets = _core.pipeline_stage_ranges(task.stage_view, task.source_views, "target", MAX_RANGES)
+        phases = _Phases(self.store, self.root, task, targets, self.job)
+        ranges = self.spark.createDataFrame([(r,) for r in sources], "range_json string").repartition(len(sources))
+        group = f"pds-pipeline-{self.job}-{name}"
+        try:
+            with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} stage {name!r}"):
+                mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
+                rows = mapped.repartition(len(targets), "range").mapInArrow(phases.reduce, _ROWS).collect()
+        except BaseException as exc:
+            wait_for_tasks(self.spark, group)  # no task may write after the cleanup
+            self._remove(self._job_objects(name))
+            clear = explain_worker_failure(exc)
+            if clear is not None:
+                raise clear from exc
+            raise _unwrapped(exc) from exc
+        maps = [r["meta"] for r in rows if r["kind"] == _MAPPED]
+        reduces = [r["meta"] for r in rows if r["kind"] == _REDUCED]
+        try:
+            state_text = _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts)
+        except BaseException:
+            self._remove(self._job_objects(name))
+            raise
+        state = json.loads(state_text)
+        kept = {f"{self.root}/{k}" for k in _state_objects(state)}
+        written = self._job_objects(name)
+        self._remove([k for k in written if k not in kept])  # failed and duplicate attempts'
+        created += [k for k in written if k in kept]
+        rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
+        rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
+        self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
+        return StageDone(state_text, rows_in, rows_out)
+
+
+_TASK_ERROR = re.compile(
+    r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[\w+\])?|errors\.(?P<schema>SchemaMismatch)): "
+    r"(?P<message>[^\n]*)"
+)
+_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): ")
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    """The pds error a task raised (``ProduceError`` naming stage and key,
+    ``SchemaMismatch``), as the local update raises it, when Spark's error
+    carries one; else *exc*."""
+    found = _TASK_ERROR.search(str(exc))
+    if found is None:
+        return exc
+    message = found.group("message")
+    if found.group("schema"):
+        return SchemaMismatch(message)
+    made = ProduceError(message)
+    where = _PRODUCE.match(message)
+    made.stage = where.group("stage") if where else ""
+    key: Any = where.group("key") if where else None
+    with contextlib.suppress(ValueError, SyntaxError):  # else the key's repr, as text
+        key = ast.literal_eval(key) if key is not None else None
+    made.key = key
+    return made
+
+
+def _arrow(df: Any, what: str) -> pa.Table | None:
+    if df is None:
+        return None
+    if isinstance(df, DataFrame):
+        return df.toArrow()
+    return df
+
+
+def _changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """DataFrames (or ``(upserts, deletes)`` pairs, or :class:`pds.Changes` of
+    DataFrames) as Arrow tables on the driver (each change's rows once)."""
+    if not isinstance(changes, Mapping):
+        raise TypeError(f"changes must be a dict of source name -> DataFrame, got {type(changes).__name__}")
+    out: dict[str, Any] = {}
+    for name, ch in changes.items():
+        if isinstance(ch, tuple):
+            if len(ch) != 2:
+                raise TypeError(f"changes[{name!r}]: a tuple is (upserts, deletes), got {len(ch)} items")
+            ch = Changes(upserts=ch[0], deletes=ch[1])
+        if isinstance(ch, Changes):
+            out[name] = Changes(upserts=_arrow(ch.upserts, name), deletes=_arrow(ch.deletes, name))
+        else:
+            out[name] = _arrow(ch, name)
+    return out
+
+
+def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]) -> int:
+    """Apply *changes* to the pipeline *p* and update every stage on Spark,
+    as one new version; return it. See the module docs for how.
+
+    Args:
+        spark: The session whose executors run the stages.
+        p: The pipeline, with its stages declared (``Produce`` functions
+            travel to the tasks by PySpark's pickling); on a store the
+            executors reach (file, S3), not ``memory://``.
+        changes: Source name -> a DataFrame of upserts, a
+            ``(upserts, deletes)`` pair of DataFrames (either may be
+            ``None``), or a :class:`pds.Changes` of DataFrames. Deletes hold
+            the source's key columns.
+
+    Raises what :meth:`pds.Pipeline.update` raises, before any write where
+    it does so: ``ValueError`` (a key both upserted and deleted, an unknown
+    source), ``pds.SchemaMismatch``, ``pds.ProduceError`` (naming the stage
+    and the key), ``pds.CommitConflict`` (nothing of this update committed),
+    ``pds.CommitUnknown``; and :class:`pds.spark.SparkWorkerError` when the
+    workers cannot import pds. A failed job commits nothing and removes what
+    its tasks wrote.
+    """
+    if not isinstance(p, Pipeline):
+        raise TypeError(f"p must be a pds.Pipeline, got {type(p).__name__}")
+    converted = _changes(changes)
+    runner = _SparkStages(spark, p)
+    check_workers(spark)
+    return p._update(converted, runner)

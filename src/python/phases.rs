@@ -1,0 +1,218 @@
+//! A stage update split by key range (`crate::producers::phases`), for
+//! Spark: ranges to run, which target range a row goes to, the reduce
+//! task, and the driver's stitching. Key ranges, task results and node
+//! states cross as JSON text; rows as Arrow.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3_arrow::PyRecordBatch;
+use serde::Deserialize;
+
+use super::errors::IntoPy;
+use super::producers::env;
+use super::store::PyRustStore;
+use crate::error::{Error, Result};
+use crate::producers::node::{Kind, NodeView};
+use crate::producers::parts::RangePart;
+use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
+use crate::producers::ranges::{assign, plan, KeyRange};
+use crate::producers::run::StageRun;
+
+/// A key range from its JSON (`{"lo": [...], "hi": [...]}`).
+pub(crate) fn key_range(text: &str) -> PyResult<KeyRange> {
+    serde_json::from_str(text)
+        .map_err(|e| PyValueError::new_err(format!("not a key range: {e}: {text:?}")))
+}
+
+/// A job id to name objects by: letters and digits only (it starts object
+/// names), at most 32.
+pub(crate) fn job_prefix(job: Option<String>) -> PyResult<Option<String>> {
+    match job {
+        Some(j)
+            if j.is_empty() || j.len() > 32 || !j.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            Err(PyValueError::new_err(format!(
+                "a job id is 1-32 ASCII letters and digits, got {j:?}"
+            )))
+        }
+        other => Ok(other),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Task(format!("not serialisable: {e}")))
+}
+
+/// What a map task returns, as JSON (see `PyStageRun.finish_map`).
+#[derive(serde::Serialize, Deserialize)]
+struct MapResult {
+    mappings: RangeParts,
+    rows_in: u64,
+    rows_out: u64,
+    changed_keys: u64,
+    created: Vec<String>,
+}
+
+/// Finish a map task: the result's JSON, the emitted rows (read from the
+/// sort: the task's share of the change) and the removed pairs. On an
+/// error, what the task wrote is removed.
+pub(crate) fn finish_map(
+    run: StageRun,
+) -> PyResult<(
+    String,
+    Vec<arrow_array::RecordBatch>,
+    Vec<arrow_array::RecordBatch>,
+)> {
+    let store = run.store();
+    let out = run.finish_map().py_err()?;
+    let done = (|| -> Result<_> {
+        let emitted = out.emitted.collect::<Result<Vec<_>>>()?;
+        let meta = to_json(&MapResult {
+            mappings: out.mappings.clone(),
+            rows_in: out.rows_in,
+            rows_out: out.rows_out,
+            changed_keys: out.changed_keys,
+            created: out.created.clone(),
+        })?;
+        Ok((meta, emitted, out.removed))
+    })();
+    match done {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let _ = crate::runtime::block_on(store.delete_many(&out.created));
+            Err(e).py_err()
+        }
+    }
+}
+
+/// The parts a view's rows live in: a merge's first feeder's.
+fn content_parts(view: &NodeView) -> &[RangePart] {
+    match view.kind {
+        Kind::Merge => view.feeders.first().map(content_parts).unwrap_or_default(),
+        _ => &view.state.content,
+    }
+}
+
+/// The key ranges a stage's split update runs in, as JSON: `"source"`
+/// ranges for the map tasks (aligned with the stage's key-mappings parts;
+/// with none stored yet, with its first source's content parts), or
+/// `"target"` ranges for the reduce tasks (aligned with its content
+/// parts). At most `max_ranges`, of about equal rows. No I/O.
+#[pyfunction]
+pub fn pipeline_stage_ranges(
+    stage: &str,
+    sources: Vec<String>,
+    which: &str,
+    max_ranges: usize,
+) -> PyResult<Vec<String>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let ranges = match which {
+        "source" if !stage.state.mappings.is_empty() => plan(&stage.state.mappings, max_ranges),
+        "source" => match sources.first() {
+            Some(s) => plan(content_parts(&NodeView::from_json(s).py_err()?), max_ranges),
+            None => plan(&[], 1),
+        },
+        "target" => plan(&stage.state.content, max_ranges),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "which is 'source' or 'target', got {other:?}"
+            )))
+        }
+    };
+    ranges.iter().map(|r| to_json(r).py_err()).collect()
+}
+
+/// For each row of `batch` (holding the stage's key columns), the index of
+/// the range of `ranges` (JSON, sorted, disjoint) holding its target key.
+#[pyfunction]
+pub fn pipeline_assign(
+    py: Python<'_>,
+    stage: &str,
+    ranges: Vec<String>,
+    batch: PyRecordBatch,
+) -> PyResult<Vec<u32>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let ranges = ranges
+        .iter()
+        .map(|r| key_range(r))
+        .collect::<PyResult<Vec<_>>>()?;
+    let batch = batch.into_inner();
+    super::detach(py, || {
+        assign(&ranges, stage.key_schema()?, &batch, &stage.key)
+    })
+}
+
+/// A reduce task over the target keys in `range`: merges the `emitted`
+/// rows and `removed` pairs of the range into the range's content parts
+/// and writes its update; returns the result's JSON (`ReduceOutput`).
+/// Nothing is committed; on an error, what it wrote is removed.
+#[pyfunction]
+#[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn pipeline_reduce_range(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    stage: &str,
+    range: &str,
+    emitted: Vec<PyRecordBatch>,
+    removed: Vec<PyRecordBatch>,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+    job: Option<String>,
+) -> PyResult<String> {
+    let mut env = env(store, root, compression, target_rows, sort_budget)?;
+    env.job = job_prefix(job)?;
+    let stage = NodeView::from_json(stage).py_err()?;
+    let range = key_range(range)?;
+    let emitted: Vec<_> = emitted.into_iter().map(|b| b.into_inner()).collect();
+    let removed: Vec<_> = removed.into_iter().map(|b| b.into_inner()).collect();
+    super::detach(py, || {
+        let out = reduce_range(
+            &env,
+            &stage,
+            &range,
+            Box::new(emitted.into_iter().map(Ok)),
+            removed,
+        )?;
+        to_json(&out)
+    })
+}
+
+/// The stage's new state (JSON) from its map results (`finish_map`'s
+/// JSON) and reduce results (`pipeline_reduce_range`'s JSON): the stored
+/// parts outside every processed range kept, each range's new parts in
+/// its place. No I/O.
+#[pyfunction]
+#[pyo3(signature = (store, root, stage, maps, reduces, *, compression, target_rows, sort_budget))]
+#[allow(clippy::too_many_arguments)]
+pub fn pipeline_stitch_stage(
+    store: &PyRustStore,
+    root: &str,
+    stage: &str,
+    maps: Vec<String>,
+    reduces: Vec<String>,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+) -> PyResult<String> {
+    let env = env(store, root, compression, target_rows, sort_budget)?;
+    let stage = NodeView::from_json(stage).py_err()?;
+    let parse =
+        |what: &str, text: &str| PyValueError::new_err(format!("not a {what} result: {text:?}"));
+    let maps = maps
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<MapResult>(m)
+                .map(|r| r.mappings)
+                .map_err(|_| parse("map", m))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let reduces = reduces
+        .iter()
+        .map(|r| serde_json::from_str::<ReduceOutput>(r).map_err(|_| parse("reduce", r)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let state = stitch_stage(&env, &stage, &maps, &reduces).py_err()?;
+    to_json(&state).py_err()
+}

@@ -33,6 +33,7 @@ deterministic: Spark may run a task twice.
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import io
 import json
@@ -51,7 +52,7 @@ from remote_store import NotFound, RemoteStoreError
 from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers.changes import Changes
-from pds.producers.errors import ProduceError
+from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline, StageDone, StageTask
 from pds.producers.produce import run_batched, run_rows
 from pds.spark._job import spark_store
@@ -260,29 +261,38 @@ class _SparkStages:
 
 
 _TASK_ERROR = re.compile(
-    r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[\w+\])?|errors\.(?P<schema>SchemaMismatch)): "
+    r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[(?P<cls>\w+)\])?|errors\.(?P<schema>SchemaMismatch)): "
     r"(?P<message>[^\n]*)"
 )
-_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): ")
+_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): (?P<cls>\w+): (?P<error>.*)$")
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
-    """The pds error a task raised (``ProduceError`` naming stage and key,
-    ``SchemaMismatch``), as the local update raises it, when Spark's error
-    carries one; else *exc*."""
+    """The pds error a task raised, as the local update raises it, when
+    Spark's error carries one: ``SchemaMismatch``, or ``ProduceError``
+    naming the stage and the key (the key as Python reads its repr back,
+    else the repr), also an instance of the user's exception class where
+    that is a built-in one (``except ZeroDivisionError`` catches it);
+    else *exc*."""
     found = _TASK_ERROR.search(str(exc))
     if found is None:
         return exc
     message = found.group("message")
     if found.group("schema"):
         return SchemaMismatch(message)
-    made = ProduceError(message)
     where = _PRODUCE.match(message)
-    made.stage = where.group("stage") if where else ""
-    key: Any = where.group("key") if where else None
+    if where is None:
+        return ProduceError(message)
+    key: Any = where.group("key")
     with contextlib.suppress(ValueError, SyntaxError):  # else the key's repr, as text
-        key = ast.literal_eval(key) if key is not None else None
-    made.key = key
+        key = ast.literal_eval(key)
+    cls = getattr(builtins, where.group("cls"), None)
+    original: BaseException = Exception(where.group("error"))
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        with contextlib.suppress(Exception):
+            original = cls(where.group("error"))
+    made = produce_error(original, where.group("stage"), key)
+    made.args = (message,)
     return made
 
 

@@ -531,6 +531,12 @@ def pipeline_reduce_range(
     """A reduce task: merge a target range's rows into its content parts and
     write its update; the result's JSON. Nothing is committed."""
 
+def pipeline_key_samples(stage: str, batch: pa.RecordBatch, every: int) -> str:
+    """The target key of every *every*-th row of *batch* (JSON), for planning."""
+
+def pipeline_ranges_from_samples(stage: str, samples: Sequence[str], max_ranges: int) -> list[str]:
+    """At most *max_ranges* target ranges (JSON) from sampled keys. No I/O."""
+
 def pipeline_stitch_stage(
     store: RustStore,
     root: str,

@@ -33,7 +33,9 @@ pub struct RangePart {
     pub last_key: Vec<Option<Value>>,
 }
 
-fn key_values(batch: &RecordBatch, key: &[String], row: usize) -> Vec<Option<Value>> {
+/// The key of row `row` of `batch` as JSON values, one per key column (as
+/// parts record their first and last keys).
+pub fn key_values(batch: &RecordBatch, key: &[String], row: usize) -> Vec<Option<Value>> {
     key.iter()
         .map(|k| {
             batch

@@ -132,6 +132,26 @@ pub fn plan_from_bounds(key_schema: &Schema, bounds: Vec<KeyValues>) -> Result<V
     Ok(out)
 }
 
+/// At most `max_ranges` ranges from sampled keys (any order, repeats
+/// allowed): [`plan_from_bounds`], keeping evenly spaced boundaries of the
+/// sorted samples. No samples: one unbounded range.
+pub fn plan_from_samples(
+    key_schema: &Schema,
+    samples: Vec<KeyValues>,
+    max_ranges: usize,
+) -> Result<Vec<KeyRange>> {
+    let all = plan_from_bounds(key_schema, samples)?;
+    let bounds: Vec<KeyValues> = all.iter().skip(1).filter_map(|r| r.lo.clone()).collect();
+    let keep = max_ranges.max(1) - 1;
+    if bounds.len() <= keep {
+        return Ok(all);
+    }
+    let picked: Vec<KeyValues> = (1..=keep)
+        .map(|i| bounds[i * bounds.len() / (keep + 1)].clone())
+        .collect();
+    plan_from_bounds(key_schema, picked)
+}
+
 fn converter(key_schema: &Schema) -> Result<RowConverter> {
     let fields = key_schema
         .fields()
@@ -415,6 +435,27 @@ mod tests {
     use super::*;
     use arrow_array::Int64Array;
     use arrow_schema::{DataType, Field};
+
+    #[test]
+    fn samples_plan_at_most_the_ranges_asked_for() {
+        let schema = Schema::new(vec![Field::new("k", DataType::Int64, false)]);
+        let samples: Vec<KeyValues> = (0..100i64)
+            .rev()
+            .map(|i| vec![Some(Value::from(i))])
+            .collect();
+        let r = plan_from_samples(&schema, samples.clone(), 5).unwrap();
+        assert_eq!(r.len(), 5);
+        assert!(r[0].lo.is_none() && r[4].hi.is_none());
+        for w in r.windows(2) {
+            assert_eq!(w[0].hi, w[1].lo);
+        }
+        let few = plan_from_samples(&schema, samples[..2].to_vec(), 5).unwrap();
+        assert_eq!(few.len(), 3);
+        assert_eq!(
+            plan_from_samples(&schema, Vec::new(), 5).unwrap(),
+            vec![KeyRange::all()]
+        );
+    }
 
     fn part(first: i64, last: i64, rows: u64) -> RangePart {
         RangePart {

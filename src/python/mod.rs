@@ -97,6 +97,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(phases::pipeline_assign, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_reduce_range, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_stitch_stage, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_key_samples, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_ranges_from_samples, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_check_changes, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_apply_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;

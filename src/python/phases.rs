@@ -13,9 +13,10 @@ use super::producers::env;
 use super::store::PyRustStore;
 use crate::error::{Error, Result};
 use crate::producers::node::{Kind, NodeView};
+use crate::producers::parts::key_values;
 use crate::producers::parts::RangePart;
 use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
-use crate::producers::ranges::{assign, plan, KeyRange};
+use crate::producers::ranges::{assign, plan, plan_from_samples, KeyRange, KeyValues};
 use crate::producers::run::StageRun;
 
 /// A key range from its JSON (`{"lo": [...], "hi": [...]}`).
@@ -215,4 +216,38 @@ pub fn pipeline_stitch_stage(
         .collect::<PyResult<Vec<_>>>()?;
     let state = stitch_stage(&env, &stage, &maps, &reduces).py_err()?;
     to_json(&state).py_err()
+}
+
+/// Sampled target keys of `batch` (rows holding the stage's key columns):
+/// the key of every `every`-th row, from the first, as JSON. For planning
+/// the target ranges of a stage built for the first time.
+#[pyfunction]
+pub fn pipeline_key_samples(stage: &str, batch: PyRecordBatch, every: usize) -> PyResult<String> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let batch = batch.into_inner();
+    let samples: Vec<KeyValues> = (0..batch.num_rows())
+        .step_by(every.max(1))
+        .map(|i| key_values(&batch, &stage.key, i))
+        .collect();
+    to_json(&samples).py_err()
+}
+
+/// At most `max_ranges` target ranges (JSON) from sampled keys (each
+/// sample text a JSON list of keys, from `pipeline_key_samples`). No I/O.
+#[pyfunction]
+pub fn pipeline_ranges_from_samples(
+    stage: &str,
+    samples: Vec<String>,
+    max_ranges: usize,
+) -> PyResult<Vec<String>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let mut keys: Vec<KeyValues> = Vec::new();
+    for s in &samples {
+        let some: Vec<KeyValues> = serde_json::from_str(s)
+            .map_err(|e| PyValueError::new_err(format!("not key samples: {e}")))?;
+        keys.extend(some);
+    }
+    let key_schema = stage.key_schema().py_err()?;
+    let ranges = plan_from_samples(&key_schema, keys, max_ranges).py_err()?;
+    ranges.iter().map(|r| to_json(r).py_err()).collect()
 }

@@ -45,6 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
 from remote_store import NotFound, RemoteStoreError
@@ -64,7 +65,10 @@ __all__ = ["update_pipeline"]
 #: Key ranges per stage phase at most (tasks; a task may take several).
 MAX_RANGES = 64
 
-_EMITTED, _REMOVED, _MAPPED, _REDUCED = 0, 1, 2, 3
+_EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
+
+#: Target ranges not planned yet (a stage built for the first time).
+_UNPLANNED = -2
 
 _ROWS = StructType(
     [
@@ -103,9 +107,13 @@ def _out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.Rec
     )
 
 
-def _split(batch: pa.RecordBatch, stage_view: str, targets: list[str], kind: int) -> Iterator[pa.RecordBatch]:
-    """*batch*'s rows as one output row per target range they fall in."""
+def _split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
+    """*batch*'s rows as one output row per target range they fall in
+    (``targets`` ``None``: not planned yet, one row)."""
     if batch.num_rows == 0:
+        return
+    if targets is None:
+        yield _out(kind, _UNPLANNED, _ipc(batch), None)
         return
     if len(targets) == 1:
         yield _out(kind, 0, _ipc(batch), None)
@@ -119,7 +127,7 @@ def _split(batch: pa.RecordBatch, stage_view: str, targets: list[str], kind: int
 class _Phases:
     """One stage's map and reduce functions, pickled to the tasks."""
 
-    def __init__(self, store: Any, root: str, task: StageTask, targets: list[str], job: str) -> None:
+    def __init__(self, store: Any, root: str, task: StageTask, targets: list[str] | None, job: str) -> None:
         self.store, self.root, self.task, self.targets, self.job = store, root, task, targets, job
 
     def _rust(self) -> _core.RustStore:
@@ -149,10 +157,28 @@ class _Phases:
                 finally:
                     run.close()
                 for e in emitted:
+                    if self.targets is None and e.num_rows:
+                        every = max(1, int(t.opts["target_rows"]))
+                        yield _out(_SAMPLES, -1, None, _core.pipeline_key_samples(t.stage_view, e, every))
                     yield from _split(e, t.stage_view, self.targets, _EMITTED)
                 for r in removed:
                     yield from _split(r, t.stage_view, self.targets, _REMOVED)
                 yield _out(_MAPPED, -1, None, meta)
+
+    def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Tag rows held back until the target ranges were planned."""
+        for b in batches:
+            for kind, payload, meta in zip(
+                b.column("kind").to_pylist(),
+                b.column("payload").to_pylist(),
+                b.column("meta").to_pylist(),
+                strict=True,
+            ):
+                if kind == _MAPPED:
+                    yield _out(_MAPPED, -1, None, meta)
+                elif kind in (_EMITTED, _REMOVED):
+                    for part in _batches(payload):
+                        yield from _split(part, self.task.stage_view, self.targets, kind)
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         emitted: dict[int, list[pa.RecordBatch]] = {}
@@ -171,12 +197,13 @@ class _Phases:
                     emitted.setdefault(rng, []).extend(_batches(payload))
                 else:
                     removed.setdefault(rng, []).extend(_batches(payload))
+        targets = self.targets or []
         for rng in sorted(set(emitted) | set(removed)):
             meta = _core.pipeline_reduce_range(
                 self._rust(),
                 self.root,
                 self.task.stage_view,
-                self.targets[rng],
+                targets[rng],
                 emitted.get(rng, []),
                 removed.get(rng, []),
                 job=self.job,
@@ -224,17 +251,42 @@ class _SparkStages:
             except RemoteStoreError:
                 continue  # best effort: vacuum is the backstop
 
+    def _plan_targets(self, task: StageTask, ranges: DataFrame) -> tuple[list[str], DataFrame]:
+        """For a stage with no content yet: run the map phase, kept (persisted:
+        ``Produce`` runs once), plan the target ranges from the emitted keys
+        it sampled (one every ``target_rows`` rows of each task's sorted
+        output), and return them with the kept map output (the caller
+        unpersists it)."""
+        mapped = ranges.mapInArrow(_Phases(self.store, self.root, task, None, self.job).map, _ROWS)
+        mapped = mapped.persist(StorageLevel.MEMORY_AND_DISK)
+        samples = [r["meta"] for r in mapped.where(f"kind = {_SAMPLES}").select("meta").collect()]
+        targets = _core.pipeline_ranges_from_samples(task.stage_view, samples, MAX_RANGES)
+        return targets, mapped
+
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
         name = task.node.name
         sources = _core.pipeline_stage_ranges(task.stage_view, task.source_views, "source", MAX_RANGES)
-        targets = _core.pipeline_stage_ranges(task.stage_view, task.source_views, "target", MAX_RANGES)
-        phases = _Phases(self.store, self.root, task, targets, self.job)
+        planned = bool(json.loads(task.stage_view).get("state", {}).get("content"))
+        targets = (
+            _core.pipeline_stage_ranges(task.stage_view, task.source_views, "target", MAX_RANGES) if planned else None
+        )
         ranges = self.spark.createDataFrame([(r,) for r in sources], "range_json string").repartition(len(sources))
         group = f"pds-pipeline-{self.job}-{name}"
         try:
             with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} stage {name!r}"):
-                mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
-                rows = mapped.repartition(len(targets), "range").mapInArrow(phases.reduce, _ROWS).collect()
+                kept: DataFrame | None = None
+                if targets is not None:
+                    phases = _Phases(self.store, self.root, task, targets, self.job)
+                    mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
+                else:
+                    targets, kept = self._plan_targets(task, ranges)
+                    phases = _Phases(self.store, self.root, task, targets, self.job)
+                    mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
+                try:
+                    rows = mapped.repartition(len(targets), "range").mapInArrow(phases.reduce, _ROWS).collect()
+                finally:
+                    if kept is not None:
+                        kept.unpersist()
         except BaseException as exc:
             wait_for_tasks(self.spark, group)  # no task may write after the cleanup
             self._remove(self._job_objects(name))
@@ -250,10 +302,10 @@ class _SparkStages:
             self._remove(self._job_objects(name))
             raise
         state = json.loads(state_text)
-        kept = {f"{self.root}/{k}" for k in _state_objects(state)}
+        referenced = {f"{self.root}/{k}" for k in _state_objects(state)}
         written = self._job_objects(name)
-        self._remove([k for k in written if k not in kept])  # failed and duplicate attempts'
-        created += [k for k in written if k in kept]
+        self._remove([k for k in written if k not in referenced])  # failed and duplicate attempts'
+        created += [k for k in written if k in referenced]
         rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
         rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
         self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}

@@ -56,7 +56,7 @@ from pds.producers.changes import Changes
 from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline, StageDone, StageTask
 from pds.producers.produce import run_batched, run_rows
-from pds.spark._job import spark_store
+from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
 from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._workers import check_workers, explain_worker_failure
 
@@ -290,10 +290,12 @@ class _SparkStages:
         except BaseException as exc:
             wait_for_tasks(self.spark, group)  # no task may write after the cleanup
             self._remove(self._job_objects(name))
+            remove_until_settled(lambda: self._job_objects(name), self._remove, ABORT_SETTLE_SECONDS)
             clear = explain_worker_failure(exc)
             if clear is not None:
                 raise clear from exc
             raise _unwrapped(exc) from exc
+        wait_for_tasks(self.spark, group)  # speculative duplicates still running write no more
         maps = [r["meta"] for r in rows if r["kind"] == _MAPPED]
         reduces = [r["meta"] for r in rows if r["kind"] == _REDUCED]
         try:

@@ -87,6 +87,9 @@ compare-tables: build ## pds tables vs deltalake and pyiceberg (sqlite catalog) 
 compare-producers: build ## pds pipelines vs Spark local[2] and DuckDB (10M and 40M events, ~15 min)
 	$(PY) benches/producers_compare.py $(COMPARE_ARGS)
 
+compare-producers-spark: build ## pds pipeline updated on Spark vs Spark's recompute and pds local (1M events, ~5 min)
+	$(PY) benches/producers_spark.py $(COMPARE_ARGS)
+
 compare-spark: build ## Spark native Parquet vs the pds data source and mapInArrow helper
 	$(PY) benches/spark_compare.py $(COMPARE_ARGS)
 

@@ -1,0 +1,423 @@
+"""E's two-stage pipeline updated on Spark (``pds.spark.update_pipeline``)
+against Spark's own recompute and the pds local engine, in one run (issue F).
+
+The job, the data, the pipeline and Spark's recompute are
+``benches/producers_compare.py``'s (imported, not copied): events
+``(user, ts, amount)`` -> per-user sessions (30-minute gap) -> per-user daily
+rows, two batched stages over a source keyed by user; Spark computes the
+same rows with window ``lag`` + ``groupBy``, sorted, written as Parquet.
+
+Measured on Spark ``local[2]`` (workers on this Python), on ``file://`` in a
+temporary folder, the systems alternating rep by rep:
+
+1. **full build**: ``update_pipeline(spark, p, {"events": df})`` on a fresh
+   pipeline (``df`` read by Spark from the events' Parquet) vs Spark's
+   recompute vs ``p.update(...)`` in this process;
+2. **localized 1 % update** (a contiguous 1 % of the users re-sent, 10
+   events each, a new draw per rep): ``update_pipeline`` with the changed
+   rows as a DataFrame vs Spark recomputing everything from the updated
+   events vs the local engine.
+
+For each update on Spark: the Spark tasks of pds's job groups (and of the
+jobs around them: reading the change, the workers check), a driver-side
+time breakdown, and the objects written/removed in the pipeline folder (on
+``file://`` there is no request log: a listing before and after).
+The final outputs are checked: pds on Spark == pds local == Spark.
+
+    python benches/producers_spark.py                    # 1M events, 3 reps (~5 min on 2 cores)
+    python benches/producers_spark.py --events 200000 --reps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benches"))
+
+from machine import Interference, git_state, wait_quiet  # noqa: E402
+from producers_compare import (  # noqa: E402
+    change,
+    check_same,
+    declare,
+    file_stream,
+    spark_build,
+    timed,
+    write_events,
+)
+
+import pds  # noqa: E402
+
+NODES = ("events", "sessions", "daily")
+
+
+# -- Spark --------------------------------------------------------------------------
+
+
+def session() -> Any:
+    """Spark local[2] with producers_compare's settings, workers on this Python
+    (and with benches/ on their path)."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The stages' Produce functions are producers_compare's: the workers import it.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "benches"), os.environ.get("PYTHONPATH")]))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("pds-producers-spark")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", "4g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_recompute(src: Path, out: Path) -> float:
+    """producers_compare.spark_build (warm-up + one timed run) on the running
+    session: its ``getOrCreate`` returns ours, and its ``stop`` is skipped."""
+    from pyspark.sql import SparkSession
+
+    stop = SparkSession.stop
+    SparkSession.stop = lambda self: None  # type: ignore[method-assign]
+    try:
+        return spark_build(src, out)
+    finally:
+        SparkSession.stop = stop  # type: ignore[method-assign]
+
+
+class Probe:
+    """What one ``update_pipeline`` did: per-stage driver time, the runner's
+    stats and job id (via a recording subclass of the stage runner), the time
+    to bring the change to the driver, and the Spark tasks of its jobs."""
+
+    def __init__(self) -> None:
+        self.stage_s: dict[str, float] = {}
+        self.stats: dict[str, dict[str, int]] = {}
+        self.job = ""
+        self.changes_s = 0.0
+
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        from pds.spark import _pipeline_update as pu
+
+        probe = self
+        base_runner, base_changes = pu._SparkStages, pu._changes
+
+        class Recording(base_runner):  # type: ignore[misc, valid-type]
+            def __init__(self, *a: Any, **kw: Any) -> None:
+                super().__init__(*a, **kw)
+                probe.job = self.job
+
+            def __call__(self, task: Any, created: list[str]) -> Any:
+                t, out = timed(lambda: super(Recording, self).__call__(task, created))
+                probe.stage_s[task.node.name] = t
+                probe.stats = self.stats
+                return out
+
+        def changes(ch: Any) -> Any:
+            probe.changes_s, out = timed(lambda: base_changes(ch))
+            return out
+
+        pu._SparkStages, pu._changes = Recording, changes
+        try:
+            yield
+        finally:
+            pu._SparkStages, pu._changes = base_runner, base_changes
+
+    def tasks(self, spark: Any, outer_group: str) -> dict[str, dict[str, Any]]:
+        """Per job group (pds's stage groups, and *outer_group* for the rest):
+        ``tasks`` (statusTracker's ``numTasks`` summed over the jobs' stages,
+        skipped ones included), and from the JVM's status store (py4j, an
+        internal API; ``None`` where it fails) the tasks that ran, the stages
+        skipped, shuffle bytes written and executor run time."""
+        sc = spark.sparkContext
+        tracker = sc.statusTracker()
+        out = {}
+        groups = {f"stage {s}": f"pds-pipeline-{self.job}-{s}" for s in self.stats} | {"other": outer_group}
+        for name, group in groups.items():
+            row: dict[str, Any] = {"tasks": 0, "ran": 0, "skipped": 0, "shuffle": 0, "run_ms": 0}
+            for j in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(j)
+                for s in info.stageIds if info is not None else ():
+                    st = tracker.getStageInfo(s)
+                    row["tasks"] += st.numTasks if st is not None else 0
+                    try:
+                        seq = sc._jsc.sc().statusStore().stageData(
+                            s, False, sc._gateway.jvm.java.util.ArrayList(), False,
+                            sc._gateway.new_array(sc._gateway.jvm.double, 0),
+                        )  # fmt: skip
+                        for i in range(seq.size()):
+                            d = seq.apply(i)
+                            row["skipped"] += d.status().toString() == "SKIPPED"
+                            row["ran"] += d.numCompleteTasks() + d.numFailedTasks() + d.numKilledTasks()
+                            row["shuffle"] += d.shuffleWriteBytes()
+                            row["run_ms"] += d.executorRunTime()
+                    except Exception:  # noqa: BLE001 - internal API: report what the tracker has
+                        row["ran"] = row["skipped"] = row["shuffle"] = row["run_ms"] = None
+            out[name] = row
+        return out
+
+
+def listing(root: Path) -> dict[str, int]:
+    return {str(f.relative_to(root)): f.stat().st_size for f in root.rglob("*") if f.is_file()}
+
+
+def objects(before: dict[str, int], after: dict[str, int]) -> str:
+    new = [k for k in after if k not in before]
+    gone = [k for k in before if k not in after]
+    return f"{len(new)} written ({sum(after[k] for k in new) / 1e6:.1f} MB), {len(gone)} removed"
+
+
+def spark_update(spark: Any, p: pds.Pipeline, df: Any, lake: Path, tag: str) -> tuple[float, dict[str, Any]]:
+    """One ``update_pipeline`` under job group *tag*: (seconds, what it did)."""
+    from pds.spark import update_pipeline
+
+    probe = Probe()
+    before = listing(lake)
+    spark.sparkContext.setJobGroup(tag, tag)
+    try:
+        with probe.attached():
+            seconds, _ = timed(lambda: update_pipeline(spark, p, {"events": df}))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    info = {
+        "tasks": probe.tasks(spark, tag),
+        "objects": objects(before, listing(lake)),
+        "changes_s": probe.changes_s,
+        "stage_s": probe.stage_s,
+        "stats": probe.stats,
+        "driver_s": seconds - probe.changes_s - sum(probe.stage_s.values()),
+    }
+    return seconds, info
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+def check_twins(a: pds.Pipeline, b: pds.Pipeline) -> None:
+    """Every node's rows equal between *a* (Spark) and *b* (local)."""
+    for n in NODES:
+        x, y = a.read(n), b.read(n)
+        keys = [(c, "ascending") for c in x.column_names]
+        if not x.sort_by(keys).equals(y.sort_by(keys).select(x.column_names)):
+            raise SystemExit(f"pds on Spark and pds local disagree on {n!r}")
+
+
+def check_spark(p: pds.Pipeline, spark_out: Path, tmp: Path) -> None:
+    """p's daily rows equal Spark's (producers_compare.check_same reads one file)."""
+    d = tmp / "spark-daily"
+    d.mkdir(exist_ok=True)
+    pq.write_table(pq.read_table(spark_out / "daily"), d / "daily.parquet")
+    check_same(p, d)
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def run(args: argparse.Namespace) -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="pds-producers-spark-"))
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    quiet = wait_quiet(30, log)
+    interference = Interference()
+    spark = session()
+    try:
+        n, users = args.events, args.events // 10
+        src = tmp / "events.parquet"
+        log(f"generating {n:,} events of {users:,} users")
+        write_events(src, n, users, seed=1)
+
+        # Untimed warm-up of update_pipeline (Python workers, imports, pickling).
+        warm_src = tmp / "warm.parquet"
+        write_events(warm_src, 20_000, 2_000, seed=3)
+        warm = declare(pds.open_store((tmp / "warm").as_uri()), "w")
+        spark_update(spark, warm, spark.read.parquet(str(warm_src)), tmp / "warm", "bench-warm")
+
+        full: dict[str, list[float]] = {"spark": [], "recompute": [], "local": []}
+        full_info: list[dict[str, Any]] = []
+        systems = ["spark", "recompute", "local"]
+        ps = pl = None
+        for rep in range(args.reps):
+            order = systems[rep % 3 :] + systems[: rep % 3]
+            for system in order:
+                if system == "spark":
+                    lake = tmp / f"lake-spark-{rep}"
+                    ps = declare(pds.open_store(lake.as_uri()), "p")
+                    df = spark.read.parquet(str(src))
+                    t, info = spark_update(spark, ps, df, lake, f"bench-full-{rep}")
+                    full_info.append(info)
+                elif system == "recompute":
+                    t = spark_recompute(src, tmp / "spark-out")
+                else:
+                    pl = declare(pds.open_store((tmp / f"lake-local-{rep}").as_uri()), "p")
+                    t, _ = timed(lambda pl=pl: pl.update({"events": pds.Changes(upserts=file_stream(src))}))
+                full[system].append(t)
+                log(f"full build rep {rep} {system}: {t:.2f} s")
+        assert ps is not None
+        assert pl is not None
+        check_twins(ps, pl)
+        check_spark(ps, tmp / "spark-out", tmp)
+        log("full build: pds on Spark == pds local == Spark")
+
+        changed = users // 100
+        local_users = np.arange(users // 2, users // 2 + changed, dtype=np.int64)
+        upd: dict[str, list[float]] = {"spark": [], "recompute": [], "local": []}
+        upd_info: list[dict[str, Any]] = []
+        spark_lake = tmp / f"lake-spark-{args.reps - 1}"
+        current = pq.read_table(src)
+        for rep in range(args.reps):
+            ch = change(local_users, 10, seed=7 + rep)
+            ch_path = tmp / f"change-{rep}.parquet"
+            pq.write_table(ch, ch_path)
+            # The events after this change (upserts replace a user's events), for Spark's recompute.
+            keep = pc.invert(pc.is_in(current["user"], pa.array(local_users)))
+            current = pa.concat_tables([current.filter(keep), ch])
+            final = tmp / f"events-{rep}.parquet"
+            pq.write_table(current, final, row_group_size=1_000_000)
+            for system in systems[rep % 3 :] + systems[: rep % 3]:
+                if system == "spark":
+                    df = spark.read.parquet(str(ch_path))
+                    t, info = spark_update(spark, ps, df, spark_lake, f"bench-update-{rep}")
+                    upd_info.append(info)
+                elif system == "recompute":
+                    t = spark_recompute(final, tmp / "spark-out")
+                else:
+                    t, _ = timed(lambda ch=ch: pl.update({"events": ch}))
+                upd[system].append(t)
+                log(f"update rep {rep} {system}: {t:.3f} s")
+        check_twins(ps, pl)
+        check_spark(ps, tmp / "spark-out", tmp)
+        log("after the updates: pds on Spark == pds local == Spark")
+
+        return report(args, n, changed, full, full_info, upd, upd_info, quiet, interference)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def describe(info: dict[str, Any]) -> str:
+    tasks = "; ".join(
+        f"{k}: {v['tasks']} tasks ({v['ran']} ran, {v['skipped']} stages skipped), "
+        f"shuffle written {v['shuffle'] / 1e6:.2f} MB, executor run time {v['run_ms'] / 1000:.2f} s"
+        if v["ran"] is not None
+        else f"{k}: {v['tasks']} tasks"
+        for k, v in info["tasks"].items()
+    )
+    stages = ", ".join(f"{k} {v:.2f} s" for k, v in info["stage_s"].items())
+    ranges = ", ".join(
+        f"{k}: {v['map_tasks']} map / {v['reduce_ranges']} of {v['target_ranges']} target ranges"
+        for k, v in info["stats"].items()
+    )
+    return (
+        f"{tasks}; time: change to driver {info['changes_s']:.2f} s, {stages}, "
+        f"rest on the driver (sources, commit, checks) {info['driver_s']:.2f} s; {ranges}; "
+        f"objects: {info['objects']}"
+    )
+
+
+def report(
+    args: argparse.Namespace,
+    n: int,
+    changed: int,
+    full: dict[str, list[float]],
+    full_info: list[dict[str, Any]],
+    upd: dict[str, list[float]],
+    upd_info: list[dict[str, Any]],
+    quiet: str,
+    interference: Interference,
+) -> str:
+    def ok(flag: bool) -> str:
+        return "met" if flag else "**missed**"
+
+    def reps(xs: list[float]) -> str:
+        return " / ".join(f"{x:.2f}" for x in xs)
+
+    fs, fr, fl = med(full["spark"]), med(full["recompute"]), med(full["local"])
+    us, ur, ul = med(upd["spark"]), med(upd["recompute"]), med(upd["local"])
+    lines = [
+        f"# pds pipeline on Spark vs Spark's recompute and pds local "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores{git_state(REPO)}; {quiet}; "
+        f"{interference.summary()}. Spark local[2], file:// in a temporary folder. "
+        f"Command: `python benches/producers_spark.py {' '.join(sys.argv[1:])}`",
+        "",
+        f"{n:,} events of {n // 10:,} users; localized update: {changed:,} contiguous users re-sent, "
+        f"10 events each. Median of {args.reps} reps (systems alternating; a fresh pipeline per full build).",
+        "",
+        "| measure | pds on Spark (s) | Spark recompute (s) | pds local (s) | ratios |",
+        "|---|---|---|---|---|",
+        f"| full build | {fs:.2f} ({reps(full['spark'])}) | {fr:.2f} ({reps(full['recompute'])}) | "
+        f"{fl:.2f} ({reps(full['local'])}) | pds on Spark = {fs / fr:.2f}x Spark, {fs / fl:.2f}x pds local |",
+        f"| localized 1 % update | {us:.3f} ({reps(upd['spark'])}) | {ur:.2f} ({reps(upd['recompute'])}) | "
+        f"{ul:.3f} ({reps(upd['local'])}) | Spark recompute / pds on Spark = {ur / us:.1f}x; "
+        f"pds on Spark = {us / ul:.1f}x pds local |",
+        "",
+        "| target | result |",
+        "|---|---|",
+        f"| full build on Spark no slower than Spark's recompute | {ok(fs <= fr)} ({fs:.2f} s vs {fr:.2f} s) |",
+        f"| localized 1 % update ≥ 20x faster than Spark's recompute | {ok(ur / us >= 20)} ({ur / us:.1f}x) |",
+        "",
+        "Checked: after the builds and after the updates, every node of pds on Spark equals pds local's, "
+        "and the daily rows equal Spark's recompute.",
+        "",
+        "## Each pds-on-Spark update",
+        "",
+        "Tasks: `statusTracker` task counts of the jobs of pds's job groups (`pds-pipeline-<job>-<stage>`), "
+        "and of the benchmark's own group around the call (`other`: reading the change DataFrame to the "
+        "driver, the workers check): *tasks* is the tracker's `numTasks` over the jobs' stages (skipped "
+        "stages included), *ran* the tasks that ran. Shuffle bytes and executor run time are not in "
+        "PySpark's status tracker (`SparkStageInfo` has task counts only): they come from the JVM's "
+        "status store (`sc._jsc.sc().statusStore().stageData`, an internal API, through py4j). "
+        "Store requests: file:// has no request log; *objects* are the "
+        "files that appeared in / vanished from the pipeline folder (a listing before and after), so reads "
+        "are not counted.",
+        "",
+    ]
+    lines += [f"- full build rep {i}: {describe(x)}" for i, x in enumerate(full_info)]
+    lines += [f"- update rep {i}: {describe(x)}" for i, x in enumerate(upd_info)]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=REPO / "benches" / "producers_spark_results.md")
+    args = ap.parse_args()
+    out = run(args)
+    print(out)
+    args.out.write_text(out)
+    print(json.dumps({"wrote": str(args.out)}))
+
+
+if __name__ == "__main__":
+    main()

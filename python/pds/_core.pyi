@@ -505,12 +505,18 @@ class StageRun:
         """Drop the run and its spill files."""
 
 def pipeline_stage_ranges(
-    stage: str, sources: Sequence[str], which: Literal["source", "target"], max_ranges: int
+    stage: str,
+    sources: Sequence[str],
+    which: Literal["source", "target"],
+    max_ranges: int,
+    *,
+    touched_only: bool = False,
 ) -> list[str]:
     """A split stage update's key ranges (JSON): ``"source"`` for the map
     tasks (aligned with the key-mappings parts, else the first source's
     content parts), ``"target"`` for the reduce tasks (aligned with the
-    content parts). No I/O."""
+    content parts). With *touched_only*, only the source ranges some
+    source's update may hold keys of. No I/O."""
 
 def pipeline_assign(stage: str, ranges: Sequence[str], batch: pa.RecordBatch) -> list[int]:
     """For each row (holding the stage's key columns), the index of the range holding it."""

@@ -16,7 +16,7 @@ use crate::producers::node::{Kind, NodeView};
 use crate::producers::parts::key_values;
 use crate::producers::parts::RangePart;
 use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
-use crate::producers::ranges::{assign, plan, plan_from_samples, KeyRange, KeyValues};
+use crate::producers::ranges::{assign, plan, plan_from_samples, KeyRange, KeyValues, RangeFilter};
 use crate::producers::run::StageRun;
 
 /// A key range from its JSON (`{"lo": [...], "hi": [...]}`).
@@ -94,23 +94,60 @@ fn content_parts(view: &NodeView) -> &[RangePart] {
     }
 }
 
+/// Whether `view`'s update (its changed keys' rows and deleted keys; a
+/// merge's: its feeders') may hold a key of `filter`'s range.
+fn update_touches(filter: &RangeFilter, view: &NodeView) -> Result<bool> {
+    if view.kind == Kind::Merge {
+        for f in &view.feeders {
+            if update_touches(filter, f)? {
+                return Ok(true);
+            }
+        }
+        return Ok(false);
+    }
+    let u = &view.state.update;
+    Ok(!filter.overlapping(&u.rows)?.is_empty() || !filter.overlapping(&u.deleted)?.is_empty())
+}
+
+/// Whether some source's update may hold a key of `range` (the stage's
+/// source key types): else the range's map task has nothing to do.
+fn touched(stage: &NodeView, sources: &[NodeView], range: &KeyRange) -> Result<bool> {
+    let idx = crate::parquet::decode::column_indices(&stage.schema, &stage.source_key)?;
+    let filter = RangeFilter::new(range, std::sync::Arc::new(stage.schema.project(&idx)?))?;
+    for s in sources {
+        if update_touches(&filter, s)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The key ranges a stage's split update runs in, as JSON: `"source"`
 /// ranges for the map tasks (aligned with the stage's key-mappings parts;
 /// with none stored yet, with its first source's content parts), or
 /// `"target"` ranges for the reduce tasks (aligned with its content
-/// parts). At most `max_ranges`, of about equal rows. No I/O.
+/// parts). At most `max_ranges`, of about equal rows. With
+/// `touched_only`, only the source ranges that some source's update may
+/// hold keys of (the others' map tasks would do nothing). No I/O.
 #[pyfunction]
+#[pyo3(signature = (stage, sources, which, max_ranges, *, touched_only=false))]
 pub fn pipeline_stage_ranges(
     stage: &str,
     sources: Vec<String>,
     which: &str,
     max_ranges: usize,
+    touched_only: bool,
 ) -> PyResult<Vec<String>> {
     let stage = NodeView::from_json(stage).py_err()?;
-    let ranges = match which {
+    let views = sources
+        .iter()
+        .map(|s| NodeView::from_json(s))
+        .collect::<Result<Vec<_>>>()
+        .py_err()?;
+    let mut ranges = match which {
         "source" if !stage.state.mappings.is_empty() => plan(&stage.state.mappings, max_ranges),
-        "source" => match sources.first() {
-            Some(s) => plan(content_parts(&NodeView::from_json(s).py_err()?), max_ranges),
+        "source" => match views.first() {
+            Some(s) => plan(content_parts(s), max_ranges),
             None => plan(&[], 1),
         },
         "target" => plan(&stage.state.content, max_ranges),
@@ -120,6 +157,15 @@ pub fn pipeline_stage_ranges(
             )))
         }
     };
+    if touched_only && which == "source" {
+        let mut kept = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            if touched(&stage, &views, &r).py_err()? {
+                kept.push(r);
+            }
+        }
+        ranges = kept;
+    }
     ranges.iter().map(|r| to_json(r).py_err()).collect()
 }
 

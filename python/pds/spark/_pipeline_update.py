@@ -156,10 +156,14 @@ class _Phases:
                     meta, emitted, removed = run.finish_map()
                 finally:
                     run.close()
+                every, seen = max(1, int(t.opts["target_rows"])), 0
                 for e in emitted:
-                    if self.targets is None and e.num_rows:
-                        every = max(1, int(t.opts["target_rows"]))
-                        yield _out(_SAMPLES, -1, None, _core.pipeline_key_samples(t.stage_view, e, every))
+                    # One sample every `target_rows` rows of the task's whole sorted output.
+                    first = -seen % every
+                    if self.targets is None and first < e.num_rows:
+                        samples = _core.pipeline_key_samples(t.stage_view, e.slice(first), every)
+                        yield _out(_SAMPLES, -1, None, samples)
+                    seen += e.num_rows
                     yield from _split(e, t.stage_view, self.targets, _EMITTED)
                 for r in removed:
                     yield from _split(r, t.stage_view, self.targets, _REMOVED)
@@ -263,14 +267,27 @@ class _SparkStages:
         targets = _core.pipeline_ranges_from_samples(task.stage_view, samples, MAX_RANGES)
         return targets, mapped
 
+    def _unchanged(self, task: StageTask) -> StageDone:
+        """A stage none of whose source keys changed: its state is kept, its
+        update is empty (what the local engine gives; no Spark job)."""
+        state = json.loads(task.stage_view).get("state") or {}
+        kept = {"content": state.get("content", []), "mappings": state.get("mappings", [])}
+        return StageDone(json.dumps(kept), 0, 0)
+
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
         name = task.node.name
-        sources = _core.pipeline_stage_ranges(task.stage_view, task.source_views, "source", MAX_RANGES)
+        sources = _core.pipeline_stage_ranges(
+            task.stage_view, task.source_views, "source", MAX_RANGES, touched_only=not task.rebuild
+        )
+        if not sources:  # no source key of the stage changed
+            return self._unchanged(task)
         planned = bool(json.loads(task.stage_view).get("state", {}).get("content"))
         targets = (
             _core.pipeline_stage_ranges(task.stage_view, task.source_views, "target", MAX_RANGES) if planned else None
         )
-        ranges = self.spark.createDataFrame([(r,) for r in sources], "range_json string").repartition(len(sources))
+        # One partition per range, with no shuffle.
+        rdd = self.spark.sparkContext.parallelize([(r,) for r in sources], len(sources))
+        ranges = self.spark.createDataFrame(rdd, "range_json string")
         group = f"pds-pipeline-{self.job}-{name}"
         try:
             with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} stage {name!r}"):
@@ -283,7 +300,9 @@ class _SparkStages:
                     phases = _Phases(self.store, self.root, task, targets, self.job)
                     mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
                 try:
-                    rows = mapped.repartition(len(targets), "range").mapInArrow(phases.reduce, _ROWS).collect()
+                    # By range, with no count: adaptive execution coalesces the
+                    # partitions that few rows reach (a task takes several ranges).
+                    rows = mapped.repartition("range").mapInArrow(phases.reduce, _ROWS).collect()
                 finally:
                     if kept is not None:
                         kept.unpersist()

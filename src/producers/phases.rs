@@ -364,17 +364,22 @@ mod tests {
                     vs.push(v.value(i).to_string());
                 }
             }
-            let out = RecordBatch::try_new(
-                run.schema(),
-                vec![
-                    Arc::new(Int64Array::from(t)),
-                    Arc::new(Int64Array::from(s)),
-                    Arc::new(arrow_array::StringArray::from(vs)),
-                ],
-            )
-            .unwrap();
-            run.push(out).unwrap();
+            emit(run, t, s, vs);
         }
+    }
+
+    /// Push emitted rows `(K_t, K_s, V)` as `Produce` would.
+    fn emit(run: &mut StageRun, t: Vec<i64>, s: Vec<i64>, vs: Vec<String>) {
+        let out = RecordBatch::try_new(
+            run.schema(),
+            vec![
+                Arc::new(Int64Array::from(t)),
+                Arc::new(Int64Array::from(s)),
+                Arc::new(arrow_array::StringArray::from(vs)),
+            ],
+        )
+        .unwrap();
+        run.push(out).unwrap();
     }
 
     /// xorshift64*: reproducible randomness without a dependency.
@@ -661,16 +666,7 @@ mod tests {
                 s.push(keys.value(i));
                 vs.push(format!("v{sum}"));
             }
-            let out = RecordBatch::try_new(
-                run.schema(),
-                vec![
-                    Arc::new(Int64Array::from(t)),
-                    Arc::new(Int64Array::from(s)),
-                    Arc::new(arrow_array::StringArray::from(vs)),
-                ],
-            )
-            .unwrap();
-            run.push(out).unwrap();
+            emit(run, t, s, vs);
         }
     }
 

@@ -170,8 +170,11 @@ fn json_rows(conv: &RowConverter, key_schema: &Schema, keys: &[&[Option<Value>]]
 /// Where a part lies with respect to a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
+    /// Every key of the part is below the range.
     Before,
+    /// The part holds keys of the range (see [`RangeFilter::places`]).
     Inside,
+    /// Every key of the part is at or past the range's upper bound.
     After,
 }
 
@@ -297,7 +300,8 @@ impl RangeFilter {
         }))
     }
 
-    /// Where each of `parts` (recorded over this filter's key) lies.
+    /// Where each of `parts` (recorded over this filter's key) lies, and
+    /// whether it lies wholly there (`false`: it straddles a bound).
     pub fn places(&self, parts: &[RangePart]) -> Result<Vec<(Place, bool)>> {
         let firsts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.first_key.as_slice()).collect();
         let lasts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.last_key.as_slice()).collect();

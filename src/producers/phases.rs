@@ -44,6 +44,7 @@ use crate::error::{Error, Result};
 /// A range's new parts (of one list: content or key-mappings).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RangeParts {
+    /// The range the task processed.
     pub range: KeyRange,
     /// The parts now holding the range's rows, in key order (kept ones by
     /// reference, new ones written by the task). Only the range's.
@@ -63,8 +64,9 @@ pub struct MapOutput {
     /// stage's source key, then its key), sorted so; in memory (they are
     /// as many as the change's old targets). To be shuffled by `K_t`.
     pub removed: Vec<RecordBatch>,
-    /// Source rows handed to `Produce`, and rows it emitted.
+    /// Source rows handed to `Produce`.
     pub rows_in: u64,
+    /// Rows `Produce` emitted.
     pub rows_out: u64,
     /// Distinct changed source keys in the range (0 where nothing is stored).
     pub changed_keys: u64,
@@ -80,8 +82,9 @@ pub struct ReduceOutput {
     /// The range's update: every row of each touched target key, and the
     /// touched keys left with no row.
     pub update: UpdateFiles,
-    /// Emitted rows and removed pairs the task was given.
+    /// Emitted rows the task was given.
     pub emitted_rows: u64,
+    /// Removed `(K_s, K_t)` pairs the task was given.
     pub removed_pairs: u64,
     /// Every object this task wrote (to remove if the update is given up).
     pub created: Vec<String>,
@@ -364,17 +367,22 @@ mod tests {
                     vs.push(v.value(i).to_string());
                 }
             }
-            let out = RecordBatch::try_new(
-                run.schema(),
-                vec![
-                    Arc::new(Int64Array::from(t)),
-                    Arc::new(Int64Array::from(s)),
-                    Arc::new(arrow_array::StringArray::from(vs)),
-                ],
-            )
-            .unwrap();
-            run.push(out).unwrap();
+            emit(run, t, s, vs);
         }
+    }
+
+    /// Push emitted rows `(K_t, K_s, V)` as `Produce` would.
+    fn emit(run: &mut StageRun, t: Vec<i64>, s: Vec<i64>, vs: Vec<String>) {
+        let out = RecordBatch::try_new(
+            run.schema(),
+            vec![
+                Arc::new(Int64Array::from(t)),
+                Arc::new(Int64Array::from(s)),
+                Arc::new(arrow_array::StringArray::from(vs)),
+            ],
+        )
+        .unwrap();
+        run.push(out).unwrap();
     }
 
     /// xorshift64*: reproducible randomness without a dependency.
@@ -661,16 +669,7 @@ mod tests {
                 s.push(keys.value(i));
                 vs.push(format!("v{sum}"));
             }
-            let out = RecordBatch::try_new(
-                run.schema(),
-                vec![
-                    Arc::new(Int64Array::from(t)),
-                    Arc::new(Int64Array::from(s)),
-                    Arc::new(arrow_array::StringArray::from(vs)),
-                ],
-            )
-            .unwrap();
-            run.push(out).unwrap();
+            emit(run, t, s, vs);
         }
     }
 

@@ -172,14 +172,29 @@ fn json_rows(conv: &RowConverter, key_schema: &Schema, keys: &[&[Option<Value>]]
     }
     let fields: Vec<&arrow_schema::Field> =
         key_schema.fields().iter().map(|f| f.as_ref()).collect();
-    Ok(conv.convert_columns(&json_key_columns(keys, &fields)?)?)
+    let columns = json_key_columns(keys, &fields)?;
+    // A value that does not parse as its column's type would become a null.
+    for (n, c) in columns.iter().enumerate() {
+        if let Some(i) = (0..keys.len()).find(|&i| keys[i][n].is_some() && c.is_null(i)) {
+            return Err(Error::InvalidArgument(format!(
+                "key value {:?} is not of key column {:?}'s type {}",
+                keys[i][n],
+                fields[n].name(),
+                fields[n].data_type()
+            )));
+        }
+    }
+    Ok(conv.convert_columns(&columns)?)
 }
 
 /// Where a part lies with respect to a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
+    /// Every key of the part is below the range.
     Before,
+    /// The part holds keys of the range (see [`RangeFilter::places`]).
     Inside,
+    /// Every key of the part is at or past the range's upper bound.
     After,
 }
 
@@ -305,7 +320,8 @@ impl RangeFilter {
         }))
     }
 
-    /// Where each of `parts` (recorded over this filter's key) lies.
+    /// Where each of `parts` (recorded over this filter's key) lies, and
+    /// whether it lies wholly there (`false`: it straddles a bound).
     pub fn places(&self, parts: &[RangePart]) -> Result<Vec<(Place, bool)>> {
         let firsts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.first_key.as_slice()).collect();
         let lasts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.last_key.as_slice()).collect();
@@ -531,5 +547,16 @@ mod tests {
         );
         let empty = KeyRange::from_rows(Some(&hi), Some(&lo)).unwrap();
         assert!(RangeFilter::new(&empty, ks()).is_err());
+        // Ranges travel as JSON (driver to tasks); a bound of another type is refused.
+        let text = serde_json::to_string(&ranges[1]).unwrap();
+        assert_eq!(serde_json::from_str::<KeyRange>(&text).unwrap(), ranges[1]);
+        let wrong = KeyRange {
+            lo: Some(vec![Some(Value::from("ten"))]),
+            hi: None,
+        };
+        assert!(matches!(
+            RangeFilter::new(&wrong, ks()),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

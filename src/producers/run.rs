@@ -17,6 +17,9 @@
 //! Only the emitted rows and the touched keys are sorted; the stored parts
 //! are read and written only where the change lands, the others are kept
 //! by reference. So an update costs in proportion to the change.
+//!
+//! The same update split into tasks by key range (Spark) is in
+//! [`super::phases`]; both call the steps of [`super::steps`].
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -445,14 +448,18 @@ impl Drop for SortWorker {
 
 /// See [`StageRun::finishing`].
 pub(super) struct Finishing {
+    /// The run's environment and stage.
     pub env: Env,
     pub stage: NodeView,
+    /// The changed source keys, sorted, distinct.
     pub changed: ChangedKeys,
     /// The emitted rows, by `(K_t, K_s)`.
     pub content: ExternalSorter,
     /// The emitted `(K_s, K_t)` pairs, by `(K_s, K_t)`.
     pub mappings: ExternalSorter,
+    /// The source-key range of a map task.
     pub scope: Option<Arc<RangeFilter>>,
+    /// Rows handed out / taken back.
     pub rows_in: u64,
     pub rows_out: u64,
 }

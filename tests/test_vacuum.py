@@ -202,9 +202,7 @@ def test_appends_racing_vacuum_above_the_floor_keep_every_row(racing_store: Stor
     fault, not the machine's."""
     t = Table.create(racing_store, "t", data=rows(0, 10))
     floor = datetime.timedelta(seconds=4)
-    raced = race(
-        racing_store, lambda: t.vacuum(retain=floor, min_age=floor, dry_run=False), seconds=6, writers=2
-    )
+    raced = race(racing_store, lambda: t.vacuum(retain=floor, min_age=floor, dry_run=False), seconds=6, writers=2)
     assert raced.longest < floor.total_seconds(), (
         f"an append took {raced.longest:.1f} s, not within min_age: the test's condition failed"
     )

@@ -555,3 +555,42 @@ def pipeline_stitch_stage(
     sort_budget: int,
 ) -> str:
     """The stage's new state (JSON) from its map and reduce results. No I/O."""
+
+# A source's update split by key range (Spark)
+
+def pipeline_source_ranges(source: str, max_ranges: int) -> list[str]:
+    """The key ranges (JSON) a source's changes are split into: at most
+    *max_ranges*, of about equal rows, cut at its stored content parts'
+    boundaries (each part in one range); one unbounded range when nothing
+    is stored (plan a first build from sampled keys instead, with
+    :func:`pipeline_key_samples` and :func:`pipeline_ranges_from_samples`
+    on the source's view). ``ValueError`` for a view that is not a
+    source's. No I/O."""
+
+def pipeline_apply_source_range(
+    store: RustStore,
+    root: str,
+    source: str,
+    range: str,
+    upserts: Sequence[pa.RecordBatch],
+    deletes: Sequence[pa.RecordBatch],
+    *,
+    compression: str,
+    target_rows: int,
+    sort_budget: int,
+    job: str | None = None,
+) -> str:
+    """A source's range task: apply the *upserts* (the source's public
+    columns, in its order) and *deletes* (its key columns) of keys in
+    *range*, rewriting only the range's content parts, its objects named
+    after *job*; the result's JSON (``content``, ``update``, ``created``).
+    A key outside the range, or a range cutting a stored part, is
+    ``ValueError`` before any write; a key both upserted and deleted is
+    ``ValueError``, a null key ``SchemaMismatch``. Nothing is committed; on
+    an error, what it wrote is removed. Cost: the reads and writes of the
+    range's touched content parts (the GIL is released)."""
+
+def pipeline_stitch_source(source: str, outputs: Sequence[str]) -> str:
+    """The source's new state (JSON) from its range tasks' results: the
+    parts outside every processed range kept by reference, each range's
+    new parts in its place, its update the ranges' in key order. No I/O."""

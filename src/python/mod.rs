@@ -7,6 +7,7 @@ mod occupancy;
 mod parts;
 mod phases;
 mod producers;
+mod source_phases;
 mod store;
 mod stream;
 mod table;
@@ -99,6 +100,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(phases::pipeline_stitch_stage, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_key_samples, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_ranges_from_samples, m)?)?;
+    m.add_function(wrap_pyfunction!(source_phases::pipeline_source_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        source_phases::pipeline_apply_source_range,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(source_phases::pipeline_stitch_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_check_changes, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_apply_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;

@@ -40,7 +40,7 @@ pub(crate) fn job_prefix(job: Option<String>) -> PyResult<Option<String>> {
     }
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Task(format!("not serialisable: {e}")))
 }
 

@@ -527,6 +527,13 @@ class Pipeline:
             if node.kind == "stage" and node.fn is None:
                 raise ValueError(f"stage {name!r} has no Produce")
 
+    def _source_node(self, name: str) -> Node:
+        """The declared source *name*; ``ValueError`` if there is none."""
+        node = self._declared.get(name)
+        if node is None or node.kind != "source":
+            raise ValueError(f"{name!r} is not a declared source of this pipeline")
+        return node
+
     def _normalise(self, changes: Mapping[str, Any]) -> dict[str, _Change]:
         """Every change checked and cast to its source's schema, before any
         I/O (a stream's rows are checked as it is read, before any write).
@@ -536,19 +543,17 @@ class Pipeline:
             raise TypeError(f"changes must be a dict of source name -> Changes or table, got {type(changes).__name__}")
         out: dict[str, _Change] = {}
         for name, ch in changes.items():
-            node = self._declared.get(name)
-            if node is None or node.kind != "source":
-                raise ValueError(f"{name!r} is not a declared source of this pipeline")
+            node = self._source_node(name)
             if not isinstance(ch, Changes):
                 ch = Changes(upserts=as_arrow(ch, f"changes[{name!r}]"))
-            dels = _conform(ch.deletes, node.key, f"source {name!r} deletes")
+            dels = conform_table(ch.deletes, node.key, f"source {name!r} deletes")
             failed: list[BaseException] = []
             ups: Upserts
             if isinstance(ch.upserts, pa.RecordBatchReader):
                 ups = _conform_stream(ch.upserts, node.public_schema, f"source {name!r} upserts", failed)
                 ups = _unless_empty(ups)
             else:
-                ups = _conform(ch.upserts, node.public_schema, f"source {name!r} upserts")
+                ups = conform_table(ch.upserts, node.public_schema, f"source {name!r} upserts")
                 _core.pipeline_check_changes(node.key_names, ups, dels)
                 if ups is not None and ups.num_rows == 0:
                     ups = None
@@ -589,17 +594,45 @@ class Pipeline:
         """
         return self._update(changes, None)
 
-    def _update(self, changes: Mapping[str, Any], run_stage: StageRunner | None) -> int:
-        """:meth:`update`, running each stage with *run_stage* (``None``: in
-        this process; ``pds.spark.update_pipeline`` passes Spark's)."""
-        normalised = self._normalise(changes)
+    def _update(
+        self, changes: Mapping[str, Any], run_stage: StageRunner | None, run_source: SourceRunner | None = None
+    ) -> int:
+        """:meth:`update`, running each stage with *run_stage* and applying
+        each source's change with *run_source* (``None``: in this process;
+        ``pds.spark.update_pipeline`` passes Spark's). With *run_source*,
+        *changes* are already checked by its caller, as :meth:`update`
+        checks them, before any write: source name -> the change handed to
+        *run_source* (:attr:`SourceTask.change`), sources with nothing to
+        apply left out."""
+        normalised = self._normalise(changes) if run_source is None else dict(changes)
         self._check_declared()
         if not normalised:
             latest = self._at(None)
             stored = self._stored(latest)
             if all(name in stored for name in self._order):
                 return int(latest["version"])
-        return self._run(normalised, rebuild=set(), operation="update", detail={"sources": {}}, run_stage=run_stage)
+        return self._run(
+            normalised,
+            rebuild=set(),
+            operation="update",
+            detail={"sources": {}},
+            run_stage=run_stage,
+            run_source=run_source,
+        )
+
+    def _apply_source_here(self, task: SourceTask, created: list[str]) -> str:
+        """Apply one source's change (a :class:`_Change`) in this process."""
+        change = task.change
+        try:
+            text, made = _core.pipeline_apply_source(
+                self._native, self._root, task.view, change.upserts, change.deletes, **task.opts
+            )
+        except Exception:
+            if change.failed:  # the stream's own check failed: say why
+                raise change.failed[0] from None
+            raise
+        created += made
+        return str(text)
 
     def _run_stage_here(self, task: StageTask, created: list[str]) -> StageDone:
         """Run one stage's update in this process (see :class:`StageTask`)."""
@@ -631,13 +664,15 @@ class Pipeline:
 
     def _run(
         self,
-        changes: Mapping[str, _Change],
+        changes: Mapping[str, Any],
         rebuild: set[str],
         operation: str,
         detail: dict[str, Any],
         run_stage: StageRunner | None = None,
+        run_source: SourceRunner | None = None,
     ) -> int:
         run_stage = run_stage or self._run_stage_here
+        run_source = run_source or self._apply_source_here
         base = self._at(None)
         stored = self._stored(base)
         old_states: dict[str, Any] = base["nodes"]
@@ -655,17 +690,8 @@ class Pipeline:
                 old = old_states.get(name, {})
                 if node.kind == "source":
                     if name in changes:
-                        change = changes[name]
                         view = json.dumps(self._view(name, graph, {name: old}))
-                        try:
-                            text, made = _core.pipeline_apply_source(
-                                self._native, self._root, view, change.upserts, change.deletes, **opts
-                            )
-                        except Exception:
-                            if change.failed:  # the stream's own check failed: say why
-                                raise change.failed[0] from None
-                            raise
-                        created += made
+                        text = run_source(SourceTask(node, view, changes[name], opts), created)
                         states[name] = json.loads(text)
                         detail["sources"][name] = _update_counts(states[name])
                     else:
@@ -753,6 +779,24 @@ class StageDone(NamedTuple):
 StageRunner = Callable[[StageTask, list[str]], StageDone]
 
 
+class SourceTask(NamedTuple):
+    """One source's change to apply: the source, its engine view (with its
+    stored state), the change as the update's checks left it (a
+    :class:`_Change` locally; the Spark runner's own form on Spark), and the
+    engine options (``compression``, ``target_rows``, ``sort_budget``)."""
+
+    node: Node
+    view: str
+    change: Any
+    opts: _Opts
+
+
+#: Applies a :class:`SourceTask` and returns the source's new state (JSON);
+#: appends every object it writes to the list (removed if the update
+#: fails), and removes what it wrote itself if it raises.
+SourceRunner = Callable[[SourceTask, list[str]], str]
+
+
 class _Change(NamedTuple):
     """A source's changes, conformed: upserts (``None`` if none), deleted
     keys (``None`` if none), and where a streamed upsert puts the
@@ -805,7 +849,8 @@ def _check_key(key: object) -> str:
     return key.strip("/")
 
 
-def _check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:
+def check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:
+    """``SchemaMismatch`` if a column of *schema* is not among *names*."""
     missing = [f.name for f in schema if f.name not in set(names)]
     if missing:
         raise SchemaMismatch(f"{what}: missing columns {missing} (has {list(names)})")
@@ -818,7 +863,7 @@ def _conform_stream(
     checked now, from the reader's schema). A batch that does not conform
     ends the stream; its ``SchemaMismatch`` is put in *failed* (the engine
     reading the stream sees only that it failed)."""
-    _check_columns(reader.schema.names, schema, what)
+    check_columns(reader.schema.names, schema, what)
 
     not_null = [i for i, f in enumerate(schema) if not f.nullable]
 
@@ -828,7 +873,7 @@ def _conform_stream(
                 yield b  # already conforming: passed through as is
                 continue
             try:
-                t = _conform(pa.Table.from_batches([b]), schema, what)
+                t = conform_table(pa.Table.from_batches([b]), schema, what)
             except SchemaMismatch as e:
                 failed.append(e)
                 raise
@@ -846,11 +891,15 @@ def _unless_empty(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
     return None
 
 
-def _conform(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table | None:
-    """*table* with exactly *schema*'s columns (by name), cast; ``None`` if absent."""
+def conform_table(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table | None:
+    """*table* with exactly *schema*'s columns (by name), cast; ``None`` if
+    absent. ``SchemaMismatch`` for a missing column, a value its column
+    cannot hold exactly (:func:`pds.producers.exact.conform`) or a null in
+    a column *schema* declares not null (a key). How every change given to
+    a source is checked, locally and in Spark's tasks."""
     if table is None:
         return None
-    _check_columns(table.column_names, schema, what)
+    check_columns(table.column_names, schema, what)
     cols = []
     for f in schema:
         col = table.column(f.name)

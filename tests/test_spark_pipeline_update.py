@@ -669,3 +669,164 @@ def test_a_stage_runs_in_several_spark_tasks(spark: SparkSession, tmp_path: Path
         stage, rest = m.name.split(".", 1)
         tasks[stage].add(rest)
     assert len(tasks["by_user"]) > 1, f"by_user ran in Spark tasks {sorted(tasks['by_user'])}: its work was not split"
+
+
+# -- source changes are applied by tasks, by source-key range ------------------------------
+
+
+def recorded_sources(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The source runners update_pipeline creates from now on (their stats)."""
+    from pds.spark import _pipeline_update as pu
+
+    made: list[Any] = []
+
+    class Recording(pu.SparkSources):  # type: ignore[misc, name-defined]
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(pu, "SparkSources", Recording)
+    return made
+
+
+@pytest.mark.spec("F")
+def test_source_changes_are_applied_by_tasks_per_key_range(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build cuts the source into ranges from sampled keys, and a
+    later update is shuffled to the ranges of the stored parts; the driver
+    never applies a change itself; the results are the local engine's."""
+    from pds import _core
+
+    def not_on_the_driver(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("a source change was applied on the driver")
+
+    monkeypatch.setattr(_core, "pipeline_apply_source", not_on_the_driver)
+    runners = recorded_sources(monkeypatch)
+    url = (tmp_path / "lake").as_uri()
+    p = declare(url, "pipelines/sources")
+    events: Model = {}
+    scores: Model = {}
+    step = initial(240, events, scores)
+    assert pds.spark.update_pipeline(spark, p, on_spark(spark, step)) == 1
+    built = runners[-1].stats
+    # 240 rows at 20 rows a part: about 12 samples, so several ranges and tasks' parts.
+    assert built["events"]["source_ranges"] > 2 and built["events"]["applied_ranges"] > 2, built
+    monkeypatch.undo()  # the twin updates locally
+    twin = declare(url, "pipelines/twin")
+    assert twin.update(local(step)) == 1
+    check(p, twin, events, scores, "a first build by range")
+    for name in ("events", "scores"):
+        got, want = p.changes(name), twin.changes(name)
+        assert got.upserts.equals(want.upserts) and got.deletes.equals(want.deletes), name
+
+    monkeypatch.setattr(_core, "pipeline_apply_source", not_on_the_driver)
+    runners = recorded_sources(monkeypatch)
+    ups = pa.table({"id": [3, 120, 239, 400], "user": ["a", "b", "c", "d"], "n": [1, 2, 3, 4]}, schema=EVENTS)
+    dels = pa.table({"id": [5, 200, 999]}, schema=KEYS)
+    for r in ups.to_pylist():
+        events[r["id"]] = [{"user": r["user"], "n": r["n"]}]
+    for k in dels.column("id").to_pylist():
+        events.pop(k, None)
+    v = pds.spark.update_pipeline(spark, p, {"events": (frame(spark, ups), frame(spark, dels))})
+    assert v == 2
+    stats = runners[-1].stats["events"]
+    assert stats["source_ranges"] > 2 and 1 < stats["applied_ranges"] < stats["source_ranges"], stats
+    monkeypatch.undo()
+    assert twin.update({"events": pds.Changes(upserts=ups, deletes=dels)}) == 2
+    check(p, twin, events, scores, "an update by range")
+    got, want = p.changes("events"), twin.changes("events")
+    assert got.upserts.equals(want.upserts) and got.deletes.equals(want.deletes)
+    assert garbage(p) == []
+
+
+@pytest.mark.spec("F")
+def test_bad_source_changes_raise_the_local_errors_before_any_write(spark: SparkSession, tmp_path: Path) -> None:
+    """A null key, a value its column cannot hold exactly, a column of the
+    wrong type and a key both upserted and deleted: the error and message
+    Pipeline.update gives, with nothing written."""
+    url = (tmp_path / "lake").as_uri()
+    root = tmp_path / "lake" / "pipelines" / "bad"
+    p = declare(url, "pipelines/bad")
+    events: Model = {}
+    scores: Model = {}
+    assert pds.spark.update_pipeline(spark, p, on_spark(spark, initial(60, events, scores))) == 1
+    before = objects(root)
+    ok = {"id": [1, 2, 3], "user": ["a", "b", "c"], "n": [1, 2, 3]}
+    cases: list[tuple[str, Any, Any]] = [
+        ("a null key", {"events": pa.table({**ok, "id": [1, None, 3]})}, pds.SchemaMismatch),
+        ("an inexact value", {"events": pa.table({**ok, "n": [1.0, 2.5, 3.0]})}, pds.SchemaMismatch),
+        ("a column of another type", {"events": pa.table({**ok, "n": ["1", "2", "3"]})}, pds.SchemaMismatch),
+        (
+            "a key upserted and deleted",
+            {"scores": (pa.table({"id": [1, 2], "w": [1, 2]}), pa.table({"id": [9, 2]}))},
+            ValueError,
+        ),
+        (
+            "a null deleted key",
+            {"scores": (None, pa.table({"id": [None, 4]}, schema=pa.schema([("id", pa.int64())])))},
+            pds.SchemaMismatch,
+        ),
+    ]
+    for what, change, cls in cases:
+        spark_change: dict[str, Any] = {}
+        local_change: dict[str, Any] = {}
+        for name, c in change.items():
+            u, d = c if isinstance(c, tuple) else (c, None)
+            spark_change[name] = (
+                None if u is None else spark.createDataFrame(u),
+                None if d is None else spark.createDataFrame(d),
+            )
+            local_change[name] = pds.Changes(upserts=u, deletes=d)
+        with pytest.raises(cls) as local_err:
+            p.update(local_change)
+        with pytest.raises(cls) as spark_err:
+            pds.spark.update_pipeline(spark, p, spark_change)
+        assert str(spark_err.value) == str(local_err.value), what
+        assert p.refresh() == 1, what
+        assert objects(root) == before, f"{what}: {objects(root) ^ before}"
+
+
+@pytest.mark.spec("F")
+def test_a_source_task_failing_once_leaves_no_duplicates(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt of a source range task fails after it wrote a
+    range's parts: Spark retries it, and the version holds each row once
+    and no object of the failed attempt."""
+    from pds.spark import _pipeline_sources as ps
+
+    marker = tmp_path / "failed-once"
+
+    class FailingOnce(ps._SourceTasks):  # type: ignore[misc, name-defined]
+        """Defined here, so that cloudpickle sends it by value."""
+
+        def apply(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            for n, row in enumerate(super().apply(given)):
+                yield row
+                if n == 0 and ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0:
+                    marker.write_text("failed")
+                    raise RuntimeError("injected: a source task fails after its first range")
+
+    monkeypatch.setattr(ps, "_SourceTasks", FailingOnce)
+    url = (tmp_path / "lake").as_uri()
+    p = declare(url, "pipelines/source-retry")
+    twin = declare(url, "pipelines/twin")
+    events: Model = {}
+    scores: Model = {}
+    step = initial(200, events, scores)
+    assert pds.spark.update_pipeline(spark, p, on_spark(spark, step)) == 1
+    assert twin.update(local(step)) == 1
+    ups = pa.table({"id": list(range(0, 200, 9)), "user": ["r"] * 23, "n": list(range(23))}, schema=EVENTS)
+    for r in ups.to_pylist():
+        events[r["id"]] = [{"user": r["user"], "n": r["n"]}]
+    marker.unlink(missing_ok=True)  # the build's tasks failed once too
+    assert pds.spark.update_pipeline(spark, p, {"events": frame(spark, ups)}) == 2
+    assert marker.exists(), "no source task failed"
+    assert twin.update({"events": ups}) == 2
+    check(p, twin, events, scores, "a retried source task")
+    assert len(p.read("events")) == len(twin.read("events"))
+    assert garbage(p) == [], "the failed attempt's files were removed"

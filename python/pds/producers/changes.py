@@ -41,6 +41,12 @@ def as_arrow(data: Any, what: str) -> pa.Table | pa.RecordBatchReader | None:
     return as_table(data, what)
 
 
+def _spark_frame(data: Any) -> bool:
+    """Whether *data* is a Spark DataFrame (classic or Connect), without
+    importing PySpark."""
+    return type(data).__module__.split(".")[0] == "pyspark" and hasattr(data, "mapInArrow")
+
+
 @dataclass(frozen=True, init=False)
 class Changes:
     """Changes to the keys of a source (the seed's update pairs).
@@ -53,6 +59,10 @@ class Changes:
     may be upserted or deleted, not both (``ValueError``). Keys not
     mentioned keep their rows.
 
+    A Spark DataFrame is kept as it is, unread: ``pds.spark.update_pipeline``
+    reads it on the executors (``Pipeline.update`` reads it on the driver,
+    through its Arrow stream).
+
     ``Pipeline.changes`` returns the same type: for a stage's version, the
     upserts are every row of each target key the version changed, and the
     deletes the keys it left with no row.
@@ -62,8 +72,8 @@ class Changes:
     deletes: pa.Table | None
 
     def __init__(self, upserts: Any = None, deletes: Any = None) -> None:
-        object.__setattr__(self, "upserts", as_arrow(upserts, "upserts"))
-        object.__setattr__(self, "deletes", as_table(deletes, "deletes"))
+        object.__setattr__(self, "upserts", upserts if _spark_frame(upserts) else as_arrow(upserts, "upserts"))
+        object.__setattr__(self, "deletes", deletes if _spark_frame(deletes) else as_table(deletes, "deletes"))
 
     def __repr__(self) -> str:
         def rows(t: pa.Table | pa.RecordBatchReader | None) -> str:

@@ -49,7 +49,7 @@ from remote_store import NotFound, Store
 
 from pds import _core
 from pds.errors import CommitConflict, CommitUnknown, ManifestCorrupted, SchemaMismatch
-from pds.producers.changes import Changes, as_arrow
+from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
 from pds.producers.exact import Inexact, conform
 from pds.producers.graph import Node, check_name, key_schema, value_schema
@@ -546,14 +546,18 @@ class Pipeline:
             node = self._source_node(name)
             if not isinstance(ch, Changes):
                 ch = Changes(upserts=as_arrow(ch, f"changes[{name!r}]"))
-            dels = conform_table(ch.deletes, node.key, f"source {name!r} deletes")
+            # A Spark DataFrame kept by Changes is read here, through its Arrow stream.
+            given = as_arrow(ch.upserts, f"changes[{name!r}] upserts")
+            dels = conform_table(
+                as_table(ch.deletes, f"changes[{name!r}] deletes"), node.key, f"source {name!r} deletes"
+            )
             failed: list[BaseException] = []
             ups: Upserts
-            if isinstance(ch.upserts, pa.RecordBatchReader):
-                ups = _conform_stream(ch.upserts, node.public_schema, f"source {name!r} upserts", failed)
+            if isinstance(given, pa.RecordBatchReader):
+                ups = _conform_stream(given, node.public_schema, f"source {name!r} upserts", failed)
                 ups = _unless_empty(ups)
             else:
-                ups = conform_table(ch.upserts, node.public_schema, f"source {name!r} upserts")
+                ups = conform_table(given, node.public_schema, f"source {name!r} upserts")
                 _core.pipeline_check_changes(node.key_names, ups, dels)
                 if ups is not None and ups.num_rows == 0:
                     ups = None

@@ -13,16 +13,28 @@ hands each stage to Spark in two phases with a shuffle between them:
    removed ``(source key, target key)`` pairs, each tagged with the
    *target*-key range that holds its target key.
 2. **shuffle**: the rows are repartitioned by that target range (the ranges
-   are aligned with the stage's stored content parts; a stage with no
-   content yet has one target range, see the module's limits).
+   are aligned with the stage's stored content parts; for a stage with no
+   content yet, planned from the target keys the map tasks sampled, their
+   output persisted meanwhile so that ``Produce`` runs once).
 3. **reduce**: one task per target range (a task may take several) merges
    the range's rows into the range's content parts and writes the range's
    update. Ranges that no change touches are neither read nor written.
 
 The driver then stitches the ranges' parts into the stage's new state (the
-untouched parts kept by reference) and goes on to the next node. Sources
-and merges are updated on the driver (their cost follows the change; the
-change's rows pass through the driver). The version is committed once.
+untouched parts kept by reference) and goes on to the next node.
+
+Sources are checked and applied by Spark too (see
+:mod:`pds.spark._pipeline_sources`): before anything is written, the
+driver checks each change's columns and types from its schema and Spark
+jobs that write nothing check its rows (null keys, inexact values, a key
+both upserted and deleted); then, in node order, each source's changes
+are tagged with their source-key range (aligned with its stored content
+parts; for a first build, planned from sampled keys), shuffled by range,
+and applied by one task per range. No row of a change passes through the
+driver. Merges are updated on the driver (``pipeline_merge_update``: the
+Rust core reads the feeders' update parts and writes the merge's; rows do
+not pass through Python, and the cost follows the change). The version is
+committed once.
 
 Every object a task writes is named after the update's job id, so the
 driver finds and removes what failed or duplicate task attempts wrote,
@@ -32,96 +44,29 @@ deterministic: Spark may run a task twice.
 
 from __future__ import annotations
 
-import ast
-import builtins
-import contextlib
-import io
 import json
-import os
-import re
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
-from remote_store import NotFound, RemoteStoreError
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from pds import _core
-from pds.errors import SchemaMismatch
-from pds.producers.changes import Changes
-from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline, StageDone, StageTask
 from pds.producers.produce import run_batched, run_rows
-from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
-from pds.spark._job_group import tagged, wait_for_tasks
-from pds.spark._workers import check_workers, explain_worker_failure
+from pds.spark._pipeline_sources import SparkSources
+from pds.spark._pipeline_sources import frames as _changes
+from pds.spark._pipeline_tasks import MAX_RANGES, SparkNodes
+from pds.spark._pipeline_tasks import ROWS as _ROWS
+from pds.spark._pipeline_tasks import batches as _batches
+from pds.spark._pipeline_tasks import out as _out
+from pds.spark._pipeline_tasks import split as _split
+from pds.spark._workers import check_workers
 
 __all__ = ["update_pipeline"]
 
-#: Key ranges per stage phase at most (tasks; a task may take several).
-MAX_RANGES = 64
-
 _EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
-
-#: Target ranges not planned yet (a stage built for the first time).
-_UNPLANNED = -2
-
-_ROWS = StructType(
-    [
-        StructField("kind", ByteType(), nullable=False),
-        StructField("range", IntegerType(), nullable=False),
-        StructField("payload", BinaryType(), nullable=True),
-        StructField("meta", StringType(), nullable=True),
-    ]
-)
-"""What the phases hand on: a batch of rows (Arrow IPC) for a target range,
-or a task's result (JSON)."""
-
-
-def _ipc(batch: pa.RecordBatch) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue()
-
-
-def _batches(payload: bytes) -> list[pa.RecordBatch]:
-    return list(pa.ipc.open_stream(payload))
-
-
-def _out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {"kind": [kind], "range": [rng], "payload": [payload], "meta": [meta]},
-        schema=pa.schema(
-            [
-                pa.field("kind", pa.int8(), nullable=False),
-                pa.field("range", pa.int32(), nullable=False),
-                pa.field("payload", pa.binary()),
-                pa.field("meta", pa.string()),
-            ]
-        ),
-    )
-
-
-def _split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
-    """*batch*'s rows as one output row per target range they fall in
-    (``targets`` ``None``: not planned yet, one row)."""
-    if batch.num_rows == 0:
-        return
-    if targets is None:
-        yield _out(kind, _UNPLANNED, _ipc(batch), None)
-        return
-    if len(targets) == 1:
-        yield _out(kind, 0, _ipc(batch), None)
-        return
-    ids = pa.array(_core.pipeline_assign(stage_view, targets, batch), pa.int32())
-    for rng in pc.unique(ids).to_pylist():
-        part = batch.filter(pc.equal(ids, rng))
-        yield _out(kind, int(rng), _ipc(part), None)
 
 
 class _Phases:
@@ -216,45 +161,9 @@ class _Phases:
             yield _out(_REDUCED, rng, None, meta)
 
 
-def _state_objects(state: Mapping[str, Any]) -> set[str]:
-    """Every object a node state references."""
-    update = state.get("update") or {}
-    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
-    return {str(p["name"]) for p in parts}
-
-
-class _SparkStages:
-    """The :data:`pds.producers.pipeline.StageRunner` that runs stages on Spark."""
-
-    def __init__(self, spark: SparkSession, p: Pipeline) -> None:
-        self.spark = spark
-        self.p = p
-        self.store = spark_store(p.store)
-        self.rust: _core.RustStore = self.store.unwrap(_core.RustStore)
-        self.root = str(self.store.native_path(p.key))
-        self.job = f"sp{uuid.uuid4().hex[:12]}"
-        #: Per stage run: its map tasks and target ranges (benchmarks report them).
-        self.stats: dict[str, dict[str, int]] = {}
-
-    def _job_objects(self, stage: str) -> list[str]:
-        """Every object this job wrote for *stage* (their names start with
-        its id), as keys of the Rust store (1 LIST per folder)."""
-        out = []
-        for folder in ("content", "mappings", "update"):
-            prefix = f"{self.p.key}/nodes/{stage}/{folder}"
-            try:
-                found = [str(f.path) for f in self.store.list_files(prefix, recursive=True)]
-            except NotFound:
-                continue
-            out += [str(self.store.native_path(k)) for k in found if os.path.basename(k).startswith(self.job)]
-        return out
-
-    def _remove(self, keys: Sequence[str]) -> None:
-        for k in keys:
-            try:
-                self.rust.delete(k)
-            except RemoteStoreError:
-                continue  # best effort: vacuum is the backstop
+class _SparkStages(SparkNodes):
+    """The :data:`pds.producers.pipeline.StageRunner` that runs stages on
+    Spark (:attr:`stats`: per stage, its map tasks and ranges)."""
 
     def _plan_targets(self, task: StageTask, ranges: DataFrame) -> tuple[list[str], DataFrame]:
         """For a stage with no content yet: run the map phase, kept (persisted:
@@ -289,110 +198,38 @@ class _SparkStages:
         # One partition per range, with no shuffle.
         rdd = self.spark.sparkContext.parallelize([(r,) for r in sources], len(sources))
         ranges = self.spark.createDataFrame(rdd, "range_json string")
-        group = f"pds-pipeline-{self.job}-{name}"
-        try:
-            with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} stage {name!r}"):
-                kept: DataFrame | None = None
-                if targets is not None:
-                    phases = _Phases(self.store, self.root, task, targets, self.job)
-                    mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
-                else:
-                    targets, kept = self._plan_targets(task, ranges)
-                    phases = _Phases(self.store, self.root, task, targets, self.job)
-                    mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
-                try:
-                    # By range, with no count: adaptive execution coalesces the
-                    # partitions that few rows reach (a task takes several ranges).
-                    rows = mapped.repartition("range").mapInArrow(phases.reduce, _ROWS).collect()
-                finally:
-                    if kept is not None:
-                        kept.unpersist()
-        except BaseException as exc:
-            wait_for_tasks(self.spark, group)  # no task may write after the cleanup
-            self._remove(self._job_objects(name))
-            remove_until_settled(lambda: self._job_objects(name), self._remove, ABORT_SETTLE_SECONDS)
-            clear = explain_worker_failure(exc)
-            if clear is not None:
-                raise clear from exc
-            raise _unwrapped(exc) from exc
-        wait_for_tasks(self.spark, group)  # speculative duplicates still running write no more
+
+        def run() -> list[Row]:
+            nonlocal targets
+            kept: DataFrame | None = None
+            if targets is not None:
+                phases = _Phases(self.store, self.root, task, targets, self.job)
+                mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
+            else:
+                targets, kept = self._plan_targets(task, ranges)
+                phases = _Phases(self.store, self.root, task, targets, self.job)
+                mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
+            try:
+                # By range, with no count: adaptive execution coalesces the
+                # partitions that few rows reach (a task takes several ranges).
+                return mapped.repartition("range").mapInArrow(phases.reduce, _ROWS).collect()
+            finally:
+                if kept is not None:
+                    kept.unpersist()
+
+        rows = self._collect(name, "stage", run)
+        assert targets is not None
         maps = [r["meta"] for r in rows if r["kind"] == _MAPPED]
         reduces = [r["meta"] for r in rows if r["kind"] == _REDUCED]
-        try:
-            state_text = _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts)
-        except BaseException:
-            self._remove(self._job_objects(name))
-            raise
-        state = json.loads(state_text)
-        referenced = {f"{self.root}/{k}" for k in _state_objects(state)}
-        written = self._job_objects(name)
-        self._remove([k for k in written if k not in referenced])  # failed and duplicate attempts'
-        created += [k for k in written if k in referenced]
+        state_text = self._keep(
+            name,
+            lambda: _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts),
+            created,
+        )
         rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
         rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
         self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
         return StageDone(state_text, rows_in, rows_out)
-
-
-_TASK_ERROR = re.compile(
-    r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[(?P<cls>\w+)\])?|errors\.(?P<schema>SchemaMismatch)): "
-    r"(?P<message>[^\n]*)"
-)
-_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): (?P<cls>\w+): (?P<error>.*)$")
-
-
-def _unwrapped(exc: BaseException) -> BaseException:
-    """The pds error a task raised, as the local update raises it, when
-    Spark's error carries one: ``SchemaMismatch``, or ``ProduceError``
-    naming the stage and the key (the key as Python reads its repr back,
-    else the repr), also an instance of the user's exception class where
-    that is a built-in one (``except ZeroDivisionError`` catches it);
-    else *exc*."""
-    found = _TASK_ERROR.search(str(exc))
-    if found is None:
-        return exc
-    message = found.group("message")
-    if found.group("schema"):
-        return SchemaMismatch(message)
-    where = _PRODUCE.match(message)
-    if where is None:
-        return ProduceError(message)
-    key: Any = where.group("key")
-    with contextlib.suppress(ValueError, SyntaxError):  # else the key's repr, as text
-        key = ast.literal_eval(key)
-    cls = getattr(builtins, where.group("cls"), None)
-    original: BaseException = Exception(where.group("error"))
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        with contextlib.suppress(Exception):
-            original = cls(where.group("error"))
-    made = produce_error(original, where.group("stage"), key)
-    made.args = (message,)
-    return made
-
-
-def _arrow(df: Any) -> Any:
-    """A DataFrame's rows as a pyarrow Table on the driver; anything else as it is."""
-    if isinstance(df, DataFrame):
-        return df.toArrow()
-    return df
-
-
-def _changes(changes: Mapping[str, Any]) -> dict[str, Any]:
-    """DataFrames (or ``(upserts, deletes)`` pairs, or :class:`pds.Changes` of
-    DataFrames) as Arrow tables on the driver (each change's rows once)."""
-    if not isinstance(changes, Mapping):
-        raise TypeError(f"changes must be a dict of source name -> DataFrame, got {type(changes).__name__}")
-    out: dict[str, Any] = {}
-    for name, ch in changes.items():
-        if isinstance(ch, tuple):
-            if len(ch) != 2:
-                raise TypeError(f"changes[{name!r}]: a tuple is (upserts, deletes), got {len(ch)} items")
-            ch = Changes(upserts=ch[0], deletes=ch[1])
-        if isinstance(ch, Changes):
-            out[name] = Changes(upserts=_arrow(ch.upserts), deletes=_arrow(ch.deletes))
-        else:
-            out[name] = _arrow(ch)
-    return out
 
 
 def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]) -> int:
@@ -419,7 +256,9 @@ def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]
     """
     if not isinstance(p, Pipeline):
         raise TypeError(f"p must be a pds.Pipeline, got {type(p).__name__}")
-    converted = _changes(changes)
-    runner = _SparkStages(spark, p)
+    given = _changes(changes)
+    stages = _SparkStages(spark, p)
+    sources = SparkSources(spark, p, job=stages.job, stats=stages.stats)
     check_workers(spark)
-    return p._update(converted, runner)
+    checked = sources.check(given)
+    return p._update(checked, stages, sources)

@@ -1,0 +1,231 @@
+"""What the Spark jobs of ``pds.spark.update_pipeline`` share: the rows
+their phases hand on (:data:`ROWS`), tagging rows with the key range
+that holds them (:func:`split`), and :class:`SparkNodes`, which runs one
+node's Spark job under its own job group and removes what the job's
+tasks wrote that the node's new state does not keep (everything, if the
+job fails; the objects of failed and duplicate task attempts, if it
+succeeds)."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
+from remote_store import NotFound, RemoteStoreError
+
+from pds import _core
+from pds.errors import SchemaMismatch
+from pds.producers.errors import ProduceError, produce_error
+from pds.producers.pipeline import Pipeline
+from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
+from pds.spark._job_group import tagged, wait_for_tasks
+from pds.spark._workers import explain_worker_failure
+
+__all__ = [
+    "MAX_RANGES",
+    "ROWS",
+    "UNPLANNED",
+    "SparkNodes",
+    "batches",
+    "ipc",
+    "out",
+    "split",
+    "state_objects",
+    "unwrapped",
+]
+
+#: Key ranges per node phase at most (tasks; a task may take several).
+MAX_RANGES = 64
+
+#: Target ranges not planned yet (a stage built for the first time).
+UNPLANNED = -2
+
+ROWS = StructType(
+    [
+        StructField("kind", ByteType(), nullable=False),
+        StructField("range", IntegerType(), nullable=False),
+        StructField("payload", BinaryType(), nullable=True),
+        StructField("meta", StringType(), nullable=True),
+    ]
+)
+"""What the phases hand on: a batch of rows (Arrow IPC) for a key range,
+or a task's result (JSON)."""
+
+
+def ipc(batch: pa.RecordBatch) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+def batches(payload: bytes) -> list[pa.RecordBatch]:
+    return list(pa.ipc.open_stream(payload))
+
+
+def out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"kind": [kind], "range": [rng], "payload": [payload], "meta": [meta]},
+        schema=pa.schema(
+            [
+                pa.field("kind", pa.int8(), nullable=False),
+                pa.field("range", pa.int32(), nullable=False),
+                pa.field("payload", pa.binary()),
+                pa.field("meta", pa.string()),
+            ]
+        ),
+    )
+
+
+def split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
+    """*batch*'s rows as one output row per target range they fall in
+    (``targets`` ``None``: not planned yet, one row)."""
+    if batch.num_rows == 0:
+        return
+    if targets is None:
+        yield out(kind, UNPLANNED, ipc(batch), None)
+        return
+    if len(targets) == 1:
+        yield out(kind, 0, ipc(batch), None)
+        return
+    ids = pa.array(_core.pipeline_assign(stage_view, targets, batch), pa.int32())
+    for rng in pc.unique(ids).to_pylist():
+        part = batch.filter(pc.equal(ids, rng))
+        yield out(kind, int(rng), ipc(part), None)
+
+
+def state_objects(state: Mapping[str, Any]) -> set[str]:
+    """Every object a node state references."""
+    update = state.get("update") or {}
+    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
+    return {str(p["name"]) for p in parts}
+
+
+_TASK_ERROR = re.compile(
+    r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[(?P<cls>\w+)\])?|errors\.(?P<schema>SchemaMismatch)): "
+    r"(?P<message>[^\n]*)"
+)
+_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): (?P<cls>\w+): (?P<error>.*)$")
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """The pds error a task raised, as the local update raises it, when
+    Spark's error carries one: ``SchemaMismatch``, or ``ProduceError``
+    naming the stage and the key (the key as Python reads its repr back,
+    else the repr), also an instance of the user's exception class where
+    that is a built-in one (``except ZeroDivisionError`` catches it);
+    else *exc*."""
+    found = _TASK_ERROR.search(str(exc))
+    if found is None:
+        return exc
+    message = found.group("message")
+    if found.group("schema"):
+        return SchemaMismatch(message)
+    where = _PRODUCE.match(message)
+    if where is None:
+        return ProduceError(message)
+    key: Any = where.group("key")
+    with contextlib.suppress(ValueError, SyntaxError):  # else the key's repr, as text
+        key = ast.literal_eval(key)
+    cls = getattr(builtins, where.group("cls"), None)
+    original: BaseException = Exception(where.group("error"))
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        with contextlib.suppress(Exception):
+            original = cls(where.group("error"))
+    made = produce_error(original, where.group("stage"), key)
+    made.args = (message,)
+    return made
+
+
+class SparkNodes:
+    """Runs nodes' Spark jobs for one update of pipeline *p*: every object
+    their tasks write is named after :attr:`job` (one id per update,
+    shared by the source and stage runners), so the driver finds it by a
+    LIST of the node's folders. :attr:`stats` records per node what its
+    job did (benchmarks and tests read it)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        p: Pipeline,
+        *,
+        job: str | None = None,
+        stats: dict[str, dict[str, int]] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.p = p
+        self.store = spark_store(p.store)
+        self.rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        self.root = str(self.store.native_path(p.key))
+        self.job = job or f"sp{uuid.uuid4().hex[:12]}"
+        self.stats: dict[str, dict[str, int]] = {} if stats is None else stats
+
+    def _job_objects(self, node: str) -> list[str]:
+        """Every object this job wrote for *node* (their names start with
+        its id), as keys of the Rust store (1 LIST per folder)."""
+        found_all = []
+        for folder in ("content", "mappings", "update"):
+            prefix = f"{self.p.key}/nodes/{node}/{folder}"
+            try:
+                found = [str(f.path) for f in self.store.list_files(prefix, recursive=True)]
+            except NotFound:
+                continue
+            found_all += [str(self.store.native_path(k)) for k in found if os.path.basename(k).startswith(self.job)]
+        return found_all
+
+    def _remove(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            try:
+                self.rust.delete(k)
+            except RemoteStoreError:
+                continue  # best effort: vacuum is the backstop
+
+    def _collect(self, node: str, what: str, run: Callable[[], list[Row]]) -> list[Row]:
+        """*run* (the node's Spark job or jobs, returning the collected rows)
+        under the node's job group, until its tasks have ended (speculative
+        duplicates still running write no more). If it fails: everything
+        the job wrote for the node removed (after its last task ended),
+        and the pds error a task raised raised as the local update raises
+        it (:func:`unwrapped`)."""
+        group = f"pds-pipeline-{self.job}-{node}"
+        try:
+            with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} {what} {node!r}"):
+                rows = run()
+        except BaseException as exc:
+            wait_for_tasks(self.spark, group)  # no task may write after the cleanup
+            self._remove(self._job_objects(node))
+            remove_until_settled(lambda: self._job_objects(node), self._remove, ABORT_SETTLE_SECONDS)
+            clear = explain_worker_failure(exc)
+            if clear is not None:
+                raise clear from exc
+            raise unwrapped(exc) from exc
+        wait_for_tasks(self.spark, group)
+        return rows
+
+    def _keep(self, node: str, stitch: Callable[[], str], created: list[str]) -> str:
+        """The node's new state (JSON) from *stitch*; the objects the job
+        wrote for it that the state references appended to *created*, the
+        others (failed and duplicate task attempts') removed. If *stitch*
+        fails, everything the job wrote for the node is removed."""
+        try:
+            state_text = stitch()
+        except BaseException:
+            self._remove(self._job_objects(node))
+            raise
+        referenced = {f"{self.root}/{k}" for k in state_objects(json.loads(state_text))}
+        written = self._job_objects(node)
+        self._remove([k for k in written if k not in referenced])
+        created += [k for k in written if k in referenced]
+        return state_text

@@ -1,0 +1,432 @@
+"""Store faults inside the Spark tasks of a pipeline update (issue F under
+issue #15's fault model): ``pds.spark.update_pipeline`` on local Spark,
+the pipeline on SeaweedFS through the fault proxy (tests/fault_proxy.py,
+fixture ``faulty``). The executors open the store with the same options,
+so their requests pass through the proxy like the driver's.
+
+The pipeline: events (id -> user, n) -> by_user (row form, key user) ->
+totals (batched, key name). Version 1 is built; the update under test
+upserts and deletes events across several key ranges, so that several map
+tasks write ``by_user``'s key-mapping parts and several reduce tasks its
+content parts. Objects a task writes are named after the update's Spark job
+(``sp`` + 12 hex digits), which is how the log shows a fault hit a task.
+
+- One failed (503) or applied-but-unanswered PUT of a task's mapping or
+  content part, absorbed by object_store's retry, or repeated until the task
+  fails and Spark runs it again (a new attempt writes other names; what the
+  failed one wrote is removed).
+- Every PUT of the stage's mapping (content) parts failing, so that the map
+  (reduce) tasks fail on every attempt: the update raises, commits nothing,
+  leaves nothing; with the faults cleared, the same update succeeds. It
+  should raise what the local path raises (``remote_store.BackendUnavailable``)
+  but raises pyspark's ``PythonException``: an expected failure until fixed.
+- The commit's manifest PUT applied and its reply lost, once or every time:
+  the same outcome as the local path's under the same fault.
+
+After each: every node equals a local twin's and a plain-Python recompute
+(no row lost or duplicated), the objects the update added are exactly ones
+its committed version references, and a local update lands on top.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import remote_store
+from pyspark.sql import DataFrame, SparkSession
+
+import pds
+import pds.spark
+
+from fault_proxy import Rule
+from helpers import files
+
+pytestmark = [pytest.mark.spec("F"), pytest.mark.s3]
+
+KEY = "pipe"
+STAGE = "by_user"
+NODES = ("events", "by_user", "totals")
+EVENTS = pa.schema([("id", pa.int64()), ("user", pa.string()), ("n", pa.int64())])
+KEYS = pa.schema([("id", pa.int64())])
+ZERO = datetime.timedelta(0)
+#: A part a Spark task of the update wrote: named after the job (``sp`` + 12 hex digits).
+TASK_PART = r"/nodes/{stage}/{folder}/sp[0-9a-f]{{12}}[^/]*\.parquet$"
+
+Events = dict[int, tuple[str, int]]  # id -> (user, n)
+Rows = list[tuple[tuple[str, Any], ...]]
+
+
+# -- the pipeline and its oracle ----------------------------------------------------
+
+
+def declare(store: remote_store.Store, key: str) -> pds.Pipeline:
+    """Create (or open) the pipeline under *key* and declare its nodes. The
+    functions are nested so that PySpark sends them to the workers by value."""
+    p = pds.Pipeline.create(store, key, target_rows=20, exist_ok=True)
+    events = p.source("events", key={"id": pa.int64()}, value={"user": pa.string(), "n": pa.int64()})
+
+    @p.stage(STAGE, sources=[events], key={"user": pa.string()}, value={"n": pa.int64(), "src": pa.int64()})
+    def by_user(k: int, rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, dict[str, int]]]:
+        for r in rows:
+            yield r["user"], {"n": r["n"], "src": k}
+
+    @p.stage(
+        "totals",
+        sources=[by_user],
+        key={"name": pa.string()},
+        value={"total": pa.int64(), "cnt": pa.int64()},
+        batched=True,
+    )
+    def totals(groups: pa.Table) -> pa.Table:
+        agg = groups.group_by("user").aggregate([("n", "sum"), ("n", "count")])
+        return pa.table({"name": agg["user"], "total": agg["n_sum"], "cnt": agg["n_count"], "user": agg["user"]})
+
+    return p
+
+
+def canon(rows: list[dict[str, Any]]) -> Rows:
+    """Rows as a sorted list (duplicates kept), each row's columns sorted by name."""
+    return sorted(tuple(sorted(r.items())) for r in rows)
+
+
+def recompute(events: Events) -> dict[str, Rows]:
+    """Every node from the source's contents, in plain Python."""
+    sums: dict[str, list[int]] = defaultdict(list)
+    for user, n in events.values():
+        sums[user].append(n)
+    return {
+        "events": canon([{"id": k, "user": u, "n": n} for k, (u, n) in events.items()]),
+        "by_user": canon([{"user": u, "n": n, "src": k} for k, (u, n) in events.items()]),
+        "totals": canon([{"name": u, "total": sum(ns), "cnt": len(ns)} for u, ns in sums.items()]),
+    }
+
+
+def content(p: pds.Pipeline, version: int | None = None) -> dict[str, Rows]:
+    return {n: canon(p.read(n, version=version).to_pylist()) for n in NODES}
+
+
+def events_table(events: Events) -> pa.Table:
+    ids = sorted(events)
+    return pa.table({"id": ids, "user": [events[i][0] for i in ids], "n": [events[i][1] for i in ids]}, schema=EVENTS)
+
+
+@dataclass
+class Case:
+    """A built pipeline (version 1, through the proxy), its local twin
+    (straight to the store) and the update under test."""
+
+    p: pds.Pipeline
+    twin: pds.Pipeline
+    before: Events
+    after: Events
+    upserts: pa.Table
+    deletes: pa.Table
+    #: Every object under the pipeline's key at version 1.
+    objects: set[str]
+
+    def changes(self, spark: SparkSession) -> dict[str, pds.Changes]:
+        """The update as Spark DataFrames."""
+        ups: DataFrame = spark.createDataFrame(self.upserts)
+        dels: DataFrame = spark.createDataFrame(self.deletes)
+        return {"events": pds.Changes(upserts=ups, deletes=dels)}
+
+    def local_changes(self) -> dict[str, pds.Changes]:
+        return {"events": pds.Changes(upserts=self.upserts, deletes=self.deletes)}
+
+
+def build(f: Any, store: remote_store.Store | None = None) -> Case:
+    """Version 1 of 150 events over 23 users (several key ranges per node),
+    and an update that changes users in most of them and deletes two keys.
+    The pipeline is on *store* (default: the proxy's, ``f.store``)."""
+    before: Events = {i: (f"u{i % 23:02d}", i * 3 - 50) for i in range(150)}
+    p = declare(store or f.store, KEY)
+    twin = declare(f.direct, "twin")
+    assert p.update({"events": events_table(before)}) == 1
+    assert twin.update({"events": events_table(before)}) == 1
+    ups: Events = {i: (f"u{(i * 5) % 23:02d}", -i) for i in (3, 31, 64, 97, 128, 149, 300)}
+    ups[77] = ("new", 7)
+    dels = [10, 111]
+    after = {k: v for k, v in {**before, **ups}.items() if k not in dels}
+    return Case(
+        p=p,
+        twin=twin,
+        before=before,
+        after=after,
+        upserts=events_table(ups),
+        deletes=pa.table({"id": dels}, schema=KEYS),
+        objects=set(files(f.direct, KEY)),
+    )
+
+
+# -- what is stored ------------------------------------------------------------------
+
+
+def referenced(f: Any, version: int) -> dict[str, str | None]:
+    """The objects version *version* names, as store keys, with their SHA-256 where recorded."""
+    m = json.loads(f.direct.read_bytes(f"{KEY}/manifest/v{version:08d}.json"))
+    names: dict[str, str | None] = {}
+    for node in m["nodes"].values():
+        update = node.get("update") or {}
+        parts = [
+            *node.get("content", []),
+            *node.get("mappings", []),
+            *update.get("rows", []),
+            *update.get("deleted", []),
+        ]
+        for part in parts:
+            names[f"{KEY}/{part['name']}"] = part.get("sha256")
+    return names
+
+
+def versions(f: Any) -> list[int]:
+    return sorted(
+        int(m.group(1)) for k in files(f.direct, KEY) if (m := re.fullmatch(rf"{KEY}/manifest/v(\d{{8}})\.json", k))
+    )
+
+
+def check_committed(f: Any, case: Case, what: str) -> None:
+    """Version 2 committed once, Pipeline.open reads it, every node equals
+    the twin's (given the same update) and the recompute, and the objects the
+    update added are exactly what version 2 references beyond version 1."""
+    assert versions(f) == [0, 1, 2], f"{what}: versions {versions(f)}"
+    fresh = pds.Pipeline.open(f.direct, KEY)
+    assert fresh.version == 2, f"{what}: Pipeline.open reads version {fresh.version}"
+    assert case.twin.update(case.local_changes()) == 2
+    want = recompute(case.after)
+    got = content(fresh)
+    for node in NODES:
+        assert got[node] == want[node], f"{what}: node {node!r} differs from the recompute (rows lost or duplicated)"
+        assert got[node] == content(case.twin)[node], f"{what}: node {node!r} differs from the local twin"
+    now = set(files(f.direct, KEY))
+    named = referenced(f, 2)
+    assert set(named) <= now, f"{what}: version 2 names missing objects {sorted(set(named) - now)}"
+    for k, sha in named.items():
+        if sha is not None:
+            assert hashlib.sha256(f.direct.read_bytes(k)).hexdigest() == sha, f"{what}: {k} differs from its SHA-256"
+    added = now - case.objects
+    left = added - set(named) - {f"{KEY}/manifest/v00000002.json"}
+    assert not left, f"{what}: objects no version references were left behind: {sorted(left)}"
+    assert fresh.vacuum(ZERO, True, keep_versions=True, min_age=ZERO) == []
+    on_top(f, case.after, 3)
+
+
+def check_unchanged(f: Any, case: Case, what: str) -> None:
+    """Nothing committed, version 1 reads as before, not one object added or removed."""
+    assert versions(f) == [0, 1], f"{what}: versions {versions(f)}"
+    assert case.p.refresh() == 1, f"{what}: a version was committed"
+    assert content(pds.Pipeline.open(f.direct, KEY)) == recompute(case.before), f"{what}: version 1 changed"
+    now = set(files(f.direct, KEY))
+    assert now == case.objects, (
+        f"{what}: objects added {sorted(now - case.objects)}, removed {sorted(case.objects - now)}"
+    )
+
+
+def on_top(f: Any, events: Events, version: int) -> None:
+    """A local update from a fresh writer (straight) builds on what was committed."""
+    q = declare(f.direct, KEY)
+    assert q.update({"events": events_table({1000: ("top", 1)})}) == version
+    assert content(q) == recompute({**events, 1000: ("top", 1)}), "the next update does not build on the commit"
+
+
+# -- faults --------------------------------------------------------------------------
+
+
+def base(f: Any, key: str = KEY) -> str:
+    """The request path of a pipeline's key (``/bucket/prefix/key``), as a regex."""
+    bucket, prefix = str(f.url).removeprefix("s3://").split("/", 1)
+    return re.escape(f"/{bucket}/{prefix}/{key}")
+
+
+@dataclass
+class Latched(Rule):
+    """A rule for the first request that matches it, then for that same
+    path only (the retries of that request, object_store's and pds's),
+    ``times`` in all (``None``: every one)."""
+
+    latched: str | None = None
+
+    def matches(self, method: str, path: str, query: str) -> bool:
+        if self.latched is not None and path != self.latched:
+            return False
+        if not super().matches(method, path, query):
+            return False
+        self.latched = path
+        return True
+
+
+def log_text(f: Any) -> str:
+    return "\n".join(str(e) for e in f.proxy.log if e.method != "GET" or e.rule is not None)
+
+
+def run(f: Any, call: Callable[[], Any]) -> tuple[str, Any]:
+    """*call*'s outcome: ("ok", value), ("unknown", CommitUnknown) or ("error", exc)."""
+    try:
+        return "ok", call()
+    except pds.CommitUnknown as e:
+        return "unknown", e
+    except Exception as e:  # noqa: BLE001 - the test looks at it
+        return "error", e
+
+
+# -- 1, 2. one fault on a task's part PUT -------------------------------------------
+
+#: fault -> (action, how the request is answered, requests faulted (``None``:
+#: every try of that PUT, so the task fails), what the retry of the PUT gets).
+ONE_FAULT: dict[str, tuple[str, str | int, int | None, int | None]] = {
+    # One retry absorbs it: the same name is written again, once.
+    "503": ("fail", 503, 1, 200),
+    # Parts are written create-only: the retry meets the first PUT's object
+    # (412), which the task reads back and recognises as its own.
+    "lost_reply": ("drop_reply", "close", 1, 412),
+    # Every try of that PUT (object_store's retries, pds's): the task fails
+    # and Spark runs it again, which writes the range under another name.
+    "503_task": ("fail", 503, None, None),
+    "lost_reply_task": ("drop_reply", "close", None, None),
+}
+
+
+@pytest.mark.parametrize("fault", list(ONE_FAULT))
+@pytest.mark.parametrize("folder", ["mappings", "content"])  # written by map tasks / by reduce tasks
+def test_a_faulted_part_put_in_a_task_is_retried_without_duplicates_or_garbage(
+    spark_session: SparkSession, faulty: Any, folder: str, fault: str
+) -> None:
+    action, how, times, retried = ONE_FAULT[fault]
+    case = build(faulty)
+    path = base(faulty) + TASK_PART.format(stage=STAGE, folder=folder)
+    if action == "fail":
+        rule = Latched("PUT", path, "fail", status=how, times=times)
+    else:
+        rule = Latched("PUT", path, "drop_reply", how=str(how), times=times)
+    faulty.proxy.add_rule(rule)
+    got = pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session))
+    faulty.proxy.clear_rules()
+    what = f"{fault} on a {STAGE} {folder} PUT"
+    assert got == 2, f"{what}: committed version {got}"
+
+    # The fault hit a task's request (the proxy log), and only that one path.
+    assert rule.latched is not None and rule.hits >= 1, f"{what}: no such request:\n{log_text(faulty)}"
+    hit = [e for e in faulty.proxy.log if e.path == rule.latched and e.method == "PUT"]
+    faulted = [e for e in hit if e.rule is not None]
+    assert len(faulted) == rule.hits and [e.action for e in faulted] == [action] * rule.hits, log_text(faulty)
+    assert hit[: rule.hits] == faulted, f"{what}: a try of the PUT got through before the fault:\n{log_text(faulty)}"
+    if action == "drop_reply":
+        # The first try was applied; the next ones met it (create-only: 412).
+        statuses = [e.upstream_status for e in faulted]
+        assert statuses == [200] + [412] * (rule.hits - 1), f"{what}: {statuses}"
+    key = f"{KEY}/{rule.latched.split(f'/{KEY}/', 1)[1]}"
+    if retried is None:
+        # Every try failed, so the task did; the new attempt wrote the range
+        # under another name, and what the failed one wrote was removed.
+        assert rule.hits > 1 and hit == faulted, f"{what}: the name was written after all:\n{log_text(faulty)}"
+        assert key not in referenced(faulty, 2)
+        assert not faulty.direct.exists(key), f"{what}: the failed attempt's part was left behind"
+    else:
+        # The PUT was tried again, under the same name, and version 2 names that part.
+        assert len(hit) == rule.hits + 1, f"{what}:\n{log_text(faulty)}"
+        assert (hit[-1].action, hit[-1].status) == ("forward", retried), f"{what}:\n{log_text(faulty)}"
+        assert key in referenced(faulty, 2)
+    check_committed(faulty, case, what)
+
+
+# -- 3. a persistent fault -------------------------------------------------------------
+
+
+class OtherErrorClass(AssertionError):
+    """The Spark path raised another class than the local path, under the same fault."""
+
+
+@pytest.mark.parametrize("folder", ["mappings", "content"])
+@pytest.mark.xfail(
+    raises=OtherErrorClass,
+    strict=True,
+    reason="bug: a store error in a task reaches the caller as pyspark's PythonException, "
+    "not as the remote_store error Pipeline.update raises (_unwrapped maps only ProduceError/SchemaMismatch)",
+)
+def test_a_persistent_fault_in_the_tasks_commits_nothing_and_leaves_nothing(
+    spark_session: SparkSession, faulty: Any, folder: str
+) -> None:
+    """Every PUT to the stage's mapping (content) parts fails: the map
+    (reduce) tasks fail on every attempt. The source's new parts were
+    written before, and with content the stage's new mapping parts too:
+    all of it is removed. The update raises what the local
+    path raises under the same fault."""
+    # No object_store retries: each try of a PUT is one request (pds still tries 3 times).
+    store = faulty.open(max_retries="0")
+    case = build(faulty, store)
+    local = declare(store, "local")
+    local.update({"events": events_table(case.before)})
+    faulty.proxy.fail("PUT", base(faulty, "local") + rf"/nodes/{STAGE}/{folder}/", status=503, times=None)
+    with pytest.raises(remote_store.BackendUnavailable, match="503") as local_err:
+        local.update(case.local_changes())
+    faulty.proxy.clear()
+
+    rule = faulty.proxy.fail("PUT", base(faulty) + rf"/nodes/{STAGE}/{folder}/", status=503, times=None)
+    with pytest.raises(Exception, match="503") as err:
+        pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session))
+    faulty.proxy.clear_rules()
+    what = f"every {STAGE} {folder} PUT failing"
+
+    # Only task requests were faulted, of more than one task attempt (each
+    # attempt names its parts anew).
+    faulted = {e.path for e in faulty.proxy.log if e.rule is not None}
+    pattern = re.compile(base(faulty) + TASK_PART.format(stage=STAGE, folder=folder))
+    assert rule.hits > 1 and len(faulted) > 1, f"{what}:\n{log_text(faulty)}"
+    assert all(pattern.search(p) for p in faulted), f"{what}: not a task's part: {faulted}"
+    written = {e.path for e in faulty.proxy.log if e.method == "PUT" and e.status == 200}
+    assert any("/nodes/events/" in p for p in written), "the source's new parts were written"
+    if folder == "content":
+        maps = re.compile(base(faulty) + TASK_PART.format(stage=STAGE, folder="mappings"))
+        assert any(maps.search(p) for p in written), "the map tasks wrote mapping parts"
+    check_unchanged(faulty, case, what)
+
+    # The same update, with the proxy cleared, succeeds.
+    assert pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session)) == 2
+    check_committed(faulty, case, f"{what}, then again without faults")
+
+    if type(err.value) is not type(local_err.value):
+        raise OtherErrorClass(
+            f"{what}: Spark raised {type(err.value).__module__}.{type(err.value).__qualname__}, "
+            f"the local path {type(local_err.value).__module__}.{type(local_err.value).__qualname__}"
+        )
+
+
+# -- 4. the commit's manifest PUT applied, its reply lost -------------------------------
+
+
+@pytest.mark.parametrize("times", [1, None], ids=["once", "every"])
+def test_a_lost_manifest_reply_on_the_spark_path_is_what_the_local_path_does(
+    spark_session: SparkSession, faulty: Any, times: int | None
+) -> None:
+    case = build(faulty)
+    manifest = r"/manifest/v\d{8}\.json$"
+
+    # The local path under the same fault (a pipeline beside it, through the proxy).
+    local = declare(faulty.store, "local")
+    local.update({"events": events_table(case.before)})
+    local_rule = faulty.proxy.drop_reply("PUT", base(faulty, "local") + manifest, times=times)
+    local_kind, local_out = run(faulty, lambda: local.update(case.local_changes()))
+    faulty.proxy.clear_rules()
+    assert local_rule.hits >= 1
+
+    rule = faulty.proxy.drop_reply("PUT", base(faulty) + manifest, times=times)
+    kind, out = run(faulty, lambda: pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session)))
+    faulty.proxy.clear_rules()
+    what = f"the manifest PUT's reply lost ({'once' if times else 'every time'})"
+    hit = [e for e in faulty.proxy.log if e.rule is not None and f"/{KEY}/" in e.path]
+    assert hit and rule.hits == len(hit), f"{what}:\n{log_text(faulty)}"
+    assert hit[0].path.endswith(f"/{KEY}/manifest/v00000002.json") and hit[0].upstream_status == 200, str(hit[0])
+
+    # The local path returns the new version (the commit loop reads back
+    # what landed, as in test_faults.py); so does the Spark path.
+    assert (local_kind, local_out) == ("ok", 2), f"local: {local_kind} {local_out!r}"
+    assert (kind, out) == (local_kind, local_out), f"{what}: Spark {kind} {out!r}, local {local_kind} {local_out!r}"
+    check_committed(faulty, case, what)

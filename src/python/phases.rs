@@ -40,6 +40,26 @@ pub(crate) fn job_prefix(job: Option<String>) -> PyResult<Option<String>> {
     }
 }
 
+/// The engine's environment for a range task of job `job` (its objects
+/// named after it).
+pub(crate) fn job_env(
+    store: &PyRustStore,
+    root: &str,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+    job: Option<String>,
+) -> PyResult<crate::producers::node::Env> {
+    let mut env = env(store, root, compression, target_rows, sort_budget)?;
+    env.job = job_prefix(job)?;
+    Ok(env)
+}
+
+/// Record batches handed in from Python, as Arrow's.
+pub(crate) fn record_batches(batches: Vec<PyRecordBatch>) -> Vec<arrow_array::RecordBatch> {
+    batches.into_iter().map(|b| b.into_inner()).collect()
+}
+
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Task(format!("not serialisable: {e}")))
 }
@@ -209,12 +229,10 @@ pub fn pipeline_reduce_range(
     sort_budget: usize,
     job: Option<String>,
 ) -> PyResult<String> {
-    let mut env = env(store, root, compression, target_rows, sort_budget)?;
-    env.job = job_prefix(job)?;
+    let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let stage = NodeView::from_json(stage).py_err()?;
     let range = key_range(range)?;
-    let emitted: Vec<_> = emitted.into_iter().map(|b| b.into_inner()).collect();
-    let removed: Vec<_> = removed.into_iter().map(|b| b.into_inner()).collect();
+    let (emitted, removed) = (record_batches(emitted), record_batches(removed));
     super::detach(py, || {
         let out = reduce_range(
             &env,

@@ -8,8 +8,7 @@ use pyo3::prelude::*;
 use pyo3_arrow::PyRecordBatch;
 
 use super::errors::IntoPy;
-use super::phases::{job_prefix, key_range, to_json};
-use super::producers::env;
+use super::phases::{job_env, key_range, record_batches, to_json};
 use super::store::PyRustStore;
 use crate::producers::node::{Kind, NodeView};
 use crate::producers::ranges::plan;
@@ -63,12 +62,10 @@ pub fn pipeline_apply_source_range(
     sort_budget: usize,
     job: Option<String>,
 ) -> PyResult<String> {
-    let mut env = env(store, root, compression, target_rows, sort_budget)?;
-    env.job = job_prefix(job)?;
+    let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let view = source_view(source)?;
     let range = key_range(range)?;
-    let upserts: Vec<_> = upserts.into_iter().map(|b| b.into_inner()).collect();
-    let deletes: Vec<_> = deletes.into_iter().map(|b| b.into_inner()).collect();
+    let (upserts, deletes) = (record_batches(upserts), record_batches(deletes));
     super::detach(py, || {
         let out = apply_range(
             &env,

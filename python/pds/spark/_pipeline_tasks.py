@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -118,6 +119,34 @@ _TASK_ERROR = re.compile(
     r"(?P<message>[^\n]*)"
 )
 _PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): (?P<cls>\w+): (?P<error>.*)$")
+#: A store error's last traceback line: ``remote_store._errors.NotFound: message | path='k'``.
+_STORE_ERROR = re.compile(
+    r"^(?P<module>(?:remote_store|pds)(?:\.\w+)*)\.(?P<cls>\w+): (?P<message>.*?)"
+    r"(?: \| path=(?P<path>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"))?"
+    r"(?: \| backend=(?P<backend>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"))?$",
+    re.MULTILINE,
+)
+
+
+def _store_error(text: str) -> RemoteStoreError | None:
+    """The ``remote_store.RemoteStoreError`` (remote-store's class, or a
+    pds subclass) whose traceback line *text* holds, rebuilt with its
+    message, path and backend; ``None`` if it holds none. The last such
+    line is the one the task raised."""
+    made: RemoteStoreError | None = None
+    for found in _STORE_ERROR.finditer(text):
+        module = sys.modules.get(found.group("module"))
+        cls = getattr(module, found.group("cls"), None)
+        if not (isinstance(cls, type) and issubclass(cls, RemoteStoreError)):
+            continue
+        quoted = {k: found.group(k) for k in ("path", "backend")}
+        extra: dict[str, str | None] = {}
+        for name, value in quoted.items():
+            with contextlib.suppress(ValueError, SyntaxError):
+                extra[name] = None if value is None else str(ast.literal_eval(value))
+        with contextlib.suppress(Exception):  # a class with another constructor: not rebuilt
+            made = cls(found.group("message"), **extra)
+    return made
 
 
 def unwrapped(exc: BaseException) -> BaseException:
@@ -126,10 +155,11 @@ def unwrapped(exc: BaseException) -> BaseException:
     naming the stage and the key (the key as Python reads its repr back,
     else the repr), also an instance of the user's exception class where
     that is a built-in one (``except ZeroDivisionError`` catches it);
-    else *exc*."""
+    a store error (``remote_store.BackendUnavailable``, say) as its own
+    class, with its message and path; else *exc*."""
     found = _TASK_ERROR.search(str(exc))
     if found is None:
-        return exc
+        return _store_error(str(exc)) or exc
     message = found.group("message")
     if found.group("schema"):
         return SchemaMismatch(message)

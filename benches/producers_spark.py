@@ -18,10 +18,12 @@ temporary folder, the systems alternating rep by rep:
    rows as a DataFrame vs Spark recomputing everything from the updated
    events vs the local engine.
 
-For each update on Spark: the Spark tasks of pds's job groups (and of the
-jobs around them: reading the change, the workers check), a driver-side
-time breakdown, and the objects written/removed in the pipeline folder (on
-``file://`` there is no request log: a listing before and after).
+For each update on Spark, by phase (the sources' no-write check jobs, each
+source's apply job, each stage's map/reduce jobs, the rest on the driver):
+the driver's time, and the Spark jobs, tasks, wall times and shuffle bytes
+(from the JVM's status store); and the objects written/removed in the
+pipeline folder (on ``file://`` there is no request log: a listing before
+and after).
 The final outputs are checked: pds on Spark == pds local == Spark.
 
     python benches/producers_spark.py                    # 1M events, 3 reps (~5 min on 2 cores)
@@ -108,76 +110,128 @@ def spark_recompute(src: Path, out: Path) -> float:
 
 
 class Probe:
-    """What one ``update_pipeline`` did: per-stage driver time, the runner's
-    stats and job id (via a recording subclass of the stage runner), the time
-    to bring the change to the driver, and the Spark tasks of its jobs."""
+    """What one ``update_pipeline`` did, by phase: the driver's time in the
+    sources' check (Spark jobs that write nothing), each source's apply job
+    and each stage's map/reduce jobs (via recording subclasses of the
+    source and stage runners), the runners' stats and job id, and the
+    Spark jobs, tasks and shuffle bytes of each phase."""
 
     def __init__(self) -> None:
-        self.stage_s: dict[str, float] = {}
-        self.stats: dict[str, dict[str, int]] = {}
         self.job = ""
-        self.changes_s = 0.0
+        self.stats: dict[str, dict[str, int]] = {}
+        self.check_s = 0.0
+        self.source_s: dict[str, float] = {}
+        self.stage_s: dict[str, float] = {}
+        self.check_jobs: dict[str, set[int]] = {}
 
     @contextmanager
-    def attached(self) -> Iterator[None]:
+    def attached(self, spark: Any) -> Iterator[None]:
         from pds.spark import _pipeline_update as pu
 
         probe = self
-        base_runner, base_changes = pu._SparkStages, pu._changes
+        tracker = spark.sparkContext.statusTracker()
+        base_stages, base_sources = pu._SparkStages, pu.SparkSources
 
-        class Recording(base_runner):  # type: ignore[misc, valid-type]
+        class Stages(base_stages):  # type: ignore[misc, valid-type]
             def __init__(self, *a: Any, **kw: Any) -> None:
                 super().__init__(*a, **kw)
-                probe.job = self.job
+                probe.job, probe.stats = self.job, self.stats
 
             def __call__(self, task: Any, created: list[str]) -> Any:
-                t, out = timed(lambda: super(Recording, self).__call__(task, created))
+                t, out = timed(lambda: super(Stages, self).__call__(task, created))
                 probe.stage_s[task.node.name] = t
-                probe.stats = self.stats
                 return out
 
-        def changes(ch: Any) -> Any:
-            probe.changes_s, out = timed(lambda: base_changes(ch))
-            return out
+        class Sources(base_sources):  # type: ignore[misc, valid-type]
+            def check(self, given: Any) -> Any:
+                probe.check_s, out = timed(lambda: super(Sources, self).check(given))
+                # The source's job group holds its check jobs, then its apply job.
+                probe.check_jobs = {n: set(tracker.getJobIdsForGroup(self._group(n))) for n in given}
+                return out
 
-        pu._SparkStages, pu._changes = Recording, changes
+            def __call__(self, task: Any, created: list[str]) -> Any:
+                t, out = timed(lambda: super(Sources, self).__call__(task, created))
+                probe.source_s[task.node.name] = t
+                return out
+
+        pu._SparkStages, pu.SparkSources = Stages, Sources
         try:
             yield
         finally:
-            pu._SparkStages, pu._changes = base_runner, base_changes
+            pu._SparkStages, pu.SparkSources = base_stages, base_sources
 
-    def tasks(self, spark: Any, outer_group: str) -> dict[str, dict[str, Any]]:
-        """Per job group (pds's stage groups, and *outer_group* for the rest):
-        ``tasks`` (statusTracker's ``numTasks`` summed over the jobs' stages,
-        skipped ones included), and from the JVM's status store (py4j, an
-        internal API; ``None`` where it fails) the tasks that ran, the stages
-        skipped, shuffle bytes written and executor run time."""
-        sc = spark.sparkContext
-        tracker = sc.statusTracker()
-        out = {}
-        groups = {f"stage {s}": f"pds-pipeline-{self.job}-{s}" for s in self.stats} | {"other": outer_group}
-        for name, group in groups.items():
-            row: dict[str, Any] = {"tasks": 0, "ran": 0, "skipped": 0, "shuffle": 0, "run_ms": 0}
-            for j in tracker.getJobIdsForGroup(group):
-                info = tracker.getJobInfo(j)
-                for s in info.stageIds if info is not None else ():
-                    st = tracker.getStageInfo(s)
-                    row["tasks"] += st.numTasks if st is not None else 0
-                    try:
-                        seq = sc._jsc.sc().statusStore().stageData(
-                            s, False, sc._gateway.jvm.java.util.ArrayList(), False,
-                            sc._gateway.new_array(sc._gateway.jvm.double, 0),
-                        )  # fmt: skip
-                        for i in range(seq.size()):
-                            d = seq.apply(i)
-                            row["skipped"] += d.status().toString() == "SKIPPED"
-                            row["ran"] += d.numCompleteTasks() + d.numFailedTasks() + d.numKilledTasks()
-                            row["shuffle"] += d.shuffleWriteBytes()
-                            row["run_ms"] += d.executorRunTime()
-                    except Exception:  # noqa: BLE001 - internal API: report what the tracker has
-                        row["ran"] = row["skipped"] = row["shuffle"] = row["run_ms"] = None
-            out[name] = row
-        return out
+    def phases(self, spark: Any, outer_group: str, total_s: float) -> list[dict[str, Any]]:
+        """The update's phases in order: ``check`` (every source's check
+        jobs), ``apply <source>``, ``stage <stage>``, ``other`` (jobs of
+        *outer_group* outside pds's groups) and ``driver`` (the rest of the
+        call: planning, merges, commit). Each: ``s`` (driver time) and
+        :func:`spark_jobs` of its jobs."""
+        tracker = spark.sparkContext.statusTracker()
+
+        def group(name: str) -> set[int]:
+            return set(tracker.getJobIdsForGroup(f"pds-pipeline-{self.job}-{name}"))
+
+        checked = set().union(*self.check_jobs.values()) if self.check_jobs else set()
+        rows = [{"phase": "check", "s": self.check_s, **spark_jobs(spark, checked)}]
+        for name, s in self.source_s.items():
+            rows.append({"phase": f"apply {name}", "s": s, **spark_jobs(spark, group(name) - checked)})
+        for name, s in self.stage_s.items():
+            rows.append({"phase": f"stage {name}", "s": s, **spark_jobs(spark, group(name))})
+        rows.append({"phase": "other", "s": 0.0, **spark_jobs(spark, set(tracker.getJobIdsForGroup(outer_group)))})
+        rest = total_s - self.check_s - sum(self.source_s.values()) - sum(self.stage_s.values())
+        rows.append({"phase": "driver", "s": rest, **spark_jobs(spark, set())})
+        return rows
+
+
+def span(start: Any, end: Any) -> float:
+    """Seconds between two Scala ``Option[Date]`` (0 if either is empty)."""
+    return (end.get().getTime() - start.get().getTime()) / 1000 if start.isDefined() and end.isDefined() else 0.0
+
+
+def spark_jobs(spark: Any, job_ids: set[int]) -> dict[str, Any]:
+    """What Spark jobs *job_ids* ran: ``jobs``; ``job_s`` (their wall time,
+    submission to completion, summed); ``tasks`` (statusTracker's
+    ``numTasks`` over their stages, skipped ones included); ``ran`` (tasks
+    that ran); ``shuffle_w``/``shuffle_r`` (bytes); ``run_s`` (executor run
+    time); ``stages``: per Spark stage that ran, ``(kind, tasks, wall s,
+    executor s)``, *kind* ``map`` for a stage that writes shuffle, else
+    ``result``. All but ``tasks`` from the JVM's status store (py4j, an
+    internal API); ``None`` where it fails."""
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    row: dict[str, Any] = {"jobs": len(job_ids), "tasks": 0, "job_s": 0.0, "ran": 0, "shuffle_w": 0, "shuffle_r": 0}
+    row |= {"run_s": 0.0, "stages": []}
+    for j in sorted(job_ids):
+        info = tracker.getJobInfo(j)
+        for s in info.stageIds if info is not None else ():
+            st = tracker.getStageInfo(s)
+            row["tasks"] += st.numTasks if st is not None else 0
+    try:
+        store = sc._jsc.sc().statusStore()
+        for j in sorted(job_ids):
+            jd = store.job(j)
+            row["job_s"] += span(jd.submissionTime(), jd.completionTime())
+            info = tracker.getJobInfo(j)
+            for s in info.stageIds if info is not None else ():
+                seq = store.stageData(
+                    s, False, sc._gateway.jvm.java.util.ArrayList(), False,
+                    sc._gateway.new_array(sc._gateway.jvm.double, 0),
+                )  # fmt: skip
+                for i in range(seq.size()):
+                    d = seq.apply(i)
+                    if d.status().toString() == "SKIPPED":
+                        continue
+                    ran = d.numCompleteTasks() + d.numFailedTasks() + d.numKilledTasks()
+                    wall = span(d.submissionTime(), d.completionTime())
+                    row["ran"] += ran
+                    row["shuffle_w"] += d.shuffleWriteBytes()
+                    row["shuffle_r"] += d.shuffleReadBytes()
+                    row["run_s"] += d.executorRunTime() / 1000
+                    kind = "map" if d.shuffleWriteBytes() > 0 else "result"
+                    row["stages"].append((kind, ran, wall, d.executorRunTime() / 1000))
+    except Exception:  # noqa: BLE001 - internal API: report what the tracker has
+        row |= dict.fromkeys(("job_s", "ran", "shuffle_w", "shuffle_r", "run_s", "stages"))
+    return row
 
 
 def listing(root: Path) -> dict[str, int]:
@@ -198,17 +252,14 @@ def spark_update(spark: Any, p: pds.Pipeline, df: Any, lake: Path, tag: str) -> 
     before = listing(lake)
     spark.sparkContext.setJobGroup(tag, tag)
     try:
-        with probe.attached():
+        with probe.attached(spark):
             seconds, _ = timed(lambda: update_pipeline(spark, p, {"events": df}))
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     info = {
-        "tasks": probe.tasks(spark, tag),
+        "phases": probe.phases(spark, tag, seconds),
         "objects": objects(before, listing(lake)),
-        "changes_s": probe.changes_s,
-        "stage_s": probe.stage_s,
         "stats": probe.stats,
-        "driver_s": seconds - probe.changes_s - sum(probe.stage_s.values()),
     }
     return seconds, info
 
@@ -247,6 +298,7 @@ def run(args: argparse.Namespace) -> str:
         print(msg, flush=True)
 
     quiet = wait_quiet(30, log)
+    load_before = os.getloadavg()
     interference = Interference()
     spark = session()
     try:
@@ -317,30 +369,61 @@ def run(args: argparse.Namespace) -> str:
         check_spark(ps, tmp / "spark-out", tmp)
         log("after the updates: pds on Spark == pds local == Spark")
 
+        load = "load average (1/5/15 min) {:.2f} / {:.2f} / {:.2f} at the start, {:.2f} / {:.2f} / {:.2f} at the end"
+        quiet += "; " + load.format(*load_before, *os.getloadavg())
         return report(args, n, changed, full, full_info, upd, upd_info, quiet, interference)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def describe(info: dict[str, Any]) -> str:
-    tasks = "; ".join(
-        f"{k}: {v['tasks']} tasks ({v['ran']} ran, {v['skipped']} stages skipped), "
-        f"shuffle written {v['shuffle'] / 1e6:.2f} MB, executor run time {v['run_ms'] / 1000:.2f} s"
-        if v["ran"] is not None
-        else f"{k}: {v['tasks']} tasks"
-        for k, v in info["tasks"].items()
+def phase_text(v: dict[str, Any]) -> str:
+    text = f"{v['phase']} {v['s']:.2f} s"
+    if not v["jobs"]:
+        return text
+    text += f" ({v['jobs']} jobs, {v['tasks']} tasks"
+    if v["ran"] is None:
+        return text + ")"
+    stages = ", ".join(f"{k} {n} tasks {w:.2f} s wall / {r:.2f} s executor" for k, n, w, r in v["stages"])
+    return (
+        text + f", {v['ran']} ran; jobs' wall time {v['job_s']:.2f} s; shuffle {v['shuffle_w'] / 1e6:.2f} MB "
+        f"written; Spark stages run: {stages})"
     )
-    stages = ", ".join(f"{k} {v:.2f} s" for k, v in info["stage_s"].items())
+
+
+def describe(seconds: float, info: dict[str, Any]) -> str:
+    phases = "; ".join(phase_text(v) for v in info["phases"] if v["jobs"] or v["s"])
     ranges = ", ".join(
-        f"{k}: {v['map_tasks']} map / {v['reduce_ranges']} of {v['target_ranges']} target ranges"
+        f"{k}: {v['applied_ranges']} of {v['source_ranges']} source ranges applied"
+        if "source_ranges" in v
+        else f"{k}: {v['map_tasks']} map / {v['reduce_ranges']} of {v['target_ranges']} target ranges"
         for k, v in info["stats"].items()
     )
-    return (
-        f"{tasks}; time: change to driver {info['changes_s']:.2f} s, {stages}, "
-        f"rest on the driver (sources, commit, checks) {info['driver_s']:.2f} s; {ranges}; "
-        f"objects: {info['objects']}"
-    )
+    return f"{seconds:.2f} s: {phases}; {ranges}; objects: {info['objects']}"
+
+
+def phase_table(full_info: list[dict[str, Any]], upd_info: list[dict[str, Any]]) -> list[str]:
+    """Per phase, medians over the reps: driver time, Spark jobs, tasks
+    that ran, the jobs' wall time, shuffle written (full build | update)."""
+
+    def cells(infos: list[dict[str, Any]], phase: str) -> str:
+        rows = [v for info in infos for v in info["phases"] if v["phase"] == phase]
+        if not rows:
+            return "| | | | |"
+
+        def m(key: str, scale: float = 1.0, fmt: str = ".2f") -> str:
+            xs = [v[key] / scale for v in rows if v[key] is not None]
+            return format(med(xs), fmt) if xs else "?"
+
+        return f"{m('s')} | {m('jobs', fmt='g')} | {m('ran', fmt='g')} | {m('job_s')} | {m('shuffle_w', 1e6)} |"
+
+    names = list(dict.fromkeys(v["phase"] for info in full_info + upd_info for v in info["phases"]))
+    return [
+        "| phase | build: time (s) | jobs | tasks ran | jobs' wall (s) | shuffle (MB) "
+        "| 1 % update: time (s) | jobs | tasks ran | jobs' wall (s) | shuffle (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(f"| {n} | {cells(full_info, n)} {cells(upd_info, n)}" for n in names),
+    ]
 
 
 def report(
@@ -391,19 +474,26 @@ def report(
         "",
         "## Each pds-on-Spark update",
         "",
-        "Tasks: `statusTracker` task counts of the jobs of pds's job groups (`pds-pipeline-<job>-<stage>`), "
-        "and of the benchmark's own group around the call (`other`: reading the change DataFrame to the "
-        "driver, the workers check): *tasks* is the tracker's `numTasks` over the jobs' stages (skipped "
-        "stages included), *ran* the tasks that ran. Shuffle bytes and executor run time are not in "
-        "PySpark's status tracker (`SparkStageInfo` has task counts only): they come from the JVM's "
-        "status store (`sc._jsc.sc().statusStore().stageData`, an internal API, through py4j). "
-        "Store requests: file:// has no request log; *objects* are the "
-        "files that appeared in / vanished from the pipeline folder (a listing before and after), so reads "
-        "are not counted.",
+        "Phases (driver time, from recording subclasses of pds's source and stage runners): *check* "
+        "(the sources' checks: Spark jobs that write nothing), *apply <source>* (the source's changes "
+        "shuffled by source-key range and applied by one task per range), *stage <stage>* (the stage's "
+        "map and reduce jobs), *other* (Spark jobs of the benchmark's group outside pds's), *driver* (the "
+        "rest of the call: planning, merges, stitching, cleanup LISTs, commit). Jobs: pds's job groups "
+        "(`pds-pipeline-<job>-<node>`; a source's check jobs told from its apply jobs by the group's job "
+        "ids after the check). *tasks*: the tracker's `numTasks` over the jobs' stages (skipped ones "
+        "included); *ran*, shuffle bytes, wall and executor run times come from the JVM's status store "
+        "(`sc._jsc.sc().statusStore()`, an internal API, through py4j; PySpark's `SparkStageInfo` has "
+        "task counts only). A Spark stage is *map* if it writes shuffle, else *result*. Store requests: "
+        "file:// has no request log; *objects* are the files that appeared in / vanished from the "
+        "pipeline folder (a listing before and after), so reads are not counted.",
+        "",
+        "Medians over the reps:",
+        "",
+        *phase_table(full_info, upd_info),
         "",
     ]
-    lines += [f"- full build rep {i}: {describe(x)}" for i, x in enumerate(full_info)]
-    lines += [f"- update rep {i}: {describe(x)}" for i, x in enumerate(upd_info)]
+    lines += [f"- full build rep {i}: {describe(full['spark'][i], x)}" for i, x in enumerate(full_info)]
+    lines += [f"- update rep {i}: {describe(upd['spark'][i], x)}" for i, x in enumerate(upd_info)]
     return "\n".join(lines) + "\n"
 
 

@@ -104,7 +104,8 @@ def test_the_contract_example_builds_updates_and_reads(fast_store: Store) -> Non
 
 @pytest.mark.spec("E-3")
 def test_an_update_reruns_produce_only_for_changed_keys_and_rewrites_only_touched_parts(fast_store: Store) -> None:
-    p = Pipeline.create(fast_store, "p", target_rows=50)
+    # workers=1: Produce runs in this process, where `seen` is.
+    p = Pipeline.create(fast_store, "p", target_rows=50, workers=1)
     src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
     seen: list[int] = []
 

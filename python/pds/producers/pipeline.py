@@ -38,6 +38,7 @@ Objects under the pipeline key::
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import json
@@ -49,6 +50,7 @@ from remote_store import NotFound, Store
 
 from pds import _core
 from pds.errors import CommitConflict, CommitUnknown, ManifestCorrupted, SchemaMismatch
+from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
 from pds.producers.exact import Inexact, conform
@@ -100,6 +102,7 @@ class Pipeline:
         sort_budget: int,
         target_rows: int,
         compression: str,
+        workers: int,
     ) -> None:
         self._store = store
         self._native = handle
@@ -111,17 +114,21 @@ class Pipeline:
         self._sort_budget = sort_budget
         self._target_rows = target_rows
         self._compression = compression
+        self._workers = workers
+        #: Per stage the last update split over worker processes: its ranges (tests read it).
+        self._worker_stats: dict[str, dict[str, int]] = {}
 
     # -- opening ---------------------------------------------------------------
 
     @staticmethod
-    def _options(sort_budget: int, target_rows: int, compression: str) -> dict[str, Any]:
+    def _options(sort_budget: int, target_rows: int, compression: str, workers: int | None) -> dict[str, Any]:
+        count = worker_count(workers)
         for name, v in (("sort_budget", sort_budget), ("target_rows", target_rows)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not isinstance(compression, str):
             raise TypeError("compression must be a codec name")
-        return {"sort_budget": sort_budget, "target_rows": target_rows, "compression": compression}
+        return {"sort_budget": sort_budget, "target_rows": target_rows, "compression": compression, "workers": count}
 
     @classmethod
     def create(
@@ -133,15 +140,19 @@ class Pipeline:
         sort_budget: int = DEFAULT_SORT_BUDGET,
         target_rows: int = DEFAULT_TARGET_ROWS,
         compression: str = "zstd",
+        workers: int | None = None,
         **storage_options: object,
     ) -> Pipeline:
         """Create an empty pipeline (version 0) under *key*.
 
         *sort_budget* is the memory (bytes) of each external sort (runs spill
         to local temporary files beyond it); *target_rows* the rows per
-        key-range part.
+        key-range part. *workers* is how many processes run ``Produce`` in
+        an update (``None``: the core count; see :attr:`workers`).
 
         Raises:
+            ValueError: *workers* (or *sort_budget*, *target_rows*) below 1,
+                before any I/O.
             remote_store.AlreadyExists: a pipeline is at *key* (unless
                 *exist_ok*, which opens it); or a dataset or table is at
                 *key*, or a dataset, table or pipeline lies at an ancestor
@@ -152,7 +163,7 @@ class Pipeline:
         1 LIST of at most 1,000 objects below it; 1-3 GETs per table or
         pipeline found), then 1 GET + 1 HEAD + 2 PUTs.
         """
-        opts = cls._options(sort_budget, target_rows, compression)
+        opts = cls._options(sort_budget, target_rows, compression, workers)
         store, handle = _native(store, storage_options)
         key = _check_key(key)
         root = store.native_path(key)
@@ -177,6 +188,7 @@ class Pipeline:
         sort_budget: int = DEFAULT_SORT_BUDGET,
         target_rows: int = DEFAULT_TARGET_ROWS,
         compression: str = "zstd",
+        workers: int | None = None,
         **storage_options: object,
     ) -> Pipeline:
         """Open the pipeline under *key* at its latest version. Cost: 2 GETs +
@@ -186,8 +198,10 @@ class Pipeline:
         there instead), ``ManifestCorrupted`` if the pointer or the manifest
         is damaged or inconsistent (its checksum, a part listed twice or
         outside its node, a graph that does not match the nodes' states,
-        ...) or is a table's (the message says how to open it)."""
-        opts = cls._options(sort_budget, target_rows, compression)
+        ...) or is a table's (the message says how to open it);
+        ``ValueError`` before any I/O for *workers* (or *sort_budget*,
+        *target_rows*) below 1. The options are :meth:`create`'s."""
+        opts = cls._options(sort_budget, target_rows, compression, workers)
         store, handle = _native(store, storage_options)
         key = _check_key(key)
         text = _core.pipeline_latest(handle, store.native_path(key))
@@ -386,6 +400,25 @@ class Pipeline:
     def store(self) -> Store:
         """The store the pipeline lives in."""
         return self._store
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes run ``Produce`` in an update.
+
+        With more than one, each stage an update runs is split by key range:
+        ``Produce`` runs for each source-key range in a worker process (a
+        pool started for the update, ``forkserver`` start method; functions
+        pickled by cloudpickle), the emitted rows are grouped by target-key
+        range in this process, each target range is merged into its parts
+        in a worker, and the version is committed once from this process.
+        Results do not depend on the count. A stage whose changed keys fall
+        in one key range runs in this process (no pool start-up); so does
+        everything with ``workers=1`` or on a ``memory://`` store. Cost:
+        starting the pool (tens of milliseconds; the fork server once per
+        process, about a second), pickling the emitted rows to this process
+        and back, and holding a stage's emitted rows here between the
+        phases. See :mod:`pds.producers._workers`."""
+        return self._workers
 
     @property
     def version(self) -> int:
@@ -596,7 +629,22 @@ class Pipeline:
         updates go by key, not by value, so those keys are handed to the
         stages' ``Produce`` again and appear in the change feeds.
         """
-        return self._update(changes, None)
+        with self._stage_runner() as run_stage:
+            return self._update(changes, run_stage)
+
+    @contextlib.contextmanager
+    def _stage_runner(self) -> Iterator[StageRunner | None]:
+        """The stage runner of one update: worker processes if
+        :attr:`workers` can be used (the pool shut down when the update
+        ends), else ``None`` (this process)."""
+        if not LocalStages.usable(self, self._workers):
+            yield None
+            return
+        with LocalStages(self, self._workers) as stages:
+            try:
+                yield stages
+            finally:
+                self._worker_stats = stages.stats
 
     def _update(
         self, changes: Mapping[str, Any], run_stage: StageRunner | None, run_source: SourceRunner | None = None
@@ -664,7 +712,8 @@ class Pipeline:
         if node is None or node.kind != "stage":
             raise ValueError(f"{stage!r} is not a declared stage of this pipeline")
         self._check_declared()
-        return self._run({}, rebuild={stage}, operation="rebuild", detail={"stage": stage})
+        with self._stage_runner() as run_stage:
+            return self._run({}, rebuild={stage}, operation="rebuild", detail={"stage": stage}, run_stage=run_stage)
 
     def _run(
         self,

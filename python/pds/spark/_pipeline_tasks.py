@@ -4,7 +4,8 @@ that holds them (:func:`split`), and :class:`SparkNodes`, which runs one
 node's Spark job under its own job group and removes what the job's
 tasks wrote that the node's new state does not keep (everything, if the
 job fails; the objects of failed and duplicate task attempts, if it
-succeeds)."""
+succeeds). The phases themselves, and finding a job's objects, are the
+engine-neutral :mod:`pds.producers._ranges`."""
 
 from __future__ import annotations
 
@@ -12,22 +13,20 @@ import ast
 import builtins
 import contextlib
 import io
-import json
-import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
-from remote_store import NotFound, RemoteStoreError
+from remote_store import RemoteStoreError
 
 from pds import _core
 from pds.errors import SchemaMismatch
+from pds.producers._ranges import MAX_RANGES, JobObjects, by_range
 from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline
 from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
@@ -43,12 +42,8 @@ __all__ = [
     "ipc",
     "out",
     "split",
-    "state_objects",
     "unwrapped",
 ]
-
-#: Key ranges per node phase at most (tasks; a task may take several).
-MAX_RANGES = 64
 
 #: Target ranges not planned yet (a stage built for the first time).
 UNPLANNED = -2
@@ -93,25 +88,12 @@ def out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.Reco
 def split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
     """*batch*'s rows as one output row per target range they fall in
     (``targets`` ``None``: not planned yet, one row)."""
-    if batch.num_rows == 0:
-        return
     if targets is None:
-        yield out(kind, UNPLANNED, ipc(batch), None)
+        if batch.num_rows:
+            yield out(kind, UNPLANNED, ipc(batch), None)
         return
-    if len(targets) == 1:
-        yield out(kind, 0, ipc(batch), None)
-        return
-    ids = pa.array(_core.pipeline_assign(stage_view, targets, batch), pa.int32())
-    for rng in pc.unique(ids).to_pylist():
-        part = batch.filter(pc.equal(ids, rng))
-        yield out(kind, int(rng), ipc(part), None)
-
-
-def state_objects(state: Mapping[str, Any]) -> set[str]:
-    """Every object a node state references."""
-    update = state.get("update") or {}
-    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
-    return {str(p["name"]) for p in parts}
+    for rng, part in by_range(batch, stage_view, targets):
+        yield out(kind, rng, ipc(part), None)
 
 
 _TASK_ERROR = re.compile(
@@ -179,12 +161,12 @@ def unwrapped(exc: BaseException) -> BaseException:
     return made
 
 
-class SparkNodes:
+class SparkNodes(JobObjects):
     """Runs nodes' Spark jobs for one update of pipeline *p*: every object
     their tasks write is named after :attr:`job` (one id per update,
     shared by the source and stage runners), so the driver finds it by a
-    LIST of the node's folders. :attr:`stats` records per node what its
-    job did (benchmarks and tests read it)."""
+    LIST of the node's folders (:class:`JobObjects`). :attr:`stats`
+    records per node what its job did (benchmarks and tests read it)."""
 
     def __init__(
         self,
@@ -194,33 +176,11 @@ class SparkNodes:
         job: str | None = None,
         stats: dict[str, dict[str, int]] | None = None,
     ) -> None:
+        store = spark_store(p.store)
+        super().__init__(store, store.unwrap(_core.RustStore), p.key, job or f"sp{uuid.uuid4().hex[:12]}")
         self.spark = spark
         self.p = p
-        self.store = spark_store(p.store)
-        self.rust: _core.RustStore = self.store.unwrap(_core.RustStore)
-        self.root = str(self.store.native_path(p.key))
-        self.job = job or f"sp{uuid.uuid4().hex[:12]}"
         self.stats: dict[str, dict[str, int]] = {} if stats is None else stats
-
-    def _job_objects(self, node: str) -> list[str]:
-        """Every object this job wrote for *node* (their names start with
-        its id), as keys of the Rust store (1 LIST per folder)."""
-        found_all = []
-        for folder in ("content", "mappings", "update"):
-            prefix = f"{self.p.key}/nodes/{node}/{folder}"
-            try:
-                found = [str(f.path) for f in self.store.list_files(prefix, recursive=True)]
-            except NotFound:
-                continue
-            found_all += [str(self.store.native_path(k)) for k in found if os.path.basename(k).startswith(self.job)]
-        return found_all
-
-    def _remove(self, keys: Sequence[str]) -> None:
-        for k in keys:
-            try:
-                self.rust.delete(k)
-            except RemoteStoreError:
-                continue  # best effort: vacuum is the backstop
 
     def _collect(self, node: str, what: str, run: Callable[[], list[Row]]) -> list[Row]:
         """*run* (the node's Spark job or jobs, returning the collected rows)
@@ -243,19 +203,3 @@ class SparkNodes:
             raise unwrapped(exc) from exc
         wait_for_tasks(self.spark, group)
         return rows
-
-    def _keep(self, node: str, stitch: Callable[[], str], created: list[str]) -> str:
-        """The node's new state (JSON) from *stitch*; the objects the job
-        wrote for it that the state references appended to *created*, the
-        others (failed and duplicate task attempts') removed. If *stitch*
-        fails, everything the job wrote for the node is removed."""
-        try:
-            state_text = stitch()
-        except BaseException:
-            self._remove(self._job_objects(node))
-            raise
-        referenced = {f"{self.root}/{k}" for k in state_objects(json.loads(state_text))}
-        written = self._job_objects(node)
-        self._remove([k for k in written if k not in referenced])
-        created += [k for k in written if k in referenced]
-        return state_text

@@ -53,8 +53,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from pds import _core
+from pds.producers._ranges import map_range, reduce_range, samples
 from pds.producers.pipeline import Pipeline, StageDone, StageTask
-from pds.producers.produce import run_batched, run_rows
 from pds.spark._pipeline_sources import SparkSources
 from pds.spark._pipeline_sources import frames as _changes
 from pds.spark._pipeline_tasks import MAX_RANGES, SparkNodes
@@ -83,32 +83,12 @@ class _Phases:
         t = self.task
         for b in batches:
             for rng in b.column("range_json").to_pylist():
-                run = _core.StageRun(
-                    self._rust(),
-                    self.root,
-                    t.stage_view,
-                    t.source_views,
-                    rebuild=t.rebuild,
-                    range=rng,
-                    job=self.job,
-                    **t.opts,
-                )
-                try:
-                    if t.node.batched:
-                        run_batched(t.node, run, len(t.node.sources))
-                    else:
-                        run_rows(t.node, run, len(t.node.sources), t.values)
-                    meta, emitted, removed = run.finish_map()
-                finally:
-                    run.close()
-                every, seen = max(1, int(t.opts["target_rows"])), 0
-                for e in emitted:
+                meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job)
+                if self.targets is None:
                     # One sample every `target_rows` rows of the task's whole sorted output.
-                    first = -seen % every
-                    if self.targets is None and first < e.num_rows:
-                        samples = _core.pipeline_key_samples(t.stage_view, e.slice(first), every)
-                        yield _out(_SAMPLES, -1, None, samples)
-                    seen += e.num_rows
+                    for found in samples(t.stage_view, emitted, max(1, int(t.opts["target_rows"]))):
+                        yield _out(_SAMPLES, -1, None, found)
+                for e in emitted:
                     yield from _split(e, t.stage_view, self.targets, _EMITTED)
                 for r in removed:
                     yield from _split(r, t.stage_view, self.targets, _REMOVED)
@@ -148,15 +128,14 @@ class _Phases:
                     removed.setdefault(rng, []).extend(_batches(payload))
         targets = self.targets or []
         for rng in sorted(set(emitted) | set(removed)):
-            meta = _core.pipeline_reduce_range(
+            meta = reduce_range(
                 self._rust(),
                 self.root,
-                self.task.stage_view,
+                self.task,
                 targets[rng],
                 emitted.get(rng, []),
                 removed.get(rng, []),
-                job=self.job,
-                **self.task.opts,
+                self.job,
             )
             yield _out(_REDUCED, rng, None, meta)
 

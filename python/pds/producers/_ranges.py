@@ -1,0 +1,158 @@
+"""A stage's update split by key range: the phases every engine shares.
+
+Spark's tasks (:mod:`pds.spark._pipeline_update`) and the local worker
+processes (:mod:`pds.producers._workers`) run the same three phases over
+the same Rust bindings; only how the phases travel and how their rows are
+shuffled differs:
+
+1. **map** (:func:`map_range`): one source-key range's stage run calls
+   ``Produce`` on the range's changed source keys, rewrites the range's
+   key-mapping parts and hands back the rows ``Produce`` emitted and the
+   removed ``(source key, target key)`` pairs, each then tagged with the
+   target-key range holding its target key (:func:`by_range`); for a stage
+   with no content yet, target keys are sampled (:func:`samples`) to plan
+   the target ranges first.
+2. **reduce** (:func:`reduce_range`): one target range's rows merged into
+   its content parts, its update written.
+3. **stitch** (``pipeline_stitch_stage``, by the caller): the ranges'
+   parts make the stage's new state.
+
+Every object a phase writes is named after the update's job id, so
+:class:`JobObjects` finds (by a LIST of the node's folders) and removes
+what a failed update or a failed task attempt wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from remote_store import NotFound, RemoteStoreError, Store
+
+from pds import _core
+from pds.producers.produce import run_batched, run_rows
+
+if TYPE_CHECKING:
+    from pds.producers.pipeline import StageTask
+
+__all__ = ["MAX_RANGES", "JobObjects", "by_range", "map_range", "reduce_range", "samples", "state_objects"]
+
+#: Key ranges per node phase at most (tasks; a task may take several).
+MAX_RANGES = 64
+
+
+def map_range(
+    rust: _core.RustStore, root: str, task: StageTask, rng: str, job: str
+) -> tuple[str, list[pa.RecordBatch], list[pa.RecordBatch]]:
+    """The map phase of *task* over the source-key range *rng* (JSON):
+    ``Produce`` called on the range's changed keys; returns the result's
+    JSON, the emitted rows and the removed key-mapping pairs. Objects it
+    writes are named after *job*; nothing is committed."""
+    run = _core.StageRun(
+        rust, root, task.stage_view, task.source_views, rebuild=task.rebuild, range=rng, job=job, **task.opts
+    )
+    try:
+        if task.node.batched:
+            run_batched(task.node, run, len(task.node.sources))
+        else:
+            run_rows(task.node, run, len(task.node.sources), task.values)
+        return run.finish_map()
+    finally:
+        run.close()
+
+
+def samples(stage_view: str, emitted: Sequence[pa.RecordBatch], every: int) -> Iterator[str]:
+    """One target key every *every* rows of a map phase's sorted output
+    (JSON texts for ``pipeline_ranges_from_samples``)."""
+    seen = 0
+    for e in emitted:
+        first = -seen % every
+        if first < e.num_rows:
+            yield _core.pipeline_key_samples(stage_view, e.slice(first), every)
+        seen += e.num_rows
+
+
+def by_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """*batch*'s rows grouped by the range of *ranges* that holds their key:
+    (range index, rows) pairs, nothing for an empty batch."""
+    if batch.num_rows == 0:
+        return
+    if len(ranges) == 1:
+        yield 0, batch
+        return
+    ids = pa.array(_core.pipeline_assign(view, list(ranges), batch), pa.int32())
+    for rng in pc.unique(ids).to_pylist():
+        yield int(rng), batch.filter(pc.equal(ids, rng))
+
+
+def reduce_range(
+    rust: _core.RustStore,
+    root: str,
+    task: StageTask,
+    target: str,
+    emitted: Sequence[pa.RecordBatch],
+    removed: Sequence[pa.RecordBatch],
+    job: str,
+) -> str:
+    """The reduce phase of *task* over the target range *target*: its rows
+    merged into its content parts; the result's JSON. Nothing is committed."""
+    return _core.pipeline_reduce_range(
+        rust, root, task.stage_view, target, list(emitted), list(removed), job=job, **task.opts
+    )
+
+
+def state_objects(state: Mapping[str, Any]) -> set[str]:
+    """Every object a node state references."""
+    update = state.get("update") or {}
+    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
+    return {str(p["name"]) for p in parts}
+
+
+class JobObjects:
+    """The objects one update's split phases write under the pipeline at
+    *key* of *store*: each is named starting with :attr:`job` (one id per
+    update, shared by its source and stage runners)."""
+
+    def __init__(self, store: Store, rust: _core.RustStore, key: str, job: str) -> None:
+        self.store, self.rust, self.key, self.job = store, rust, key, job
+        self.root = str(store.native_path(key))
+
+    def _job_objects(self, node: str) -> list[str]:
+        """Every object this job wrote for *node*, as keys of the Rust store
+        (1 LIST per folder)."""
+        found_all = []
+        for folder in ("content", "mappings", "update"):
+            prefix = f"{self.key}/nodes/{node}/{folder}"
+            try:
+                found = [str(f.path) for f in self.store.list_files(prefix, recursive=True)]
+            except NotFound:
+                continue
+            found_all += [str(self.store.native_path(k)) for k in found if os.path.basename(k).startswith(self.job)]
+        return found_all
+
+    def _remove(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            try:
+                self.rust.delete(k)
+            except RemoteStoreError:
+                continue  # best effort: vacuum is the backstop
+
+    def _keep(self, node: str, stitch: Callable[[], str], created: list[str]) -> str:
+        """The node's new state (JSON) from *stitch*; the objects the job
+        wrote for it that the state references appended to *created*, the
+        others (failed and duplicate attempts') removed. If *stitch*
+        fails, everything the job wrote for the node is removed."""
+        try:
+            state_text = stitch()
+        except BaseException:
+            self._remove(self._job_objects(node))
+            raise
+        referenced = {f"{self.root}/{k}" for k in state_objects(json.loads(state_text))}
+        written = self._job_objects(node)
+        self._remove([k for k in written if k not in referenced])
+        created += [k for k in written if k in referenced]
+        return state_text

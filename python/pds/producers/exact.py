@@ -430,10 +430,12 @@ def _ns_leaf(arr: pa.Array) -> list[Any]:
     k = _kind(t)
     us = pa.timestamp("us", t.tz) if k == "timestamp" else pa.duration("us") if k == "duration" else pa.time64("us")
     try:
-        return list(arr.cast(us).to_pylist())
+        exact = arr.cast(us)
     except pa.ArrowInvalid:
         pass
-    coarse = arr.cast(us, safe=False).to_pylist()
+    else:
+        return to_python(exact)
+    coarse = to_python(arr.cast(us, safe=False))
     ns = arr.cast(pa.int64()).to_pylist()
     for i, n in enumerate(ns):
         if n is None or n % 1000 == 0:
@@ -455,15 +457,98 @@ def _ns_leaf(arr: pa.Array) -> list[Any]:
     return list(coarse)
 
 
+# -- fast leaves: the values ``to_pylist`` gives, without a Scalar per value --------
+
+#: Kinds whose ``to_pylist`` is already fast (no Scalar per value).
+_PLAIN_KINDS = frozenset({"null", "bool", "int", "float", "str", "bytes"})
+
+_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+#: datetime's range in microseconds since the epoch.
+_DT_MIN_US = -62_135_596_800_000_000
+_DT_MAX_US = 253_402_300_799_999_999
+#: date's range in days since the epoch.
+_DATE_MIN, _DATE_MAX = -719_162, 2_932_896
+#: timedelta's range in microseconds.
+_TD_MAX_US = 86_400_000_000 * 999_999_999
+_DAY_US = 86_400_000_000
+
+
+def _range(arr: pa.Array, t: pa.DataType) -> tuple[int, int] | None:
+    """*arr*'s least and greatest integer values (``None`` if all null)."""
+    mm = pc.min_max(arr.view(t)).as_py()
+    if mm["min"] is None:
+        return None
+    return int(mm["min"]), int(mm["max"])
+
+
+def _fast_leaf(arr: pa.Array, k: str) -> list[Any] | None:
+    """``arr.to_pylist()`` for a date32, timestamp, duration, time, decimal
+    or dictionary column, built in bulk (numpy, or one string cast), or
+    ``None`` where this has no fast path (a value out of the Python type's
+    range, a nanosecond unit: left to the careful path, which says why)."""
+    t = arr.type
+    n = len(arr)
+    if k == "dictionary":
+        return to_python(arr.dictionary_decode())
+    if k == "decimal":
+        # The string cast writes each value as Decimal's constructor reads
+        # it back: the digits and the exponent that to_pylist gives.
+        dec = _decimal_type()
+        return [None if s is None else dec(s) for s in arr.cast(pa.string()).to_pylist()]
+    if k == "date":
+        if not pa.types.is_date32(t):
+            return None
+        r = _range(arr, pa.int32())
+        if r is None:
+            return [None] * n
+        if r[0] < _DATE_MIN or r[1] > _DATE_MAX:
+            return None
+        return list(arr.to_numpy(zero_copy_only=False).tolist())
+    if k not in ("timestamp", "duration", "time") or t.unit not in _US:
+        return None
+    raw = pa.int32() if t.bit_width == 32 else pa.int64()
+    r = _range(arr, raw)
+    if r is None:
+        return [None] * n
+    lo, hi = r[0] * _US[t.unit], r[1] * _US[t.unit]
+    if k == "duration":
+        if not -_TD_MAX_US <= lo <= hi <= _TD_MAX_US:
+            return None
+        return list(arr.to_numpy(zero_copy_only=False).astype("timedelta64[us]").tolist())
+    if k == "time":
+        if not 0 <= lo <= hi < _DAY_US:
+            return None
+        us = arr.cast(raw).cast(pa.int64())
+        if t.unit != "us":
+            us = pc.multiply(us, _US[t.unit])
+        on_day0 = us.cast(pa.timestamp("us")).to_numpy(zero_copy_only=False).tolist()
+        return [None if d is None else d.time() for d in on_day0]
+    if not _DT_MIN_US <= lo <= hi <= _DT_MAX_US:
+        return None
+    naive: list[Any] = arr.to_numpy(zero_copy_only=False).astype("datetime64[us]").tolist()
+    if t.tz is None:
+        return naive
+    # As pyarrow's own conversion, ``d.replace(tzinfo=UTC).astimezone(tz)``
+    # (which is this, the offset from UTC being zero), in half the time.
+    tz = pa.lib.string_to_tzinfo(t.tz)
+    fromutc = tz.fromutc
+    return [None if d is None else fromutc(d.replace(tzinfo=tz)) for d in naive]
+
+
 def to_python(arr: pa.Array | pa.ChunkedArray) -> list[Any]:
     """*arr*'s values as Python objects, the same whether pandas is
     installed or not (see the module docs)."""
     if isinstance(arr, pa.ChunkedArray):
         return [v for c in arr.chunks for v in to_python(c)]
     t = arr.type
+    k = _kind(t)
+    if k in _PLAIN_KINDS:
+        return list(arr.to_pylist())
+    fast = _fast_leaf(arr, k)
+    if fast is not None:
+        return fast
     if not _has_ns(t):
         return list(arr.to_pylist())
-    k = _kind(t)
     if k in ("timestamp", "time", "duration"):
         return _ns_leaf(arr)
     if k == "dictionary":

@@ -100,9 +100,9 @@ def ignore(k: int) -> None:
 
 
 @pytest.mark.spec("P-3")
-@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(("batched", "bad_key"), [(False, 3), (False, 150), (True, 150)])
 def test_a_produce_raising_in_a_worker_is_the_same_produce_error_and_writes_nothing(
-    tmp_path: Path, batched: bool
+    tmp_path: Path, batched: bool, bad_key: int
 ) -> None:
     url = (tmp_path / "lake").as_uri()
     errors = []
@@ -113,7 +113,7 @@ def test_a_produce_raising_in_a_worker_is_the_same_produce_error_and_writes_noth
         bad = pa.table(
             {
                 "k": pa.array(range(200), pa.int64()),
-                "v": pa.array([0 if k == 150 else 2 for k in range(200)], pa.int64()),
+                "v": pa.array([0 if k in (bad_key, 170) else 2 for k in range(200)], pa.int64()),
             }
         )
         with pytest.raises(ProduceError, match="stage 'inv' failed on key") as err:
@@ -129,7 +129,7 @@ def test_a_produce_raising_in_a_worker_is_the_same_produce_error_and_writes_noth
         assert errors[0][:2] == errors[1][:2]
     else:
         assert errors[0] == errors[1]
-        assert errors[0][2] == 150
+        assert errors[0][2] == bad_key, "the first failing key, as in this process"
 
 
 @pytest.mark.spec("P-3")

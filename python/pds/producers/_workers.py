@@ -223,6 +223,8 @@ class LocalStages(JobObjects):
         failed: int | None = None
         try:
             for done in cf.as_completed(futures):
+                if done.cancelled():  # after a failing call: never ran
+                    continue
                 ok, _ = done.result()
                 if not ok:
                     i = futures.index(done)

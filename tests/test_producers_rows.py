@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import re
+import zoneinfo
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import pds
 from pds import DataError, Pipeline, SchemaMismatch
-from pds.producers import produce
+from pds.producers import exact, produce
 from pds.producers.exact import to_python
 
 # Microseconds since the epoch: edges of datetime's range and a DST fold.
@@ -307,3 +308,48 @@ def test_a_value_without_a_python_value_is_an_error_only_where_produce_reads_it(
     read["keys"] = {1}
     with pytest.raises(DataError, match=r"stage 'st': column 't'.*datetime\.time"):
         p.rebuild("st")
+
+
+_PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+_NAIVE = [
+    None,
+    datetime.datetime(1, 1, 1),
+    datetime.datetime(9999, 12, 31, 23, 59, 59, 999999),
+    datetime.datetime(2023, 10, 29, 2, 30, fold=1),
+    datetime.datetime(1970, 1, 1, 0, 0, 0, 1),
+]
+_AWARE = [
+    None,
+    datetime.datetime(2023, 10, 29, 2, 30, tzinfo=_PARIS),
+    datetime.datetime(2023, 10, 29, 2, 30, fold=1, tzinfo=_PARIS),  # the fold: an hour later
+    datetime.datetime(2023, 3, 26, 2, 30, tzinfo=_PARIS),  # in the spring gap
+    datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=7, seconds=5))),
+    datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.timezone(datetime.timedelta(hours=-5))),
+    datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC),
+]
+
+
+@pytest.mark.spec("P-5")
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+@pytest.mark.parametrize("tz", [None, "UTC", "Europe/Paris"])
+def test_emitted_datetimes_in_bulk_give_what_the_careful_path_gives(unit: str, tz: str | None) -> None:
+    """Plain datetimes are converted by pyarrow in bulk: the same instants
+    (folds, gaps, fixed offsets, range edges) and the same refusals."""
+    t = pa.timestamp(unit, tz)
+    values = _NAIVE if tz is None else _AWARE
+    for vals in (values, [v for v in values if v is None or (v.microsecond == 0 and v.second == 0)]):
+        fast = exact._plain_datetimes(vals, t)
+        assert fast is not None
+
+        def outcome(arr: pa.Array) -> Any:
+            try:
+                return exact.conform(arr, t).cast(pa.int64()).to_pylist()
+            except exact.Inexact as e:
+                return str(e)
+
+        assert outcome(fast) == outcome(exact._temporal_ns_or_us(vals, t))
+    # A naive value for a zoned column, or the reverse: the careful path.
+    other = _AWARE if tz is None else _NAIVE
+    assert exact._plain_datetimes([other[1]], t) is None
+    with pytest.raises(exact.Inexact, match="naive" if tz is None else "time-zone aware"):
+        exact.from_python([other[1]], t)

@@ -32,6 +32,8 @@ nanoseconds has no exact Python type and is :class:`Unrepresentable`.
 from __future__ import annotations
 
 import datetime
+import operator
+import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
@@ -171,6 +173,16 @@ def _cast(arr: pa.Array, dst: pa.DataType) -> pa.Array:
     return out
 
 
+def _one_value(one: pa.Array) -> Any:
+    """The value of the one-value array *one*, to name it: as Python has it,
+    or as Arrow shows it where Python has no such value (an instant past
+    year 9999 in UTC, say)."""
+    try:
+        return to_python(one)[0]
+    except (OverflowError, ValueError):
+        return one[0]
+
+
 def conform(arr: pa.Array | pa.ChunkedArray, dst: pa.DataType) -> pa.Array:
     """*arr* as type *dst*, exactly (see the module docs); :class:`Inexact`
     naming the first value that does not fit."""
@@ -190,7 +202,7 @@ def conform(arr: pa.Array | pa.ChunkedArray, dst: pa.DataType) -> pa.Array:
             try:
                 _cast(one, dst)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
-                raise Inexact(to_python(one)[0], f"does not fit exactly in {dst}: {e}") from e
+                raise Inexact(_one_value(one), f"does not fit exactly in {dst}: {e}") from e
         raise Inexact(_first_value(arr), f"does not fit exactly in {dst}: {e}") from e
 
 
@@ -275,6 +287,27 @@ def _temporal_ns_or_us(values: list[Any], t: pa.DataType) -> pa.Array:
     return arr
 
 
+_DATETIMES = frozenset({datetime.datetime, type(None)})
+_tzinfo_of = operator.attrgetter("tzinfo")
+
+
+def _plain_datetimes(values: list[Any], t: pa.DataType) -> pa.Array | None:
+    """Timestamp values as a ``timestamp('us', t.tz)`` array in bulk where
+    every value is a plain ``datetime.datetime`` (or ``None``) that is naive
+    for a naive column, or carries a ``zoneinfo``/``timezone`` zone (which
+    always has an offset) for a zoned one; else ``None``: the careful path
+    (pandas values, other zones, a mismatch to name)."""
+    if not set(map(type, values)) <= _DATETIMES:
+        return None
+    zones = set(map(_tzinfo_of, filter(None, values)))
+    if t.tz is None:
+        if zones - {None}:
+            return None
+    elif not all(isinstance(z, (zoneinfo.ZoneInfo, datetime.timezone)) for z in zones):
+        return None
+    return pa.array(values, pa.timestamp("us", t.tz))
+
+
 def from_python(values: list[Any], t: pa.DataType) -> pa.Array:
     """*values* (Python objects) as an array of type *t*, exactly (see the
     module docs); :class:`Inexact` naming the first value that is not."""
@@ -282,7 +315,8 @@ def from_python(values: list[Any], t: pa.DataType) -> pa.Array:
     if kind == "dictionary":
         return conform(from_python(values, t.value_type), t)
     if kind in ("timestamp", "duration", "time"):
-        return conform(_temporal_ns_or_us(values, t), t)
+        fast = _plain_datetimes(values, t) if kind == "timestamp" else None
+        return conform(fast if fast is not None else _temporal_ns_or_us(values, t), t)
     if kind == "list":
         mask: list[bool] = []
         offsets: list[int] = [0]

@@ -42,7 +42,8 @@ failing range in key order wins, as the first failing key would).
 
 **Pool lifetime:** one pool per update, created when the first stage needs
 it and shut down when the update ends (its workers exit; a killed worker
-breaks only that update's pool). Every object the workers write is named
+breaks only that update's pool; a worker exits when the process that
+started it ends, even if that one was killed). Every object the workers write is named
 after the update's job id; if anything fails, the update removes what its
 workers wrote for the stage and what earlier stages wrote, and commits
 nothing.
@@ -55,6 +56,9 @@ import json
 import multiprocessing
 import os
 import pickle
+import select
+import threading
+import time
 import traceback
 import uuid
 from collections.abc import Sequence
@@ -147,6 +151,29 @@ def _portable(e: BaseException) -> BaseException:
     return e
 
 
+def _exit_with(parent: int) -> None:
+    """A worker's initializer: exit as soon as the process that started the
+    pool (*parent*) ends, even if it was killed (a worker blocked on the
+    pool's queue would otherwise outlive it)."""
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(parent)
+        except (AttributeError, OSError):  # no pidfd (not Linux): poll
+            while True:
+                time.sleep(1)
+                try:
+                    os.kill(parent, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+                except PermissionError:
+                    continue
+        select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pds-parent-watch", daemon=True).start()
+
+
 def _call(blob: bytes, method: str, *args: Any) -> tuple[bool, Any]:
     """A worker's entry point: ``(True, result)`` of the phases' *method*,
     or ``(False, (stage, key, cause))`` for a ``ProduceError`` and
@@ -208,7 +235,9 @@ class LocalStages(JobObjects):
         if self._pool is None:
             ctx = multiprocessing.get_context(START_METHOD)
             ctx.set_forkserver_preload(_PRELOAD)
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
+            )
         return self._pool
 
     def _run(self, phases: _Phases, method: str, calls: Sequence[tuple[Any, ...]]) -> list[Any]:

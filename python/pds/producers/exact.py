@@ -32,6 +32,7 @@ nanoseconds has no exact Python type and is :class:`Unrepresentable`.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import operator
 import zoneinfo
 from collections.abc import Mapping
@@ -496,6 +497,9 @@ def _ns_leaf(arr: pa.Array) -> list[Any]:
 #: Kinds whose ``to_pylist`` is already fast (no Scalar per value).
 _PLAIN_KINDS = frozenset({"null", "bool", "int", "float", "str", "bytes"})
 
+#: numpy (optional for pyarrow >= 16) builds the temporal values in bulk.
+_HAVE_NUMPY = importlib.util.find_spec("numpy") is not None
+_NEEDS_NUMPY = frozenset({"date", "timestamp", "duration", "time"})
 _US = {"s": 1_000_000, "ms": 1_000, "us": 1}
 #: datetime's range in microseconds since the epoch.
 _DT_MIN_US = -62_135_596_800_000_000
@@ -522,6 +526,8 @@ def _fast_leaf(arr: pa.Array, k: str) -> list[Any] | None:
     range, a nanosecond unit: left to the careful path, which says why)."""
     t = arr.type
     n = len(arr)
+    if k in _NEEDS_NUMPY and not _HAVE_NUMPY:
+        return None
     if k == "dictionary":
         return to_python(arr.dictionary_decode())
     if k == "decimal":
@@ -578,7 +584,10 @@ def to_python(arr: pa.Array | pa.ChunkedArray) -> list[Any]:
     k = _kind(t)
     if k in _PLAIN_KINDS:
         return list(arr.to_pylist())
-    fast = _fast_leaf(arr, k)
+    try:
+        fast = _fast_leaf(arr, k)
+    except ImportError:  # numpy found but unusable: the careful path
+        fast = None
     if fast is not None:
         return fast
     if not _has_ns(t):

@@ -356,3 +356,27 @@ def test_emitted_datetimes_in_bulk_give_what_the_careful_path_gives(unit: str, t
     assert exact._plain_datetimes([other[1]], t) is None
     with pytest.raises(exact.Inexact, match="naive" if tz is None else "time-zone aware"):
         exact.from_python([other[1]], t)
+
+
+@pytest.mark.spec("P-5")
+def test_a_stored_date_past_python_range_fails_on_the_key_that_holds_it() -> None:
+    """pyarrow cannot make a date past year 9999: the error (wrapped as the
+    Produce error of the key being read) names that key, not the first key
+    of its chunk, and a key Produce does not read is no error."""
+    p = Pipeline.create(pds.open_store("memory://"), "far")
+    src = p.source("s", key={"k": pa.int64()}, value={"d": pa.date32()})
+    read = {"keys": {1, 3}}
+
+    @p.stage("st", sources=[src], key={"k": pa.int64()}, value={"y": pa.int64()})
+    def st(key: int, values: Iterator[dict[str, Any]]) -> Iterator[Any]:
+        if key in read["keys"]:
+            for v in values:
+                yield key, v["d"].year
+        else:
+            yield key, -1
+
+    p.update({"s": pa.table({"k": [1, 2, 3], "d": pa.array([0, 10**7, 0], pa.date32())})})
+    assert sorted(r["y"] for r in p.read("st").to_pylist()) == [-1, 1970, 1970]
+    read["keys"] = {1, 2, 3}
+    with pytest.raises(pds.ProduceError, match="key 2"):
+        p.rebuild("st")

@@ -87,12 +87,19 @@ def _rows(stage: Node, rows: pa.RecordBatch, maker: Any) -> list[dict[str, Any]]
     return list(map(maker, *cols))
 
 
+#: What converting stored values can raise (``Unrepresentable`` as
+#: ``DataError``; pyarrow's ``OverflowError`` for a date past year 9999).
+_CONVERSION = (DataError, ArithmeticError, ValueError, pa.ArrowException)
+
+
 class _ChunkRows:
     """One chunk's rows as dicts, converted once for the whole chunk, on the
     first request (a chunk whose values Produce never reads is not
-    converted). If the chunk holds a value that has no Python value, each
-    group's rows are converted alone, as asked for, so that the error comes
-    only from a group that Produce reads, as it would one group at a time."""
+    converted). If the chunk holds a value that has no Python value (a
+    ``DataError``, or pyarrow's ``OverflowError`` for a date past year
+    9999), each group's rows are converted alone, as asked for, so that the
+    error comes from the group that holds it, only if Produce reads it, as
+    it would one group at a time."""
 
     __slots__ = ("dicts", "failed", "maker", "rows", "stage")
 
@@ -107,7 +114,7 @@ class _ChunkRows:
         if self.dicts is None and not self.failed:
             try:
                 self.dicts = _rows(self.stage, self.rows, self.maker)
-            except DataError:
+            except _CONVERSION:  # raised again by the group that holds it
                 self.failed = True
         if self.dicts is not None:
             return self.dicts[start:end]
@@ -119,7 +126,7 @@ def _chunk_keys(stage: Node, keys: pa.RecordBatch) -> list[Any] | None:
     each is converted alone, so the error names the key it is about)."""
     try:
         return _key_values(stage, keys)
-    except DataError:
+    except _CONVERSION:  # raised again for the key it is about
         return None
 
 

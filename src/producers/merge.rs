@@ -15,8 +15,11 @@ use super::keys::KeyEncoder;
 use super::BatchIter;
 use crate::error::{Error, Result};
 
+/// Batches with their key rows.
+type KeyedIter = Box<dyn Iterator<Item = Result<(RecordBatch, Rows)>> + Send>;
+
 struct Input {
-    stream: BatchIter,
+    stream: KeyedIter,
     batch: RecordBatch,
     rows: Rows,
     pos: usize,
@@ -27,7 +30,6 @@ struct Input {
 /// Merges sorted inputs into one sorted stream.
 struct Merge {
     schema: SchemaRef,
-    encoder: KeyEncoder,
     inputs: Vec<Input>,
     /// Input indices, a min-heap by (current row, input index).
     heap: Vec<usize>,
@@ -66,16 +68,9 @@ impl Merge {
         }
     }
 
-    /// The next non-empty batch of `stream`, with its key rows.
-    fn pull(encoder: &KeyEncoder, stream: &mut BatchIter) -> Result<Option<(RecordBatch, Rows)>> {
-        for b in stream.by_ref() {
-            let b = b?;
-            if b.num_rows() > 0 {
-                let rows = encoder.rows(&b)?;
-                return Ok(Some((b, rows)));
-            }
-        }
-        Ok(None)
+    /// The next batch of `stream` (never empty), with its key rows.
+    fn pull(stream: &mut KeyedIter) -> Result<Option<(RecordBatch, Rows)>> {
+        stream.next().transpose()
     }
 
     fn next_chunk(&mut self) -> Result<Option<RecordBatch>> {
@@ -86,7 +81,7 @@ impl Merge {
             picks.push((input.slot, input.pos));
             input.pos += 1;
             if input.pos == input.batch.num_rows() {
-                match Self::pull(&self.encoder, &mut input.stream)? {
+                match Self::pull(&mut input.stream)? {
                     Some((batch, rows)) => {
                         input.batch = batch.clone();
                         input.rows = rows;
@@ -149,21 +144,38 @@ pub fn merge_sorted(
     inputs: Vec<BatchIter>,
     batch_rows: usize,
 ) -> Result<BatchIter> {
+    merge_sorted_on(schema, key, inputs, batch_rows, 1)
+}
+
+/// Batches read ahead per input when inputs are read on threads.
+const READ_AHEAD: usize = 2;
+
+/// [`merge_sorted`], with each input read and its key rows computed ahead
+/// on a thread of its own when `threads` > 1 (at most [`READ_AHEAD`] + 1
+/// batches per input in memory besides the merge's). The output does not
+/// depend on `threads`.
+pub fn merge_sorted_on(
+    schema: SchemaRef,
+    key: &[String],
+    inputs: Vec<BatchIter>,
+    batch_rows: usize,
+    threads: usize,
+) -> Result<BatchIter> {
     if batch_rows == 0 {
         return Err(Error::InvalidArgument("batch_rows must be >= 1".into()));
     }
-    let encoder = KeyEncoder::new(&schema, key)?;
+    let encoder = std::sync::Arc::new(KeyEncoder::new(&schema, key)?);
     let mut merge = Merge {
         schema,
-        encoder,
         inputs: Vec::with_capacity(inputs.len()),
         heap: Vec::new(),
         batch_rows,
         slots: Vec::new(),
         failed: false,
     };
-    for mut stream in inputs {
-        if let Some((batch, rows)) = Merge::pull(&merge.encoder, &mut stream)? {
+    for stream in inputs {
+        let mut stream = keyed(encoder.clone(), stream, threads > 1);
+        if let Some((batch, rows)) = Merge::pull(&mut stream)? {
             let slot = merge.slots.len();
             merge.slots.push(batch.clone());
             merge.inputs.push(Input {
@@ -180,6 +192,47 @@ pub fn merge_sorted(
         merge.sift_down(i);
     }
     Ok(Box::new(merge))
+}
+
+/// The non-empty batches of `stream` with their key rows; read on a thread
+/// of its own (a few batches ahead) if `ahead`. The thread stops when the
+/// stream ends, fails, or the returned iterator is dropped; a panic in it
+/// arrives as the typed internal error.
+fn keyed(encoder: std::sync::Arc<KeyEncoder>, stream: BatchIter, ahead: bool) -> KeyedIter {
+    let step = {
+        let encoder = encoder.clone();
+        move |b: Result<RecordBatch>| -> Option<Result<(RecordBatch, Rows)>> {
+            match b {
+                Ok(b) if b.num_rows() == 0 => None,
+                Ok(b) => Some(encoder.rows(&b).map(|r| (b, r))),
+                Err(e) => Some(Err(e)),
+            }
+        }
+    };
+    if !ahead {
+        return Box::new(stream.filter_map(step));
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(RecordBatch, Rows)>>(READ_AHEAD);
+    let spawned = std::thread::Builder::new()
+        .name("pds-merge-read".into())
+        .spawn(move || {
+            let mut stream = stream;
+            loop {
+                let got = crate::error::catch(|| stream.by_ref().find_map(&step))
+                    .unwrap_or_else(|msg| Some(Err(crate::error::internal_panic(msg))));
+                let Some(got) = got else { return };
+                let stop = got.is_err();
+                if tx.send(got).is_err() || stop {
+                    return;
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Box::new(rx.into_iter()),
+        Err(e) => Box::new(std::iter::once(Err(Error::Task(format!(
+            "a merge thread could not start: {e}"
+        ))))),
+    }
 }
 
 /// `stream` (sorted by `key`) with each run of rows of equal `key` cut to

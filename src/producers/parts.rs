@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -60,12 +59,46 @@ pub struct PartSpec<'a> {
 /// Write `stream` (sorted by `key`) as key-range parts (see [`PartSpec`]),
 /// cut at key boundaries. Returns the parts in key order. On failure, the
 /// parts already written are removed.
+///
+/// Parts are encoded and uploaded on [`super::sort::default_threads`]
+/// threads while the next part is cut from the stream: memory is at most
+/// that many parts being encoded (their Arrow rows and Parquet bytes) plus
+/// the one being cut. The parts do not depend on the thread count.
 pub fn write_range_parts(
     store: Arc<StoreHandle>,
     spec: &PartSpec<'_>,
     schema: SchemaRef,
     key: &[String],
     stream: BatchIter,
+) -> Result<Vec<RangePart>> {
+    write_range_parts_on(
+        store,
+        spec,
+        schema,
+        key,
+        stream,
+        super::sort::default_threads(),
+    )
+}
+
+/// The cut's error when a part failed to write (replaced by that error).
+const STOPPED: &str = "a part failed to write";
+
+/// One part cut from the stream, to encode and upload.
+struct Cut {
+    index: usize,
+    batches: Vec<RecordBatch>,
+}
+
+/// [`write_range_parts`] on `threads` encoding threads (1: encode on the
+/// calling thread).
+pub fn write_range_parts_on(
+    store: Arc<StoreHandle>,
+    spec: &PartSpec<'_>,
+    schema: SchemaRef,
+    key: &[String],
+    stream: BatchIter,
+    threads: usize,
 ) -> Result<Vec<RangePart>> {
     let PartSpec {
         location,
@@ -78,32 +111,90 @@ pub fn write_range_parts(
     }
     crate::store::keys::object_segments(location)?;
     let encoder = KeyEncoder::new(&schema, key)?;
-    let mut written: Vec<RangePart> = Vec::new();
-    let result = (|| {
-        let mut pending: Vec<RecordBatch> = Vec::new();
-        let mut rows = 0usize;
+    let object_of = |name: &str| format!("{}/{name}", location.trim_end_matches('/'));
+    // Encode and upload one part (on any thread).
+    let write_one = |cut: Cut| -> Result<RangePart> {
+        let Cut { index, batches } = cut;
+        let (first, last) = (&batches[0], &batches[batches.len() - 1]);
+        let first_key = key_values(first, key, 0);
+        let last_key = key_values(last, key, last.num_rows() - 1);
+        let (bytes, summary) = encode_to_bytes(&batches, schema.clone(), opts)?;
+        drop(batches);
+        let name = format!("{prefix}-{index:05}.parquet");
+        crate::runtime::block_on(store.put_create_own(&object_of(&name), bytes))??;
+        Ok(RangePart {
+            name,
+            rows: summary.row_count,
+            size_bytes: summary.size_bytes,
+            sha256: summary.sha256,
+            first_key,
+            last_key,
+        })
+    };
+    let threads = threads.max(1);
+    let done: std::sync::Mutex<Vec<(usize, Result<RangePart>)>> = Default::default();
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let record = |index: usize, r: Result<RangePart>| {
+        if r.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Ok(mut d) = done.lock() {
+            d.push((index, r));
+        }
+    };
+    let run = |cut: Cut| {
+        let index = cut.index;
+        record(
+            index,
+            crate::error::contain(crate::error::internal_panic, || write_one(cut)),
+        );
+    };
+    // A rendezvous channel: a part is handed over only to an idle worker,
+    // so at most `threads` parts are in flight.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Cut>(0);
+    let rx = std::sync::Mutex::new(rx);
+    let cut_result = std::thread::scope(|s| -> Result<()> {
+        let tx = tx;
+        let mut workers = 0;
+        if threads > 1 {
+            for _ in 0..threads {
+                let (rx, run) = (&rx, &run);
+                let spawned = std::thread::Builder::new()
+                    .name("pds-encode".into())
+                    .spawn_scoped(s, move || loop {
+                        let next = rx.lock().ok().and_then(|r| r.recv().ok());
+                        match next {
+                            Some(cut) => run(cut),
+                            None => return,
+                        }
+                    });
+                if spawned.is_ok() {
+                    workers += 1;
+                }
+            }
+        }
+        let mut index = 0usize;
         let mut flush = |pending: &mut Vec<RecordBatch>| -> Result<()> {
             if pending.is_empty() {
                 return Ok(());
             }
-            let (first, last) = (&pending[0], &pending[pending.len() - 1]);
-            let first_key = key_values(first, key, 0);
-            let last_key = key_values(last, key, last.num_rows() - 1);
-            let (bytes, summary) = encode_to_bytes(pending, schema.clone(), opts)?;
-            let name = format!("{prefix}-{:05}.parquet", written.len());
-            let object = format!("{}/{name}", location.trim_end_matches('/'));
-            crate::runtime::block_on(store.put_create_own(&object, Bytes::clone(&bytes)))??;
-            written.push(RangePart {
-                name,
-                rows: summary.row_count,
-                size_bytes: summary.size_bytes,
-                sha256: summary.sha256,
-                first_key,
-                last_key,
-            });
-            pending.clear();
+            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::Task(STOPPED.into()));
+            }
+            let cut = Cut {
+                index,
+                batches: std::mem::take(pending),
+            };
+            index += 1;
+            if workers == 0 {
+                run(cut);
+            } else if let Err(back) = tx.send(cut) {
+                run(back.0);
+            }
             Ok(())
         };
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0usize;
         for batch in stream {
             let mut batch = batch?;
             while batch.num_rows() > 0 {
@@ -134,12 +225,28 @@ pub fn write_range_parts(
             }
         }
         flush(&mut pending)
-    })();
-    if let Err(e) = result {
-        let keys: Vec<String> = written
-            .iter()
-            .map(|p| format!("{}/{}", location.trim_end_matches('/'), p.name))
-            .collect();
+        // Leaving the scope closes the channel and joins the workers.
+    });
+    let mut done = match done.into_inner() {
+        Ok(d) => d,
+        Err(p) => p.into_inner(),
+    };
+    done.sort_by_key(|(i, _)| *i);
+    let mut written = Vec::with_capacity(done.len());
+    let mut first_err = cut_result.err();
+    for (_, r) in done {
+        match r {
+            Ok(p) => written.push(p),
+            Err(e) => {
+                if first_err.is_none() || matches!(&first_err, Some(Error::Task(m)) if m == STOPPED)
+                {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        let keys: Vec<String> = written.iter().map(|p| object_of(&p.name)).collect();
         let _ = crate::runtime::block_on(store.delete_many(&keys));
         return Err(e);
     }

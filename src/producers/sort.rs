@@ -17,15 +17,19 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
+use arrow_row::Rows;
 use arrow_schema::SchemaRef;
 
 use super::keys::KeyEncoder;
-use super::merge::merge_sorted;
+use super::merge::merge_sorted_on;
 use super::BatchIter;
 use crate::error::{Error, Result};
 
 /// Rows per output batch.
 pub const BATCH_ROWS: usize = 8192;
+
+/// Output chunks each thread gathers at a time when a buffer is written out.
+const GATHER_CHUNKS_PER_THREAD: usize = 4;
 
 /// Memory a buffered row takes to sort besides its data: its key in the
 /// row format (about 16 bytes for a one-column key) and its place in the
@@ -53,6 +57,7 @@ pub struct ExternalSorter {
     runs: Vec<PathBuf>,
     dir: Option<Arc<SpillDir>>,
     spill_root: PathBuf,
+    threads: usize,
 }
 
 impl ExternalSorter {
@@ -79,7 +84,15 @@ impl ExternalSorter {
             runs: Vec::new(),
             dir: None,
             spill_root: spill_root.unwrap_or_else(std::env::temp_dir),
+            threads: default_threads(),
         })
+    }
+
+    /// Sort (and merge) on `threads` threads (at least 1) instead of
+    /// [`default_threads`]. The output is the same for any count.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
     }
 
     /// Runs spilled so far.
@@ -112,38 +125,17 @@ impl ExternalSorter {
     /// Hand the buffered rows to `sink` sorted (stable), in batches of
     /// [`BATCH_ROWS`], and empty the buffer. The batches are not
     /// concatenated: rows are gathered from them chunk by chunk, so memory
-    /// is the buffer, its key rows and one output chunk.
-    fn sort_buffer_into(&mut self, mut sink: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+    /// is the buffer, its key rows and a few output chunks per thread.
+    ///
+    /// With `threads` > 1 the buffer is cut into that many contiguous
+    /// slices, each converted to key rows and sorted on a thread of its own;
+    /// the sorted slices are merged (ties: the earlier slice first, so the
+    /// order is the stable one whatever the thread count) and the output
+    /// chunks gathered in parallel.
+    fn sort_buffer_into(&mut self, sink: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
         let batches = std::mem::take(&mut self.buffer);
         self.buffered = 0;
-        if batches.is_empty() {
-            return Ok(());
-        }
-        let rows = self.encoder.rows_of_all(&batches)?;
-        let mut at: Vec<(usize, usize)> = Vec::with_capacity(rows.num_rows());
-        for (b, batch) in batches.iter().enumerate() {
-            at.extend((0..batch.num_rows()).map(|i| (b, i)));
-        }
-        // By a fixed-size prefix first, the whole key on a tie, then the
-        // input position: a total order, so the unstable sort is stable.
-        let mut order: Vec<((u64, u64, u32), u32)> = (0..rows.num_rows())
-            .map(|i| (super::keys::prefix(rows.row(i)), i as u32))
-            .collect();
-        order.sort_unstable_by(|a, b| {
-            super::keys::cmp_prefixed(a.0, b.0, || {
-                rows.row(a.1 as usize).cmp(&rows.row(b.1 as usize))
-            })
-            .then(a.1.cmp(&b.1))
-        });
-        drop(rows);
-        let refs: Vec<&RecordBatch> = batches.iter().collect();
-        for chunk in order.chunks(BATCH_ROWS) {
-            let idx: Vec<(usize, usize)> = chunk.iter().map(|&(_, i)| at[i as usize]).collect();
-            sink(arrow_select::interleave::interleave_record_batch(
-                &refs, &idx,
-            )?)?;
-        }
-        Ok(())
+        sort_batches_into(&self.encoder, &batches, self.threads, sink)
     }
 
     fn spill(&mut self) -> Result<()> {
@@ -187,8 +179,260 @@ impl ExternalSorter {
         if inputs.len() == 1 {
             return Ok(inputs.pop().unwrap_or_else(|| Box::new(std::iter::empty())));
         }
-        merge_sorted(self.schema.clone(), &self.key, inputs, BATCH_ROWS)
+        merge_sorted_on(
+            self.schema.clone(),
+            &self.key,
+            inputs,
+            BATCH_ROWS,
+            self.threads,
+        )
     }
+}
+
+/// A key's sort prefix (see [`super::keys::prefix`]) and the row's index
+/// in the buffer.
+type Entry = ((u64, u64, u32), u32);
+
+/// One contiguous slice of a buffer, sorted: its key rows and its entries
+/// (indices are the buffer's; `base` is the slice's first).
+struct SortedSlice {
+    rows: Rows,
+    order: Vec<Entry>,
+    base: u32,
+}
+
+impl SortedSlice {
+    fn row(&self, e: &Entry) -> arrow_row::Row<'_> {
+        self.rows.row((e.1 - self.base) as usize)
+    }
+}
+
+/// `batches` cut into at most `n` contiguous slices of about equal rows,
+/// each with the buffer index of its first row.
+fn split_rows(batches: &[RecordBatch], n: usize) -> Vec<(u32, Vec<RecordBatch>)> {
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let per = total.div_ceil(n.max(1)).max(1);
+    let mut out: Vec<(u32, Vec<RecordBatch>)> = Vec::new();
+    let (mut base, mut room) = (0usize, 0usize);
+    for b in batches {
+        let mut at = 0;
+        while at < b.num_rows() {
+            if room == 0 {
+                out.push((base as u32, Vec::new()));
+                room = per;
+            }
+            let take = room.min(b.num_rows() - at);
+            if let Some(last) = out.last_mut() {
+                last.1.push(b.slice(at, take));
+            }
+            at += take;
+            base += take;
+            room -= take;
+        }
+    }
+    out
+}
+
+/// Sort one slice by (key prefix, key bytes, index): a total order, so the
+/// unstable sort is stable.
+fn sort_slice(encoder: &KeyEncoder, base: u32, batches: &[RecordBatch]) -> Result<SortedSlice> {
+    let rows = encoder.rows_of_all(batches)?;
+    let mut order: Vec<Entry> = (0..rows.num_rows())
+        .map(|i| (super::keys::prefix(rows.row(i)), base + i as u32))
+        .collect();
+    order.sort_unstable_by(|a, b| {
+        super::keys::cmp_prefixed(a.0, b.0, || {
+            rows.row((a.1 - base) as usize)
+                .cmp(&rows.row((b.1 - base) as usize))
+        })
+        .then(a.1.cmp(&b.1))
+    });
+    Ok(SortedSlice { rows, order, base })
+}
+
+/// Whether the head of slice `a` (at `pa`) goes before that of `b`: by key,
+/// then by buffer index (slices are contiguous, so the earlier slice).
+fn before(slices: &[SortedSlice], a: (usize, usize), b: (usize, usize)) -> bool {
+    let (x, y) = (&slices[a.0].order[a.1], &slices[b.0].order[b.1]);
+    super::keys::cmp_prefixed(x.0, y.0, || slices[a.0].row(x).cmp(&slices[b.0].row(y)))
+        .then(x.1.cmp(&y.1))
+        == std::cmp::Ordering::Less
+}
+
+/// Sort `batches` by `encoder`'s key (stable) on `threads` threads and hand
+/// them to `sink` in order, in batches of [`BATCH_ROWS`] rows. The result
+/// does not depend on `threads`.
+fn sort_batches_into(
+    encoder: &KeyEncoder,
+    batches: &[RecordBatch],
+    threads: usize,
+    mut sink: impl FnMut(RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    if u32::try_from(total).is_err() {
+        return Err(Error::InvalidArgument(format!(
+            "a sort buffer of {total} rows is too large (at most 2^32 - 1)"
+        )));
+    }
+    // Small buffers are not worth a thread.
+    let threads = threads.clamp(1, total.div_ceil(BATCH_ROWS));
+    let slices = par_map(split_rows(batches, threads), |(base, part)| {
+        sort_slice(encoder, base, &part)
+    })?;
+    // Where each buffer batch starts, to find a row by its buffer index.
+    let mut starts = Vec::with_capacity(batches.len());
+    let mut n = 0u32;
+    for b in batches {
+        starts.push(n);
+        n += b.num_rows() as u32;
+    }
+    let locate = |i: u32| -> (usize, usize) {
+        let b = starts.partition_point(|&s| s <= i) - 1;
+        (b, (i - starts[b]) as usize)
+    };
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let gather = |chunk: Vec<u32>| -> Result<RecordBatch> {
+        let idx: Vec<(usize, usize)> = chunk.into_iter().map(locate).collect();
+        Ok(arrow_select::interleave::interleave_record_batch(
+            &refs, &idx,
+        )?)
+    };
+    // Merge the slices' orders (a heap of slice heads), gathering a window
+    // of chunks at a time in parallel.
+    let mut pos = vec![0usize; slices.len()];
+    let mut heap: Vec<usize> = (0..slices.len())
+        .filter(|&s| !slices[s].order.is_empty())
+        .collect();
+    let less = |pos: &[usize], a: usize, b: usize| before(&slices, (a, pos[a]), (b, pos[b]));
+    let sift_down = |heap: &mut Vec<usize>, pos: &[usize], mut i: usize| loop {
+        let (l, r) = (2 * i + 1, 2 * i + 2);
+        let mut m = i;
+        if l < heap.len() && less(pos, heap[l], heap[m]) {
+            m = l;
+        }
+        if r < heap.len() && less(pos, heap[r], heap[m]) {
+            m = r;
+        }
+        if m == i {
+            return;
+        }
+        heap.swap(i, m);
+        i = m;
+    };
+    for i in (0..heap.len() / 2).rev() {
+        sift_down(&mut heap, &pos, i);
+    }
+    let window = threads * GATHER_CHUNKS_PER_THREAD;
+    let mut chunks: Vec<Vec<u32>> = Vec::with_capacity(window);
+    let mut chunk: Vec<u32> = Vec::with_capacity(BATCH_ROWS);
+    loop {
+        let done = heap.is_empty();
+        if !done {
+            let top = heap[0];
+            chunk.push(slices[top].order[pos[top]].1);
+            pos[top] += 1;
+            if pos[top] == slices[top].order.len() {
+                let last = heap.len() - 1;
+                heap.swap(0, last);
+                heap.pop();
+            }
+            if !heap.is_empty() {
+                sift_down(&mut heap, &pos, 0);
+            }
+            if chunk.len() == BATCH_ROWS {
+                chunks.push(std::mem::replace(
+                    &mut chunk,
+                    Vec::with_capacity(BATCH_ROWS),
+                ));
+            }
+        } else if !chunk.is_empty() {
+            chunks.push(std::mem::take(&mut chunk));
+        }
+        if chunks.len() == window || (done && !chunks.is_empty()) {
+            let work = std::mem::take(&mut chunks);
+            let gathered = if threads == 1 {
+                work.into_iter().map(gather).collect::<Result<Vec<_>>>()?
+            } else {
+                let per = work.len().div_ceil(threads);
+                let mut groups: Vec<Vec<Vec<u32>>> = Vec::new();
+                let mut it = work.into_iter().peekable();
+                while it.peek().is_some() {
+                    groups.push(it.by_ref().take(per).collect());
+                }
+                par_map(groups, |g| {
+                    g.into_iter().map(gather).collect::<Result<Vec<_>>>()
+                })?
+                .into_iter()
+                .flatten()
+                .collect()
+            };
+            for b in gathered {
+                sink(b)?;
+            }
+        }
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// Threads the sort, the merge and part encoding use: `PDS_THREADS` if set
+/// (≥ 1), else the cores available. Results never depend on it.
+pub fn default_threads() -> usize {
+    std::env::var("PDS_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+}
+
+/// `f` applied to each of `items`, each on a scoped thread of its own (the
+/// first on the calling thread), results in order. A panic in `f` becomes
+/// the typed internal error; the first error (in item order) is returned.
+pub fn par_map<T: Send, R: Send>(
+    items: Vec<T>,
+    f: impl Fn(T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let f = &f;
+    let run = move |item: T| -> Result<R> {
+        crate::error::contain(crate::error::internal_panic, || f(item))
+    };
+    if items.len() <= 1 {
+        return items.into_iter().map(run).collect();
+    }
+    std::thread::scope(|s| {
+        let mut items = items.into_iter();
+        let first = items.next();
+        let handles: Vec<_> = items
+            .map(|item| {
+                std::thread::Builder::new()
+                    .name("pds-sort".into())
+                    .spawn_scoped(s, move || run(item))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(handles.len() + 1);
+        if let Some(item) = first {
+            out.push(run(item));
+        }
+        for h in handles {
+            out.push(match h {
+                Ok(h) => h.join().unwrap_or_else(|p| {
+                    Err(crate::error::internal_panic(crate::error::panic_message(
+                        p.as_ref(),
+                    )))
+                }),
+                Err(e) => Err(Error::Task(format!("a sort thread could not start: {e}"))),
+            });
+        }
+        out.into_iter().collect()
+    })
 }
 
 #[cfg(test)]

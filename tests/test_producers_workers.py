@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -60,6 +64,7 @@ def test_results_do_not_depend_on_the_worker_count(tmp_path: Path, seed: int, wo
             if s.kind == "stage":
                 a, b = par.changes(s.name), ref.changes(s.name)
                 assert a.upserts is not None and b.upserts is not None
+                assert a.deletes is not None and b.deletes is not None
                 assert a.upserts.equals(b.upserts) and a.deletes.equals(b.deletes), s.name
         assert par.history(1)[0]["parameters"] == ref.history(1)[0]["parameters"]
     assert (split > 0) == (workers > 1), "stages were split over the workers (and never with workers=1)"
@@ -185,3 +190,106 @@ def test_a_memory_pipeline_runs_in_this_process_whatever_the_worker_count() -> N
     assert sorted(seen) == list(range(100)), "Produce ran here: worker processes cannot reach memory://"
     assert p._worker_stats == {}
     assert pds.Pipeline.open(p.store, "p", workers=4).workers == 4
+
+
+def exchange_folders(tmp: Path) -> list[str]:
+    """The exchange folders (and anything in them) left under *tmp*."""
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "pds-exchange" in str(p))
+
+
+@pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The system temp directory, for this test: its own, to watch."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+@pytest.mark.spec("P-3")
+def test_rows_cross_through_spill_files_removed_after_success_failure_and_a_killed_worker(
+    tmp_path: Path, temp_dir: Path
+) -> None:
+    url = (tmp_path / "lake").as_uri()
+    marker = tmp_path / "killed"
+    parent = os.getpid()
+
+    def hook(k: int) -> None:
+        if os.getpid() == parent:
+            return
+        if k == 5:  # in a map call: its exchange folder exists
+            assert exchange_folders(temp_dir), "the update's exchange folder exists while it runs"
+        if k == 77 and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if k == 170 and marker.exists() and not (tmp_path / "raised").exists():
+            (tmp_path / "raised").touch()
+            raise ZeroDivisionError("k=170")
+
+    p = declare(url, "p", 2, hook)
+    p.update({"s": table(list(range(0, 200, 2)))})
+    stats = p._worker_stats["inv"]
+    assert stats["exchanged_rows"] == 100 and stats["exchanged_bytes"] > 0, "rows went through files"
+    assert exchange_folders(temp_dir) == [], "removed after success"
+    change = table(list(range(1, 200, 2)), 3)
+    with pytest.raises(BrokenProcessPool):
+        p.update({"s": change})
+    assert exchange_folders(temp_dir) == [], "removed after a killed worker"
+    with pytest.raises(ProduceError, match="k=170"):
+        p.update({"s": table(list(range(1, 200)), 3)})
+    assert exchange_folders(temp_dir) == [], "removed after a ProduceError"
+    assert p.refresh() == 1
+    assert p.update({"s": change}) == 2
+    assert exchange_folders(temp_dir) == []
+
+
+CRASHER = """
+import os, sys, time
+import pyarrow as pa
+import pds
+
+def main():
+    url, marker = sys.argv[1], sys.argv[2]
+    p = pds.Pipeline.create(url, "p", target_rows=10, workers=2)
+    src = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+    @p.stage("inv", sources=[src], key={"k": pa.int64()}, value={"v": pa.int64()})
+    def inv(k, values):
+        if k == 150:  # a reduce's rows are on disk by now for the other ranges
+            open(marker, "w").close()
+            time.sleep(60)
+        for v in values:
+            yield k, v["v"]
+
+    p.update({"s": pa.table({"k": pa.array(range(200), pa.int64()), "v": pa.array(range(200), pa.int64())})})
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.spec("P-3")
+def test_the_exchange_folder_goes_when_the_updating_process_is_killed(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "crasher.py"
+    script.write_text(CRASHER)
+    marker = tmp_path / "producing"
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    # (Its stderr: multiprocessing's warning about the killed pool's semaphores.)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), (tmp_path / "lake").as_uri(), str(marker)], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, "the update ran"
+            time.sleep(0.05)
+        assert exchange_folders(tmp), "the update's exchange folder exists"
+    finally:
+        proc.kill()
+        proc.wait(30)
+    deadline = time.monotonic() + 30
+    while exchange_folders(tmp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert exchange_folders(tmp) == [], "the workers removed it once the process that started them died"

@@ -7,7 +7,7 @@ encodes data releases the GIL.
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Literal, Protocol, final
+from typing import Any, Literal, Protocol, final
 
 import pyarrow as pa
 
@@ -497,10 +497,16 @@ class StageRun:
         """(rows handed out, rows taken back)."""
     def finish(self) -> tuple[str, list[str]]:
         """Write the new state: (state JSON, objects written)."""
-    def finish_map(self) -> tuple[str, list[pa.RecordBatch], list[pa.RecordBatch]]:
+    def finish_map(self, *, stream: bool = False) -> tuple[str, Any, list[pa.RecordBatch]]:
         """Finish a map task: (result JSON with ``mappings``, ``rows_in``,
-        ``rows_out``, ``changed_keys``, ``created``; emitted rows; removed
-        key-mappings pairs). Nothing is committed."""
+        ``rows_out``, ``changed_keys``, ``created``; emitted rows, sorted by
+        target key; removed key-mappings pairs). The emitted rows are a
+        list of batches (memory: the task's whole output), or with *stream*
+        a ``pyarrow.RecordBatchReader`` over the run's external sort
+        (memory: ``sort_budget``; its spill files go when it is exhausted
+        or dropped). Nothing is committed; on an error, what it wrote is
+        removed (an error while the stream is read leaves that to the
+        caller: the objects are named after the job)."""
     def close(self) -> None:
         """Drop the run and its spill files."""
 
@@ -526,7 +532,7 @@ def pipeline_reduce_range(
     root: str,
     stage: str,
     range: str,
-    emitted: Sequence[pa.RecordBatch],
+    emitted: Sequence[pa.RecordBatch] | ArrowStreamExportable,
     removed: Sequence[pa.RecordBatch],
     *,
     compression: str,
@@ -535,7 +541,15 @@ def pipeline_reduce_range(
     job: str | None = None,
 ) -> str:
     """A reduce task: merge a target range's rows into its content parts and
-    write its update; the result's JSON. Nothing is committed."""
+    write its update; the result's JSON. Nothing is committed (on an error,
+    what it wrote is removed).
+
+    *emitted* is a list of batches, or any Arrow stream (an object with
+    ``__arrow_c_stream__``, such as a ``pyarrow.RecordBatchReader``) read
+    batch by batch, with the GIL released, into the range's external sort:
+    memory stays within *sort_budget* plus one batch, whatever the range's
+    size. *removed* (the pairs to drop: as many as the change's old
+    targets) is held in memory."""
 
 def pipeline_key_samples(stage: str, batch: pa.RecordBatch, every: int) -> str:
     """The target key of every *every*-th row of *batch* (JSON), for planning."""

@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3_arrow::PyRecordBatch;
+use pyo3_arrow::{PyRecordBatch, PyRecordBatchReader};
 use serde::Deserialize;
 
 use super::errors::IntoPy;
@@ -74,9 +74,40 @@ struct MapResult {
     created: Vec<String>,
 }
 
-/// Finish a map task: the result's JSON, the emitted rows (read from the
-/// sort: the task's share of the change) and the removed pairs. On an
-/// error, what the task wrote is removed.
+/// Finish a map task: the result's JSON, the emitted rows (streamed from
+/// the sort: the task's share of the change, within the sort budget; the
+/// sort's spill files go when the stream is dropped) and the removed
+/// pairs. On an error here, what the task wrote is removed; an error
+/// while the stream is read leaves that to the caller (the objects are
+/// named after the job).
+pub(crate) fn finish_map_stream(
+    run: StageRun,
+) -> PyResult<(
+    String,
+    crate::producers::BatchIter,
+    Vec<arrow_array::RecordBatch>,
+)> {
+    let store = run.store();
+    let out = run.finish_map().py_err()?;
+    let meta = to_json(&MapResult {
+        mappings: out.mappings.clone(),
+        rows_in: out.rows_in,
+        rows_out: out.rows_out,
+        changed_keys: out.changed_keys,
+        created: out.created.clone(),
+    });
+    match meta {
+        Ok(meta) => Ok((meta, out.emitted, out.removed)),
+        Err(e) => {
+            let _ = crate::runtime::block_on(store.delete_many(&out.created));
+            Err(e).py_err()
+        }
+    }
+}
+
+/// [`finish_map_stream`] with the emitted rows collected (in memory: the
+/// task's whole share of the change). On an error, what the task wrote is
+/// removed.
 pub(crate) fn finish_map(
     run: StageRun,
 ) -> PyResult<(
@@ -85,22 +116,13 @@ pub(crate) fn finish_map(
     Vec<arrow_array::RecordBatch>,
 )> {
     let store = run.store();
-    let out = run.finish_map().py_err()?;
-    let done = (|| -> Result<_> {
-        let emitted = out.emitted.collect::<Result<Vec<_>>>()?;
-        let meta = to_json(&MapResult {
-            mappings: out.mappings.clone(),
-            rows_in: out.rows_in,
-            rows_out: out.rows_out,
-            changed_keys: out.changed_keys,
-            created: out.created.clone(),
-        })?;
-        Ok((meta, emitted, out.removed))
-    })();
-    match done {
-        Ok(v) => Ok(v),
+    let (meta, emitted, removed) = finish_map_stream(run)?;
+    match emitted.collect::<Result<Vec<_>>>() {
+        Ok(emitted) => Ok((meta, emitted, removed)),
         Err(e) => {
-            let _ = crate::runtime::block_on(store.delete_many(&out.created));
+            if let Ok(m) = serde_json::from_str::<MapResult>(&meta) {
+                let _ = crate::runtime::block_on(store.delete_many(&m.created));
+            }
             Err(e).py_err()
         }
     }
@@ -209,10 +231,33 @@ pub fn pipeline_assign(
     })
 }
 
+/// Rows handed to a reduce task: a list of record batches (in memory), or
+/// any Arrow stream (`__arrow_c_stream__`, e.g. a
+/// `pyarrow.RecordBatchReader`), read batch by batch.
+#[derive(FromPyObject)]
+pub enum RowsArg {
+    /// Batches already in memory.
+    List(Vec<PyRecordBatch>),
+    /// A stream, read as the reduce goes.
+    Stream(PyRecordBatchReader),
+}
+
+impl RowsArg {
+    fn into_iter(self) -> PyResult<crate::producers::BatchIter> {
+        Ok(match self {
+            RowsArg::List(b) => Box::new(record_batches(b).into_iter().map(Ok)),
+            RowsArg::Stream(r) => Box::new(r.into_reader()?.map(|b| b.map_err(Error::from))),
+        })
+    }
+}
+
 /// A reduce task over the target keys in `range`: merges the `emitted`
-/// rows and `removed` pairs of the range into the range's content parts
-/// and writes its update; returns the result's JSON (`ReduceOutput`).
-/// Nothing is committed; on an error, what it wrote is removed.
+/// rows (a list of batches or an Arrow stream, pushed into the range's
+/// external sort as they are read: memory stays within `sort_budget`) and
+/// `removed` pairs (in memory) of the range into the range's content
+/// parts and writes its update; returns the result's JSON
+/// (`ReduceOutput`). Nothing is committed; on an error, what it wrote is
+/// removed.
 #[pyfunction]
 #[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None))]
 #[allow(clippy::too_many_arguments)]
@@ -222,7 +267,7 @@ pub fn pipeline_reduce_range(
     root: &str,
     stage: &str,
     range: &str,
-    emitted: Vec<PyRecordBatch>,
+    emitted: RowsArg,
     removed: Vec<PyRecordBatch>,
     compression: &str,
     target_rows: usize,
@@ -232,15 +277,9 @@ pub fn pipeline_reduce_range(
     let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let stage = NodeView::from_json(stage).py_err()?;
     let range = key_range(range)?;
-    let (emitted, removed) = (record_batches(emitted), record_batches(removed));
+    let (emitted, removed) = (emitted.into_iter()?, record_batches(removed));
     super::detach(py, || {
-        let out = reduce_range(
-            &env,
-            &stage,
-            &range,
-            Box::new(emitted.into_iter().map(Ok)),
-            removed,
-        )?;
+        let out = reduce_range(&env, &stage, &range, emitted, removed)?;
         to_json(&out)
     })
 }

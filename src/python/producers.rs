@@ -338,7 +338,7 @@ impl PyStageRun {
 type PyChunk<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, Vec<u32>)>, bool);
 
 /// A map task's result: `(JSON, emitted rows, removed pairs)`.
-type PyMapped<'py> = (String, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
+type PyMapped<'py> = (String, Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 #[pymethods]
 impl PyStageRun {
@@ -424,18 +424,33 @@ impl PyStageRun {
     /// Finish a map task (a run made with `range`): `(result JSON, emitted
     /// rows, removed key-mappings pairs)`; the JSON holds `mappings` (the
     /// range's new key-mappings parts), `rows_in`, `rows_out`,
-    /// `changed_keys` and `created`. Nothing is committed; on an error,
-    /// what it wrote is removed.
-    fn finish_map<'py>(&self, py: Python<'py>) -> PyResult<PyMapped<'py>> {
-        let (meta, emitted, removed) =
-            super::detach_py(py, || super::phases::finish_map(self.take()?))?;
+    /// `changed_keys` and `created`. The emitted rows are a list of batches
+    /// (in memory), or with `stream` a `pyarrow.RecordBatchReader` over the
+    /// sort (within the sort budget). Nothing is committed; on an error,
+    /// what it wrote is removed (for a stream, an error while it is read
+    /// leaves that to the caller).
+    #[pyo3(signature = (*, stream=false))]
+    fn finish_map<'py>(&self, py: Python<'py>, stream: bool) -> PyResult<PyMapped<'py>> {
         let to_py = |batches: Vec<arrow_array::RecordBatch>| -> PyResult<Vec<Bound<'py, PyAny>>> {
             batches
                 .into_iter()
                 .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
                 .collect()
         };
-        Ok((meta, to_py(emitted)?, to_py(removed)?))
+        if stream {
+            let schema = self.schema.clone();
+            let (meta, emitted, removed) =
+                super::detach_py(py, || super::phases::finish_map_stream(self.take()?))?;
+            let reader = super::stream::batches_reader(py, schema, emitted)?;
+            return Ok((meta, reader, to_py(removed)?.into_pyobject(py)?.into_any()));
+        }
+        let (meta, emitted, removed) =
+            super::detach_py(py, || super::phases::finish_map(self.take()?))?;
+        Ok((
+            meta,
+            to_py(emitted)?.into_pyobject(py)?.into_any(),
+            to_py(removed)?.into_pyobject(py)?.into_any(),
+        ))
     }
 
     /// Drop the run (its spill files go with it).

@@ -5,17 +5,19 @@
 use std::sync::Mutex;
 
 use arrow_array::RecordBatchReader;
+use arrow_schema::SchemaRef;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3_arrow::{PyRecordBatch, PySchema};
 
 use super::errors::to_py;
 use crate::dataset::scan::DatasetStream;
+use crate::producers::BatchIter;
 
 /// An iterator of `pyarrow.RecordBatch`; waits for each with the GIL released.
 #[pyclass(module = "pds._core", name = "BatchStream")]
 pub struct PyBatchStream {
-    inner: Mutex<Option<DatasetStream>>,
+    inner: Mutex<Option<BatchIter>>,
 }
 
 #[pymethods]
@@ -33,7 +35,7 @@ impl PyBatchStream {
             let Some(stream) = guard.as_mut() else {
                 return Ok(None);
             };
-            let item = stream.next_result();
+            let item = stream.next();
             if !matches!(item, Some(Ok(_))) {
                 *guard = None; // Ended or failed: release the scan.
             }
@@ -48,12 +50,28 @@ impl PyBatchStream {
 }
 
 /// `pyarrow.RecordBatchReader.from_batches(schema, stream)`.
-pub fn into_reader(py: Python<'_>, stream: DatasetStream) -> PyResult<Bound<'_, PyAny>> {
-    let schema = PySchema::new(stream.schema()).into_pyarrow(py)?;
+pub fn into_reader(py: Python<'_>, mut stream: DatasetStream) -> PyResult<Bound<'_, PyAny>> {
+    let schema = stream.schema();
+    batches_reader(
+        py,
+        schema,
+        Box::new(std::iter::from_fn(move || stream.next_result())),
+    )
+}
+
+/// `pyarrow.RecordBatchReader.from_batches(schema, batches)`: each batch
+/// waited for with the GIL released; the iterator (and what it holds, such
+/// as a sort's spill files) dropped once it ends or fails.
+pub fn batches_reader(
+    py: Python<'_>,
+    schema: SchemaRef,
+    batches: BatchIter,
+) -> PyResult<Bound<'_, PyAny>> {
+    let schema = PySchema::new(schema).into_pyarrow(py)?;
     let batches = Bound::new(
         py,
         PyBatchStream {
-            inner: Mutex::new(Some(stream)),
+            inner: Mutex::new(Some(batches)),
         },
     )?;
     py.import("pyarrow")?

@@ -24,11 +24,13 @@ what a failed update or a failed task attempt wrote.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from remote_store import NotFound, RemoteStoreError, Store
@@ -39,19 +41,31 @@ from pds.producers.produce import run_batched, run_rows
 if TYPE_CHECKING:
     from pds.producers.pipeline import StageTask
 
-__all__ = ["MAX_RANGES", "JobObjects", "by_range", "map_range", "reduce_range", "samples", "state_objects"]
+__all__ = [
+    "MAX_RANGES",
+    "JobObjects",
+    "by_range",
+    "by_sorted_range",
+    "map_range",
+    "reduce_range",
+    "sample",
+    "samples",
+    "state_objects",
+]
 
 #: Key ranges per node phase at most (tasks; a task may take several).
 MAX_RANGES = 64
 
 
 def map_range(
-    rust: _core.RustStore, root: str, task: StageTask, rng: str, job: str
-) -> tuple[str, list[pa.RecordBatch], list[pa.RecordBatch]]:
+    rust: _core.RustStore, root: str, task: StageTask, rng: str, job: str, *, stream: bool = False
+) -> tuple[str, Any, list[pa.RecordBatch]]:
     """The map phase of *task* over the source-key range *rng* (JSON):
     ``Produce`` called on the range's changed keys; returns the result's
-    JSON, the emitted rows and the removed key-mapping pairs. Objects it
-    writes are named after *job*; nothing is committed."""
+    JSON, the emitted rows (sorted by target key: a list of batches, in
+    memory; with *stream*, a ``pyarrow.RecordBatchReader`` over the
+    sort, within ``sort_budget``) and the removed key-mapping pairs.
+    Objects it writes are named after *job*; nothing is committed."""
     run = _core.StageRun(
         rust, root, task.stage_view, task.source_views, rebuild=task.rebuild, range=rng, job=job, **task.opts
     )
@@ -60,20 +74,30 @@ def map_range(
             run_batched(task.node, run, len(task.node.sources))
         else:
             run_rows(task.node, run, len(task.node.sources), task.values)
-        return run.finish_map()
+        return run.finish_map(stream=stream)
     finally:
         run.close()
 
 
-def samples(stage_view: str, emitted: Sequence[pa.RecordBatch], every: int) -> Iterator[str]:
+def samples(stage_view: str, emitted: Iterable[pa.RecordBatch], every: int) -> Iterator[str]:
     """One target key every *every* rows of a map phase's sorted output
-    (JSON texts for ``pipeline_ranges_from_samples``)."""
+    (JSON texts for ``pipeline_ranges_from_samples``); *emitted* is
+    iterated once."""
     seen = 0
     for e in emitted:
-        first = -seen % every
-        if first < e.num_rows:
-            yield _core.pipeline_key_samples(stage_view, e.slice(first), every)
+        found = sample(stage_view, e, seen, every)
+        if found is not None:
+            yield found
         seen += e.num_rows
+
+
+def sample(stage_view: str, batch: pa.RecordBatch, seen: int, every: int) -> str | None:
+    """:func:`samples` of *batch*, which follows *seen* rows of the output
+    (``None``: no sample falls in it)."""
+    first = -seen % every
+    if first >= batch.num_rows:
+        return None
+    return _core.pipeline_key_samples(stage_view, batch.slice(first), every)
 
 
 def by_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -89,20 +113,44 @@ def by_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterato
         yield int(rng), batch.filter(pc.equal(ids, rng))
 
 
+def by_sorted_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """:func:`by_range` for rows sorted by the stage's key (a map phase's
+    emitted rows): each range's rows are a slice (no copy); a batch whose
+    first and last rows fall in one range is not assigned row by row."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    if len(ranges) == 1:
+        yield 0, batch
+        return
+    ends = _core.pipeline_assign(view, list(ranges), batch.take([0, n - 1]))
+    if ends[0] == ends[1]:
+        yield int(ends[0]), batch
+        return
+    ids = np.asarray(_core.pipeline_assign(view, list(ranges), batch), np.int64)
+    if (np.diff(ids) < 0).any():  # not sorted after all: filter
+        yield from by_range(batch, view, ranges)
+        return
+    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), n]
+    for lo, hi in itertools.pairwise(cuts):
+        yield int(ids[lo]), batch.slice(lo, hi - lo)
+
+
 def reduce_range(
     rust: _core.RustStore,
     root: str,
     task: StageTask,
     target: str,
-    emitted: Sequence[pa.RecordBatch],
+    emitted: Sequence[pa.RecordBatch] | pa.RecordBatchReader,
     removed: Sequence[pa.RecordBatch],
     job: str,
 ) -> str:
     """The reduce phase of *task* over the target range *target*: its rows
-    merged into its content parts; the result's JSON. Nothing is committed."""
-    return _core.pipeline_reduce_range(
-        rust, root, task.stage_view, target, list(emitted), list(removed), job=job, **task.opts
-    )
+    (a list of batches, or a ``pyarrow.RecordBatchReader`` read as the
+    range's sort takes them: memory within ``sort_budget``) merged into its
+    content parts; the result's JSON. Nothing is committed."""
+    rows = emitted if isinstance(emitted, pa.RecordBatchReader) else list(emitted)
+    return _core.pipeline_reduce_range(rust, root, task.stage_view, target, rows, list(removed), job=job, **task.opts)
 
 
 def state_objects(state: Mapping[str, Any]) -> set[str]:

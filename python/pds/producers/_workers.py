@@ -8,16 +8,27 @@ and runs the phases of :mod:`pds.producers._ranges` in a process pool:
 
 1. **map**, one call per source-key range, in a worker: ``Produce`` on the
    range's changed keys; the range's key-mapping parts rewritten; the
-   emitted rows and removed pairs grouped by target-key range (for a stage
-   with no content yet, target keys sampled instead, and the rows grouped
-   in this process once the target ranges are planned from the samples).
-2. **shuffle**, in this process: each target range's rows, from every map
-   call, put together (Arrow batches, pickled as Arrow buffers, no IPC
-   re-encoding).
-3. **reduce**, one call per touched target range, in a worker: the range's
-   rows merged into its content parts.
-4. **stitch**, in this process: the stage's new state; the version is
+   emitted rows, streamed from the run's external sort, and the removed
+   pairs written by target-key range to Arrow IPC files (uncompressed) in
+   the update's exchange folder. Only paths, row counts and sampled keys
+   come back to this process. For a stage with no content yet, the map
+   writes one file of its sorted output and samples target keys; once the
+   target ranges are planned from the samples, a **split** call per map
+   file (in a worker) cuts it by target range.
+2. **reduce**, one call per touched target range, in a worker: the range's
+   files, from every map call, streamed into the range's external sort
+   and merged into its content parts.
+3. **stitch**, in this process: the stage's new state; the version is
    committed once, as in the single-process update.
+
+**Memory and disk.** No row passes through this process: it holds paths
+and counts. A worker holds what the in-process engine holds (its sort
+within ``sort_budget``, plus one batch per open file). The exchange folder
+(``pds-exchange-*`` in the system temp directory, as the sort's spill
+files) holds a stage's emitted rows as uncompressed Arrow between the
+map and the reduce, each map's files removed by the reduce that read
+them; the folder is removed when the update ends, whether it succeeds,
+fails or is interrupted (and by the workers if this process is killed).
 
 A stage whose changed keys fall in one range runs in this process, as
 with ``workers=1``, which never starts a pool; so does every stage of a
@@ -52,16 +63,20 @@ nothing.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import multiprocessing
 import os
 import pickle
 import select
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -70,7 +85,15 @@ from remote_store import Store
 
 from pds import _core
 from pds.backend import native_handle
-from pds.producers._ranges import MAX_RANGES, JobObjects, by_range, map_range, reduce_range, samples
+from pds.producers._ranges import (
+    MAX_RANGES,
+    JobObjects,
+    by_range,
+    by_sorted_range,
+    map_range,
+    reduce_range,
+    sample,
+)
 from pds.producers.errors import ProduceError, produce_error
 
 if TYPE_CHECKING:
@@ -82,8 +105,8 @@ __all__ = ["START_METHOD", "LocalStages", "worker_count"]
 START_METHOD = "forkserver"
 _PRELOAD = ["pds", "pyarrow", "cloudpickle"]
 
-#: Rows grouped by target range: range index -> batches (``-1``: not planned yet).
-Grouped = dict[int, list[pa.RecordBatch]]
+#: Files by target range: range index -> (path, rows) (``-1``: not planned yet).
+Files = dict[int, tuple[str, int]]
 
 
 def worker_count(workers: object) -> int:
@@ -98,40 +121,115 @@ def worker_count(workers: object) -> int:
     return workers
 
 
-def _grouped(batches: Sequence[pa.RecordBatch], view: str, targets: Sequence[str] | None) -> Grouped:
-    out: Grouped = {}
-    for b in batches:
-        if targets is None:
-            if b.num_rows:
-                out.setdefault(-1, []).append(b)
-            continue
-        for i, part in by_range(b, view, targets):
-            out.setdefault(i, []).append(part)
-    return out
+class _Spill:
+    """Arrow IPC stream files, one per target range, named
+    ``<prefix>-<range>.arrow``; opened on a range's first rows."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.writers: dict[int, tuple[str, pa.RecordBatchStreamWriter]] = {}
+        self.rows: dict[int, int] = {}
+
+    def write(self, i: int, batch: pa.RecordBatch) -> None:
+        if i not in self.writers:
+            path = f"{self.prefix}-{'all' if i < 0 else i}.arrow"
+            self.writers[i] = (path, pa.ipc.new_stream(path, batch.schema))
+            self.rows[i] = 0
+        self.writers[i][1].write_batch(batch)
+        self.rows[i] += batch.num_rows
+
+    def close(self) -> Files:
+        for _, w in self.writers.values():
+            w.close()
+        return {i: (path, self.rows[i]) for i, (path, _) in self.writers.items()}
+
+
+def _read(paths: Iterable[str]) -> Iterator[pa.RecordBatch]:
+    """The batches of the IPC stream files *paths*, in order (memory-mapped)."""
+    for path in paths:
+        with pa.memory_map(path) as source:
+            yield from pa.ipc.open_stream(source)
+
+
+def _reader(paths: Sequence[str]) -> pa.RecordBatchReader:
+    with pa.memory_map(paths[0]) as source:
+        schema = pa.ipc.open_stream(source).schema
+    return pa.RecordBatchReader.from_batches(schema, _read(paths))
 
 
 class _Phases:
-    """One stage's map and reduce phases as a worker runs them (pickled once
-    per phase). The store travels as its URL and options."""
+    """One stage's map, split and reduce phases as a worker runs them
+    (pickled once per phase). The store travels as its URL and options;
+    rows travel through files in *folder*."""
 
-    def __init__(self, store: Store, root: str, task: StageTask, targets: list[str] | None, job: str) -> None:
+    def __init__(
+        self, store: Store, root: str, task: StageTask, targets: list[str] | None, job: str, folder: str
+    ) -> None:
         self.store, self.root, self.task, self.targets, self.job = store, root, task, targets, job
+        self.folder = folder
 
     def _rust(self) -> _core.RustStore:
         rust = native_handle(self.store)
         assert rust is not None
         return rust
 
-    def map(self, rng: str) -> tuple[str, Grouped, Grouped, list[str]]:
-        """(result JSON, emitted rows and removed pairs by target range, samples)."""
-        t = self.task
-        meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job)
-        found = [] if self.targets else list(samples(t.stage_view, emitted, max(1, int(t.opts["target_rows"]))))
-        return meta, _grouped(emitted, t.stage_view, self.targets), _grouped(removed, t.stage_view, self.targets), found
+    def _write(
+        self, prefix: str, emitted: Iterable[pa.RecordBatch], removed: Iterable[pa.RecordBatch]
+    ) -> tuple[Files, Files]:
+        """*emitted* (sorted by target key) and *removed* written by target
+        range (or whole, with no targets planned yet)."""
+        view, targets = self.task.stage_view, self.targets
+        out = (_Spill(f"{prefix}-e"), _Spill(f"{prefix}-r"))
+        try:
+            for spill, batches, split in ((out[0], emitted, by_sorted_range), (out[1], removed, by_range)):
+                for b in batches:
+                    for i, part in split(b, view, targets) if targets is not None else [(-1, b)]:
+                        if part.num_rows:
+                            spill.write(i, part)
+        finally:
+            files = (out[0].close(), out[1].close())
+        return files
 
-    def reduce(self, i: int, emitted: list[pa.RecordBatch], removed: list[pa.RecordBatch]) -> str:
+    def map(self, m: int, rng: str) -> tuple[str, Files, Files, list[str]]:
+        """(result JSON, emitted rows' and removed pairs' files by target
+        range, sampled target keys)."""
+        t = self.task
+        meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
+        found: list[str] = []
+        if self.targets is None:
+            every = max(1, int(t.opts["target_rows"]))
+
+            def sampled(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                seen = 0
+                for b in batches:
+                    key = sample(t.stage_view, b, seen, every)
+                    if key is not None:
+                        found.append(key)
+                    seen += b.num_rows
+                    yield b
+
+            emitted = sampled(emitted)
+        e, r = self._write(os.path.join(self.folder, f"m{m}"), emitted, removed)
+        return meta, e, r, found
+
+    def split(self, m: int, emitted: Files, removed: Files) -> tuple[Files, Files]:
+        """A map call's whole files (written before the target ranges were
+        planned) cut by target range; the whole files removed."""
+        whole = [[f[0]] if f else [] for f in (emitted.get(-1), removed.get(-1))]
+        out = self._write(os.path.join(self.folder, f"s{m}"), _read(whole[0]), _read(whole[1]))
+        for p in (*whole[0], *whole[1]):
+            os.unlink(p)
+        return out
+
+    def reduce(self, i: int, emitted: list[str], removed: list[str]) -> str:
+        """Target range *i*'s rows (the files *emitted*, streamed) merged;
+        its files removed once merged."""
         assert self.targets is not None
-        return reduce_range(self._rust(), self.root, self.task, self.targets[i], emitted, removed, self.job)
+        rows: pa.RecordBatchReader | list[pa.RecordBatch] = _reader(emitted) if emitted else []
+        meta = reduce_range(self._rust(), self.root, self.task, self.targets[i], rows, list(_read(removed)), self.job)
+        for p in (*emitted, *removed):
+            os.unlink(p)
+        return meta
 
 
 #: In a worker: the phases last unpickled, by their pickle.
@@ -151,10 +249,18 @@ def _portable(e: BaseException) -> BaseException:
     return e
 
 
-def _exit_with(parent: int) -> None:
+def _exit_with(parent: int, folder: str) -> None:
     """A worker's initializer: exit as soon as the process that started the
     pool (*parent*) ends, even if it was killed (a worker blocked on the
-    pool's queue would otherwise outlive it)."""
+    pool's queue would otherwise outlive it), removing the update's
+    exchange *folder* (which that process would have removed)."""
+
+    def gone() -> None:
+        # Exit at once (a write still running would land after the parent's
+        # death); the folder is removed by a process of its own.
+        with contextlib.suppress(OSError):
+            subprocess.Popen(["rm", "-rf", "--", folder], start_new_session=True, close_fds=True)
+        os._exit(1)
 
     def watch() -> None:
         try:
@@ -165,11 +271,11 @@ def _exit_with(parent: int) -> None:
                 try:
                     os.kill(parent, 0)
                 except ProcessLookupError:
-                    os._exit(1)
+                    gone()
                 except PermissionError:
                     continue
         select.select([fd], [], [])
-        os._exit(1)
+        gone()
 
     threading.Thread(target=watch, name="pds-parent-watch", daemon=True).start()
 
@@ -203,8 +309,9 @@ class LocalStages(JobObjects):
     """The :data:`pds.producers.pipeline.StageRunner` of an update with
     ``workers > 1``: each stage split by key range over a process pool (see
     the module docs). Use as a context manager: leaving it shuts the pool
-    down. :attr:`stats`: per stage run split, its map, reduce and target
-    ranges."""
+    down and removes the exchange folder. :attr:`stats`: per stage run
+    split, its map, reduce and target ranges and the rows and bytes it
+    exchanged through files."""
 
     def __init__(self, p: Pipeline, workers: int) -> None:
         super().__init__(p.store, p._native, p.key, f"lw{uuid.uuid4().hex[:12]}")
@@ -212,6 +319,7 @@ class LocalStages(JobObjects):
         self.max_ranges = min(MAX_RANGES, 4 * workers)
         self.stats: dict[str, dict[str, int]] = {}
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._folder: str | None = None
 
     @staticmethod
     def usable(p: Pipeline, workers: int) -> bool:
@@ -225,18 +333,34 @@ class LocalStages(JobObjects):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def folder(self) -> str:
+        """The update's exchange folder (created on first use)."""
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix=f"pds-exchange-{self.job}-")
+        return self._folder
+
     def close(self) -> None:
-        """Shut the pool down (its workers exit); idempotent."""
+        """Shut the pool down (its workers exit) and remove the exchange
+        folder; idempotent."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            folder, self._folder = self._folder, None
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _executor(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context(START_METHOD)
             ctx.set_forkserver_preload(_PRELOAD)
             self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
+                max_workers=self.workers,
+                mp_context=ctx,
+                initializer=_exit_with,
+                initargs=(os.getpid(), self.folder),
             )
         return self._pool
 
@@ -286,38 +410,47 @@ class LocalStages(JobObjects):
             if planned
             else None
         )
+        folder = os.path.join(self.folder, name)
+        os.mkdir(folder)
         try:
-            maps = self._run(_Phases(self.store, self.root, task, targets, self.job), "map", [(r,) for r in sources])
+            phases = _Phases(self.store, self.root, task, targets, self.job, folder)
+            maps = self._run(phases, "map", list(enumerate(sources)))
             if targets is None:
                 found = [s for m in maps for s in m[3]]
                 targets = _core.pipeline_ranges_from_samples(task.stage_view, found, self.max_ranges)
-                maps = [
-                    (
-                        m[0],
-                        _grouped(m[1].get(-1, []), task.stage_view, targets),
-                        _grouped(m[2].get(-1, []), task.stage_view, targets),
-                    )
-                    for m in maps
-                ]
-            emitted: Grouped = {}
-            removed: Grouped = {}
+                phases = _Phases(self.store, self.root, task, targets, self.job, folder)
+                cut = self._run(phases, "split", [(i, m[1], m[2]) for i, m in enumerate(maps)])
+                maps = [(m[0], *c) for m, c in zip(maps, cut, strict=True)]
+            emitted: dict[int, list[str]] = {}
+            removed: dict[int, list[str]] = {}
+            rows = 0
             for m in maps:
                 for into, given in ((emitted, m[1]), (removed, m[2])):
-                    for i, parts in given.items():
-                        into.setdefault(i, []).extend(parts)
+                    for i, (path, n) in given.items():
+                        into.setdefault(i, []).append(path)
+                        rows += n
+            spilled = sum(os.path.getsize(p) for paths in (*emitted.values(), *removed.values()) for p in paths)
             touched = sorted(set(emitted) | set(removed))
             calls = [(i, emitted.get(i, []), removed.get(i, [])) for i in touched]
-            reduces = self._run(_Phases(self.store, self.root, task, targets, self.job), "reduce", calls)
+            reduces = self._run(phases, "reduce", calls)
         except BaseException:
             self._remove(self._job_objects(name))
             raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         metas = [str(m[0]) for m in maps]
         state_text = self._keep(
             name,
             lambda: _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, metas, reduces, **task.opts),
             created,
         )
-        self.stats[name] = {"map_ranges": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
+        self.stats[name] = {
+            "map_ranges": len(sources),
+            "reduce_ranges": len(reduces),
+            "target_ranges": len(targets),
+            "exchanged_rows": rows,
+            "exchanged_bytes": spilled,
+        }
         rows_in = sum(int(json.loads(m)["rows_in"]) for m in metas)
         rows_out = sum(int(json.loads(m)["rows_out"]) for m in metas)
         return StageDone(state_text, rows_in, rows_out)

@@ -408,6 +408,70 @@ mod tests {
         assert_eq!(keys, sorted_keys);
     }
 
+    fn sorted_input() -> Vec<RecordBatch> {
+        let key = vec!["k".to_string()];
+        let mut s = ExternalSorter::new(schema(), &key, 1 << 30, None).unwrap();
+        for i in 0..8 {
+            s.push(batch(i * 1000, 1000, 5 + i as u64)).unwrap();
+        }
+        s.finish().unwrap().map(|b| b.unwrap()).collect()
+    }
+
+    /// The same parts (names, ranges, bytes) on 1, 2 and 4 threads.
+    #[test]
+    fn parts_are_identical_for_any_thread_count() {
+        let key = vec!["k".to_string()];
+        let opts = EncodeOptions::new("zstd", None, None).unwrap();
+        let spec = PartSpec {
+            location: "st/content",
+            prefix: "p",
+            target_rows: 300,
+            opts: &opts,
+        };
+        let mut all = Vec::new();
+        for threads in [1, 2, 4] {
+            let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
+            let input: BatchIter = Box::new(sorted_input().into_iter().map(Ok));
+            let parts = write_range_parts_on(store, &spec, schema(), &key, input, threads).unwrap();
+            assert!(parts.len() > 10);
+            all.push(parts);
+        }
+        assert_eq!(all[0], all[1]);
+        assert_eq!(all[0], all[2]);
+    }
+
+    /// A stream failing after some parts: the error, and no part left.
+    #[test]
+    fn a_failing_stream_leaves_no_part_on_any_thread_count() {
+        let key = vec!["k".to_string()];
+        let opts = EncodeOptions::new("zstd", None, None).unwrap();
+        let spec = PartSpec {
+            location: "st/content",
+            prefix: "p",
+            target_rows: 300,
+            opts: &opts,
+        };
+        for threads in [1, 3] {
+            let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
+            let mut input: Vec<Result<RecordBatch>> = sorted_input().into_iter().map(Ok).collect();
+            input.truncate(input.len() / 2);
+            input.push(Err(Error::Task("boom".into())));
+            let got = write_range_parts_on(
+                store.clone(),
+                &spec,
+                schema(),
+                &key,
+                Box::new(input.into_iter()),
+                threads,
+            );
+            assert!(matches!(got, Err(Error::Task(m)) if m == "boom"));
+            let left = crate::runtime::block_on(store.list("st", true))
+                .unwrap()
+                .unwrap();
+            assert!(left.objects.is_empty(), "{threads} threads left some parts");
+        }
+    }
+
     #[test]
     fn updates_touch_only_the_parts_holding_their_keys() {
         let key = vec!["k".to_string()];

@@ -1,13 +1,27 @@
-//! External sort by key within a memory budget.
+//! External sort by key within a memory budget, on several threads.
 //!
 //! Batches are buffered until they (and what sorting them takes) hold three
-//! quarters of the budget; the buffer is then
-//! sorted (by the key's row format, stable) and, if more input follows,
-//! spilled as a sorted run to a local Arrow IPC file. At the end the runs
-//! and the last buffer are merged ([`super::merge`]) into one sorted stream.
-//! Memory: the buffer with its sort keys while sorting (within the budget),
-//! then one batch per run and the last buffer while merging. Spill files are removed when the sorter (or its
-//! output) is dropped.
+//! quarters of the budget; the buffer is then sorted (by the key's row
+//! format, stable) and, if more input follows, spilled as a sorted run to a
+//! local Arrow IPC file. At the end the runs and the last buffer are merged
+//! ([`super::merge`]) into one sorted stream.
+//!
+//! Threads ([`default_threads`]: the cores, or `PDS_THREADS`): a buffer is
+//! cut into one contiguous slice per thread; each slice's key rows are
+//! computed and sorted on its own thread, and the sorted slices merged
+//! (ties: the earlier slice first). Spilled chunks are gathered in parallel.
+//! At the end each run is read and its key rows computed ahead on a thread
+//! of its own while the calling thread merges. Ties keep the input order,
+//! and the output (rows and batch boundaries) is the same for any thread
+//! count.
+//!
+//! Memory, with `T` threads and `R` runs: the buffer with its key rows and
+//! order while sorting (within 3/4 of the budget), plus `4 * T` output
+//! chunks of [`BATCH_ROWS`] rows while spilling; while merging, the last
+//! buffer (not copied: gathered chunk by chunk) with its order, and about
+//! four batches of [`BATCH_ROWS`] rows per run. So at most the budget plus
+//! `(4 * T + 4 * R)` batches of [`BATCH_ROWS`] rows. Spill files are removed
+//! when the sorter (or its output) is dropped.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -122,20 +136,20 @@ impl ExternalSorter {
         Ok(())
     }
 
-    /// Hand the buffered rows to `sink` sorted (stable), in batches of
-    /// [`BATCH_ROWS`], and empty the buffer. The batches are not
-    /// concatenated: rows are gathered from them chunk by chunk, so memory
-    /// is the buffer, its key rows and a few output chunks per thread.
+    /// The buffered rows sorted (stable), and the buffer emptied. The
+    /// batches are not concatenated: rows are gathered from them chunk by
+    /// chunk when read, so memory is the buffer, its key rows while sorting,
+    /// then its order (4 bytes a row) and a few output chunks per thread.
     ///
     /// With `threads` > 1 the buffer is cut into that many contiguous
     /// slices, each converted to key rows and sorted on a thread of its own;
     /// the sorted slices are merged (ties: the earlier slice first, so the
     /// order is the stable one whatever the thread count) and the output
     /// chunks gathered in parallel.
-    fn sort_buffer_into(&mut self, sink: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+    fn sort_buffer(&mut self) -> Result<SortedBuffer> {
         let batches = std::mem::take(&mut self.buffer);
         self.buffered = 0;
-        sort_batches_into(&self.encoder, &batches, self.threads, sink)
+        SortedBuffer::new(&self.encoder, batches, self.threads)
     }
 
     fn spill(&mut self) -> Result<()> {
@@ -153,7 +167,9 @@ impl ExternalSorter {
         };
         let path = dir.0.join(format!("run-{:05}.arrows", self.runs.len()));
         let mut w = StreamWriter::try_new(BufWriter::new(File::create(&path)?), &self.schema)?;
-        self.sort_buffer_into(|b| w.write(&b).map_err(Error::from))?;
+        let sorted = self.sort_buffer()?;
+        sorted.drain_into(self.threads, |b| w.write(&b).map_err(Error::from))?;
+        drop(sorted);
         w.finish()?;
         self.runs.push(path);
         Ok(())
@@ -161,11 +177,8 @@ impl ExternalSorter {
 
     /// Every row pushed, sorted by the key, as one stream.
     pub fn finish(mut self) -> Result<BatchIter> {
-        let mut last = Vec::new();
-        self.sort_buffer_into(|b| {
-            last.push(b);
-            Ok(())
-        })?;
+        // The last buffer is merged in place, gathered chunk by chunk.
+        let last = self.sort_buffer()?;
         let mut inputs: Vec<BatchIter> = Vec::with_capacity(self.runs.len() + 1);
         for path in &self.runs {
             let reader = StreamReader::try_new(std::io::BufReader::new(File::open(path)?), None)?;
@@ -175,7 +188,7 @@ impl ExternalSorter {
                 b.map_err(Error::from)
             })));
         }
-        inputs.push(Box::new(last.into_iter().map(Ok)));
+        inputs.push(Box::new(last));
         if inputs.len() == 1 {
             return Ok(inputs.pop().unwrap_or_else(|| Box::new(std::iter::empty())));
         }
@@ -259,49 +272,29 @@ fn before(slices: &[SortedSlice], a: (usize, usize), b: (usize, usize)) -> bool 
         == std::cmp::Ordering::Less
 }
 
-/// Sort `batches` by `encoder`'s key (stable) on `threads` threads and hand
-/// them to `sink` in order, in batches of [`BATCH_ROWS`] rows. The result
-/// does not depend on `threads`.
-fn sort_batches_into(
-    encoder: &KeyEncoder,
-    batches: &[RecordBatch],
-    threads: usize,
-    mut sink: impl FnMut(RecordBatch) -> Result<()>,
-) -> Result<()> {
+/// The buffer indices of `batches`' rows sorted by `encoder`'s key
+/// (stable), the buffer cut into `threads` slices sorted in parallel and
+/// merged. The result does not depend on `threads`.
+fn sorted_order(encoder: &KeyEncoder, batches: &[RecordBatch], threads: usize) -> Result<Vec<u32>> {
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-    if total == 0 {
-        return Ok(());
-    }
     if u32::try_from(total).is_err() {
         return Err(Error::InvalidArgument(format!(
             "a sort buffer of {total} rows is too large (at most 2^32 - 1)"
         )));
     }
     // Small buffers are not worth a thread.
-    let threads = threads.clamp(1, total.div_ceil(BATCH_ROWS));
+    let threads = threads.clamp(1, total.div_ceil(BATCH_ROWS).max(1));
     let slices = par_map(split_rows(batches, threads), |(base, part)| {
         sort_slice(encoder, base, &part)
     })?;
-    // Where each buffer batch starts, to find a row by its buffer index.
-    let mut starts = Vec::with_capacity(batches.len());
-    let mut n = 0u32;
-    for b in batches {
-        starts.push(n);
-        n += b.num_rows() as u32;
+    if slices.len() == 1 {
+        return Ok(slices
+            .into_iter()
+            .flat_map(|s| s.order.into_iter().map(|e| e.1))
+            .collect());
     }
-    let locate = |i: u32| -> (usize, usize) {
-        let b = starts.partition_point(|&s| s <= i) - 1;
-        (b, (i - starts[b]) as usize)
-    };
-    let refs: Vec<&RecordBatch> = batches.iter().collect();
-    let gather = |chunk: Vec<u32>| -> Result<RecordBatch> {
-        let idx: Vec<(usize, usize)> = chunk.into_iter().map(locate).collect();
-        Ok(arrow_select::interleave::interleave_record_batch(
-            &refs, &idx,
-        )?)
-    };
-    // Merge the slices' orders (a heap of slice heads), gathering a window
-    // of chunks at a time in parallel.
+    // Merge the slices' orders: a heap of slice heads.
+    let mut out = Vec::with_capacity(total);
     let mut pos = vec![0usize; slices.len()];
     let mut heap: Vec<usize> = (0..slices.len())
         .filter(|&s| !slices[s].order.is_empty())
@@ -325,57 +318,111 @@ fn sort_batches_into(
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, &pos, i);
     }
-    let window = threads * GATHER_CHUNKS_PER_THREAD;
-    let mut chunks: Vec<Vec<u32>> = Vec::with_capacity(window);
-    let mut chunk: Vec<u32> = Vec::with_capacity(BATCH_ROWS);
-    loop {
-        let done = heap.is_empty();
-        if !done {
-            let top = heap[0];
-            chunk.push(slices[top].order[pos[top]].1);
-            pos[top] += 1;
-            if pos[top] == slices[top].order.len() {
-                let last = heap.len() - 1;
-                heap.swap(0, last);
-                heap.pop();
-            }
-            if !heap.is_empty() {
-                sift_down(&mut heap, &pos, 0);
-            }
-            if chunk.len() == BATCH_ROWS {
-                chunks.push(std::mem::replace(
-                    &mut chunk,
-                    Vec::with_capacity(BATCH_ROWS),
-                ));
-            }
-        } else if !chunk.is_empty() {
-            chunks.push(std::mem::take(&mut chunk));
+    while let Some(&top) = heap.first() {
+        out.push(slices[top].order[pos[top]].1);
+        pos[top] += 1;
+        if pos[top] == slices[top].order.len() {
+            let last = heap.len() - 1;
+            heap.swap(0, last);
+            heap.pop();
         }
-        if chunks.len() == window || (done && !chunks.is_empty()) {
-            let work = std::mem::take(&mut chunks);
-            let gathered = if threads == 1 {
-                work.into_iter().map(gather).collect::<Result<Vec<_>>>()?
-            } else {
-                let per = work.len().div_ceil(threads);
-                let mut groups: Vec<Vec<Vec<u32>>> = Vec::new();
-                let mut it = work.into_iter().peekable();
-                while it.peek().is_some() {
-                    groups.push(it.by_ref().take(per).collect());
-                }
-                par_map(groups, |g| {
-                    g.into_iter().map(gather).collect::<Result<Vec<_>>>()
-                })?
-                .into_iter()
-                .flatten()
-                .collect()
-            };
-            for b in gathered {
+        if !heap.is_empty() {
+            sift_down(&mut heap, &pos, 0);
+        }
+    }
+    Ok(out)
+}
+
+/// A sorted buffer: its batches and the order of their rows, gathered into
+/// output batches of [`BATCH_ROWS`] rows on demand (no copy of the buffer).
+struct SortedBuffer {
+    batches: Vec<RecordBatch>,
+    /// Where each batch starts, in buffer indices.
+    starts: Vec<u32>,
+    order: Vec<u32>,
+    /// The next chunk the iterator yields.
+    next: usize,
+}
+
+impl SortedBuffer {
+    fn new(encoder: &KeyEncoder, batches: Vec<RecordBatch>, threads: usize) -> Result<Self> {
+        let order = sorted_order(encoder, &batches, threads)?;
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut n = 0u32;
+        for b in &batches {
+            starts.push(n);
+            n += b.num_rows() as u32;
+        }
+        Ok(Self {
+            batches,
+            starts,
+            order,
+            next: 0,
+        })
+    }
+
+    fn chunks(&self) -> usize {
+        self.order.len().div_ceil(BATCH_ROWS)
+    }
+
+    /// Output chunk `c`.
+    fn chunk(&self, c: usize) -> Result<RecordBatch> {
+        let end = ((c + 1) * BATCH_ROWS).min(self.order.len());
+        let idx: Vec<(usize, usize)> = self.order[c * BATCH_ROWS..end]
+            .iter()
+            .map(|&i| {
+                let b = self.starts.partition_point(|&s| s <= i) - 1;
+                (b, (i - self.starts[b]) as usize)
+            })
+            .collect();
+        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+        Ok(arrow_select::interleave::interleave_record_batch(
+            &refs, &idx,
+        )?)
+    }
+
+    /// Every chunk to `sink` in order, gathered a window at a time on
+    /// `threads` threads.
+    fn drain_into(
+        &self,
+        threads: usize,
+        mut sink: impl FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let per = GATHER_CHUNKS_PER_THREAD;
+        let window = threads.max(1) * per;
+        let mut c = 0;
+        while c < self.chunks() {
+            let end = (c + window).min(self.chunks());
+            let groups: Vec<std::ops::Range<usize>> = (c..end)
+                .step_by(per)
+                .map(|g| g..(g + per).min(end))
+                .collect();
+            let gathered = par_map(groups, |g| {
+                g.map(|i| self.chunk(i)).collect::<Result<Vec<_>>>()
+            })?;
+            for b in gathered.into_iter().flatten() {
                 sink(b)?;
             }
+            c = end;
         }
-        if done {
-            return Ok(());
+        Ok(())
+    }
+}
+
+impl Iterator for SortedBuffer {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.chunks() {
+            return None;
         }
+        let out = self.chunk(self.next);
+        self.next = if out.is_ok() {
+            self.next + 1
+        } else {
+            usize::MAX
+        };
+        Some(out)
     }
 }
 
@@ -515,6 +562,56 @@ pub(crate) mod tests {
         expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         assert_eq!(got, expected);
         assert!(!dir.exists(), "spill files removed once read");
+    }
+
+    /// Many duplicates (keys in 0..1000, `s` in 7 values), spills and a
+    /// compound key: the same batches, byte for byte, on 1, 2 and 4
+    /// threads, and the stable order.
+    #[test]
+    fn output_is_identical_for_any_thread_count() {
+        let key = vec!["k".to_string(), "s".to_string()];
+        let mut input = Vec::new();
+        let mut outputs = Vec::new();
+        for threads in [1, 2, 4] {
+            let mut sorter = ExternalSorter::new(schema(), &key, 256 * 1024, None)
+                .unwrap()
+                .with_threads(threads);
+            input.clear();
+            for i in 0..30 {
+                // Uneven batch sizes, so that slices cut batches.
+                let b = batch(i * 10_000, 1000 + 777 * (i % 5), 11 + i as u64);
+                input.extend(collect(Box::new(std::iter::once(Ok(b.clone())))));
+                sorter.push(b).unwrap();
+            }
+            assert!(sorter.spilled_runs() > 2, "{} runs", sorter.spilled_runs());
+            let got: Vec<RecordBatch> = sorter.finish().unwrap().map(|b| b.unwrap()).collect();
+            outputs.push(got);
+        }
+        assert_eq!(outputs[0], outputs[1], "1 vs 2 threads");
+        assert_eq!(outputs[0], outputs[2], "1 vs 4 threads");
+        let got = collect(Box::new(outputs.swap_remove(0).into_iter().map(Ok)));
+        let mut expected = input.clone();
+        expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        assert_eq!(got, expected, "stable: ties keep their input order");
+    }
+
+    /// One buffer (no spill), sorted on several threads: the stable order.
+    #[test]
+    fn an_unspilled_buffer_sorts_stably_on_threads() {
+        let key = vec!["k".to_string()];
+        let mut input = Vec::new();
+        let mut sorter = ExternalSorter::new(schema(), &key, 1 << 30, None)
+            .unwrap()
+            .with_threads(3);
+        for i in 0..7 {
+            let b = batch(i * 5000, 5000, 3 + i as u64);
+            input.extend(collect(Box::new(std::iter::once(Ok(b.clone())))));
+            sorter.push(b).unwrap();
+        }
+        assert_eq!(sorter.spilled_runs(), 0);
+        let got = collect(sorter.finish().unwrap());
+        input.sort_by_key(|r| r.0);
+        assert_eq!(got, input);
     }
 
     #[test]

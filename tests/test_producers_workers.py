@@ -8,6 +8,7 @@ commits nothing and leaves nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -26,6 +27,15 @@ from test_producers_oracle import build, check_version, oracle, random_changes
 
 import pds
 from pds import Pipeline, ProduceError
+from pds.producers import _workers
+
+
+@pytest.fixture(autouse=True)
+def split_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage with changes in several ranges goes to the pool, small or
+    batched (by default only large row-form changes do: see
+    test_the_pool_is_used_only_where_it_pays)."""
+    monkeypatch.setattr(_workers, "pays", lambda task: True)
 
 
 def listing(root: Path) -> list[str]:
@@ -247,6 +257,10 @@ CRASHER = """
 import os, sys, time
 import pyarrow as pa
 import pds
+from pds.producers import _workers
+
+_workers.pays = lambda task: True  # small as it is, split
+
 
 def main():
     url, marker = sys.argv[1], sys.argv[2]
@@ -293,3 +307,23 @@ def test_the_exchange_folder_goes_when_the_updating_process_is_killed(tmp_path: 
     while exchange_folders(tmp) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert exchange_folders(tmp) == [], "the workers removed it once the process that started them died"
+
+
+@pytest.mark.spec("P-3")
+def test_the_pool_is_used_only_where_it_pays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    url = (tmp_path / "lake").as_uri()
+    assert _workers.MIN_ROWS == 1_000_000
+    rows = declare(url, "rows", 2, ignore)
+    rows.update({"s": table(list(range(300)))})
+    assert rows._worker_stats == {}, "a small change runs in this process"
+    monkeypatch.setattr(_workers, "MIN_ROWS", 300)
+    rows.update({"s": table(list(range(300)), 2)})
+    assert rows._worker_stats["inv"]["map_ranges"] > 1, "300 changed rows: the row form goes to the pool"
+    view = json.loads(rows._node_view("s", None)[1])
+    assert _workers.produce_rows(view, rebuild=True) == 300 and _workers.produce_rows(view, rebuild=False) == 300
+    rows.update({"s": table(list(range(299)), 3)})
+    assert rows._worker_stats == {}, "fewer rows: in this process"
+    batched = declare(url, "batched", 2, ignore, batched=True)
+    batched.update({"s": table(list(range(300)))})
+    assert batched._worker_stats == {}, "a batched stage runs in this process"

@@ -30,9 +30,12 @@ map and the reduce, each map's files removed by the reduce that read
 them; the folder is removed when the update ends, whether it succeeds,
 fails or is interrupted (and by the workers if this process is killed).
 
-A stage whose changed keys fall in one range runs in this process, as
-with ``workers=1``, which never starts a pool; so does every stage of a
-``memory://`` pipeline (worker processes cannot reach its store).
+**When the pool is used** (:func:`pays`): for a row-form stage whose change
+hands ``Produce`` at least :data:`MIN_ROWS` source rows over more than one
+range. A batched stage, a smaller change or one within one range runs in
+this process, as with ``workers=1``, which never starts a pool; so does
+every stage of a ``memory://`` pipeline (worker processes cannot reach its
+store).
 
 **Start method: ``forkserver``.** The parent holds a running tokio runtime
 (the Rust store's threads) and pyarrow's thread pools when it starts
@@ -76,7 +79,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -99,11 +102,16 @@ from pds.producers.errors import ProduceError, produce_error
 if TYPE_CHECKING:
     from pds.producers.pipeline import Pipeline, StageDone, StageTask
 
-__all__ = ["START_METHOD", "LocalStages", "worker_count"]
+__all__ = ["MIN_ROWS", "START_METHOD", "LocalStages", "pays", "produce_rows", "worker_count"]
 
 #: How worker processes start (see the module docs).
 START_METHOD = "forkserver"
 _PRELOAD = ["pds", "pyarrow", "cloudpickle"]
+
+#: A row-form stage goes to the pool when its change hands ``Produce`` at
+#: least this many source rows (estimated from the stored part counts;
+#: see :func:`produce_rows`); smaller ones run in this process.
+MIN_ROWS = 1_000_000
 
 #: Files by target range: range index -> (path, rows) (``-1``: not planned yet).
 Files = dict[int, tuple[str, int]]
@@ -119,6 +127,34 @@ def worker_count(workers: object) -> int:
     if workers < 1:
         raise ValueError(f"workers must be an int >= 1 or None (the core count), got {workers!r}")
     return workers
+
+
+def produce_rows(view: Mapping[str, Any], rebuild: bool) -> int:
+    """The source rows a stage's run hands ``Produce`` from the source with
+    engine *view*, estimated from its parts' row counts (no I/O): its
+    whole content for a first build or rebuild, else its changed rows (a
+    lower bound: a changed key's unchanged rows go too)."""
+    if view.get("kind") == "merge":
+        return sum(produce_rows(f, rebuild) for f in view.get("feeders", []))
+    state = view.get("state") or {}
+    update = state.get("update") or {}
+    parts = state.get("content", []) if rebuild else [*update.get("rows", []), *update.get("deleted", [])]
+    return sum(int(p.get("rows", 0)) for p in parts)
+
+
+def pays(task: StageTask) -> bool:
+    """Whether splitting *task* over worker processes pays: a row-form
+    stage (its ``Produce`` is Python, per key, on one core) handed at least
+    :data:`MIN_ROWS` rows. A batched stage runs in this process: its
+    ``Produce`` is vectorised and the engine around it already uses every
+    core, so the split's cost (its output sorted twice, in the map and the
+    reduce, and exchanged through files) is not won back (measured: a
+    4M-event build of ``benches/producers_compare.py``'s batched pipeline
+    1.3x slower with two workers on two cores)."""
+    if task.node.batched:
+        return False
+    rows = sum(produce_rows(json.loads(v), task.rebuild) for v in task.source_views)
+    return rows >= MIN_ROWS
 
 
 class _Spill:
@@ -398,10 +434,12 @@ class LocalStages(JobObjects):
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
         from pds.producers.pipeline import StageDone
 
+        if not pays(task):
+            return self.p._run_stage_here(task, created)
         sources = _core.pipeline_stage_ranges(
             task.stage_view, task.source_views, "source", self.max_ranges, touched_only=not task.rebuild
         )
-        if len(sources) < 2:  # small work: no pool start-up
+        if len(sources) < 2:  # the change in one range: no pool start-up
             return self.p._run_stage_here(task, created)
         name = task.node.name
         planned = bool((json.loads(task.stage_view).get("state") or {}).get("content"))

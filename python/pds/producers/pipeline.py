@@ -405,19 +405,22 @@ class Pipeline:
     def workers(self) -> int:
         """How many worker processes run ``Produce`` in an update.
 
-        With more than one, each stage an update runs is split by key range:
-        ``Produce`` runs for each source-key range in a worker process (a
-        pool started for the update, ``forkserver`` start method; functions
-        pickled by cloudpickle), the emitted rows are grouped by target-key
-        range in this process, each target range is merged into its parts
-        in a worker, and the version is committed once from this process.
-        Results do not depend on the count. A stage whose changed keys fall
-        in one key range runs in this process (no pool start-up); so does
-        everything with ``workers=1`` or on a ``memory://`` store. Cost:
-        starting the pool (tens of milliseconds; the fork server once per
-        process, about a second), pickling the emitted rows to this process
-        and back, and holding a stage's emitted rows here between the
-        phases. See :mod:`pds.producers._workers`."""
+        With more than one, a row-form stage whose change hands ``Produce``
+        at least ``pds.producers._workers.MIN_ROWS`` (1M) source rows over
+        several key ranges is split by key range: ``Produce`` runs for each
+        source-key range in a worker process (a pool started for the
+        update, ``forkserver`` start method; functions pickled by
+        cloudpickle), which writes the emitted rows to Arrow files by
+        target-key range in a temporary exchange folder; each target range
+        is merged into its parts in a worker; the version is committed once
+        from this process. Results do not depend on the count. Batched
+        stages, smaller changes and everything with ``workers=1`` or on a
+        ``memory://`` store run in this process (the engine there already
+        uses every core). Memory: no row passes through this process; each
+        worker keeps to ``sort_budget``. Cost: starting the pool (tens of
+        milliseconds; the fork server once per process, about a second),
+        the emitted rows written and read once as Arrow files and sorted
+        twice. See :mod:`pds.producers._workers`."""
         return self._workers
 
     @property

@@ -313,7 +313,7 @@ def test_the_exchange_folder_goes_when_the_updating_process_is_killed(tmp_path: 
 def test_the_pool_is_used_only_where_it_pays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
     url = (tmp_path / "lake").as_uri()
-    assert _workers.MIN_ROWS == 1_000_000
+    assert _workers.MIN_ROWS == 16_000_000
     rows = declare(url, "rows", 2, ignore)
     rows.update({"s": table(list(range(300)))})
     assert rows._worker_stats == {}, "a small change runs in this process"

@@ -110,8 +110,11 @@ _PRELOAD = ["pds", "pyarrow", "cloudpickle"]
 
 #: A row-form stage goes to the pool when its change hands ``Produce`` at
 #: least this many source rows (estimated from the stored part counts;
-#: see :func:`produce_rows`); smaller ones run in this process.
-MIN_ROWS = 1_000_000
+#: see :func:`produce_rows`); smaller ones run in this process. Set high:
+#: on 2 shared cores the pool did not win at 4M or 10M rows (the row form's
+#: ``Produce`` at ~0.4 us a row is a small part of a build, and the fork
+#: server's start, about a second, is paid once per process).
+MIN_ROWS = 16_000_000
 
 #: Files by target range: range index -> (path, rows) (``-1``: not planned yet).
 Files = dict[int, tuple[str, int]]

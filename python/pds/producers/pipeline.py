@@ -406,7 +406,7 @@ class Pipeline:
         """How many worker processes run ``Produce`` in an update.
 
         With more than one, a row-form stage whose change hands ``Produce``
-        at least ``pds.producers._workers.MIN_ROWS`` (1M) source rows over
+        at least ``pds.producers._workers.MIN_ROWS`` (16M) source rows over
         several key ranges is split by key range: ``Produce`` runs for each
         source-key range in a worker process (a pool started for the
         update, ``forkserver`` start method; functions pickled by

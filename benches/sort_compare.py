@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from producers_compare import measure_sort, write_events  # noqa: E402
+from producers_compare import measure_sort, write_events
 
 
 def main() -> None:

@@ -155,17 +155,14 @@ impl StageRun {
                 keep_all(union_of_update_keys(&env, &refs, &names)?, &names)?
             };
             let mut inputs = Vec::new();
+            // Each side streams (scanned part by part as the chunks need it).
             for s in &sources {
                 let rows = if rebuild {
-                    keep(s.full_scan(&env)?, &s.key).collect::<Result<Vec<_>>>()?
+                    keep(s.full_scan(&env)?, &s.key)
                 } else {
-                    keep_all(s.augmented(&env, &keys)?, &s.key)?
+                    keep(s.augmented(&env, &keys)?, &s.key)
                 };
-                inputs.push((
-                    s.public_schema()?,
-                    s.key.clone(),
-                    Box::new(rows.into_iter().map(Ok)) as BatchIter,
-                ));
+                inputs.push((s.public_schema()?, s.key.clone(), rows));
             }
             for k in &keys {
                 changed.push(renamed(k, &stage.source_key)?);

@@ -305,9 +305,7 @@ def _by_mod(key: Any, values: Iterator[dict[str, Any]]) -> Pairs:
 
 @pytest.mark.spec("E-6")
 @pytest.mark.parametrize("form", ["row", "batched"])
-def test_a_constant_key_spanning_many_parts_matches_plain_python(
-    form: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_constant_key_spanning_many_parts_matches_plain_python(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The seed's trick: every row under one constant key, re-keyed by a
     stage. With target_rows=16 the constant key spans ~100 parts (and the
     batched form, its chunk made small, gets the group in several calls,

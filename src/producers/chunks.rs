@@ -43,7 +43,7 @@ fn run_starts(rows: &Rows, n: usize) -> Vec<u32> {
 
 /// A chunk asked for whole groups ends inside a group only past this many
 /// times the rows asked for (see the module docs).
-pub const WHOLE_FACTOR: usize = 16;
+pub const WHOLE_FACTOR: usize = 8;
 
 fn concat(schema: &SchemaRef, parts: &[RecordBatch]) -> Result<RecordBatch> {
     Ok(arrow_select::concat::concat_batches(schema, parts)?)

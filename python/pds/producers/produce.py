@@ -36,8 +36,8 @@ ROW_CHUNK = 8192
 #: Rows per chunk for the batched form (whole groups, so perhaps more).
 BATCH_CHUNK = 65536
 #: A larger group is handed to the batched form over several calls (the
-#: engine ends a chunk of whole groups past 16 times the rows asked for).
-BATCH_GROUP_MAX = 16 * BATCH_CHUNK
+#: engine ends a chunk of whole groups past 8 times the rows asked for).
+BATCH_GROUP_MAX = 8 * BATCH_CHUNK
 #: A join's chunks: keys per chunk.
 JOIN_KEYS = 1024
 

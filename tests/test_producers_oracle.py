@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from remote_store import Store
 
@@ -292,3 +293,73 @@ def test_random_pipelines_match_a_from_scratch_build_after_every_update(seed: in
 @pytest.mark.parametrize("kind", ["file", "s3"])
 def test_the_oracle_on_file_and_seaweedfs(kind: str, store_factory: Callable[[str], Store]) -> None:
     run_oracle(store_factory(kind), 100 + len(kind), updates=10, nkeys=25)
+
+
+# -- a key spanning parts (issue P item 2) -------------------------------------------
+
+
+def _by_mod(key: Any, values: Iterator[dict[str, Any]]) -> Pairs:
+    for v in values:
+        yield v["v"] % 50, {"v": v["v"], "s": v["s"]}
+
+
+@pytest.mark.spec("E-6")
+@pytest.mark.parametrize("form", ["row", "batched"])
+def test_a_constant_key_spanning_many_parts_matches_plain_python(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's trick: every row under one constant key, re-keyed by a
+    stage. With target_rows=16 the constant key spans ~100 parts (and the
+    batched form, its chunk made small, gets the group in several calls,
+    the key repeating); the result, its updates and change feed equal
+    plain Python's."""
+    from pds.producers import produce
+
+    monkeypatch.setattr(produce, "BATCH_CHUNK", 8)
+    calls: list[int] = []
+    row_fn = batched(_by_mod, ["one"], ["t"])
+
+    def counted(t: pa.Table) -> pa.Table:
+        calls.append(t.num_rows)
+        return row_fn(t)
+
+    p = pds.Pipeline.create(pds.open_store("memory://"), f"ck-{form}", target_rows=16, workers=1)
+    src = p.source("src", key={"one": pa.int64()}, value=SV)
+    out = {"v": pa.int64(), "s": pa.string()}
+    if form == "batched":
+        p.stage("st", sources=[src], key={"t": pa.int64()}, value=out, batched=True)(counted)
+    else:
+        p.stage("st", sources=[src], key={"t": pa.int64()}, value=out)(_by_mod)
+    rng = random.Random(7)
+    rows = [{"one": 0, "v": rng.randrange(10_000), "s": f"s{i}"} for i in range(3000)]
+    rows += [{"one": 1, "v": i, "s": "x"} for i in range(3)]
+    spec = [Spec("src", "source", [], None, ["v", "s"]), Spec("st", "stage", ["src"], _by_mod, ["v", "s"])]
+
+    def check(rows: list[dict[str, Any]]) -> None:
+        inputs: dict[str, dict[Any, list[dict[str, Any]]]] = {"src": defaultdict(list)}
+        for r in rows:
+            inputs["src"][r["one"]].append({"v": r["v"], "s": r["s"]})
+        want = oracle(spec, inputs)
+        assert from_table(p.read("st"), ["t"], ["v", "s"]) == as_content(want["st"], ["v", "s"])
+        assert from_table(p.read("src"), ["one"], ["v", "s"]) == as_content(want["src"], ["v", "s"])
+
+    p.update({"src": pa.Table.from_pylist(rows)})
+    check(rows)
+    if form == "batched":
+        assert sum(calls) == len(rows) and len(calls) > 10, calls
+    # The constant key's rows replaced (every part it spans rewritten).
+    new = [{"one": 0, "v": 50 * rng.randrange(200) + 7 + i % 3, "s": f"n{i}"} for i in range(2000)]
+    touched = {r["v"] % 50 for r in rows if r["one"] == 0} | {r["v"] % 50 for r in new}
+    p.update({"src": pa.Table.from_pylist(new)})
+    rows = [r for r in rows if r["one"] != 0] + new
+    check(rows)
+    feed = p.changes("st")
+    now = p.read("st")
+    kept = now.filter(pc.is_in(now.column("t"), pa.array(sorted(touched))))
+    assert from_table(feed.upserts, ["t"], ["v", "s"]) == from_table(kept, ["t"], ["v", "s"])
+    assert set(feed.deletes.column("t").to_pylist()) == touched - set(now.column("t").to_pylist())
+    assert feed.deletes.num_rows > 0
+    # A neighbour key changed, then the constant key deleted.
+    p.update({"src": pa.table({"one": [1], "v": [77], "s": ["y"]})})
+    rows = [r for r in rows if r["one"] != 1] + [{"one": 1, "v": 77, "s": "y"}]
+    check(rows)
+    p.update({"src": pds.Changes(deletes=pa.table({"one": [0]}))})
+    check([r for r in rows if r["one"] != 0])

@@ -490,7 +490,10 @@ class StageRun:
     def next_chunk(
         self, whole: bool, max_rows: int
     ) -> tuple[pa.RecordBatch, list[tuple[pa.RecordBatch, list[int]]], bool] | None:
-        """(keys, [(rows, offsets) per source], continued), or None at the end."""
+        """(keys, [(rows, offsets) per source], continued), or None at the end.
+        With *whole*, a chunk ends at a group's end, unless a single-source
+        group would make it larger than 8 times *max_rows* rows: then the group
+        goes on in the next chunk (``continued``)."""
     def push(self, batch: pa.RecordBatch) -> None:
         """Rows Produce emitted, in the physical schema."""
     def counts(self) -> tuple[int, int]:

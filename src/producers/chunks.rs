@@ -1,10 +1,12 @@
 //! What a stage's `Produce` is handed: chunks of groups.
 //!
 //! A [`Chunk`] holds, for a run of consecutive keys, each source's rows and
-//! where each key's rows start (`offsets`). The batched form hands whole
-//! groups; the row form may get a group cut over several chunks (a group
-//! larger than memory), the later ones marked `continued`, so memory stays
-//! one chunk whatever a group's size.
+//! where each key's rows start (`offsets`). The row form may get a group
+//! cut over several chunks (a group larger than memory), the later ones
+//! marked `continued`, so memory stays one chunk whatever a group's size.
+//! The batched form hands whole groups, except a group too large for one
+//! chunk ([`WHOLE_FACTOR`] × the chunk's rows): it comes in several chunks
+//! likewise, so memory is bounded there too.
 
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_row::{OwnedRow, Rows};
@@ -38,6 +40,10 @@ fn run_starts(rows: &Rows, n: usize) -> Vec<u32> {
     starts.push(n as u32);
     starts
 }
+
+/// A chunk asked for whole groups ends inside a group only past this many
+/// times the rows asked for (see the module docs).
+pub const WHOLE_FACTOR: usize = 8;
 
 fn concat(schema: &SchemaRef, parts: &[RecordBatch]) -> Result<RecordBatch> {
     Ok(arrow_select::concat::concat_batches(schema, parts)?)
@@ -81,7 +87,10 @@ impl SingleChunker {
     }
 
     /// The next chunk of about `max_rows` rows; with `whole`, it ends at a
-    /// group's end (so it may hold more). `None` at the end.
+    /// group's end (so it may hold more), unless it would hold more than
+    /// [`WHOLE_FACTOR`] × `max_rows` rows: then it ends there, inside the
+    /// group, and the next chunk goes on with it (`continued`). `None` at
+    /// the end.
     pub fn next(&mut self, whole: bool, max_rows: usize) -> Result<Option<Chunk>> {
         let mut parts = Vec::new();
         let mut n = 0;
@@ -98,16 +107,22 @@ impl SingleChunker {
             return Ok(None);
         }
         if whole {
+            let cap = max_rows.max(1).saturating_mul(WHOLE_FACTOR);
             // Take the rest of the last group from the batches that follow.
             while let Some(tail) = parts.last() {
+                if n >= cap {
+                    break;
+                }
                 let tail_rows = self.encoder.rows(tail)?;
                 let last = tail_rows.row(tail.num_rows() - 1).owned();
                 let Some(b) = self.pull()? else { break };
                 let rows = self.encoder.rows(&b)?;
                 let same = (0..b.num_rows())
                     .take_while(|&i| rows.row(i) == last.row())
-                    .count();
+                    .count()
+                    .min(cap - n);
                 if same == b.num_rows() {
+                    n += same;
                     parts.push(b);
                     continue;
                 }
@@ -289,5 +304,35 @@ mod tests {
         )
         .unwrap();
         assert!(none.next(1).unwrap().is_none());
+    }
+
+    /// The batched form's chunks end at group ends, except inside a group
+    /// larger than `WHOLE_FACTOR` times the rows asked for: it goes on in
+    /// the next chunk, marked `continued`, memory bounded.
+    #[test]
+    fn whole_chunks_cut_only_a_huge_group() {
+        let schema = ks(&[]).schema();
+        let key = vec!["k".to_string()];
+        let mut rows: Vec<i64> = vec![0; 3];
+        rows.extend(vec![1; 100]);
+        rows.extend([2, 2, 3]);
+        let batches: Vec<RecordBatch> = rows.chunks(4).map(ks).collect();
+        let mut c = SingleChunker::new(schema, &key, it(batches)).unwrap();
+        let max = 2;
+        let cap = max * WHOLE_FACTOR;
+        let mut got = Vec::new();
+        while let Some(chunk) = c.next(true, max).unwrap() {
+            let n = chunk.sources[0].0.num_rows();
+            assert!(n <= cap + 4, "{n} rows");
+            got.push((ints(&chunk.keys), chunk.continued, n));
+        }
+        let total: usize = got.iter().map(|g| g.2).sum();
+        assert_eq!(total, rows.len());
+        // Group 1 comes over several chunks, the later ones continued.
+        let ones: Vec<&(Vec<i64>, bool, usize)> = got.iter().filter(|g| g.0.contains(&1)).collect();
+        assert!(ones.len() >= 3, "{got:?}");
+        assert!(ones[1..].iter().all(|g| g.1 && g.0[0] == 1), "{got:?}");
+        // Smaller groups stay whole: 2 is in one chunk.
+        assert_eq!(got.iter().filter(|g| g.0.contains(&2)).count(), 1);
     }
 }

@@ -331,8 +331,10 @@ impl NodeView {
     /// The seed's *augmented update* for `keys` (sorted, distinct, key
     /// columns of any names): for each key, the rows this version's update
     /// holds for it if the update changed it (none if deleted), else its
-    /// content rows. Public columns, sorted by key.
-    pub fn augmented(&self, env: &Env, keys: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    /// content rows. Public columns, sorted by key, streamed: the update's
+    /// rows are scanned part by part (a first build's update is the whole
+    /// content), only the unchanged keys' rows are looked up at once.
+    pub fn augmented(&self, env: &Env, keys: &[RecordBatch]) -> Result<BatchIter> {
         let ks = self.key_schema()?;
         let enc = KeyEncoder::new(&ks, &self.key)?;
         let keys = keys
@@ -348,8 +350,7 @@ impl NodeView {
             &self.key,
             vec![rows, looked],
             BATCH_ROWS,
-        )?
-        .collect()
+        )
     }
 }
 

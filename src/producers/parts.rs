@@ -1,10 +1,16 @@
 //! Writing a sorted stream as key-range Parquet parts.
 //!
-//! A part holds about `target_rows` rows and is cut only at a key boundary,
-//! so a key never spans two parts: an update that touches some keys can
-//! rewrite just the parts whose ranges hold them and keep the others by
-//! reference. Each part's first and last key are recorded (as JSON values,
-//! see [`crate::parquet::stats`]) with its rows, size and SHA-256.
+//! A part holds about `target_rows` rows and is cut at the next key
+//! boundary, so that an update that touches some keys can rewrite just the
+//! parts whose ranges hold them and keep the others by reference. A key
+//! with more rows than that may *span* parts: a part is cut inside a run of
+//! equal keys once it holds [`SPAN_FACTOR`] × `target_rows` rows, and the
+//! next part starts with the same key. Parts sharing a key that way (part
+//! `i`'s last key equals part `i + 1`'s first) form one *unit* (see
+//! [`units`]): every reader and rewriter treats a unit as it treats one
+//! part, so a group of any size is written, read and scanned part by part.
+//! Each part's first and last key are recorded (as JSON values, see
+//! [`crate::parquet::stats`]) with its rows, size and SHA-256.
 
 use std::sync::Arc;
 
@@ -15,6 +21,10 @@ use serde_json::Value;
 
 use super::keys::KeyEncoder;
 use super::BatchIter;
+
+/// A part is cut inside a run of equal keys once it holds this many times
+/// `target_rows` rows (see the module docs).
+pub const SPAN_FACTOR: usize = 2;
 use crate::error::{Error, Result};
 use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
 use crate::store::StoreHandle;
@@ -51,14 +61,16 @@ pub struct PartSpec<'a> {
     pub location: &'a str,
     /// Parts are named `<prefix>-NNNNN.parquet`.
     pub prefix: &'a str,
-    /// Rows per part, before the cut at the next key boundary.
+    /// Rows per part, before the cut at the next key boundary (a key with
+    /// more rows is cut at [`SPAN_FACTOR`] × `target_rows`).
     pub target_rows: usize,
     pub opts: &'a EncodeOptions,
 }
 
 /// Write `stream` (sorted by `key`) as key-range parts (see [`PartSpec`]),
-/// cut at key boundaries. Returns the parts in key order. On failure, the
-/// parts already written are removed.
+/// cut at key boundaries, or inside a key whose rows fill a part (see the
+/// module docs). Returns the parts in key order. On failure, the parts
+/// already written are removed.
 ///
 /// Parts are encoded and uploaded on [`super::sort::default_threads`]
 /// threads while the next part is cut from the stream: memory is at most
@@ -110,6 +122,7 @@ pub fn write_range_parts_on(
         return Err(Error::InvalidArgument("target_rows must be >= 1".into()));
     }
     crate::store::keys::object_segments(location)?;
+    let max_rows = target_rows.saturating_mul(SPAN_FACTOR);
     let encoder = KeyEncoder::new(&schema, key)?;
     let object_of = |name: &str| format!("{}/{name}", location.trim_end_matches('/'));
     // Encode and upload one part (on any thread).
@@ -205,21 +218,29 @@ pub fn write_range_parts_on(
                     batch = batch.slice(take, batch.num_rows() - take);
                     continue;
                 }
-                // Full: keep the rows that share the last key, then cut.
+                // Full: keep the rows that share the last key (up to the
+                // hard cap: then the key spans parts), then cut.
                 let Some(last) = pending.last() else { break };
-                let last_rows = encoder.rows(last)?;
-                let boundary = last_rows.row(last.num_rows() - 1).owned();
-                let rows_here = encoder.rows(&batch)?;
-                let same = (0..batch.num_rows())
-                    .take_while(|&i| rows_here.row(i) == boundary.row())
-                    .count();
+                let room = max_rows.saturating_sub(rows).min(batch.num_rows());
+                let same = if room == 0 {
+                    0
+                } else {
+                    let last_rows = encoder.rows(last)?;
+                    let boundary = last_rows.row(last.num_rows() - 1).owned();
+                    let rows_here = encoder.rows(&batch.slice(0, room))?;
+                    (0..room)
+                        .take_while(|&i| rows_here.row(i) == boundary.row())
+                        .count()
+                };
                 if same > 0 {
                     pending.push(batch.slice(0, same));
+                    rows += same;
                     batch = batch.slice(same, batch.num_rows() - same);
                     if batch.num_rows() == 0 {
                         break; // The key may go on in the next batch.
                     }
                 }
+                // Another key follows, or the part is at its hard cap.
                 flush(&mut pending)?;
                 rows = 0;
             }
@@ -279,6 +300,39 @@ pub fn json_key_columns(
     Ok(columns)
 }
 
+/// The parts' first (`last == false`) or last keys (`key` columns of
+/// `key_schema`) as rows of the key's row format, one per part.
+/// `InvalidArgument` for a key type without recorded ranges.
+fn key_rows(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+    last: bool,
+) -> Result<arrow_row::Rows> {
+    let idx = crate::parquet::decode::column_indices(key_schema, key)?;
+    let fields: Vec<&arrow_schema::Field> = idx.iter().map(|&i| key_schema.field(i)).collect();
+    let keys: Vec<&[Option<Value>]> = parts
+        .iter()
+        .map(|p| {
+            if last {
+                p.last_key.as_slice()
+            } else {
+                p.first_key.as_slice()
+            }
+        })
+        .collect();
+    let columns = json_key_columns(&keys, &fields)?;
+    let batch = RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(
+            idx.iter()
+                .map(|&i| key_schema.field(i).clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        )),
+        columns,
+    )?;
+    KeyEncoder::new(&batch.schema(), key)?.rows(&batch)
+}
+
 /// The parts' last keys (`key` columns of `key_schema`) as rows of the
 /// key's row format, one per part. `InvalidArgument` for a key type
 /// without recorded ranges.
@@ -287,30 +341,72 @@ pub fn last_key_rows(
     key_schema: &SchemaRef,
     key: &[String],
 ) -> Result<arrow_row::Rows> {
-    let idx = crate::parquet::decode::column_indices(key_schema, key)?;
-    let fields: Vec<&arrow_schema::Field> = idx.iter().map(|&i| key_schema.field(i)).collect();
-    let lasts: Vec<&[Option<Value>]> = parts.iter().map(|p| p.last_key.as_slice()).collect();
-    let columns = json_key_columns(&lasts, &fields)?;
-    let lasts = RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(
-            idx.iter()
-                .map(|&i| key_schema.field(i).clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        )),
-        columns,
-    )?;
-    KeyEncoder::new(&lasts.schema(), key)?.rows(&lasts)
+    key_rows(parts, key_schema, key, true)
+}
+
+/// The parts' first and last keys as rows (see [`last_key_rows`]),
+/// checked: in key order, each part's first key at most its last, and no
+/// two parts overlapping except where they share a boundary key (a key
+/// spanning parts). Part records come from a store: anything else is
+/// `ManifestCorrupted`.
+pub fn key_bounds(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+) -> Result<(arrow_row::Rows, arrow_row::Rows)> {
+    let firsts = key_rows(parts, key_schema, key, false)?;
+    let lasts = key_rows(parts, key_schema, key, true)?;
+    let corrupted = |p: &RangePart, reason: &str| Error::ManifestCorrupted {
+        path: p.name.clone(),
+        reason: reason.to_string(),
+    };
+    for (j, p) in parts.iter().enumerate() {
+        if firsts.row(j) > lasts.row(j) {
+            return Err(corrupted(p, "its first key is past its last key"));
+        }
+        if j + 1 < parts.len() && lasts.row(j) > firsts.row(j + 1) {
+            return Err(corrupted(
+                &parts[j + 1],
+                "it overlaps the part before it beyond a shared boundary key: \
+                 parts must be in key order",
+            ));
+        }
+    }
+    Ok((firsts, lasts))
+}
+
+/// The parts (in key order) grouped into *units*: runs of consecutive
+/// parts where each shares its last key with the next one's first (a key
+/// spanning parts; see the module docs). Every other part is a unit of its
+/// own. A change to a key rewrites its whole unit. `ManifestCorrupted` for
+/// parts out of order (see [`key_bounds`]). No I/O.
+pub fn units(
+    parts: &[RangePart],
+    key_schema: &SchemaRef,
+    key: &[String],
+) -> Result<Vec<std::ops::Range<usize>>> {
+    let (firsts, lasts) = key_bounds(parts, key_schema, key)?;
+    let mut out = Vec::new();
+    let mut start = 0;
+    for j in 0..parts.len() {
+        if j + 1 == parts.len() || lasts.row(j) != firsts.row(j + 1) {
+            out.push(start..j + 1);
+            start = j + 1;
+        }
+    }
+    Ok(out)
 }
 
 /// Which of `parts` (in key order, from [`write_range_parts`]) an update
 /// touching the keys in `touched` must rewrite; the others are kept by
-/// reference. A key inside a part's range touches that part; a key between
-/// two parts' ranges (a new key) touches the next part, or the last part if
-/// it is beyond them all. `key_schema` holds the key columns' types;
-/// `touched` batches hold (at least) the key columns. `key` must be the key
-/// the parts were cut at (or the leading columns of their sort key only if
-/// no value of those columns spans two parts): a key spanning parts would
-/// touch only the first of them.
+/// reference. A key inside a part's range touches that part, and every
+/// following part it spans into; a key between two parts' ranges (a new
+/// key) touches the next part, or the last part if it is beyond them all.
+/// `key_schema` holds the key columns' types; `touched` batches hold (at
+/// least) the key columns. `key` must be the key the parts were cut at (or
+/// leading columns of their sort key, if no value of those columns spans
+/// parts other than through shared boundary keys). `ManifestCorrupted` for
+/// parts out of order.
 ///
 /// Cost: a binary search per touched key over the parts' ranges; no I/O.
 pub fn touched_parts(
@@ -324,7 +420,7 @@ pub fn touched_parts(
         return Ok(hit);
     }
     let encoder = KeyEncoder::new(key_schema, key)?;
-    let last_rows = last_key_rows(parts, key_schema, key)?;
+    let (first_rows, last_rows) = key_bounds(parts, key_schema, key)?;
     for batch in touched {
         let rows = encoder.rows(batch)?;
         for i in 0..batch.num_rows() {
@@ -339,8 +435,13 @@ pub fn touched_parts(
                     hi = mid;
                 }
             }
-            let j = lo;
-            hit[j.min(parts.len() - 1)] = true;
+            let mut j = lo.min(parts.len() - 1);
+            hit[j] = true;
+            // The key may go on into the parts after (sharing it).
+            while j + 1 < parts.len() && first_rows.row(j + 1) <= r {
+                j += 1;
+                hit[j] = true;
+            }
         }
     }
     Ok(hit)
@@ -511,5 +612,81 @@ mod tests {
             "beyond the last: the last part"
         );
         assert_eq!(touched(&[-5]), [true, false, false]);
+    }
+
+    /// A key with more rows than a part holds spans parts: each part is
+    /// capped, neighbours share their boundary key, [`units`] groups them,
+    /// and a touched key touches every part it spans.
+    #[test]
+    fn a_long_key_spans_capped_parts() {
+        let key = vec!["k".to_string()];
+        let ks: Vec<i64> = (0..5)
+            .chain(std::iter::repeat_n(7, 100))
+            .chain(8..12)
+            .collect();
+        let b = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(arrow_array::Int64Array::from(ks.clone())),
+                Arc::new(arrow_array::StringArray::from(vec!["x"; ks.len()])),
+                Arc::new(arrow_array::Int64Array::from(vec![1i64; ks.len()])),
+            ],
+        )
+        .unwrap();
+        // Batches of 7 rows, so that runs cross batch edges.
+        let batches: Vec<Result<RecordBatch>> = (0..b.num_rows())
+            .step_by(7)
+            .map(|i| Ok(b.slice(i, 7.min(b.num_rows() - i))))
+            .collect();
+        let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
+        let opts = EncodeOptions::new("zstd", None, None).unwrap();
+        let spec = PartSpec {
+            location: "st/content",
+            prefix: "p",
+            target_rows: 10,
+            opts: &opts,
+        };
+        let parts =
+            write_range_parts(store, &spec, schema(), &key, Box::new(batches.into_iter())).unwrap();
+        assert_eq!(parts.iter().map(|p| p.rows).sum::<u64>(), ks.len() as u64);
+        assert!(parts.iter().all(|p| p.rows <= 20), "{parts:?}");
+        let seven = Some(Value::from(7));
+        let spanning = parts
+            .iter()
+            .filter(|p| p.first_key[0] == seven || p.last_key[0] == seven)
+            .count();
+        assert!(spanning >= 5, "{spanning} parts hold key 7");
+        let us = units(&parts, &schema(), &key).unwrap();
+        assert_eq!(us.iter().map(|u| u.len()).sum::<usize>(), parts.len());
+        let wide = us.iter().find(|u| u.len() > 1).unwrap();
+        assert_eq!(wide.len(), spanning);
+        let probe = |k: i64| {
+            let kb = RecordBatch::try_new(
+                Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+                    "k",
+                    arrow_schema::DataType::Int64,
+                    false,
+                )])),
+                vec![Arc::new(arrow_array::Int64Array::from(vec![k]))],
+            )
+            .unwrap();
+            touched_parts(&parts, &schema(), &key, &[kb]).unwrap()
+        };
+        let hit: Vec<usize> = (0..parts.len()).filter(|&j| probe(7)[j]).collect();
+        assert_eq!(hit, wide.clone().collect::<Vec<_>>());
+        assert_eq!(probe(11).iter().filter(|h| **h).count(), 1);
+        // Records that overlap without sharing a key are refused.
+        let mut bad = parts.clone();
+        bad.swap(0, parts.len() - 1);
+        assert!(matches!(
+            units(&bad, &schema(), &key),
+            Err(Error::ManifestCorrupted { .. })
+        ));
+        let mut inverted = parts.clone();
+        inverted[0].first_key = vec![Some(Value::from(1000))];
+        assert!(matches!(
+            touched_parts(&inverted, &schema(), &key, &[]),
+            Err(Error::ManifestCorrupted { .. })
+        ));
     }
 }

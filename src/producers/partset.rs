@@ -2,11 +2,13 @@
 //! back whole or by key, and rewritten where an update touches it.
 //!
 //! A [`Layout`] says what the parts hold: their schema, the sort key and
-//! the *cut key* (a leading part of the sort key that no two parts share a
-//! value of). [`Layout::rewrite`] applies a change (rows to remove by some
-//! key, rows to add in sort order) by rewriting only the parts whose key
-//! ranges the change touches; the other parts are kept by reference. So a
-//! change costs reads and writes of the parts it lands in, not of the set.
+//! the *cut key* (a leading part of the sort key that parts are cut at; a
+//! value with many rows may span parts, see [`super::parts`]).
+//! [`Layout::rewrite`] applies a change (rows to remove by some key, rows
+//! to add in sort order) by rewriting only the parts whose key ranges the
+//! change touches (a key spanning parts: all of them); the other parts are
+//! kept by reference. So a change costs reads and writes of the parts it
+//! lands in, not of the set.
 
 use std::sync::Arc;
 
@@ -28,6 +30,16 @@ use crate::store::StoreHandle;
 
 /// Parts fetched at once by lookups and scans.
 const FETCH_AHEAD: usize = 4;
+/// A scan fetches ahead at most about this many bytes of parts (and at
+/// least one part): parts of a key spanning many are large, and a scan's
+/// memory must stay bounded whatever the group's size.
+const SCAN_AHEAD_BYTES: u64 = 32 << 20;
+
+/// Parts a scan of `parts` fetches ahead (see [`SCAN_AHEAD_BYTES`]).
+fn scan_ahead(parts: &[RangePart]) -> usize {
+    let largest = parts.iter().map(|p| p.size_bytes).max().unwrap_or(0).max(1);
+    ((SCAN_AHEAD_BYTES / largest) as usize).clamp(1, FETCH_AHEAD)
+}
 
 /// What a set of key-range parts holds and where it lives.
 #[derive(Debug, Clone)]
@@ -37,7 +49,8 @@ pub struct Layout {
     pub root: String,
     pub schema: SchemaRef,
     pub sort_key: Vec<String>,
-    /// A leading part of `sort_key`; no value of it spans two parts.
+    /// A leading part of `sort_key` that parts are cut at; a value spans
+    /// parts only through shared boundary keys (see [`super::parts::units`]).
     pub cut_key: Vec<String>,
     pub opts: EncodeOptions,
     /// Rows per part before the cut at the next key boundary.
@@ -281,14 +294,16 @@ impl Layout {
     }
 
     /// Every row of `parts`, in order, as a stream (`columns` projected);
-    /// a few parts are fetched ahead.
+    /// a few parts are fetched ahead (about [`SCAN_AHEAD_BYTES`] at most),
+    /// one decoded ahead. Memory: a few parts, whatever their number.
     pub fn scan(
         self: &Arc<Self>,
         parts: Vec<RangePart>,
         columns: Option<Vec<String>>,
     ) -> BatchIter {
         let this = self.clone();
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<RecordBatch>>>(2);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<RecordBatch>>>(1);
+        let ahead = scan_ahead(&parts);
         let rt = match crate::runtime::get() {
             Ok(rt) => rt,
             Err(e) => return Box::new(std::iter::once(Err(e))),
@@ -299,7 +314,7 @@ impl Layout {
                 let this = this2.clone();
                 async move { this.fetch(&p).await.map(|d| (p, d)) }
             }))
-            .buffered(FETCH_AHEAD);
+            .buffered(ahead);
             while let Some(got) = fetches.next().await {
                 let cols = columns.clone();
                 let this = this.clone();
@@ -481,18 +496,23 @@ impl Layout {
             out.selected.extend(made);
             Ok(())
         };
-        let last = parts.len() - 1;
-        // Touched parts are read a few at a time, ahead of need.
-        for (j, part) in parts.iter().enumerate() {
-            let bound = (j < last).then(|| bounds.row(j));
+        // A key spanning parts: its parts form one unit, rewritten together.
+        let units = super::parts::units(parts, &self.schema, &self.cut_key)?;
+        let last = units.len() - 1;
+        for (u, unit) in units.into_iter().enumerate() {
+            let j = unit.start;
+            let unit = &parts[unit];
+            let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
             let adds_j = add_split.take_until(bound)?;
             let touch_j = touch_split.take_until(bound)?;
             let has = |v: &[RecordBatch]| v.iter().any(|b| b.num_rows() > 0);
             if !has(&adds_j) && !has(&touch_j) {
-                out.parts.push(part.clone());
+                out.parts.extend(unit.iter().cloned());
                 continue;
             }
-            let old = self.read_many(std::slice::from_ref(part), None)?.remove(0);
+            // The unit's rows (a key spanning parts: all of its parts, in
+            // memory for now).
+            let old: Vec<RecordBatch> = self.read_many(unit, None)?.into_iter().flatten().collect();
             let kept = match (&remove, &remove_enc) {
                 (Remove::Keys { set, .. }, Some(enc)) => {
                     let (kept, gone) = filter_by_keys(&old, enc, set, false)?;

@@ -922,4 +922,169 @@ mod tests {
             assert!(stitch_parts(&t1.content, &ks, &cut).is_err());
         }
     }
+
+    /// The source's rows `(k, v)`, in order.
+    fn source_rows(env: &Env, s: &NodeState) -> Vec<(i64, String)> {
+        source_view(s.clone())
+            .full_scan(env)
+            .unwrap()
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let (k, v) = (
+                    b.column(0).as_primitive::<Int64Type>().clone(),
+                    b.column(1).as_string::<i32>().clone(),
+                );
+                (0..b.num_rows())
+                    .map(|i| (k.value(i), v.value(i).to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The longest run of parts sharing one key (see `parts::units`).
+    fn widest_unit(parts: &[RangePart], schema: &SchemaRef, key: &[String]) -> usize {
+        crate::producers::parts::units(parts, schema, key)
+            .unwrap()
+            .iter()
+            .map(|u| u.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A source key with many rows spans 5+ parts (and so do target keys
+    /// and key-mappings): a full build, updates of that key, of its
+    /// neighbours, its deletion, and a join with it on one side, each
+    /// single and split by key range, all equal a rebuild from scratch.
+    #[test]
+    fn a_key_spanning_parts_updates_like_any_other() {
+        let env = env(3);
+        let heavy = |k: i64, n: u64, base: u64| -> (Vec<i64>, Vec<u64>) {
+            (vec![k; n as usize], (base..base + n).collect())
+        };
+        let (mut ks, mut ns): (Vec<i64>, Vec<u64>) = ((0..40).collect(), (0..40).collect());
+        let (hk, hn) = heavy(20, 40, 500);
+        ks.extend(hk);
+        ns.extend(hn);
+        let (s1, _) = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            it(vec![upserts(&ks, &ns)]),
+            vec![],
+        )
+        .unwrap();
+        let sv = source_view(s1.clone());
+        let layout = sv.content_layout(&env);
+        assert!(
+            widest_unit(&s1.content, &layout.schema, &sv.key) >= 5,
+            "key 20 spans 5+ parts"
+        );
+        assert!(s1.content.iter().all(|p| p.rows <= 6), "parts are capped");
+        assert_eq!(source_rows(&env, &s1).len(), 80);
+        let t1 = single(&env, NodeState::default(), s1.clone(), false);
+        let sv1 = stage_view(t1.clone());
+        let ml = sv1.mappings_layout(&env).unwrap();
+        assert!(widest_unit(&t1.mappings, &ml.schema, &sv1.source_key) >= 5);
+        let check = |t: &NodeState, s: &NodeState, what: &str| {
+            let scratch = single(&env, NodeState::default(), s.clone(), true);
+            let (got, want) = (decoded(&env, t), decoded(&env, &scratch));
+            assert_eq!((&got.0, &got.1), (&want.0, &want.1), "{what}");
+            check_order(&env, t);
+        };
+        check(&t1, &s1, "first build");
+        let mut s = s1;
+        let mut t = t1;
+        let steps: Vec<(&str, RecordBatch, Vec<RecordBatch>)> = vec![
+            (
+                "the spanning key upserted",
+                {
+                    let (k, n) = heavy(20, 33, 700);
+                    upserts(&k, &n)
+                },
+                vec![],
+            ),
+            ("a neighbour upserted", upserts(&[19, 21], &[3, 6]), vec![]),
+            ("a neighbour deleted", upserts(&[], &[]), vec![keys(&[21])]),
+            (
+                "the spanning key deleted",
+                upserts(&[], &[]),
+                vec![keys(&[20])],
+            ),
+        ];
+        for (what, ups, dels) in steps {
+            let (s2, _) =
+                source::apply(&env, &source_view(s.clone()), it(vec![ups]), dels).unwrap();
+            // The source itself: key 20's rows are all replaced or gone.
+            let rows = source_rows(&env, &s2);
+            assert!(rows.windows(2).all(|w| w[0].0 <= w[1].0), "{what}: sorted");
+            let t2 = single(&env, t.clone(), s2.clone(), false);
+            check(&t2, &s2, what);
+            // The change feed: every row of each touched target key.
+            let (c, _, u, _) = decoded(&env, &t2);
+            let touched: std::collections::BTreeSet<i64> = u.iter().map(|r| r.0).collect();
+            let all: Vec<_> = c
+                .iter()
+                .filter(|r| touched.contains(&r.0))
+                .cloned()
+                .collect();
+            assert_eq!(u, all, "{what}: the update holds whole target keys");
+            for k in [2, 3, 5] {
+                let got = split(
+                    &env,
+                    t.clone(),
+                    s2.clone(),
+                    false,
+                    &plan(&t.mappings, k),
+                    &plan(&t.content, k),
+                );
+                assert_eq!(
+                    decoded(&env, &got.state),
+                    decoded(&env, &t2),
+                    "{what}, k = {k}"
+                );
+            }
+            (s, t) = (s2, t2);
+        }
+        assert!(source_rows(&env, &s).iter().all(|r| r.0 != 20));
+        // A join with the spanning key on one side only.
+        let (hk, hn) = heavy(20, 40, 100);
+        let (a1, _) = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            it(vec![upserts(&hk, &hn)]),
+            vec![],
+        )
+        .unwrap();
+        let (b1, _) = source::apply(
+            &env,
+            &source_view(NodeState::default()),
+            it(vec![upserts(&[19, 20, 21], &[1, 2, 3])]),
+            vec![],
+        )
+        .unwrap();
+        let j1 = join_update(&env, &NodeState::default(), &a1, &b1);
+        let sum: u64 = (100..140).sum::<u64>() + 2;
+        assert!(
+            triples(&env, &stage_view(j1.clone()), &j1.content).contains(&(
+                (sum % 37) as i64,
+                20,
+                format!("v{sum}")
+            )),
+            "key 20 joined whole"
+        );
+        let (a2, _) = source::apply(
+            &env,
+            &source_view(a1),
+            it(vec![upserts(&[20, 20], &[1, 1])]),
+            vec![],
+        )
+        .unwrap();
+        let j2 = join_update(&env, &j1, &a2, &b1);
+        assert!(
+            triples(&env, &stage_view(j2.clone()), &j2.content).contains(&(
+                4,
+                20,
+                "v4".to_string()
+            ))
+        );
+    }
 }

@@ -81,21 +81,32 @@ impl KeyRange {
 /// Cut `parts` (in key order, as a layout writes them) into at most
 /// `max_ranges` ranges of about equal rows, at part boundaries: each part
 /// falls in exactly one range, the first range is unbounded below and the
-/// last above, and a boundary is the first key of the part it starts. No
-/// parts: one unbounded range. No I/O.
+/// last above, and a boundary is the first key of the part it starts. Parts
+/// sharing a boundary key (a key spanning parts) are never cut apart, so
+/// there may be fewer ranges. No parts: one unbounded range. No I/O.
 pub fn plan(parts: &[RangePart], max_ranges: usize) -> Vec<KeyRange> {
-    let n = max_ranges.max(1).min(parts.len().max(1));
+    // Where a cut may go: after part `j`, unless it shares its last key
+    // with the next part's first (the records are the same JSON values).
+    let cuttable: Vec<usize> = (0..parts.len().saturating_sub(1))
+        .filter(|&j| parts[j].last_key != parts[j + 1].first_key)
+        .collect();
+    let n = max_ranges.max(1).min(cuttable.len() + 1);
     let total: u64 = parts.iter().map(|p| p.rows.max(1)).sum();
     let mut ranges = Vec::with_capacity(n);
     let mut lo: Option<KeyValues> = None;
     let mut acc = 0u64;
+    let mut cuts_left = cuttable.len();
+    let mut next_cut = cuttable.iter().peekable();
     for (j, p) in parts.iter().enumerate() {
         acc += p.rows.max(1);
-        let left_parts = parts.len() - j - 1;
+        if next_cut.peek() != Some(&&j) {
+            continue;
+        }
+        next_cut.next();
         let left_ranges = n - ranges.len() - 1;
-        // Cut after this part once its share is reached (or parts run short).
+        // Cut after this part once its share is reached (or cuts run short).
         let share = total * (ranges.len() as u64 + 1) / n as u64;
-        if left_ranges > 0 && left_parts > 0 && (acc >= share || left_parts == left_ranges) {
+        if left_ranges > 0 && (acc >= share || cuts_left == left_ranges) {
             let hi = parts[j + 1].first_key.clone();
             ranges.push(KeyRange {
                 lo: lo.take(),
@@ -103,6 +114,7 @@ pub fn plan(parts: &[RangePart], max_ranges: usize) -> Vec<KeyRange> {
             });
             lo = Some(hi);
         }
+        cuts_left -= 1;
     }
     ranges.push(KeyRange { lo, hi: None });
     ranges
@@ -519,6 +531,37 @@ mod tests {
         let f = RangeFilter::new(&cut, ks()).unwrap();
         assert!(matches!(f.parts_in(&parts), Err(Error::InvalidArgument(_))));
         assert_eq!(f.overlapping(&parts).unwrap().len(), 10);
+    }
+
+    /// Parts sharing a boundary key (a key spanning them) are never cut
+    /// apart: every range holds whole units, whatever is asked for.
+    #[test]
+    fn plans_never_split_a_key_spanning_parts() {
+        // Key 30 spans parts 3..=7; 60 spans 8 and 9.
+        let bounds = [
+            (0, 5),
+            (10, 15),
+            (20, 30),
+            (30, 30),
+            (30, 30),
+            (30, 30),
+            (30, 30),
+            (30, 40),
+            (50, 60),
+            (60, 60),
+        ];
+        let parts: Vec<RangePart> = bounds.iter().map(|&(f, l)| part(f, l, 3)).collect();
+        for k in [1, 2, 3, 4, 5, 10] {
+            let ranges = plan(&parts, k);
+            assert!(ranges.len() <= k.min(4), "k = {k}: {} ranges", ranges.len());
+            let mut seen = 0;
+            for r in &ranges {
+                let f = RangeFilter::new(r, ks()).unwrap();
+                seen += f.parts_in(&parts).unwrap().len();
+            }
+            assert_eq!(seen, parts.len(), "k = {k}");
+        }
+        assert_eq!(plan(&parts, 10).len(), 4);
     }
 
     #[test]

@@ -41,6 +41,10 @@ enum Input {
     Join(JoinChunker),
 }
 
+/// Rows [`StageRun::push`] queues for the sorts at once (larger batches
+/// are copied into pieces of this size).
+const PUSH_PIECE_ROWS: usize = 65_536;
+
 /// See the module docs.
 pub struct StageRun {
     env: Env,
@@ -155,17 +159,14 @@ impl StageRun {
                 keep_all(union_of_update_keys(&env, &refs, &names)?, &names)?
             };
             let mut inputs = Vec::new();
+            // Each side streams (scanned part by part as the chunks need it).
             for s in &sources {
                 let rows = if rebuild {
-                    keep(s.full_scan(&env)?, &s.key).collect::<Result<Vec<_>>>()?
+                    keep(s.full_scan(&env)?, &s.key)
                 } else {
-                    keep_all(s.augmented(&env, &keys)?, &s.key)?
+                    keep(s.augmented(&env, &keys)?, &s.key)
                 };
-                inputs.push((
-                    s.public_schema()?,
-                    s.key.clone(),
-                    Box::new(rows.into_iter().map(Ok)) as BatchIter,
-                ));
+                inputs.push((s.public_schema()?, s.key.clone(), rows));
             }
             for k in &keys {
                 changed.push(renamed(k, &stage.source_key)?);
@@ -251,8 +252,21 @@ impl StageRun {
             return Ok(());
         }
         self.rows_out += batch.num_rows() as u64;
-        let mapping = batch.project(&self.mapping_idx)?;
-        self.sorting.send(batch, mapping)
+        // A large batch (a batched Produce's output for a large chunk) is
+        // queued in compact pieces: the queue holds a few pieces, not a few
+        // large batches, and the sorts account each piece's own buffers.
+        if batch.num_rows() <= PUSH_PIECE_ROWS {
+            let mapping = batch.project(&self.mapping_idx)?;
+            return self.sorting.send(batch, mapping);
+        }
+        let schema = batch.schema();
+        for start in (0..batch.num_rows()).step_by(PUSH_PIECE_ROWS) {
+            let len = PUSH_PIECE_ROWS.min(batch.num_rows() - start);
+            let piece = arrow_select::concat::concat_batches(&schema, [&batch.slice(start, len)])?;
+            let mapping = piece.project(&self.mapping_idx)?;
+            self.sorting.send(piece, mapping)?;
+        }
+        Ok(())
     }
 
     /// What both [`Self::finish`] and a map task's finish start from: the

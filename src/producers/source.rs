@@ -220,7 +220,7 @@ pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String
     }
     let mut inputs: Vec<BatchIter> = Vec::new();
     for f in &feeders {
-        inputs.push(Box::new(f.augmented(env, &keys)?.into_iter().map(Ok)));
+        inputs.push(f.augmented(env, &keys)?);
     }
     let wrap = schema.clone();
     let inputs: Vec<BatchIter> = inputs

@@ -293,6 +293,11 @@ class Pipeline:
         one). Batched form (``batched=True``): ``fn(groups)`` (one
         ``pyarrow.Table`` per source) gets whole groups sorted by key and
         returns a table of the target key, value and source key columns.
+        A single-source group larger than 524,288 rows (8 chunks of 65,536) comes
+        over several calls, in key order, each table holding a slice of it
+        (its key repeating from one call to the next), so memory stays
+        bounded: a ``Produce`` that aggregates per key must not assume the
+        group is whole.
         A join's sources must have keys of the same types; a key with no
         value on any side (deleted everywhere) is not handed to ``Produce``.
 

@@ -5,7 +5,8 @@ Row form: one call per source key, ``fn(key, values, ...)``, one lazy,
 single-use sequence of dicts per source. A group larger than a chunk is
 streamed across chunks. Batched form: one call per chunk of whole groups,
 ``fn(table, ...)``, one ``pyarrow.Table`` per source; it returns the target
-key, value and source key columns.
+key, value and source key columns. A single-source group larger than
+``BATCH_GROUP_MAX`` rows comes over several calls, each with a slice of it.
 
 Both forms' output is converted exactly (:mod:`pds.producers.exact`): a
 value its column cannot hold exactly is a ``SchemaMismatch`` naming the
@@ -34,6 +35,9 @@ __all__ = ["run_batched", "run_rows"]
 ROW_CHUNK = 8192
 #: Rows per chunk for the batched form (whole groups, so perhaps more).
 BATCH_CHUNK = 65536
+#: A larger group is handed to the batched form over several calls (the
+#: engine ends a chunk of whole groups past 8 times the rows asked for).
+BATCH_GROUP_MAX = 8 * BATCH_CHUNK
 #: A join's chunks: keys per chunk.
 JOIN_KEYS = 1024
 

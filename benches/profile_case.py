@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from bench_data import make_table
-from bench_tools import TOOLS, Layout, StoreSpec, make_tool
-from compare import BUCKET, TIMED_WORKLOADS, Proxy, _call, delta_file_size, s3_server
+from bench_tools import TOOLS, Layout, StoreSpec, make_tool, s3_server
+from compare import BUCKET, TIMED_WORKLOADS, Proxy, _call, delta_file_size
 
 
 def print_trace(trace: list[tuple[float, int, str]], start: float, end: float) -> None:
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         if a.store in ("file", "memory"):
             spec = StoreSpec(a.store, str(Path(tmp) / "file"))
         else:
-            sw = stack.enter_context(s3_server(Path(tmp)))
+            sw = stack.enter_context(s3_server(Path(tmp), BUCKET))
             endpoint = sw.endpoint
             if a.store == "s3-latency":
                 proxy = Proxy(sw.ports["s3"], a.delay_ms, "thread" if a.trace else "process", trace=a.trace)

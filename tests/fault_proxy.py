@@ -42,7 +42,8 @@ ways), ``HEAD`` (no body), ``Expect: 100-continue`` and bodies of any size
 connection on its own thread with its own upstream connection.
 
 Every request is logged (:class:`LogEntry`: method, path, query, action,
-the status the client got, the upstream's status) before the client gets
+the status the client got, the upstream's status, the bytes sent, the
+``Range`` and ``x-amz-copy-source`` headers) before the client gets
 the reply, so a test that returns from its call sees the whole log.
 
 Only loopback addresses are accepted, for listening and as the upstream.
@@ -113,6 +114,10 @@ class LogEntry:
     #: The index of the rule that applied (in :attr:`FaultProxy.rules`), if any.
     rule: int | None = None
     request_bytes: int = 0
+    #: The request's ``Range`` header (a ranged GET), if any.
+    byte_range: str | None = None
+    #: The request's ``x-amz-copy-source`` header (a server-side copy), if any.
+    copy_source: str | None = None
     #: Why the exchange broke off, if it did (a peer closed the connection, ...).
     error: str | None = None
     time: float = field(default_factory=time.time)
@@ -570,6 +575,7 @@ class FaultProxy:
                 target = rest.rpartition(" ")[0] or rest
                 path, _, query = target.partition("?")
                 entry, rule = self._decide(method.upper(), path, query)
+                entry.byte_range, entry.copy_source = head.get("range"), head.get("x-amz-copy-source")
                 if rule is not None and rule.before is not None:
                     rule.before(entry)
                 if rule is not None and rule.action == "fail":

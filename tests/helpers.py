@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from remote_store import Store
 
@@ -25,3 +27,21 @@ def files(store: Store, prefix: str = "") -> list[str]:
     if prefix and not store.exists(prefix):
         return []
     return sorted(str(f.path) for f in store.list_files(prefix, recursive=True))
+
+
+def pipeline_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file a pipeline manifest names: each node's parts (content,
+    key-mappings, update rows and deleted keys) and their patches' files."""
+    out: list[dict[str, Any]] = []
+    for node in manifest["nodes"].values():
+        update = node.get("update") or {}
+        for part in [
+            *node.get("content", []),
+            *node.get("mappings", []),
+            *update.get("rows", []),
+            *update.get("deleted", []),
+        ]:
+            out.append(part)
+            for patch in part.get("patches") or []:
+                out.extend(f for f in (patch.get("rows"), patch.get("deleted")) if f)
+    return out

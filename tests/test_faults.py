@@ -64,7 +64,7 @@ import pds
 from pds import Changes, Pipeline, Table
 from pds.cli import main as pds_cli
 
-from helpers import files
+from helpers import files, pipeline_files
 
 
 class _NotYetInPds(remote_store.RemoteStoreError):
@@ -650,23 +650,13 @@ def observe_pipeline(f: Any, key: str = KEY) -> PipeSeen:
         assert m["version"] == v
         if v > versions[0]:
             assert m.get("previous") == v - 1
-        named = [
-            p["name"]
-            for node in m["nodes"].values()
-            for p in [
-                *node.get("content", []),
-                *node.get("mappings", []),
-                *node.get("update", {}).get("rows", []),
-                *node.get("update", {}).get("deleted", []),
-            ]
-        ]
+        named = [p["name"] for p in pipeline_files(m)]
         missing = [n for n in named if n not in present]
         assert not missing, f"version {v} ({m['operation']}) names parts that do not exist: {missing}"
         if v == versions[-1]:  # the pipeline's own check: each part's SHA-256
-            for node in m["nodes"].values():
-                for part in [*node.get("content", []), *node.get("mappings", [])]:
-                    got = hashlib.sha256(store.read_bytes(f"{key}/{part['name']}")).hexdigest()
-                    assert got == part["sha256"], f"version {v}: part {part['name']} differs from its SHA-256"
+            for part in pipeline_files(m):
+                got = hashlib.sha256(store.read_bytes(f"{key}/{part['name']}")).hexdigest()
+                assert got == part["sha256"], f"version {v}: part {part['name']} differs from its SHA-256"
     p = Pipeline.open(store, key)
     for v in versions[1:]:
         _read_all(p, v)  # every version reads

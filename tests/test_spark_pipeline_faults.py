@@ -48,7 +48,7 @@ import pds
 import pds.spark
 
 from fault_proxy import Rule
-from helpers import files
+from helpers import files, pipeline_files
 
 pytestmark = [pytest.mark.spec("F"), pytest.mark.s3]
 
@@ -173,18 +173,7 @@ def build(f: Any, store: remote_store.Store | None = None) -> Case:
 def referenced(f: Any, version: int) -> dict[str, str | None]:
     """The objects version *version* names, as store keys, with their SHA-256 where recorded."""
     m = json.loads(f.direct.read_bytes(f"{KEY}/manifest/v{version:08d}.json"))
-    names: dict[str, str | None] = {}
-    for node in m["nodes"].values():
-        update = node.get("update") or {}
-        parts = [
-            *node.get("content", []),
-            *node.get("mappings", []),
-            *update.get("rows", []),
-            *update.get("deleted", []),
-        ]
-        for part in parts:
-            names[f"{KEY}/{part['name']}"] = part.get("sha256")
-    return names
+    return {f"{KEY}/{part['name']}": part.get("sha256") for part in pipeline_files(m)}
 
 
 def versions(f: Any) -> list[int]:

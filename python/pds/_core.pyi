@@ -434,6 +434,12 @@ def pipeline_merge_update(
 ) -> tuple[str, list[str]]:
     """A merge's update from its feeders' (the seed's three layers): (state JSON, objects written)."""
 
+def pipeline_compact_node(
+    store: RustStore, root: str, node: str, *, compression: str, target_rows: int, sort_budget: int
+) -> tuple[str, int, int, list[str]]:
+    """A source's or stage's parts compacted (patches merged in, small parts merged):
+    (state JSON with an empty update, parts rewritten, parts written, objects written)."""
+
 def pipeline_read(store: RustStore, root: str, node: str) -> pa.Table:
     """A node's whole content: key and value columns, sorted by key."""
 

@@ -255,6 +255,25 @@ impl PipelineManifest {
                 let mut seen = std::collections::HashSet::with_capacity(parts.len());
                 for part in parts {
                     check_part(part, &home, name)?;
+                    for f in part.patches.iter().flat_map(|p| p.files()) {
+                        check_part(f, &home, name)?;
+                        if !f.patches.is_empty() {
+                            return Err(format!("patch file {:?} has patches", f.name));
+                        }
+                    }
+                    if part
+                        .patches
+                        .iter()
+                        .any(|p| p.rows.is_none() && p.deleted.is_none())
+                    {
+                        return Err(format!("part {:?} has an empty patch", part.name));
+                    }
+                    if part.patches.is_empty() != part.base_rows.is_none() {
+                        return Err(format!(
+                            "part {:?}: base_rows goes with patches, and only with them",
+                            part.name
+                        ));
+                    }
                     if !seen.insert(part.name.as_str()) {
                         return Err(format!(
                             "node {name:?} lists part {:?} twice in its {list}",
@@ -285,7 +304,7 @@ impl Collectable for PipelineManifest {
 
     fn references(&self, keep: &mut std::collections::BTreeSet<String>) {
         keep.insert(crate::table::manifest_name(self.version));
-        keep.extend(self.parts().map(|p| p.name.clone()));
+        keep.extend(self.parts().flat_map(|p| p.objects()).map(str::to_string));
     }
 }
 
@@ -301,6 +320,8 @@ mod tests {
             sha256: "ab".repeat(32),
             first_key: vec![],
             last_key: vec![],
+            patches: Vec::new(),
+            base_rows: None,
         }
     }
 

@@ -13,6 +13,10 @@
 //!   update's keys touch.
 //! - [`partset`]: a set of key-range parts read whole or by key, and
 //!   rewritten only where a change lands (the rest kept by reference).
+//! - [`patch`]: an update's change layered over a part as a patch, and
+//!   when a part is rewritten instead (compaction).
+//! - [`compact`]: a node's parts compacted (patches merged in, small parts
+//!   merged), for `Pipeline.compact`.
 //! - [`create`]: a pipeline's first version, on a key nothing else occupies.
 //! - [`manifest`]: a pipeline version (graph + every node's parts),
 //!   committed by the table layer's compare-and-swap loop.
@@ -29,6 +33,7 @@
 //! - [`source_ranges`]: a source's update split by key range likewise.
 
 pub mod chunks;
+pub mod compact;
 pub mod create;
 pub mod group;
 pub mod join;
@@ -38,6 +43,7 @@ pub mod merge;
 pub mod node;
 pub mod parts;
 pub mod partset;
+pub mod patch;
 pub mod phases;
 pub mod ranges;
 pub mod run;

@@ -40,6 +40,30 @@ pub struct RangePart {
     /// The key of the first and of the last row (one value per key column).
     pub first_key: Vec<Option<Value>>,
     pub last_key: Vec<Option<Value>>,
+    /// Changes layered over the part's file, oldest first (see
+    /// [`super::patch`]). With patches, `rows` counts the rows after them
+    /// and [`Self::file_rows`] the file's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<super::patch::Patch>,
+    /// The rows of the part's file, when it has patches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_rows: Option<u64>,
+}
+
+impl RangePart {
+    /// The rows of the part's own file (`rows` unless it has patches).
+    pub fn file_rows(&self) -> u64 {
+        self.base_rows.unwrap_or(self.rows)
+    }
+
+    /// Every object the part reads: its file, then its patches' files.
+    pub fn objects(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str()).chain(
+            self.patches
+                .iter()
+                .flat_map(|p| p.files().map(|f| f.name.as_str())),
+        )
+    }
 }
 
 /// The key of row `row` of `batch` as JSON values, one per key column (as
@@ -142,6 +166,8 @@ pub fn write_range_parts_on(
             sha256: summary.sha256,
             first_key,
             last_key,
+            patches: Vec::new(),
+            base_rows: None,
         })
     };
     let threads = threads.max(1);
@@ -588,6 +614,8 @@ mod tests {
             sha256: String::new(),
             first_key: vec![Some(Value::from(first))],
             last_key: vec![Some(Value::from(last))],
+            patches: Vec::new(),
+            base_rows: None,
         };
         let parts = vec![part(0, 99), part(100, 199), part(250, 300)];
         let keys = |ks: &[i64]| {

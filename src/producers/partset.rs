@@ -21,6 +21,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::keys::{key_set_new, KeyEncoder, KeySet};
 use super::merge::merge_sorted;
 use super::parts::{last_key_rows, write_range_parts, PartSpec, RangePart};
+use super::patch::{may_patch, outer_rows, overlay, Patch};
 use super::sort::BATCH_ROWS;
 use super::BatchIter;
 use crate::error::{Error, Result};
@@ -39,6 +40,12 @@ const SCAN_AHEAD_BYTES: u64 = 32 << 20;
 fn scan_ahead(parts: &[RangePart]) -> usize {
     let largest = parts.iter().map(|p| p.size_bytes).max().unwrap_or(0).max(1);
     ((SCAN_AHEAD_BYTES / largest) as usize).clamp(1, FETCH_AHEAD)
+}
+
+/// A part's fetched bytes: its file's, then its patches' files' in order.
+struct Fetched {
+    base: Bytes,
+    files: Vec<Bytes>,
 }
 
 /// What a set of key-range parts holds and where it lives.
@@ -269,28 +276,105 @@ impl Layout {
         Ok(data)
     }
 
-    /// Decode a fetched part: its schema is checked against the layout's
-    /// before any data is decoded, and its row count against the record.
-    fn decode(
+    /// GET a part's file and its patches' files (see [`super::patch`]),
+    /// concurrently, each checked as [`Self::fetch`] checks.
+    async fn fetch_part(&self, part: &RangePart) -> Result<Fetched> {
+        let files: Vec<&RangePart> = part.patches.iter().flat_map(|p| p.files()).collect();
+        let (base, files) = futures::future::try_join(
+            self.fetch(part),
+            futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
+        )
+        .await?;
+        Ok(Fetched { base, files })
+    }
+
+    /// Decode one fetched file: its schema is checked against `expected`
+    /// before any data is decoded, and its row count against `rows`.
+    fn decode_file(
         &self,
         part: &RangePart,
         data: Bytes,
         columns: Option<&[String]>,
+        expected: &SchemaRef,
+        rows: u64,
     ) -> Result<Vec<RecordBatch>> {
         let path = self.object(part);
         let opts = ReadOptions {
             columns: columns.map(|c| c.to_vec()),
-            expected: Some(self.schema.clone()),
+            expected: Some(expected.clone()),
             ..Default::default()
         };
         let d = decode_bytes(data, &path, &opts)?;
-        if d.file_rows != part.rows {
+        if d.file_rows != rows {
             return Err(Error::PartCorrupted {
                 path,
-                reason: format!("{} rows, the manifest records {}", d.file_rows, part.rows),
+                reason: format!("{} rows, the manifest records {rows}", d.file_rows),
             });
         }
         Ok(d.batches)
+    }
+
+    /// Decode a fetched part (`columns` projected, in that order), its
+    /// patches applied (see [`super::patch::overlay`]); the rows after
+    /// them are checked against the part's record.
+    fn decode(
+        &self,
+        part: &RangePart,
+        fetched: Fetched,
+        columns: Option<&[String]>,
+    ) -> Result<Vec<RecordBatch>> {
+        let Fetched { base, files } = fetched;
+        if part.patches.is_empty() {
+            return self.decode_file(part, base, columns, &self.schema, part.rows);
+        }
+        let cut_schema = self.cut_schema()?;
+        let base = self.decode_file(part, base, None, &self.schema, part.file_rows())?;
+        let mut files = files.into_iter();
+        let mut next = |f: &RangePart, schema: &SchemaRef| -> Result<Vec<RecordBatch>> {
+            let data = files
+                .next()
+                .ok_or_else(|| Error::Task("a patch file was not fetched".into()))?;
+            self.decode_file(f, data, None, schema, f.rows)
+        };
+        let mut patches = Vec::with_capacity(part.patches.len());
+        for p in &part.patches {
+            let rows = match &p.rows {
+                Some(f) => next(f, &self.schema)?,
+                None => Vec::new(),
+            };
+            let deleted = match &p.deleted {
+                Some(f) => next(f, &cut_schema)?,
+                None => Vec::new(),
+            };
+            patches.push((rows, deleted));
+        }
+        let cut = self.encoder(&self.cut_key)?;
+        let deleted_enc = KeyEncoder::new(&cut_schema, &self.cut_key)?;
+        let out = overlay(
+            &self.schema,
+            &self.sort_key,
+            &cut,
+            &deleted_enc,
+            base,
+            patches,
+        )?;
+        let n: u64 = out.iter().map(|b| b.num_rows() as u64).sum();
+        if n != part.rows {
+            return Err(Error::PartCorrupted {
+                path: self.object(part),
+                reason: format!(
+                    "{n} rows after its patches, the manifest records {}",
+                    part.rows
+                ),
+            });
+        }
+        match columns {
+            None => Ok(out),
+            Some(cols) => {
+                let idx = crate::parquet::decode::column_indices(&self.schema, cols)?;
+                out.iter().map(|b| Ok(b.project(&idx)?)).collect()
+            }
+        }
     }
 
     /// Every row of `parts`, in order, as a stream (`columns` projected);
@@ -312,7 +396,7 @@ impl Layout {
             let this2 = this.clone();
             let mut fetches = futures::stream::iter(parts.into_iter().map(move |p| {
                 let this = this2.clone();
-                async move { this.fetch(&p).await.map(|d| (p, d)) }
+                async move { this.fetch_part(&p).await.map(|d| (p, d)) }
             }))
             .buffered(ahead);
             while let Some(got) = fetches.next().await {
@@ -349,8 +433,8 @@ impl Layout {
         parts: &[RangePart],
         columns: Option<&[String]>,
     ) -> Result<Vec<Vec<RecordBatch>>> {
-        let fetched: Vec<Bytes> = crate::runtime::block_on(
-            futures::stream::iter(parts.iter().map(|p| self.fetch(p)))
+        let fetched: Vec<Fetched> = crate::runtime::block_on(
+            futures::stream::iter(parts.iter().map(|p| self.fetch_part(p)))
                 .buffered(FETCH_AHEAD)
                 .try_collect(),
         )??;
@@ -391,7 +475,7 @@ impl Layout {
     }
 
     /// Write a sorted stream as new parts named `<prefix>-NNNNN.parquet`.
-    fn write(
+    pub(super) fn write(
         &self,
         prefix: &str,
         stream: BatchIter,
@@ -511,65 +595,156 @@ impl Layout {
                 continue;
             }
             // The unit's rows (a key spanning parts: all of its parts, in
-            // memory for now).
+            // memory for now), patches applied; split into the rows of the
+            // cut-key values this change is about and the rest.
             let old: Vec<RecordBatch> = self.read_many(unit, None)?.into_iter().flatten().collect();
+            let mut wanted = key_set(&touch_j, &tenc)?;
+            wanted.extend(key_set(&adds_j, &cut)?);
+            let (old_w, rest) = filter_by_keys(&old, &cut, &wanted, true)?;
+            drop(old);
+            // Removed rows lie in touched values (see [`Change::touch`]).
             let kept = match (&remove, &remove_enc) {
                 (Remove::Keys { set, .. }, Some(enc)) => {
-                    let (kept, gone) = filter_by_keys(&old, enc, set, false)?;
+                    let (kept, gone) = filter_by_keys(&old_w, enc, set, false)?;
                     if collect_removed {
                         out.removed.extend(gone);
                     }
                     kept
                 }
-                _ => old,
+                _ => old_w,
             };
-            let merged: Vec<RecordBatch> = merge_sorted(
+            // Every row, after the change, of each value it is about.
+            let picked: Vec<RecordBatch> = merge_sorted(
                 self.schema.clone(),
                 &self.sort_key,
                 vec![
                     Box::new(kept.into_iter().map(Ok)),
-                    Box::new(adds_j.clone().into_iter().map(Ok)),
+                    Box::new(adds_j.into_iter().map(Ok)),
                 ],
                 BATCH_ROWS,
             )?
             .collect::<Result<_>>()?;
-            let new_parts = self.write(
-                &format!("{prefix}-s{j:05}"),
-                Box::new(merged.clone().into_iter().map(Ok)),
-                &mut out.created,
+            // The touched values left with no row.
+            let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
+            let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+            let live = count(&rest) + count(&picked);
+            if may_patch(unit, live, count(&picked) + count(&gone)) {
+                let part = self.patched(
+                    &unit[0],
+                    &rest,
+                    picked,
+                    &gone,
+                    &format!("{prefix}-p{j:05}"),
+                    out,
+                )?;
+                if select {
+                    flush(&mut pending, out)?;
+                    if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
+                        out.selected.push(rows);
+                    }
+                    out.deleted.extend(gone);
+                }
+                out.parts.push(part);
+                continue;
+            }
+            let only_picked = rest.is_empty();
+            let merged = merge_sorted(
+                self.schema.clone(),
+                &self.sort_key,
+                vec![
+                    Box::new(rest.into_iter().map(Ok)),
+                    Box::new(picked.clone().into_iter().map(Ok)),
+                ],
+                BATCH_ROWS,
             )?;
+            let new_parts = self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
             out.parts.extend(new_parts.iter().cloned());
             if !select {
                 continue;
             }
-            // The cut-key values this part's change is about.
-            let mut wanted = key_set(&touch_j, &tenc)?;
-            wanted.extend(key_set(&adds_j, &cut)?);
-            let (picked, rest) = filter_by_keys(&merged, &cut, &wanted, true)?;
-            if rest.is_empty() && !picked.is_empty() {
+            if only_picked && !picked.is_empty() {
                 flush(&mut pending, out)?;
                 out.selected.extend(new_parts);
             } else {
                 pending.extend(picked);
             }
-            // Which touched keys still have rows (a set of the touched keys only).
-            let touched = key_set(&touch_j, &tenc)?;
-            let mut present = key_set_new();
-            if !touched.is_empty() {
-                for b in &merged {
-                    let rows = cut.rows(b)?;
-                    for i in 0..b.num_rows() {
-                        let r = rows.row(i);
-                        if touched.contains(r.as_ref()) && !present.contains(r.as_ref()) {
-                            present.insert(Box::from(r.as_ref()));
-                        }
-                    }
-                }
-            }
-            out.deleted.extend(missing(&touch_j, &tenc, &present)?);
+            out.deleted.extend(gone);
         }
         flush(&mut pending, out)?;
         Ok(())
+    }
+
+    /// Write one file of `batches` (sorted by `key`), however many rows.
+    fn write_one(
+        &self,
+        prefix: &str,
+        schema: SchemaRef,
+        key: &[String],
+        batches: Vec<RecordBatch>,
+        created: &mut Vec<String>,
+    ) -> Result<RangePart> {
+        let spec = PartSpec {
+            location: &self.root,
+            prefix,
+            target_rows: usize::MAX,
+            opts: &self.opts,
+        };
+        let stream: BatchIter = Box::new(batches.into_iter().map(Ok));
+        let mut parts = write_range_parts(self.store.clone(), &spec, schema, key, stream)?;
+        created.extend(parts.iter().map(|p| self.object(p)));
+        match (parts.pop(), parts.is_empty()) {
+            (Some(p), true) => Ok(p),
+            _ => Err(Error::Task(format!("{prefix}: expected one file"))),
+        }
+    }
+
+    /// `part` with a new patch (see [`super::patch`]): `picked`, every row
+    /// after the change of each value it is about, and `gone`, the values
+    /// it leaves with no row; `rest` are the part's other rows (for its
+    /// new key range). The patch's files are named `prefix`-*.
+    fn patched(
+        &self,
+        part: &RangePart,
+        rest: &[RecordBatch],
+        picked: Vec<RecordBatch>,
+        gone: &[RecordBatch],
+        prefix: &str,
+        out: &mut Rewritten,
+    ) -> Result<RangePart> {
+        let cut = self.encoder(&self.cut_key)?;
+        let Some((first, last)) = outer_rows(&cut, rest, &picked)? else {
+            return Err(Error::Task("a patched part has no row".into()));
+        };
+        let live = rest
+            .iter()
+            .chain(&picked)
+            .map(|b| b.num_rows() as u64)
+            .sum();
+        let rows = if picked.iter().any(|b| b.num_rows() > 0) {
+            let key = self.cut_key.clone();
+            Some(self.write_one(prefix, self.schema.clone(), &key, picked, &mut out.created)?)
+        } else {
+            None
+        };
+        let deleted = if gone.iter().any(|b| b.num_rows() > 0) {
+            let name = format!("{prefix}d");
+            Some(self.write_one(
+                &name,
+                self.cut_schema()?,
+                &self.cut_key,
+                gone.to_vec(),
+                &mut out.created,
+            )?)
+        } else {
+            None
+        };
+        let mut p = part.clone();
+        p.base_rows = Some(part.file_rows());
+        p.rows = live;
+        p.first_key = super::parts::key_values(&first, &self.cut_key, 0);
+        p.last_key = super::parts::key_values(&last, &self.cut_key, 0);
+        p.patches.push(Patch { rows, deleted });
+        Ok(p)
     }
 
     /// The schema of the cut key's columns.

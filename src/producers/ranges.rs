@@ -493,6 +493,8 @@ mod tests {
             sha256: String::new(),
             first_key: vec![Some(Value::from(first))],
             last_key: vec![Some(Value::from(last))],
+            patches: Vec::new(),
+            base_rows: None,
         }
     }
 

@@ -528,6 +528,7 @@ pub fn write_deleted(
 pub(crate) mod tests {
     use super::*;
     use crate::parquet::encode::EncodeOptions;
+    use crate::producers::parts::RangePart;
     use crate::producers::source;
     use crate::store::StoreHandle;
     use arrow_array::cast::AsArray;
@@ -595,6 +596,48 @@ pub(crate) mod tests {
             ],
         )
         .unwrap()
+    }
+
+    /// The first column (an `Int64`) of every batch of `batches`.
+    pub(crate) fn first_i64s(batches: BatchIter) -> Vec<i64> {
+        batches
+            .flat_map(|b| {
+                b.unwrap()
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    /// A source state's content (through its patches), key -> value.
+    pub(crate) fn source_rows(env: &Env, state: &NodeState) -> BTreeMap<i64, String> {
+        let mut out = BTreeMap::new();
+        for b in source_view(state.clone()).full_scan(env).unwrap() {
+            let b = b.unwrap();
+            let (k, v) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_string::<i32>(),
+            );
+            for i in 0..b.num_rows() {
+                assert!(
+                    out.insert(k.value(i), v.value(i).to_string()).is_none(),
+                    "a key twice"
+                );
+            }
+        }
+        out
+    }
+
+    /// A source's first version: `ks` with values `v<k>`.
+    pub(crate) fn source_of(env: &Env, ks: &[i64]) -> NodeState {
+        let vs: Vec<String> = ks.iter().map(|k| format!("v{k}")).collect();
+        let vr: Vec<&str> = vs.iter().map(|s| s.as_str()).collect();
+        let view = source_view(NodeState::default());
+        source::apply(env, &view, it(vec![pairs(ks, &vr)]), vec![])
+            .unwrap()
+            .0
     }
 
     pub(crate) fn keys(ks: &[i64]) -> RecordBatch {
@@ -841,22 +884,30 @@ pub(crate) mod tests {
             vec![keys(&[10])],
         )
         .unwrap();
-        // Two parts rewritten (500's and 10's), the update's rows of 500
-        // (a part of their own: 500's part holds other keys), the deleted keys.
-        assert_eq!(created.len(), 4, "{created:?}");
+        // Two parts patched, not rewritten (see `patch`): 500's patch holds
+        // its new row (and is the update's rows), 10's patch its deleted
+        // key; and the update's deleted keys.
+        assert_eq!(created.len(), 3, "{created:?}");
         let kept = s2.content.iter().filter(|p| s1.content.contains(p)).count();
         assert_eq!(kept, s1.content.len() - 2);
-        let u: Vec<i64> = source_view(s2.clone())
-            .update_rows(&env)
-            .flat_map(|b| {
-                b.unwrap()
-                    .column(0)
-                    .as_primitive::<Int64Type>()
-                    .values()
-                    .to_vec()
-            })
+        let patched: Vec<&RangePart> = s2
+            .content
+            .iter()
+            .filter(|p| !p.patches.is_empty())
             .collect();
-        assert_eq!(u, [500]);
+        assert_eq!(patched.len(), 2);
+        for p in &patched {
+            assert!(s1.content.iter().any(|q| q.name == p.name), "same file");
+        }
+        assert_eq!(patched[0].rows + 1, patched[0].file_rows(), "10 deleted");
+        assert_eq!(patched[1].rows, patched[1].file_rows(), "500 replaced");
+        assert_eq!(
+            s2.update.rows,
+            vec![patched[1].patches[0].rows.clone().unwrap()]
+        );
+        let all = first_i64s(source_view(s2.clone()).full_scan(&env).unwrap());
+        assert_eq!(all, (0..n).filter(|k| *k != 10).collect::<Vec<_>>());
+        assert_eq!(first_i64s(source_view(s2.clone()).update_rows(&env)), [500]);
         assert_eq!(
             source_view(s2.clone())
                 .update_keys(&env)

@@ -12,6 +12,7 @@ use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::error::Error;
 use crate::parquet::encode::EncodeOptions;
+use crate::producers::compact;
 use crate::producers::manifest::{NodeState, PipelineManifest};
 use crate::producers::node::{Env, NodeView};
 use crate::producers::run::StageRun;
@@ -118,6 +119,28 @@ pub fn pipeline_merge_update(
     let view = NodeView::from_json(node).py_err()?;
     let (state, created) = super::detach(py, || source::merge_update(&env, &view))?;
     Ok((state_json(&state)?, created))
+}
+
+/// A source's or stage's parts compacted (patches merged in, small parts
+/// merged; see `producers::compact`); returns `(state JSON, parts
+/// rewritten, parts written, objects written)`.
+#[pyfunction]
+#[pyo3(signature = (store, root, node, *, compression, target_rows, sort_budget))]
+pub fn pipeline_compact_node(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+    compression: &str,
+    target_rows: usize,
+    sort_budget: usize,
+) -> PyResult<(String, usize, usize, Vec<String>)> {
+    let env = env(store, root, compression, target_rows, sort_budget)?;
+    let view = NodeView::from_json(node).py_err()?;
+    let (state, done, created) = super::detach(py, || compact::compact(&env, &view))?;
+    let rewritten = done.iter().map(|d| d.rewritten).sum();
+    let written = done.iter().map(|d| d.written).sum();
+    Ok((state_json(&state)?, rewritten, written, created))
 }
 
 /// A node's whole content (key and value columns, sorted by key).

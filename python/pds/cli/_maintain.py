@@ -29,12 +29,20 @@ def compact(
     options: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Rewrite a table's thinned and small files; coalesce its tombstones."""
+    """Rewrite a table's thinned and small files and coalesce its tombstones;
+    merge a pipeline's patches and small parts.
+
+    \b
+    A pipeline is compacted as Pipeline.compact() does (no stage is run;
+    --target-file-size and --min-deleted-fraction apply to tables only)."""
     key = _check_key(key)
     ctx = _Context(url, options, as_json)
     kind = ctx.need(key)
+    if kind == "pipeline":
+        _compact_pipeline(ctx, key, as_json)
+        return
     if kind != "table":
-        raise ValueError(f"{key!r} is a {kind}: only tables are compacted")
+        raise ValueError(f"{key!r} is a {kind}: only tables and pipelines are compacted")
     t = Table.open(ctx.store, key)
     before = t.version
     with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
@@ -43,6 +51,19 @@ def compact(
     info: dict[str, Any] = {"key": key, "version_before": before, "version": after}
     if after != before:
         info.update(t.history(1)[0]["parameters"])
+    ctx.emit(info, title="compaction" if after != before else "nothing to compact")
+
+
+def _compact_pipeline(ctx: _Context, key: str, as_json: bool) -> None:
+    p = Pipeline.open(ctx.store, key)
+    before = p.version
+    with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
+        progress.add_task("compacting", total=None)
+        after = p.compact()
+    info: dict[str, Any] = {"key": key, "version_before": before, "version": after}
+    if after != before:
+        for node, done in p.history(1)[0]["parameters"].get("nodes", {}).items():
+            info[f"{node} parts"] = f"{done['parts_rewritten']} rewritten as {done['parts_written']}"
     ctx.emit(info, title="compaction" if after != before else "nothing to compact")
 
 

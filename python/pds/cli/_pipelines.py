@@ -9,6 +9,7 @@ from typing import Any
 
 from remote_store import Store
 
+from pds.producers._ranges import state_files
 from pds.producers.graph import Node
 from pds.producers.pipeline import Pipeline
 
@@ -51,9 +52,6 @@ def _changes_text(params: Mapping[str, Any]) -> str:
 
 
 def _pipeline_parts(m: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every file manifest *m* references: each part's, and its patches'."""
     for state in m.get("nodes", {}).values():
-        yield from state.get("content", [])
-        yield from state.get("mappings", [])
-        update = state.get("update") or {}
-        yield from update.get("rows", [])
-        yield from update.get("deleted", [])
+        yield from state_files(state)

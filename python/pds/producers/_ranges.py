@@ -50,6 +50,7 @@ __all__ = [
     "reduce_range",
     "sample",
     "samples",
+    "state_files",
     "state_objects",
 ]
 
@@ -153,11 +154,20 @@ def reduce_range(
     return _core.pipeline_reduce_range(rust, root, task.stage_view, target, rows, list(removed), job=job, **task.opts)
 
 
+def state_files(state: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every file record a node state names: its parts (content, key-mappings,
+    update rows and deleted keys), each followed by its patches' files."""
+    update = state.get("update") or {}
+    for kind in (state.get("content"), state.get("mappings"), update.get("rows"), update.get("deleted")):
+        for part in kind or []:
+            yield part
+            for patch in part.get("patches") or []:
+                yield from (f for f in (patch.get("rows"), patch.get("deleted")) if f)
+
+
 def state_objects(state: Mapping[str, Any]) -> set[str]:
     """Every object a node state references."""
-    update = state.get("update") or {}
-    parts = [*state.get("content", []), *state.get("mappings", []), *update.get("rows", []), *update.get("deleted", [])]
-    return {str(p["name"]) for p in parts}
+    return {str(p["name"]) for p in state_files(state)}
 
 
 class JobObjects:

@@ -474,7 +474,7 @@ class Pipeline:
         """The readable versions, newest first (at most *limit*), in the shape
         of :meth:`pds.Table.history`: ``version``, ``previous`` (the version
         it was built on; ``None`` for the first), ``created_at`` (UTC
-        datetime), ``operation`` (``create``, ``update``, ``rebuild``),
+        datetime), ``operation`` (``create``, ``update``, ``rebuild``, ``compact``),
         ``parameters`` (per source, the rows upserted and keys deleted; per
         stage run, the rows handed to ``Produce`` and the rows it emitted:
         the only rows the update sorted besides the changed keys), and
@@ -778,20 +778,33 @@ class Pipeline:
                 done = run_stage(StageTask(node, stage_view, source_views, values, fresh, opts), created)
                 detail.setdefault("stages", {})[name] = {"rows_in": done.rows_in, "rows_emitted": done.rows_out}
                 states[name] = json.loads(done.state)
-            manifest = {
-                "format": "pds-pipeline/1",
-                "version": 0,
-                "timestamp_ms": 0,
-                "operation": operation,
-                "detail": dict(detail),
-                "graph": {"nodes": [graph[n].describe() for n in self._order]},
-                "nodes": states,
-            }
-            manifest["timestamp_ms"] = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
         except BaseException:
             _discard(self._native, created)
             raise
+        return self._commit(base, [graph[n] for n in self._order], states, operation, detail, created)
+
+    def _commit(
+        self,
+        base: Mapping[str, Any],
+        nodes: Sequence[Node],
+        states: Mapping[str, Any],
+        operation: str,
+        detail: Mapping[str, Any],
+        created: list[str],
+    ) -> int:
+        """Commit the version after *base* with *nodes* (in order) at
+        *states*, by CAS; return it. What *created* names is removed if no
+        version can name it."""
         try:
+            manifest = {
+                "format": "pds-pipeline/1",
+                "version": 0,
+                "timestamp_ms": int(datetime.datetime.now(datetime.UTC).timestamp() * 1000),
+                "operation": operation,
+                "detail": dict(detail),
+                "graph": {"nodes": [n.describe() for n in nodes]},
+                "nodes": dict(states),
+            }
             text = _core.pipeline_commit(self._native, self._root, int(base["version"]), json.dumps(manifest))
         except CommitUnknown:
             # The new version may exist and name these parts: keep them
@@ -809,6 +822,67 @@ class Pipeline:
             raise
         self._manifest = json.loads(text)
         return int(self._manifest["version"])
+
+    def compact(self) -> int:
+        """Compact the stored parts as one new version (operation
+        ``compact`` in :meth:`history`); return it.
+
+        Each source's and stage's parts that carry patches (an update's
+        change layered over a part; see the README's storage layout) are
+        rewritten with their patches merged in, and runs of small parts
+        (below half of ``target_rows``, left by updates that removed rows)
+        are merged into parts of about ``target_rows`` rows. Every other
+        part is kept by reference. The rows do not change: the version's
+        update is empty in every node, so the next :meth:`update` costs
+        what it would have, minus reading patches. If nothing needs
+        compacting, nothing is written and the current version is returned.
+        The history entry's ``parameters`` give, per node, the parts
+        rewritten and written.
+
+        Updates compact the parts they land in on their own (a part is
+        rewritten once it has 8 patches, or patched rows past a quarter of
+        its rows); call this to bound the files a read fetches everywhere,
+        say before a read-heavy period or a backup.
+
+        No stage needs declaring (the stored graph is compacted; no
+        ``Produce`` runs): a pipeline opened by key alone can be compacted,
+        as ``pds compact`` does.
+
+        Cost: reads and writes the parts compacted, in this process.
+
+        Raises:
+            pds.CommitConflict: another update committed meanwhile (nothing
+                of this one is kept; run it again).
+        """
+        base = self._at(None)
+        stored = self._stored(base)
+        states: dict[str, Any] = {}
+        created: list[str] = []
+        detail: dict[str, Any] = {"nodes": {}}
+        opts: _Opts = {
+            "compression": self._compression,
+            "target_rows": self._target_rows,
+            "sort_budget": self._sort_budget,
+        }
+        try:
+            for name, node in stored.items():
+                old = base["nodes"].get(name, {})
+                if node.kind == "merge":
+                    states[name] = {}
+                    continue
+                view = json.dumps(self._view(name, stored, {name: old}))
+                text, rewritten, written, made = _core.pipeline_compact_node(self._native, self._root, view, **opts)
+                created += made
+                states[name] = json.loads(text)
+                if rewritten:
+                    detail["nodes"][name] = {"parts_rewritten": rewritten, "parts_written": written}
+        except BaseException:
+            _discard(self._native, created)
+            raise
+        if not detail["nodes"]:
+            self._manifest = dict(base)
+            return int(base["version"])
+        return self._commit(base, list(stored.values()), states, "compact", detail, created)
 
 
 class StageTask(NamedTuple):

@@ -1,0 +1,301 @@
+//! Patches: an update's change to a key-range part, layered over the part
+//! instead of rewriting it.
+//!
+//! An update that lands in a part used to read, merge, re-encode and
+//! re-upload the whole part, so a change scattered over every part cost a
+//! rewrite of the whole set. Instead, when the change is small against the
+//! part, the rewrite writes a *patch*: every row (after the change) of each
+//! cut-key value the change touches, and the touched values left with no
+//! row. The part's record keeps its file and lists its patches, oldest
+//! first; a reader applies them in order, each one replacing the rows of
+//! the values it covers. What an update writes is then proportional to the
+//! rows it changes; what it reads is the parts its keys land in.
+//!
+//! Compaction is per part and size-tiered against the part: a rewrite
+//! merges a part's patches into a new file (the rewrite that existed)
+//! once the part has [`MAX_PATCHES`] patches or its patched rows reach
+//! 1 / [`PATCH_SHARE`] of its rows, and `Pipeline.compact` merges every
+//! patched part. So a reader fetches at most [`MAX_PATCHES`] + 1 files
+//! per part, and a row is rewritten once per [`PATCH_SHARE`] rows of
+//! change that land in its part: the cost of compaction is amortised over
+//! the updates that made the patches, and bounded by one part per part
+//! touched.
+//!
+//! A key spanning several parts (a *unit*, see [`super::parts::units`]) is
+//! always rewritten in place: patches are for one part.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use serde::{Deserialize, Serialize};
+
+use super::keys::KeyEncoder;
+use super::merge::merge_sorted;
+use super::parts::RangePart;
+use super::partset::{filter_by_keys, key_set};
+use super::sort::BATCH_ROWS;
+use crate::error::Result;
+
+/// A part takes at most this many patches; the next change rewrites it.
+pub const MAX_PATCHES: usize = 8;
+/// A part's patched rows (rows and deleted values over its patches) stay
+/// below its rows over this; past it, the change rewrites the part.
+pub const PATCH_SHARE: u64 = 4;
+
+/// One change layered over a part (see the module docs). At least one of
+/// the two files is present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Patch {
+    /// Every row, after the change, of each cut-key value the patch
+    /// covers; the layout's schema, sorted by its sort key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RangePart>,
+    /// Cut-key values the change leaves with no row (the cut key's columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<RangePart>,
+}
+
+impl Patch {
+    /// The patch's files: rows, then deleted values.
+    pub fn files(&self) -> impl Iterator<Item = &RangePart> {
+        self.rows.iter().chain(self.deleted.iter())
+    }
+}
+
+/// Rows and deleted values a part's patches hold (what compaction is
+/// measured by).
+pub fn patched_rows(part: &RangePart) -> u64 {
+    part.patches
+        .iter()
+        .flat_map(|p| p.files())
+        .map(|f| f.rows)
+        .sum()
+}
+
+/// Whether a change to `unit` that leaves `live` rows and writes a patch of
+/// `patch_rows` rows and deleted values is written as a patch (else the
+/// unit is rewritten, merging its patches in).
+pub fn may_patch(unit: &[RangePart], live: u64, patch_rows: u64) -> bool {
+    let [part] = unit else {
+        return false;
+    };
+    live > 0
+        && part.patches.len() < MAX_PATCHES
+        && (patched_rows(part) + patch_rows).saturating_mul(PATCH_SHARE) <= live
+}
+
+/// The rows of a part's file with its patches applied, oldest first: each
+/// patch's values (`cut` columns of `rows`; `deleted` holds the cut
+/// key's columns only) lose their rows in what came before, and the
+/// patch's rows come in, in sort order.
+pub fn overlay(
+    schema: &SchemaRef,
+    sort_key: &[String],
+    cut: &KeyEncoder,
+    deleted_enc: &KeyEncoder,
+    base: Vec<RecordBatch>,
+    patches: Vec<(Vec<RecordBatch>, Vec<RecordBatch>)>,
+) -> Result<Vec<RecordBatch>> {
+    let mut current = base;
+    for (rows, deleted) in patches {
+        let mut covered = key_set(&rows, cut)?;
+        covered.extend(key_set(&deleted, deleted_enc)?);
+        if covered.is_empty() {
+            continue;
+        }
+        let kept = filter_by_keys(&current, cut, &covered, false)?.0;
+        current = merge_sorted(
+            schema.clone(),
+            sort_key,
+            vec![
+                Box::new(kept.into_iter().map(Ok)),
+                Box::new(rows.into_iter().map(Ok)),
+            ],
+            BATCH_ROWS,
+        )?
+        .collect::<Result<_>>()?;
+    }
+    Ok(current)
+}
+
+/// The first and last rows (as one-row batches) over `a` and `b` (each
+/// sorted by `cut`'s key), by that key; `None` if both are empty.
+pub fn outer_rows(
+    cut: &KeyEncoder,
+    a: &[RecordBatch],
+    b: &[RecordBatch],
+) -> Result<Option<(RecordBatch, RecordBatch)>> {
+    let ends = |v: &[RecordBatch]| -> Option<(RecordBatch, RecordBatch)> {
+        let first = v.iter().find(|x| x.num_rows() > 0)?;
+        let last = v.iter().rev().find(|x| x.num_rows() > 0)?;
+        Some((first.slice(0, 1), last.slice(last.num_rows() - 1, 1)))
+    };
+    Ok(match (ends(a), ends(b)) {
+        (None, None) => None,
+        (Some(x), None) | (None, Some(x)) => Some(x),
+        (Some((fa, la)), Some((fb, lb))) => {
+            let pick = |x: RecordBatch, y: RecordBatch, low: bool| -> Result<RecordBatch> {
+                let (rx, ry) = (cut.rows(&x)?, cut.rows(&y)?);
+                let x_first = rx.row(0) <= ry.row(0);
+                Ok(if x_first == low { x } else { y })
+            };
+            Some((pick(fa, fb, true)?, pick(la, lb, false)?))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+
+    use super::*;
+    use crate::producers::manifest::NodeState;
+    use crate::producers::node::Env;
+    use crate::producers::run::tests::{
+        env, first_i64s, it, keys, pairs, source_of, source_rows, source_view,
+    };
+    use crate::producers::source;
+
+    /// Test randomness (xorshift), reproducible by seed.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn looked_up(env: &Env, state: &NodeState, ks: &[i64]) -> BTreeMap<i64, String> {
+        let mut out = BTreeMap::new();
+        for b in source_view(state.clone()).lookup(env, &[keys(ks)]).unwrap() {
+            let (k, v) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_string::<i32>(),
+            );
+            for i in 0..b.num_rows() {
+                out.insert(k.value(i), v.value(i).to_string());
+            }
+        }
+        out
+    }
+
+    /// Random small updates over a stored source: after each, the content
+    /// read through the parts' patches equals a model, lookups too, the
+    /// update lists exactly the changed keys, and earlier versions read
+    /// as they were. Parts take patches, never more than [`MAX_PATCHES`],
+    /// and are rewritten (compacted) once past the bounds.
+    #[test]
+    fn patched_parts_read_like_rewritten_ones() {
+        let env = env(40);
+        let mut rng = Rng(0x5eed_1234_abcd);
+        let mut model: BTreeMap<i64, String> =
+            (0..400).step_by(2).map(|k| (k, format!("v{k}"))).collect();
+        let ks: Vec<i64> = model.keys().copied().collect();
+        let mut state = source_of(&env, &ks);
+        let mut history = vec![(state.clone(), model.clone())];
+        let (mut patched, mut compacted) = (0, 0);
+        for round in 0..60 {
+            let mut actions = BTreeMap::new();
+            for _ in 0..1 + rng.below(6) {
+                let k = rng.below(420) as i64;
+                let delete = model.contains_key(&k) && rng.below(3) == 0;
+                actions.insert(k, delete);
+            }
+            let ups: Vec<i64> = actions.iter().filter(|a| !*a.1).map(|a| *a.0).collect();
+            let dels: Vec<i64> = actions.iter().filter(|a| *a.1).map(|a| *a.0).collect();
+            let vals: Vec<String> = ups.iter().map(|k| format!("r{round}-{k}")).collect();
+            let vr: Vec<&str> = vals.iter().map(|s| s.as_str()).collect();
+            let before = state.clone();
+            let (next, _) = source::apply(
+                &env,
+                &source_view(before.clone()),
+                it(vec![pairs(&ups, &vr)]),
+                vec![keys(&dels)],
+            )
+            .unwrap();
+            for (k, v) in ups.iter().zip(&vals) {
+                model.insert(*k, v.clone());
+            }
+            for k in &dels {
+                model.remove(k);
+            }
+            assert_eq!(source_rows(&env, &next), model, "round {round}");
+            let probe: Vec<i64> = (0..8)
+                .map(|_| rng.below(420) as i64)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let want: BTreeMap<i64, String> = probe
+                .iter()
+                .filter_map(|k| model.get(k).map(|v| (*k, v.clone())))
+                .collect();
+            assert_eq!(
+                looked_up(&env, &next, &probe),
+                want,
+                "round {round}: lookup"
+            );
+            // The update: every upserted key's row, the deleted keys.
+            let view = source_view(next.clone());
+            let upd = first_i64s(view.update_rows(&env));
+            assert_eq!(upd, ups, "round {round}: update rows");
+            for p in &next.content {
+                assert!(p.patches.len() <= MAX_PATCHES);
+                let old = before.content.iter().find(|q| q.name == p.name);
+                if old.is_some_and(|q| p.patches.len() > q.patches.len()) {
+                    patched += 1;
+                }
+            }
+            // A patched part whose file is gone: rewritten with its patches.
+            compacted += before
+                .content
+                .iter()
+                .filter(|q| !q.patches.is_empty() && !next.content.iter().any(|p| p.name == q.name))
+                .count();
+            state = next;
+            history.push((state.clone(), model.clone()));
+        }
+        assert!(patched > 20, "{patched} patches written");
+        assert!(compacted > 0, "no patched part was ever compacted");
+        for (i, (s, m)) in history.iter().enumerate().step_by(7) {
+            assert_eq!(&source_rows(&env, s), m, "version {i} reads as it was");
+        }
+    }
+
+    #[test]
+    fn damaged_patches_are_refused() {
+        let env = env(40);
+        let s1 = source_of(&env, &(0..100).collect::<Vec<_>>());
+        let (s2, _) = source::apply(
+            &env,
+            &source_view(s1),
+            it(vec![pairs(&[5], &["x"])]),
+            vec![keys(&[7])],
+        )
+        .unwrap();
+        assert_eq!(s2.content[0].patches.len(), 1, "{:?}", s2.content[0]);
+        let read = |s: &NodeState| -> crate::error::Result<Vec<RecordBatch>> {
+            source_view(s.clone()).full_scan(&env).unwrap().collect()
+        };
+        assert!(read(&s2).is_ok());
+        // A row count that disagrees with what the patches leave.
+        let mut bad = s2.clone();
+        bad.content[0].rows += 1;
+        let err = read(&bad).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::PartCorrupted { .. }),
+            "{err}"
+        );
+        // A patch file whose checksum is not the recorded one.
+        let mut bad = s2.clone();
+        bad.content[0].patches[0].rows.as_mut().unwrap().sha256 = "00".repeat(32);
+        let err = read(&bad).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::PartCorrupted { .. }),
+            "{err}"
+        );
+    }
+}

@@ -15,6 +15,7 @@
 //!   rewritten only where a change lands (the rest kept by reference).
 //! - [`patch`]: an update's change layered over a part as a patch, and
 //!   when a part is rewritten instead (compaction).
+//! - [`splice`]: sorted rows located and replaced by key by slicing.
 //! - [`compact`]: a node's parts compacted (patches merged in, small parts
 //!   merged), for `Pipeline.compact`.
 //! - [`create`]: a pipeline's first version, on a key nothing else occupies.
@@ -50,6 +51,7 @@ pub mod run;
 pub mod sort;
 pub mod source;
 pub mod source_ranges;
+pub mod splice;
 pub mod steps;
 
 use arrow_array::RecordBatch;

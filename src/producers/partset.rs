@@ -21,8 +21,9 @@ use futures::{StreamExt, TryStreamExt};
 use super::keys::{key_set_new, KeyEncoder, KeySet};
 use super::merge::merge_sorted;
 use super::parts::{last_key_rows, write_range_parts, PartSpec, RangePart};
-use super::patch::{may_patch, outer_rows, overlay, Patch};
+use super::patch::{extremes, may_patch, Layered, Patch};
 use super::sort::BATCH_ROWS;
+use super::splice::Sorted;
 use super::BatchIter;
 use crate::error::{Error, Result};
 use crate::parquet::decode::{decode_bytes, ReadOptions};
@@ -314,19 +315,11 @@ impl Layout {
         Ok(d.batches)
     }
 
-    /// Decode a fetched part (`columns` projected, in that order), its
-    /// patches applied (see [`super::patch::overlay`]); the rows after
-    /// them are checked against the part's record.
-    fn decode(
-        &self,
-        part: &RangePart,
-        fetched: Fetched,
-        columns: Option<&[String]>,
-    ) -> Result<Vec<RecordBatch>> {
+    /// Decode a fetched part's file and patches, not merged (see
+    /// [`Layered`]); the rows after the patches are checked against the
+    /// part's record.
+    fn decode_layered(&self, part: &RangePart, fetched: Fetched) -> Result<Layered> {
         let Fetched { base, files } = fetched;
-        if part.patches.is_empty() {
-            return self.decode_file(part, base, columns, &self.schema, part.rows);
-        }
         let cut_schema = self.cut_schema()?;
         let base = self.decode_file(part, base, None, &self.schema, part.file_rows())?;
         let mut files = files.into_iter();
@@ -350,31 +343,67 @@ impl Layout {
         }
         let cut = self.encoder(&self.cut_key)?;
         let deleted_enc = KeyEncoder::new(&cut_schema, &self.cut_key)?;
-        let out = overlay(
-            &self.schema,
-            &self.sort_key,
-            &cut,
-            &deleted_enc,
-            base,
-            patches,
-        )?;
-        let n: u64 = out.iter().map(|b| b.num_rows() as u64).sum();
-        if n != part.rows {
+        let layered = Layered::new(&self.schema, &cut, &deleted_enc, base, patches)?;
+        if layered.len() as u64 != part.rows {
             return Err(Error::PartCorrupted {
                 path: self.object(part),
                 reason: format!(
-                    "{n} rows after its patches, the manifest records {}",
+                    "{} rows after its patches, the manifest records {}",
+                    layered.len(),
                     part.rows
                 ),
             });
         }
+        Ok(layered)
+    }
+
+    /// Decode a fetched part (`columns` projected, in that order), its
+    /// patches applied (see [`super::patch`]).
+    fn decode(
+        &self,
+        part: &RangePart,
+        fetched: Fetched,
+        columns: Option<&[String]>,
+    ) -> Result<Vec<RecordBatch>> {
+        if part.patches.is_empty() {
+            return self.decode_file(part, fetched.base, columns, &self.schema, part.rows);
+        }
+        let out = self.decode_layered(part, fetched)?.rows()?;
+        self.project(out, columns)
+    }
+
+    /// `batches` (of the layout's schema) projected to `columns`.
+    fn project(
+        &self,
+        batches: Vec<RecordBatch>,
+        columns: Option<&[String]>,
+    ) -> Result<Vec<RecordBatch>> {
         match columns {
-            None => Ok(out),
+            None => Ok(batches),
             Some(cols) => {
                 let idx = crate::parquet::decode::column_indices(&self.schema, cols)?;
-                out.iter().map(|b| Ok(b.project(&idx)?)).collect()
+                batches.iter().map(|b| Ok(b.project(&idx)?)).collect()
             }
         }
+    }
+
+    /// Fetch and decode several parts at once, not merged with their
+    /// patches (see [`Layered`]).
+    fn read_layered(&self, parts: &[RangePart]) -> Result<Vec<Layered>> {
+        parts
+            .iter()
+            .zip(self.fetch_all(parts)?)
+            .map(|(p, d)| self.decode_layered(p, d))
+            .collect()
+    }
+
+    /// Fetch several parts (with their patches), the GETs concurrently.
+    fn fetch_all(&self, parts: &[RangePart]) -> Result<Vec<Fetched>> {
+        crate::runtime::block_on(
+            futures::stream::iter(parts.iter().map(|p| self.fetch_part(p)))
+                .buffered(FETCH_AHEAD)
+                .try_collect(),
+        )?
     }
 
     /// Every row of `parts`, in order, as a stream (`columns` projected);
@@ -433,14 +462,9 @@ impl Layout {
         parts: &[RangePart],
         columns: Option<&[String]>,
     ) -> Result<Vec<Vec<RecordBatch>>> {
-        let fetched: Vec<Fetched> = crate::runtime::block_on(
-            futures::stream::iter(parts.iter().map(|p| self.fetch_part(p)))
-                .buffered(FETCH_AHEAD)
-                .try_collect(),
-        )??;
         parts
             .iter()
-            .zip(fetched)
+            .zip(self.fetch_all(parts)?)
             .map(|(p, d)| self.decode(p, d, columns))
             .collect()
     }
@@ -465,11 +489,16 @@ impl Layout {
             .map(|(p, _)| p.clone())
             .collect();
         let key_enc = KeyEncoder::new(&keys[0].schema(), &self.cut_key)?;
-        let set = key_set(keys, &key_enc)?;
-        let enc = self.encoder(&self.cut_key)?;
+        let mut sorted: Vec<Box<[u8]>> = Vec::new();
+        for b in keys {
+            let rows = key_enc.rows(b)?;
+            sorted.extend((0..b.num_rows()).map(|i| Box::from(rows.row(i).data())));
+        }
+        sorted.sort_unstable();
+        sorted.dedup();
         let mut out = Vec::new();
-        for batches in self.read_many(&wanted, Some(columns))? {
-            out.extend(filter_by_keys(&batches, &enc, &set, true)?.0);
+        for part in self.read_layered(&wanted)? {
+            out.extend(self.project(part.take(&sorted)?.0, Some(columns))?);
         }
         Ok(out)
     }
@@ -595,13 +624,17 @@ impl Layout {
                 continue;
             }
             // The unit's rows (a key spanning parts: all of its parts, in
-            // memory for now), patches applied; split into the rows of the
-            // cut-key values this change is about and the rest.
-            let old: Vec<RecordBatch> = self.read_many(unit, None)?.into_iter().flatten().collect();
-            let mut wanted = key_set(&touch_j, &tenc)?;
-            wanted.extend(key_set(&adds_j, &cut)?);
-            let (old_w, rest) = filter_by_keys(&old, &cut, &wanted, true)?;
-            drop(old);
+            // memory for now), patches applied; the cut-key values this
+            // change is about, sorted, and their rows.
+            let old = match unit {
+                [one] => self.read_layered(std::slice::from_ref(one))?.remove(0),
+                _ => {
+                    let rows = self.read_many(unit, None)?.into_iter().flatten().collect();
+                    Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
+                }
+            };
+            let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
+            let (old_w, n_w) = old.take(&wanted)?;
             // Removed rows lie in touched values (see [`Change::touch`]).
             let kept = match (&remove, &remove_enc) {
                 (Remove::Keys { set, .. }, Some(enc)) => {
@@ -627,16 +660,28 @@ impl Layout {
             // The touched values left with no row.
             let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
             let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-            let live = count(&rest) + count(&picked);
+            let rest = (old.len() - n_w) as u64;
+            let live = rest + count(&picked);
             if may_patch(unit, live, count(&picked) + count(&gone)) {
-                let part = self.patched(
-                    &unit[0],
-                    &rest,
-                    picked,
-                    &gone,
-                    &format!("{prefix}-p{j:05}"),
-                    out,
-                )?;
+                let mut ends = old.ends_without(&wanted);
+                ends.extend(
+                    picked
+                        .iter()
+                        .find(|b| b.num_rows() > 0)
+                        .map(|b| b.slice(0, 1)),
+                );
+                ends.extend(
+                    picked
+                        .iter()
+                        .rev()
+                        .find(|b| b.num_rows() > 0)
+                        .map(|b| b.slice(b.num_rows() - 1, 1)),
+                );
+                let (first, last) = extremes(&cut, &ends)?
+                    .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
+                let name = format!("{prefix}-p{j:05}");
+                let part =
+                    self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
                 if select {
                     flush(&mut pending, out)?;
                     if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
@@ -647,16 +692,11 @@ impl Layout {
                 out.parts.push(part);
                 continue;
             }
-            let only_picked = rest.is_empty();
-            let merged = merge_sorted(
-                self.schema.clone(),
-                &self.sort_key,
-                vec![
-                    Box::new(rest.into_iter().map(Ok)),
-                    Box::new(picked.clone().into_iter().map(Ok)),
-                ],
-                BATCH_ROWS,
-            )?;
+            // Rewritten in place: each value's rows replaced by its new ones.
+            let only_picked = rest == 0;
+            let new = Sorted::new(self.schema.clone(), picked.clone(), &cut)?;
+            let merged: BatchIter = Box::new(old.replaced(&wanted, &new)?.into_iter().map(Ok));
+            drop(old);
             let new_parts = self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
             out.parts.extend(new_parts.iter().cloned());
             if !select {
@@ -700,26 +740,20 @@ impl Layout {
 
     /// `part` with a new patch (see [`super::patch`]): `picked`, every row
     /// after the change of each value it is about, and `gone`, the values
-    /// it leaves with no row; `rest` are the part's other rows (for its
-    /// new key range). The patch's files are named `prefix`-*.
+    /// it leaves with no row; `live` rows after it, `first` and `last` its
+    /// lowest and highest row (its new key range). The patch's files are
+    /// named `prefix`-*.
+    #[allow(clippy::too_many_arguments)]
     fn patched(
         &self,
         part: &RangePart,
-        rest: &[RecordBatch],
+        live: u64,
+        (first, last): (RecordBatch, RecordBatch),
         picked: Vec<RecordBatch>,
         gone: &[RecordBatch],
         prefix: &str,
         out: &mut Rewritten,
     ) -> Result<RangePart> {
-        let cut = self.encoder(&self.cut_key)?;
-        let Some((first, last)) = outer_rows(&cut, rest, &picked)? else {
-            return Err(Error::Task("a patched part has no row".into()));
-        };
-        let live = rest
-            .iter()
-            .chain(&picked)
-            .map(|b| b.num_rows() as u64)
-            .sum();
         let rows = if picked.iter().any(|b| b.num_rows() > 0) {
             let key = self.cut_key.clone();
             Some(self.write_one(prefix, self.schema.clone(), &key, picked, &mut out.created)?)
@@ -752,6 +786,50 @@ impl Layout {
         let idx = crate::parquet::decode::column_indices(&self.schema, &self.cut_key)?;
         Ok(Arc::new(self.schema.project(&idx)?))
     }
+}
+
+/// The distinct keys of several batch lists (each sorted by its key,
+/// with the encoder of its key columns: same key types), as row-format
+/// bytes, sorted: one linear merge. `Task` if a list is out of order.
+fn sorted_keys(lists: &[(&[RecordBatch], &KeyEncoder)]) -> Result<Vec<Box<[u8]>>> {
+    let mut out: Vec<Box<[u8]>> = Vec::new();
+    for (batches, enc) in lists {
+        let mut mine: Vec<Box<[u8]>> = Vec::new();
+        for b in batches.iter() {
+            let rows = enc.rows(b)?;
+            for i in 0..b.num_rows() {
+                let r = rows.row(i).data();
+                match mine.last() {
+                    Some(l) if **l == *r => {}
+                    Some(l) if **l > *r => return Err(Error::Task("keys out of order".into())),
+                    _ => mine.push(Box::from(r)),
+                }
+            }
+        }
+        out = merge_distinct(std::mem::take(&mut out), mine);
+    }
+    Ok(out)
+}
+
+/// Two sorted, distinct lists merged, distinct.
+fn merge_distinct(a: Vec<Box<[u8]>>, b: Vec<Box<[u8]>>) -> Vec<Box<[u8]>> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x < y => a.next(),
+            (Some(x), Some(y)) if x > y => b.next(),
+            (Some(_), Some(_)) => {
+                b.next();
+                a.next()
+            }
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
 }
 
 /// The distinct rows of `keys` whose key is not in `present`, in order.

@@ -24,15 +24,16 @@
 //! A key spanning several parts (a *unit*, see [`super::parts::units`]) is
 //! always rewritten in place: patches are for one part.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
+
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
 
 use super::keys::KeyEncoder;
-use super::merge::merge_sorted;
 use super::parts::RangePart;
-use super::partset::{filter_by_keys, key_set};
-use super::sort::BATCH_ROWS;
+use super::splice::{coalesce, Sorted};
 use crate::error::Result;
 
 /// A part takes at most this many patches; the next change rewrites it.
@@ -83,70 +84,202 @@ pub fn may_patch(unit: &[RangePart], live: u64, patch_rows: u64) -> bool {
         && (patched_rows(part) + patch_rows).saturating_mul(PATCH_SHARE) <= live
 }
 
-/// The rows of a part's file with its patches applied, oldest first: each
-/// patch's values (`cut` columns of `rows`; `deleted` holds the cut
-/// key's columns only) lose their rows in what came before, and the
-/// patch's rows come in, in sort order.
-pub fn overlay(
-    schema: &SchemaRef,
-    sort_key: &[String],
-    cut: &KeyEncoder,
-    deleted_enc: &KeyEncoder,
-    base: Vec<RecordBatch>,
-    patches: Vec<(Vec<RecordBatch>, Vec<RecordBatch>)>,
-) -> Result<Vec<RecordBatch>> {
-    let mut current = base;
-    for (rows, deleted) in patches {
-        let mut covered = key_set(&rows, cut)?;
-        covered.extend(key_set(&deleted, deleted_enc)?);
-        if covered.is_empty() {
-            continue;
-        }
-        let kept = filter_by_keys(&current, cut, &covered, false)?.0;
-        current = merge_sorted(
-            schema.clone(),
-            sort_key,
-            vec![
-                Box::new(kept.into_iter().map(Ok)),
-                Box::new(rows.into_iter().map(Ok)),
-            ],
-            BATCH_ROWS,
-        )?
-        .collect::<Result<_>>()?;
-    }
-    Ok(current)
+/// A part's file and its patches, read but not merged: a value's rows
+/// are those of the newest patch that covers it, else the file's. Values
+/// are found by binary search (see [`super::splice`]), so taking the rows
+/// of some values costs their count plus the encoding of the file's cut
+/// key, not a merge of every row.
+pub struct Layered {
+    base: Sorted,
+    /// The newest patch covering each value (an index in `patches`).
+    owner: BTreeMap<Box<[u8]>, usize>,
+    patches: Vec<Sorted>,
+    /// Rows after the patches.
+    live: usize,
 }
 
-/// The first and last rows (as one-row batches) over `a` and `b` (each
-/// sorted by `cut`'s key), by that key; `None` if both are empty.
-pub fn outer_rows(
-    cut: &KeyEncoder,
-    a: &[RecordBatch],
-    b: &[RecordBatch],
-) -> Result<Option<(RecordBatch, RecordBatch)>> {
-    let ends = |v: &[RecordBatch]| -> Option<(RecordBatch, RecordBatch)> {
-        let first = v.iter().find(|x| x.num_rows() > 0)?;
-        let last = v.iter().rev().find(|x| x.num_rows() > 0)?;
-        Some((first.slice(0, 1), last.slice(last.num_rows() - 1, 1)))
-    };
-    Ok(match (ends(a), ends(b)) {
-        (None, None) => None,
-        (Some(x), None) | (None, Some(x)) => Some(x),
-        (Some((fa, la)), Some((fb, lb))) => {
-            let pick = |x: RecordBatch, y: RecordBatch, low: bool| -> Result<RecordBatch> {
-                let (rx, ry) = (cut.rows(&x)?, cut.rows(&y)?);
-                let x_first = rx.row(0) <= ry.row(0);
-                Ok(if x_first == low { x } else { y })
-            };
-            Some((pick(fa, fb, true)?, pick(la, lb, false)?))
+impl Layered {
+    /// `base` (the file's rows) under `patches` (each: rows of the layout's
+    /// `schema`, and deleted values as the cut key's columns), oldest first.
+    pub fn new(
+        schema: &SchemaRef,
+        cut: &KeyEncoder,
+        deleted_enc: &KeyEncoder,
+        base: Vec<RecordBatch>,
+        patches: Vec<(Vec<RecordBatch>, Vec<RecordBatch>)>,
+    ) -> Result<Self> {
+        let mut owner: BTreeMap<Box<[u8]>, usize> = BTreeMap::new();
+        let mut sorted = Vec::with_capacity(patches.len());
+        for (i, (rows, deleted)) in patches.into_iter().enumerate() {
+            let s = Sorted::new(schema.clone(), rows, cut)?;
+            for j in 0..s.len() {
+                if j == 0 || s.key(j) != s.key(j - 1) {
+                    owner.insert(Box::from(s.key(j)), i);
+                }
+            }
+            let d = deleted_enc.rows_of_all(&deleted)?;
+            for j in 0..d.num_rows() {
+                owner.insert(Box::from(d.row(j).data()), i);
+            }
+            sorted.push(s);
         }
-    })
+        let base = Sorted::new(schema.clone(), base, cut)?;
+        let keys: Vec<Box<[u8]>> = owner.keys().cloned().collect();
+        let covered: usize = base.runs(&keys).iter().map(|r| r.len()).sum();
+        let owned: usize = owner.iter().map(|(k, i)| sorted[*i].run(k).len()).sum();
+        let live = base.len() - covered + owned;
+        Ok(Self {
+            base,
+            owner,
+            patches: sorted,
+            live,
+        })
+    }
+
+    /// Rows after the patches.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The rows of value `key` (slices), from the newest patch covering it
+    /// or else the file; `base_run` is its run in the file.
+    fn rows_of(&self, key: &[u8], base_run: Range<usize>) -> Vec<RecordBatch> {
+        match self.owner.get(key) {
+            Some(&i) => self.patches[i].slices(self.patches[i].run(key)),
+            None => self.base.slices(base_run),
+        }
+    }
+
+    /// The rows of each value of `keys` (sorted, distinct), in order,
+    /// coalesced, and how many.
+    pub fn take(&self, keys: &[Box<[u8]>]) -> Result<(Vec<RecordBatch>, usize)> {
+        let mut out = Vec::new();
+        for (k, r) in keys.iter().zip(self.base.runs(keys)) {
+            out.extend(self.rows_of(k, r));
+        }
+        let n = out.iter().map(|b| b.num_rows()).sum();
+        Ok((coalesce(&self.base.schema, out)?, n))
+    }
+
+    /// The first and last of the rows whose value is not in `keys`
+    /// (sorted, distinct), as one-row batches; none if there is none.
+    pub fn ends_without(&self, keys: &[Box<[u8]>]) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        // The file's rows of values neither in `keys` nor patched.
+        let mut skip: Vec<Box<[u8]>> = keys.to_vec();
+        skip.extend(self.owner.keys().cloned());
+        skip.sort_unstable();
+        skip.dedup();
+        if let Some((f, l)) = self.base.ends_without(&self.base.runs(&skip)) {
+            out.extend(self.base.row_batch(f));
+            out.extend(self.base.row_batch(l));
+        }
+        // The patched values not in `keys` that have rows.
+        let kept = |k: &[u8]| keys.binary_search_by(|x| (**x).cmp(k)).is_err();
+        let has_rows = |k: &[u8], i: usize| !self.patches[i].run(k).is_empty();
+        if let Some((k, &i)) = self.owner.iter().find(|(k, i)| kept(k) && has_rows(k, **i)) {
+            out.extend(self.patches[i].row_batch(self.patches[i].run(k).start));
+        }
+        if let Some((k, &i)) = self
+            .owner
+            .iter()
+            .rev()
+            .find(|(k, i)| kept(k) && has_rows(k, **i))
+        {
+            out.extend(self.patches[i].row_batch(self.patches[i].run(k).end - 1));
+        }
+        out
+    }
+
+    /// Every row after the patches, with each value of `keys` (sorted,
+    /// distinct) replaced by its rows in `new` (rows of those values only),
+    /// in order.
+    pub fn replaced(&self, keys: &[Box<[u8]>], new: &Sorted) -> Result<Vec<RecordBatch>> {
+        // Each replaced value: where its rows come from (`None`: `new`; else
+        // a patch) and their run there. `keys` win over patches.
+        let mut with: BTreeMap<&[u8], (Option<usize>, Range<usize>)> = self.patched_runs();
+        for (k, r) in keys.iter().zip(new.runs(keys)) {
+            with.insert(k, (None, r));
+        }
+        self.splice(with, new)
+    }
+
+    /// Every row after the patches, in order.
+    pub fn rows(self) -> Result<Vec<RecordBatch>> {
+        if self.owner.is_empty() {
+            return Ok(self.base.batches);
+        }
+        let with = self.patched_runs();
+        self.splice(with, &self.base)
+    }
+
+    /// Each patched value's run in its newest patch.
+    fn patched_runs(&self) -> BTreeMap<&[u8], (Option<usize>, Range<usize>)> {
+        self.owner
+            .iter()
+            .map(|(k, &i)| (&**k, (Some(i), self.patches[i].run(k))))
+            .collect()
+    }
+
+    /// The file's rows with each value of `with` replaced by its rows (in
+    /// `new` or a patch). Values whose runs are adjacent both in the file
+    /// and in the same source are taken as one slice.
+    fn splice(
+        &self,
+        with: BTreeMap<&[u8], (Option<usize>, Range<usize>)>,
+        new: &Sorted,
+    ) -> Result<Vec<RecordBatch>> {
+        let order: Vec<Box<[u8]>> = with.keys().map(|k| Box::from(*k)).collect();
+        let mut groups: Vec<(Range<usize>, Option<usize>, Range<usize>)> = Vec::new();
+        for (r, (src, n)) in self.base.runs(&order).into_iter().zip(with.into_values()) {
+            match groups.last_mut() {
+                Some((gr, gs, gn)) if gr.end == r.start && *gs == src && gn.end == n.start => {
+                    gr.end = r.end;
+                    gn.end = n.end;
+                }
+                _ => groups.push((r, src, n)),
+            }
+        }
+        let runs = groups
+            .into_iter()
+            .map(|(r, src, n)| {
+                let from = src.map_or(new, |i| &self.patches[i]);
+                (r, from.slices(n))
+            })
+            .collect();
+        self.base.splice_runs(runs)
+    }
+}
+
+/// The lowest and highest of `candidates` (one-row batches) by `cut`'s
+/// key; `None` if there is none.
+pub fn extremes(
+    cut: &KeyEncoder,
+    candidates: &[RecordBatch],
+) -> Result<Option<(RecordBatch, RecordBatch)>> {
+    let rows: Vec<_> = candidates.iter().filter(|b| b.num_rows() > 0).collect();
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let keys = cut.rows_of_all(&rows.iter().map(|b| b.slice(0, 1)).collect::<Vec<_>>())?;
+    let (mut lo, mut hi) = (0, 0);
+    for i in 1..rows.len() {
+        if keys.row(i) < keys.row(lo) {
+            lo = i;
+        }
+        if keys.row(i) > keys.row(hi) {
+            hi = i;
+        }
+    }
+    Ok(Some((rows[lo].slice(0, 1), rows[hi].slice(0, 1))))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
 

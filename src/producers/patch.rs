@@ -13,10 +13,12 @@
 //!
 //! Compaction is per part and size-tiered against the part: a rewrite
 //! merges a part's patches into a new file (the rewrite that existed)
-//! once the part has [`MAX_PATCHES`] patches or its patched rows reach
-//! 1 / [`PATCH_SHARE`] of its rows, and `Pipeline.compact` merges every
-//! patched part. So a reader fetches at most [`MAX_PATCHES`] + 1 files
-//! per part, and a row is rewritten once per [`PATCH_SHARE`] rows of
+//! once the part has its limit of patches ([`patch_limit`]: 6 to
+//! [`MAX_PATCHES`], by the part's name, so that parts patched by the same
+//! updates are not all compacted by the same one) or its patched rows
+//! reach 1 / [`PATCH_SHARE`] of its rows, and `Pipeline.compact` merges
+//! every patched part. So a reader fetches at most 2 × [`MAX_PATCHES`] + 1
+//! files per part, and a row is rewritten once per [`PATCH_SHARE`] rows of
 //! change that land in its part: the cost of compaction is amortised over
 //! the updates that made the patches, and bounded by one part per part
 //! touched.
@@ -24,7 +26,6 @@
 //! A key spanning several parts (a *unit*, see [`super::parts::units`]) is
 //! always rewritten in place: patches are for one part.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 use arrow_array::RecordBatch;
@@ -36,8 +37,20 @@ use super::parts::RangePart;
 use super::splice::{coalesce, Sorted};
 use crate::error::Result;
 
-/// A part takes at most this many patches; the next change rewrites it.
-pub const MAX_PATCHES: usize = 8;
+/// A part takes at most this many patches (see [`patch_limit`]); the next
+/// change rewrites it.
+pub const MAX_PATCHES: usize = 10;
+
+/// The patches `part` takes before a change rewrites it: 6 to
+/// [`MAX_PATCHES`], 8 on average, by a hash of its name (stable across
+/// processes), so that compaction of parts patched together is spread
+/// over several updates.
+pub fn patch_limit(part: &RangePart) -> usize {
+    let h = part.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    MAX_PATCHES - (h % 5) as usize
+}
 /// A part's patched rows (rows and deleted values over its patches) stay
 /// below its rows over this; past it, the change rewrites the part.
 pub const PATCH_SHARE: u64 = 4;
@@ -80,7 +93,7 @@ pub fn may_patch(unit: &[RangePart], live: u64, patch_rows: u64) -> bool {
         return false;
     };
     live > 0
-        && part.patches.len() < MAX_PATCHES
+        && part.patches.len() < patch_limit(part)
         && (patched_rows(part) + patch_rows).saturating_mul(PATCH_SHARE) <= live
 }
 
@@ -91,16 +104,49 @@ pub fn may_patch(unit: &[RangePart], live: u64, patch_rows: u64) -> bool {
 /// key, not a merge of every row.
 pub struct Layered {
     base: Sorted,
-    /// The newest patch covering each value (an index in `patches`).
-    owner: BTreeMap<Box<[u8]>, usize>,
+    /// Each patched value (sorted by key), the newest patch covering it
+    /// (an index in `patches`) and its run there (empty: deleted).
+    owner: Vec<Owned>,
     patches: Vec<Sorted>,
     /// Rows after the patches.
     live: usize,
 }
 
+/// A patched value: its key, the newest patch covering it, its run there.
+struct Owned {
+    key: Box<[u8]>,
+    patch: usize,
+    run: Range<usize>,
+}
+
+/// `a` and `b` (each sorted by `key`, distinct) merged, `b` winning ties.
+fn merge_newest<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &[u8]) -> Vec<T> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match key(x).cmp(key(y)) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    a.next();
+                    b.next()
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
 impl Layered {
     /// `base` (the file's rows) under `patches` (each: rows of the layout's
     /// `schema`, and deleted values as the cut key's columns), oldest first.
+    /// Costs the encoding of the cut keys and a linear merge of the
+    /// patches' values: no search per value.
     pub fn new(
         schema: &SchemaRef,
         cut: &KeyEncoder,
@@ -108,25 +154,41 @@ impl Layered {
         base: Vec<RecordBatch>,
         patches: Vec<(Vec<RecordBatch>, Vec<RecordBatch>)>,
     ) -> Result<Self> {
-        let mut owner: BTreeMap<Box<[u8]>, usize> = BTreeMap::new();
+        let mut owner: Vec<Owned> = Vec::new();
         let mut sorted = Vec::with_capacity(patches.len());
         for (i, (rows, deleted)) in patches.into_iter().enumerate() {
             let s = Sorted::new(schema.clone(), rows, cut)?;
+            // The patch's values with their runs (sequential), and its
+            // deleted values (empty runs), merged by key.
+            let mut mine: Vec<Owned> = Vec::new();
             for j in 0..s.len() {
-                if j == 0 || s.key(j) != s.key(j - 1) {
-                    owner.insert(Box::from(s.key(j)), i);
+                match mine.last_mut() {
+                    Some(o) if *o.key == *s.key(j) => o.run.end = j + 1,
+                    _ => mine.push(Owned {
+                        key: Box::from(s.key(j)),
+                        patch: i,
+                        run: j..j + 1,
+                    }),
                 }
             }
             let d = deleted_enc.rows_of_all(&deleted)?;
-            for j in 0..d.num_rows() {
-                owner.insert(Box::from(d.row(j).data()), i);
-            }
+            let mut gone: Vec<Owned> = (0..d.num_rows())
+                .map(|j| Owned {
+                    key: Box::from(d.row(j).data()),
+                    patch: i,
+                    run: 0..0,
+                })
+                .collect();
+            gone.sort_unstable_by(|x, y| x.key.cmp(&y.key));
+            gone.dedup_by(|x, y| x.key == y.key);
+            let both = merge_newest(gone, mine, |o| &o.key);
+            owner = merge_newest(owner, both, |o| &o.key);
             sorted.push(s);
         }
         let base = Sorted::new(schema.clone(), base, cut)?;
-        let keys: Vec<Box<[u8]>> = owner.keys().cloned().collect();
+        let keys: Vec<Box<[u8]>> = owner.iter().map(|o| o.key.clone()).collect();
         let covered: usize = base.runs(&keys).iter().map(|r| r.len()).sum();
-        let owned: usize = owner.iter().map(|(k, i)| sorted[*i].run(k).len()).sum();
+        let owned: usize = owner.iter().map(|o| o.run.len()).sum();
         let live = base.len() - covered + owned;
         Ok(Self {
             base,
@@ -145,13 +207,12 @@ impl Layered {
         self.live == 0
     }
 
-    /// The rows of value `key` (slices), from the newest patch covering it
-    /// or else the file; `base_run` is its run in the file.
-    fn rows_of(&self, key: &[u8], base_run: Range<usize>) -> Vec<RecordBatch> {
-        match self.owner.get(key) {
-            Some(&i) => self.patches[i].slices(self.patches[i].run(key)),
-            None => self.base.slices(base_run),
-        }
+    /// The patched value `key`, if it is one.
+    fn owned(&self, key: &[u8]) -> Option<&Owned> {
+        self.owner
+            .binary_search_by(|o| (*o.key).cmp(key))
+            .ok()
+            .map(|i| &self.owner[i])
     }
 
     /// The rows of each value of `keys` (sorted, distinct), in order,
@@ -159,7 +220,10 @@ impl Layered {
     pub fn take(&self, keys: &[Box<[u8]>]) -> Result<(Vec<RecordBatch>, usize)> {
         let mut out = Vec::new();
         for (k, r) in keys.iter().zip(self.base.runs(keys)) {
-            out.extend(self.rows_of(k, r));
+            out.extend(match self.owned(k) {
+                Some(o) => self.patches[o.patch].slices(o.run.clone()),
+                None => self.base.slices(r),
+            });
         }
         let n = out.iter().map(|b| b.num_rows()).sum();
         Ok((coalesce(&self.base.schema, out)?, n))
@@ -169,28 +233,29 @@ impl Layered {
     /// (sorted, distinct), as one-row batches; none if there is none.
     pub fn ends_without(&self, keys: &[Box<[u8]>]) -> Vec<RecordBatch> {
         let mut out = Vec::new();
-        // The file's rows of values neither in `keys` nor patched.
-        let mut skip: Vec<Box<[u8]>> = keys.to_vec();
-        skip.extend(self.owner.keys().cloned());
-        skip.sort_unstable();
-        skip.dedup();
-        if let Some((f, l)) = self.base.ends_without(&self.base.runs(&skip)) {
-            out.extend(self.base.row_batch(f));
-            out.extend(self.base.row_batch(l));
+        let listed = |k: &[u8]| keys.binary_search_by(|x| (**x).cmp(k)).is_ok();
+        // The file's first and last rows of a value neither in `keys` nor
+        // patched: from each end, skip the runs of such values.
+        let skipped = |k: &[u8]| listed(k) || self.owned(k).is_some();
+        let mut first = 0;
+        while first < self.base.len() && skipped(self.base.key(first)) {
+            first = self.base.run(self.base.key(first)).end;
+        }
+        let mut last = self.base.len();
+        while last > first && skipped(self.base.key(last - 1)) {
+            last = self.base.run(self.base.key(last - 1)).start;
+        }
+        if first < last {
+            out.extend(self.base.row_batch(first));
+            out.extend(self.base.row_batch(last - 1));
         }
         // The patched values not in `keys` that have rows.
-        let kept = |k: &[u8]| keys.binary_search_by(|x| (**x).cmp(k)).is_err();
-        let has_rows = |k: &[u8], i: usize| !self.patches[i].run(k).is_empty();
-        if let Some((k, &i)) = self.owner.iter().find(|(k, i)| kept(k) && has_rows(k, **i)) {
-            out.extend(self.patches[i].row_batch(self.patches[i].run(k).start));
+        let kept = |o: &&Owned| !o.run.is_empty() && !listed(&o.key);
+        if let Some(o) = self.owner.iter().find(kept) {
+            out.extend(self.patches[o.patch].row_batch(o.run.start));
         }
-        if let Some((k, &i)) = self
-            .owner
-            .iter()
-            .rev()
-            .find(|(k, i)| kept(k) && has_rows(k, **i))
-        {
-            out.extend(self.patches[i].row_batch(self.patches[i].run(k).end - 1));
+        if let Some(o) = self.owner.iter().rev().find(kept) {
+            out.extend(self.patches[o.patch].row_batch(o.run.end - 1));
         }
         out
     }
@@ -201,11 +266,12 @@ impl Layered {
     pub fn replaced(&self, keys: &[Box<[u8]>], new: &Sorted) -> Result<Vec<RecordBatch>> {
         // Each replaced value: where its rows come from (`None`: `new`; else
         // a patch) and their run there. `keys` win over patches.
-        let mut with: BTreeMap<&[u8], (Option<usize>, Range<usize>)> = self.patched_runs();
-        for (k, r) in keys.iter().zip(new.runs(keys)) {
-            with.insert(k, (None, r));
-        }
-        self.splice(with, new)
+        let mine = keys
+            .iter()
+            .zip(new.runs(keys))
+            .map(|(k, r)| (&**k, None, r))
+            .collect();
+        self.splice_from(merge_newest(self.patched_runs(), mine, |x| x.0), new)
     }
 
     /// Every row after the patches, in order.
@@ -214,28 +280,24 @@ impl Layered {
             return Ok(self.base.batches);
         }
         let with = self.patched_runs();
-        self.splice(with, &self.base)
+        self.splice_from(with, &self.base)
     }
 
     /// Each patched value's run in its newest patch.
-    fn patched_runs(&self) -> BTreeMap<&[u8], (Option<usize>, Range<usize>)> {
+    fn patched_runs(&self) -> Vec<Source<'_>> {
         self.owner
             .iter()
-            .map(|(k, &i)| (&**k, (Some(i), self.patches[i].run(k))))
+            .map(|o| (&*o.key, Some(o.patch), o.run.clone()))
             .collect()
     }
 
-    /// The file's rows with each value of `with` replaced by its rows (in
-    /// `new` or a patch). Values whose runs are adjacent both in the file
-    /// and in the same source are taken as one slice.
-    fn splice(
-        &self,
-        with: BTreeMap<&[u8], (Option<usize>, Range<usize>)>,
-        new: &Sorted,
-    ) -> Result<Vec<RecordBatch>> {
-        let order: Vec<Box<[u8]>> = with.keys().map(|k| Box::from(*k)).collect();
+    /// The file's rows with each value of `with` (sorted by key) replaced
+    /// by its rows (in `new` or a patch). Values whose runs are adjacent
+    /// both in the file and in the same source are taken as one slice.
+    fn splice_from(&self, with: Vec<Source<'_>>, new: &Sorted) -> Result<Vec<RecordBatch>> {
+        let order: Vec<Box<[u8]>> = with.iter().map(|(k, _, _)| Box::from(*k)).collect();
         let mut groups: Vec<(Range<usize>, Option<usize>, Range<usize>)> = Vec::new();
-        for (r, (src, n)) in self.base.runs(&order).into_iter().zip(with.into_values()) {
+        for (r, (_, src, n)) in self.base.runs(&order).into_iter().zip(with) {
             match groups.last_mut() {
                 Some((gr, gs, gn)) if gr.end == r.start && *gs == src && gn.end == n.start => {
                     gr.end = r.end;
@@ -254,6 +316,10 @@ impl Layered {
         self.base.splice_runs(runs)
     }
 }
+
+/// A replaced value: its key, where its rows come from (`None`: the new
+/// rows; else a patch) and their run there.
+type Source<'a> = (&'a [u8], Option<usize>, Range<usize>);
 
 /// The lowest and highest of `candidates` (one-row batches) by `cut`'s
 /// key; `None` if there is none.
@@ -280,6 +346,8 @@ pub fn extremes(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
 
@@ -319,7 +387,7 @@ mod tests {
     /// Random small updates over a stored source: after each, the content
     /// read through the parts' patches equals a model, lookups too, the
     /// update lists exactly the changed keys, and earlier versions read
-    /// as they were. Parts take patches, never more than [`MAX_PATCHES`],
+    /// as they were. Parts take patches, never more than their limit,
     /// and are rewritten (compacted) once past the bounds.
     #[test]
     fn patched_parts_read_like_rewritten_ones() {
@@ -376,7 +444,7 @@ mod tests {
             let upd = first_i64s(view.update_rows(&env));
             assert_eq!(upd, ups, "round {round}: update rows");
             for p in &next.content {
-                assert!(p.patches.len() <= MAX_PATCHES);
+                assert!(p.patches.len() <= patch_limit(p) && patch_limit(p) >= 6);
                 let old = before.content.iter().find(|q| q.name == p.name);
                 if old.is_some_and(|q| p.patches.len() > q.patches.len()) {
                     patched += 1;

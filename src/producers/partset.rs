@@ -21,7 +21,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::keys::{key_set_new, KeyEncoder, KeySet};
 use super::merge::merge_sorted;
 use super::parts::{last_key_rows, write_range_parts, PartSpec, RangePart};
-use super::patch::{extremes, may_patch, Layered, Patch};
+use super::patch::{extremes, may_patch, merge_newest, Layered, Patch};
 use super::sort::BATCH_ROWS;
 use super::splice::Sorted;
 use super::BatchIter;
@@ -806,30 +806,9 @@ fn sorted_keys(lists: &[(&[RecordBatch], &KeyEncoder)]) -> Result<Vec<Box<[u8]>>
                 }
             }
         }
-        out = merge_distinct(std::mem::take(&mut out), mine);
+        out = merge_newest(std::mem::take(&mut out), mine, |k| k);
     }
     Ok(out)
-}
-
-/// Two sorted, distinct lists merged, distinct.
-fn merge_distinct(a: Vec<Box<[u8]>>, b: Vec<Box<[u8]>>) -> Vec<Box<[u8]>> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
-    loop {
-        let next = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) if x < y => a.next(),
-            (Some(x), Some(y)) if x > y => b.next(),
-            (Some(_), Some(_)) => {
-                b.next();
-                a.next()
-            }
-            (Some(_), None) => a.next(),
-            (None, Some(_)) => b.next(),
-            (None, None) => break,
-        };
-        out.extend(next);
-    }
-    out
 }
 
 /// The distinct rows of `keys` whose key is not in `present`, in order.

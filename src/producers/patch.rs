@@ -120,7 +120,7 @@ struct Owned {
 }
 
 /// `a` and `b` (each sorted by `key`, distinct) merged, `b` winning ties.
-fn merge_newest<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &[u8]) -> Vec<T> {
+pub(super) fn merge_newest<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &[u8]) -> Vec<T> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
     loop {

@@ -191,7 +191,7 @@ def test_compact_needs_no_declarations_and_the_cli_runs_it(tmp_path: Any) -> Non
     want = read_all(p)
     assert any(patch_counts(manifest(p)).values())
     # The CLI opens the pipeline by key alone (nothing declared).
-    got = CliRunner().invoke(main, ["compact", url, "pp", "--json"])
+    got = CliRunner().invoke(main, ["compact", url, "pp", "--target-rows", "16", "--json"])
     assert got.exit_code == 0, got.output
     out = json.loads(got.output)
     assert out["version"] == out["version_before"] + 1
@@ -200,7 +200,7 @@ def test_compact_needs_no_declarations_and_the_cli_runs_it(tmp_path: Any) -> Non
     assert q.history(1)[0]["operation"] == "compact"
     assert patch_counts(manifest(q)) == {"events": 0, "totals": 0, "buckets": 0}
     assert read_all(q) == want
-    again = CliRunner().invoke(main, ["compact", url, "pp", "--json"])
+    again = CliRunner().invoke(main, ["compact", url, "pp", "--target-rows", "16", "--json"])
     assert again.exit_code == 0 and json.loads(again.output)["version"] == out["version"]
 
 

@@ -261,6 +261,16 @@ impl PipelineManifest {
                             return Err(format!("patch file {:?} has patches", f.name));
                         }
                     }
+                    if part.patches.len() > super::patch::MAX_PATCHES {
+                        return Err(format!(
+                            "part {:?} has {} patches, more than pds writes",
+                            part.name,
+                            part.patches.len()
+                        ));
+                    }
+                    if !part.patches.is_empty() && !matches!(list, "content" | "mappings") {
+                        return Err(format!("part {:?} of the {list} has patches", part.name));
+                    }
                     if part
                         .patches
                         .iter()

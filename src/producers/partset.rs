@@ -660,7 +660,13 @@ impl Layout {
             // The touched values left with no row.
             let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
             let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-            let rest = (old.len() - n_w) as u64;
+            let rest = old
+                .len()
+                .checked_sub(n_w)
+                .ok_or_else(|| Error::PartCorrupted {
+                    path: self.object(&unit[0]),
+                    reason: "its rows are not in key order".into(),
+                })? as u64;
             let live = rest + count(&picked);
             if may_patch(unit, live, count(&picked) + count(&gone)) {
                 let mut ends = old.ends_without(&wanted);

@@ -239,11 +239,12 @@ impl Layered {
         let skipped = |k: &[u8]| listed(k) || self.owned(k).is_some();
         let mut first = 0;
         while first < self.base.len() && skipped(self.base.key(first)) {
-            first = self.base.run(self.base.key(first)).end;
+            // At least one row on: data from a store may be out of order.
+            first = self.base.run(self.base.key(first)).end.max(first + 1);
         }
         let mut last = self.base.len();
         while last > first && skipped(self.base.key(last - 1)) {
-            last = self.base.run(self.base.key(last - 1)).start;
+            last = self.base.run(self.base.key(last - 1)).start.min(last - 1);
         }
         if first < last {
             out.extend(self.base.row_batch(first));

@@ -20,10 +20,6 @@ use super::keys::KeyEncoder;
 use super::sort::BATCH_ROWS;
 use crate::error::{Error, Result};
 
-/// A value's new rows: its cut key (row-format bytes) and its rows after
-/// the change (none: the value is gone).
-pub type Replacement = (Box<[u8]>, Vec<RecordBatch>);
-
 /// Rows sorted by a key led by the cut key, with the cut key's rows.
 pub struct Sorted {
     pub schema: SchemaRef,
@@ -171,32 +167,10 @@ impl Sorted {
         Ok((coalesce(&self.schema, out)?, n))
     }
 
-    /// The rows with each value of `with` (sorted by key, distinct)
-    /// replaced by its new rows; every other row is kept, in order.
-    /// Returned as slices (see the module docs) coalesced into batches of
-    /// about [`BATCH_ROWS`] rows where they are small.
-    pub fn splice(&self, with: Vec<Replacement>) -> Result<Vec<RecordBatch>> {
-        let mut runs = Vec::with_capacity(with.len());
-        let mut last: Option<Box<[u8]>> = None;
-        for (key, rows) in with {
-            if last.as_deref().is_some_and(|l| l >= &*key) {
-                return Err(Error::Task("splice: replacements out of order".into()));
-            }
-            runs.push((key.clone(), rows));
-            last = Some(key);
-        }
-        let keys: Vec<Box<[u8]>> = runs.iter().map(|(k, _)| k.clone()).collect();
-        let ranges = self.runs(&keys);
-        self.splice_runs(
-            ranges
-                .into_iter()
-                .zip(runs.into_iter().map(|(_, rows)| rows))
-                .collect(),
-        )
-    }
-
     /// The rows with each range of `with` (in order, disjoint) replaced by
-    /// the rows given for it; see [`Self::splice`].
+    /// the rows given for it; every other row is kept, in order. Returned
+    /// as slices (see the module docs) coalesced into batches of about
+    /// [`BATCH_ROWS`] rows where they are small.
     pub fn splice_runs(
         &self,
         with: Vec<(Range<usize>, Vec<RecordBatch>)>,
@@ -213,24 +187,6 @@ impl Sorted {
         }
         pieces.extend(self.slices(at..self.len()));
         coalesce(&self.schema, pieces)
-    }
-
-    /// The first and last row kept when the rows of `runs` (in order, from
-    /// [`Self::runs`]) are removed, as row indices; `None` if none is.
-    pub fn ends_without(&self, runs: &[Range<usize>]) -> Option<(usize, usize)> {
-        let mut first = 0;
-        for r in runs {
-            if r.start <= first && first < r.end {
-                first = r.end;
-            }
-        }
-        let mut last = self.len();
-        for r in runs.iter().rev() {
-            if r.start < last && last <= r.end {
-                last = r.start;
-            }
-        }
-        (first < last).then(|| (first, last - 1))
     }
 
     /// Row `i` as a one-row batch.
@@ -355,7 +311,7 @@ mod tests {
             for r in &rows {
                 model.entry(r.0).or_default().push(*r);
             }
-            let mut with = Vec::new();
+            let mut with: Vec<(Box<[u8]>, Vec<RecordBatch>)> = Vec::new();
             let mut keys: Vec<i64> = (0..below(8)).map(|_| below(42) as i64).collect();
             keys.sort();
             keys.dedup();
@@ -374,7 +330,16 @@ mod tests {
                 }
                 with.push((Box::from(kb.row(0).data()), vec![batch(&new)]));
             }
-            let got = pairs(&s.splice(with).unwrap());
+            let keys: Vec<Box<[u8]>> = with.iter().map(|(k, _)| k.clone()).collect();
+            let runs = s.runs(&keys);
+            let got = pairs(
+                &s.splice_runs(
+                    runs.into_iter()
+                        .zip(with.into_iter().map(|(_, rows)| rows))
+                        .collect(),
+                )
+                .unwrap(),
+            );
             let want: Vec<(i64, i64)> = model.into_values().flatten().collect();
             assert_eq!(got, want);
         }

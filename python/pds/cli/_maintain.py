@@ -20,12 +20,21 @@ from pds.table import Table
 @_key
 @click.option("--target-file-size", type=click.IntRange(min=1), default=None, help="Bytes per new file at most.")
 @click.option("--min-deleted-fraction", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option(
+    "--target-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="A pipeline's rows per part (default: pds's, 262144): the value it was built with.",
+)
+@click.option("--compression", default=None, help="A pipeline's part compression (default: zstd).")
 @_common
 def compact(
     url: str,
     key: str,
     target_file_size: int | None,
     min_deleted_fraction: float,
+    target_rows: int | None,
+    compression: str | None,
     options: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -33,13 +42,17 @@ def compact(
     merge a pipeline's patches and small parts.
 
     \b
-    A pipeline is compacted as Pipeline.compact() does (no stage is run;
-    --target-file-size and --min-deleted-fraction apply to tables only)."""
+    A pipeline is compacted as Pipeline.compact() does (no stage is run):
+    new parts are cut at --target-rows with --compression, which the
+    pipeline does not store (give the ones it was built with, or every
+    part may count as small). --target-file-size and --min-deleted-fraction
+    apply to tables only."""
     key = _check_key(key)
     ctx = _Context(url, options, as_json)
     kind = ctx.need(key)
     if kind == "pipeline":
-        _compact_pipeline(ctx, key, as_json)
+        opts: dict[str, Any] = {"target_rows": target_rows, "compression": compression}
+        _compact_pipeline(ctx, key, as_json, {k: v for k, v in opts.items() if v is not None})
         return
     if kind != "table":
         raise ValueError(f"{key!r} is a {kind}: only tables and pipelines are compacted")
@@ -54,8 +67,8 @@ def compact(
     ctx.emit(info, title="compaction" if after != before else "nothing to compact")
 
 
-def _compact_pipeline(ctx: _Context, key: str, as_json: bool) -> None:
-    p = Pipeline.open(ctx.store, key)
+def _compact_pipeline(ctx: _Context, key: str, as_json: bool, opts: dict[str, Any]) -> None:
+    p = Pipeline.open(ctx.store, key, **opts)
     before = p.version
     with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
         progress.add_task("compacting", total=None)

@@ -816,8 +816,8 @@ class Pipeline:
                 f"pipeline {self._key!r}: another update committed after version {base['version']}, on which "
                 "this one was built; nothing of this update was committed. Run it again."
             ) from None
-        except Exception:
-            # Every other commit error means no version names these parts.
+        except BaseException:
+            # Every other error (an interrupt too) means no version names these parts.
             _discard(self._native, created)
             raise
         self._manifest = json.loads(text)
@@ -840,13 +840,17 @@ class Pipeline:
         rewritten and written.
 
         Updates compact the parts they land in on their own (a part is
-        rewritten once it has 8 patches, or patched rows past a quarter of
-        its rows); call this to bound the files a read fetches everywhere,
-        say before a read-heavy period or a backup.
+        rewritten once it has its limit of patches, 6 to 10 by its name, or
+        patched rows past a quarter of its rows); call this to bound the
+        files a read fetches everywhere, say before a read-heavy period or
+        a backup.
 
         No stage needs declaring (the stored graph is compacted; no
         ``Produce`` runs): a pipeline opened by key alone can be compacted,
-        as ``pds compact`` does.
+        as ``pds compact`` does. New parts are cut at this object's
+        ``target_rows`` and written with its ``compression`` (the options
+        of :meth:`open`, which the pipeline does not store): open it with
+        the ones it was built with, or every part may count as small.
 
         Cost: reads and writes the parts compacted, in this process.
 

@@ -606,8 +606,8 @@ def run(args: argparse.Namespace) -> str:
             "",
             "Issue P's targets, all on `file://`. Updates change 1 % of the users "
             f"({changed:,} users, {changed_events:,} events); they write patches over the stored parts, and a part "
-            "is compacted after 6 to 10 patches (by a hash of its name) or once they reach 1/4 of its rows. pds equals DuckDB after the build "
-            "and after all the updates of the first pipeline.",
+            "is compacted after 6 to 10 patches (by a hash of its name) or once they reach 1/4 of its rows. "
+            "pds equals DuckDB after the build and after all the updates of the first pipeline.",
             "",
             "| measure | figures | target |",
             "|---|---|---|",

@@ -838,3 +838,81 @@ def test_a_lost_pipeline_manifest_reply_while_another_update_commits(faulty: Any
     assert seen.versions == [0, 1, 2, 3]
     assert seen.latest_content == model({**case.after_src, 500: 5}), "B's version is not A's plus B's change"
     assert seen.content == seen.latest_content
+
+
+# -- Pipeline.compact: its commit under faults and races ------------------------------
+
+
+def _compact_case(store: Store) -> PipeCase:
+    """A pipeline whose parts carry patches; the call compacts it (no row changes)."""
+    p = Pipeline.create(store, KEY, target_rows=16)
+    declare(p)
+    src = {k: k * 3 for k in range(100)}
+    p.update({"s": src_table(src)})
+    src[7] = 1
+    p.update({"s": src_table({7: 1})})
+    assert any(part.get("patches") for s in p._at(None)["nodes"].values() for part in s.get("content", []))
+    return PipeCase(
+        p=p,
+        call=p.compact,
+        before=model(src),
+        after=model(src),
+        before_src=dict(src),
+        after_src=dict(src),
+        version=p.version,
+    )
+
+
+def _unnamed(f: Any) -> list[str]:
+    """Objects under the pipeline that no manifest names (garbage)."""
+    versions, present = _manifests(f.direct, KEY)
+    named = {
+        p["name"]
+        for v in versions
+        for p in pipeline_files(json.loads(f.direct.read_bytes(f"{KEY}/manifest/v{v:08d}.json")))
+    }
+    return sorted(n for n in present if n.startswith("nodes/") and n not in named)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("step", PIPE_STEPS)
+def test_a_pipeline_compaction_step_under_a_fault_keeps_every_row(faulty: Any, step: str, fault: str) -> None:
+    case = _compact_case(writer_store(faulty, fault))
+    rules = inject(faulty, step, FAULTS[fault])
+    out = note(attempt(faulty, case.call))
+    confirm(faulty, rules, step)
+    judge_pipeline(faulty, case, out)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_compaction_racing_an_update_commits_each_once_and_keeps_every_row(faulty: Any, when: str) -> None:
+    """Another update B commits just before the compaction's manifest PUT
+    reaches the store (the compaction loses: CommitConflict, nothing of it
+    kept) or just after it was applied with its reply lost (B builds on the
+    compacted version). Every row counts once either way."""
+    case = _compact_case(faulty.store)
+    other = Pipeline.open(faulty.open(), KEY)
+    declare(other)
+    b_out: list[Outcome] = []
+
+    def other_update(_: Any) -> None:
+        b_out.append(attempt(faulty, lambda: other.update({"s": src_table({500: 5})})))
+
+    base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
+    hook = {"before": other_update} if when == "before" else {"after": other_update}
+    rule = faulty.proxy.drop_reply("PUT", base + REQUESTS["manifest"][1], times=1, **hook)
+    out = note(attempt(faulty, case.call))
+    confirm(faulty, [rule], "manifest")
+    assert [o.kind for o in b_out] == ["ok"], f"the other update: {b_out}"
+    seen = observe_pipeline(faulty)
+    want = model({**case.after_src, 500: 5})
+    assert seen.latest_content == want and seen.content == want, f"after {out}"
+    if when == "before":
+        assert out.kind == "error" and isinstance(out.error, pds.CommitConflict), f"the compaction: {out}"
+        assert seen.versions == list(range(case.version + 2)), "the compaction committed nothing"
+        assert _unnamed(faulty) == [], "the compaction's parts were left behind"
+    else:
+        assert out.kind in ("ok", "unknown"), f"the compaction's version landed, yet it reports {out}"
+        assert seen.versions == list(range(case.version + 3))
+        ops = [h["operation"] for h in Pipeline.open(faulty.direct, KEY).history(limit=2)]
+        assert ops == ["update", "compact"]

@@ -46,6 +46,21 @@ def by_compound(key: Any, values: Iterator[dict[str, Any]]) -> Pairs:
     yield f"{b}{a % 2}", {"total": sum(vs)}
 
 
+def spread(key: Any, values: Iterator[dict[str, Any]]) -> Pairs:
+    # A target key that begins with the source key (its key-mappings are
+    # derived from the content), and, for some values, one that does not
+    # (its pairs are stored).
+    for v in values:
+        yield (key, v["v"] % 3), {"v": v["v"]}
+        if v["v"] % 4 == 0:
+            yield (key + 1, -1), {"v": v["v"]}
+
+
+def halves(key: Any, values: Iterator[dict[str, Any]]) -> Pairs:
+    for v in values:
+        yield (key, v["v"] % 2), {"v": v["v"]}
+
+
 def join(key: Any, left: Iterator[dict[str, Any]], right: Iterator[dict[str, Any]]) -> Pairs:
     # Unconditional: a key with no value on any side (deleted on every
     # side) must not reach Produce, or this emits a row a rebuild has not.
@@ -179,6 +194,16 @@ def build(p: pds.Pipeline, rng: random.Random) -> tuple[list[Spec], dict[str, tu
         p.stage("c", sources=["m"], key={"t": pa.int64()}, value=SV, batched=b)(fn)
         specs.append(Spec("c", "stage", ["m"], remap, ["v", "s"]))
         shape["c"] = (["t"], ["v", "s"])
+    # Target keys that begin with the source key: row form (some targets
+    # do not), and either form (all do; a batched Produce's source key
+    # column is its target key's).
+    p.stage("f", sources=[s1], key={"k": pa.int64(), "p": pa.int64()}, value={"v": pa.int64()})(spread)
+    specs.append(Spec("f", "stage", ["s1"], spread, ["v"]))
+    shape["f"] = (["k", "p"], ["v"])
+    fn, b = form("g", halves, ["k"], ["k", "h"])
+    p.stage("g", sources=[s2], key={"k": pa.int64(), "h": pa.int64()}, value={"v": pa.int64()}, batched=b)(fn)
+    specs.append(Spec("g", "stage", ["s2"], halves, ["v"]))
+    shape["g"] = (["k", "h"], ["v"])
     if rng.random() < 0.6:
         fn, b = form("j", join, ["k"], ["w"], 2)
         p.stage("j", sources=[s1, s2], key={"w": pa.int64()}, value={"total": pa.int64(), "n": pa.int64()}, batched=b)(

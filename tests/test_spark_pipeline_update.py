@@ -35,7 +35,7 @@ Model = dict[int, list[dict[str, Any]]]  # source key -> its rows' values
 EVENTS = pa.schema([("id", pa.int64()), ("user", pa.string()), ("n", pa.int64())])
 SCORES = pa.schema([("id", pa.int64()), ("w", pa.int64())])
 KEYS = pa.schema([("id", pa.int64())])
-NODES = ("events", "scores", "by_user", "totals", "by_tag", "all_users", "joined", "pairs", "pair_sums")
+NODES = ("events", "scores", "by_user", "totals", "by_tag", "all_users", "spans", "joined", "pairs", "pair_sums")
 ZERO = datetime.timedelta(0)
 
 
@@ -53,6 +53,7 @@ def declare(url: str, key: str, *, hook: Hook | None = None, target_rows: int = 
 
     events(id -> user, n) -> by_user (row) -> totals (batched)       a chain
     events -> by_tag (batched); all_users = merge(by_user, by_tag)   a merge
+    events -> spans (row, key (id, part): mostly led by the source key)
     joined = stage(events, scores) (row)                             a join
     scores -> pairs (row, key (m, tag)) -> pair_sums (batched)       a compound key
 
@@ -117,6 +118,15 @@ def declare(url: str, key: str, *, hook: Hook | None = None, target_rows: int = 
 
     p.merge("all_users", [by_user, by_tag])
 
+    @p.stage("spans", sources=[events], key={"id": pa.int64(), "part": pa.int64()}, value={"n": pa.int64()})
+    def spans(k: int, rows: Iterator[dict[str, Any]]) -> Iterator[tuple[tuple[int, int], dict[str, int]]]:
+        # Targets that begin with the source key (key-mappings derived from
+        # the content), and some that do not (their pairs stored).
+        for r in rows:
+            yield (k, r["n"] % 3), {"n": r["n"]}
+            if r["n"] % 4 == 0:
+                yield (k + 1, -1), {"n": r["n"]}
+
     @p.stage("joined", sources=[events, scores], key={"g": pa.int64()}, value={"total": pa.int64(), "cnt": pa.int64()})
     def joined(
         k: int, left: Iterator[dict[str, Any]], right: Iterator[dict[str, Any]]
@@ -160,6 +170,9 @@ def recompute(events: Model, scores: Model) -> dict[str, list[dict[str, Any]]]:
     out["totals"] = [{"name": u, "total": sum(ns), "cnt": len(ns)} for u, ns in sums.items()]
     out["by_tag"] = [{"user": f"t{k % 7}", "n": v["n"], "src": k} for k, vs in events.items() for v in vs]
     out["all_users"] = out["by_user"] + out["by_tag"]
+    out["spans"] = [{"id": k, "part": v["n"] % 3, "n": v["n"]} for k, vs in events.items() for v in vs] + [
+        {"id": k + 1, "part": -1, "n": v["n"]} for k, vs in events.items() for v in vs if v["n"] % 4 == 0
+    ]
     out["joined"] = []
     for k in set(events) | set(scores):
         a = [v["n"] for v in events.get(k, [])]

@@ -9,6 +9,13 @@
 //! column order, as the footer key-value entry [`KEY`] (8 hex digits each).
 //! The offsets and lengths come from the footer's own column-chunk metadata.
 //!
+//! Parts written with a page index (a pipeline's, whose key columns carry
+//! page statistics so that a lookup fetches only the pages that may hold
+//! its keys) also record the CRC-32 of each page, as [`PAGE_KEY`]: per
+//! column chunk in the same order, its dictionary page (if any), then each
+//! data page of its offset index. A reader that fetches single pages checks
+//! each one.
+//!
 //! Readers check every column chunk they fetch: the range reader checks each
 //! fetched range that is a whole chunk (the async reader fetches whole
 //! chunks), and the in-memory decoder checks every chunk before decoding.
@@ -24,6 +31,9 @@ use parquet::file::metadata::{KeyValue, ParquetMetaData, RowGroupMetaData};
 
 /// The footer key-value entry holding the checksums.
 pub const KEY: &str = "pds.chunk_crc32";
+
+/// The footer key-value entry holding the page checksums.
+pub const PAGE_KEY: &str = "pds.page_crc32";
 
 /// The byte range of every column chunk, in row-group then column order.
 /// (Not `ColumnChunkMetaData::byte_range`, which panics on the negative
@@ -45,10 +55,60 @@ fn chunk_range(c: &parquet::file::metadata::ColumnChunkMetaData) -> (u64, u64) {
     )
 }
 
-/// The checksums a part's footer records, by `(offset, length)` of chunk.
+/// The byte range of every page, in row-group then column order, each
+/// chunk's dictionary page (the bytes before its first data page) first;
+/// `None` without an offset index.
+fn page_ranges(metadata: &ParquetMetaData) -> Option<Vec<(u64, u64)>> {
+    let index = metadata.offset_index()?;
+    let mut out = Vec::new();
+    for (rg, columns) in metadata.row_groups().iter().zip(index) {
+        for (chunk, offsets) in rg.columns().iter().zip(columns) {
+            let (start, _) = chunk_range(chunk);
+            let pages = &offsets.page_locations;
+            let at = |o: i64| u64::try_from(o).unwrap_or(u64::MAX);
+            match pages.first() {
+                Some(first) if at(first.offset) > start => {
+                    out.push((start, at(first.offset) - start))
+                }
+                _ => {}
+            }
+            for p in pages {
+                let len = u64::try_from(p.compressed_page_size).unwrap_or(u64::MAX);
+                out.push((at(p.offset), len));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A footer entry's CRC-32s (8 hex digits each) for `ranges`.
+fn parse_entry(
+    text: &str,
+    ranges: Vec<(u64, u64)>,
+    key: &str,
+    what: &str,
+) -> Result<HashMap<(u64, u64), u32>, String> {
+    if text.len() != ranges.len() * 8 || !text.is_ascii() {
+        return Err(format!(
+            "its footer's {key} entry does not match its {} {what}",
+            ranges.len()
+        ));
+    }
+    let mut by_range = HashMap::with_capacity(ranges.len());
+    for (i, range) in ranges.into_iter().enumerate() {
+        let crc = u32::from_str_radix(&text[i * 8..i * 8 + 8], 16)
+            .map_err(|e| format!("its footer's {key} entry is malformed: {e}"))?;
+        by_range.insert(range, crc);
+    }
+    Ok(by_range)
+}
+
+/// The checksums a part's footer records, by `(offset, length)` of chunk
+/// (and of page, where the footer records them and the offset index was read).
 #[derive(Debug, Clone, Default)]
 pub struct ChunkChecksums {
     by_range: HashMap<(u64, u64), u32>,
+    pages: HashMap<(u64, u64), u32>,
 }
 
 impl ChunkChecksums {
@@ -58,42 +118,45 @@ impl ChunkChecksums {
         let Some(kv) = metadata.file_metadata().key_value_metadata() else {
             return Ok(None);
         };
-        let Some(value) = kv.iter().find(|e| e.key == KEY).map(|e| e.value.as_deref()) else {
+        let entry = |key: &str| kv.iter().find(|e| e.key == key).map(|e| e.value.as_deref());
+        let Some(value) = entry(KEY) else {
             return Ok(None);
         };
-        let text = value.unwrap_or_default();
         let ranges = chunk_ranges(metadata.row_groups());
-        if text.len() != ranges.len() * 8 || !text.is_ascii() {
-            return Err(format!(
-                "its footer's {KEY} entry does not match its {} column chunks",
-                ranges.len()
-            ));
-        }
-        let mut by_range = HashMap::with_capacity(ranges.len());
-        for (i, range) in ranges.into_iter().enumerate() {
-            let crc = u32::from_str_radix(&text[i * 8..i * 8 + 8], 16)
-                .map_err(|e| format!("its footer's {KEY} entry is malformed: {e}"))?;
-            by_range.insert(range, crc);
-        }
-        Ok(Some(Self { by_range }))
+        let by_range = parse_entry(value.unwrap_or_default(), ranges, KEY, "column chunks")?;
+        let pages = match (entry(PAGE_KEY), page_ranges(metadata)) {
+            (Some(text), Some(ranges)) => {
+                parse_entry(text.unwrap_or_default(), ranges, PAGE_KEY, "pages")?
+            }
+            _ => HashMap::new(),
+        };
+        Ok(Some(Self { by_range, pages }))
     }
 
-    /// Check `data`, fetched from `offset`, if it is a whole column chunk.
+    /// Check `data`, fetched from `offset`, if it is a whole column chunk,
+    /// or a page whose checksum the footer records.
     pub fn check(&self, offset: u64, data: &[u8]) -> Result<(), String> {
-        match self.by_range.get(&(offset, data.len() as u64)) {
-            Some(&expected) => {
-                let actual = crc32fast::hash(data);
-                if actual != expected {
-                    return Err(format!(
-                        "checksum mismatch in the column chunk at bytes {offset}..{}: \
-                         the footer has CRC-32 {expected:08x}, the bytes {actual:08x}",
-                        offset + data.len() as u64
-                    ));
-                }
-                Ok(())
-            }
-            None => Ok(()),
+        let range = (offset, data.len() as u64);
+        let (expected, what) = match (self.by_range.get(&range), self.pages.get(&range)) {
+            (Some(&c), _) => (c, "column chunk"),
+            (None, Some(&c)) => (c, "page"),
+            (None, None) => return Ok(()),
+        };
+        let actual = crc32fast::hash(data);
+        if actual != expected {
+            return Err(format!(
+                "checksum mismatch in the {what} at bytes {offset}..{}: \
+                 the footer has CRC-32 {expected:08x}, the bytes {actual:08x}",
+                offset + data.len() as u64
+            ));
         }
+        Ok(())
+    }
+
+    /// Whether the footer records page checksums (and the offset index
+    /// they follow was read).
+    pub fn has_pages(&self) -> bool {
+        !self.pages.is_empty()
     }
 
     /// Check the column chunks `(row group, leaf column)` of a file held
@@ -137,11 +200,12 @@ impl ChunkChecksums {
 /// `schema` without the checksum entry, which a footer's key-value metadata
 /// carries into the Arrow schema read from it.
 pub fn strip(schema: &SchemaRef) -> SchemaRef {
-    if !schema.metadata().contains_key(KEY) {
+    if !schema.metadata().contains_key(KEY) && !schema.metadata().contains_key(PAGE_KEY) {
         return schema.clone();
     }
     let mut metadata = schema.metadata().clone();
     metadata.remove(KEY);
+    metadata.remove(PAGE_KEY);
     Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata))
 }
 
@@ -184,7 +248,16 @@ impl ChunkCrcWriter {
     /// if the plan does not match the chunks the footer describes.
     pub fn entry(&self, ranges: &[(u64, u64)]) -> Option<KeyValue> {
         let planned: Vec<(u64, u64)> = self.planned.iter().map(|(s, l, _)| (*s, *l)).collect();
-        if planned != ranges || self.next != self.planned.len() {
+        if planned != ranges {
+            return None;
+        }
+        self.entry_as(KEY)
+    }
+
+    /// The footer entry `key` of every planned range, once all have
+    /// streamed past; `None` if some did not.
+    pub fn entry_as(&self, key: &str) -> Option<KeyValue> {
+        if self.next != self.planned.len() {
             return None;
         }
         let value: String = self
@@ -192,7 +265,7 @@ impl ChunkCrcWriter {
             .iter()
             .map(|(_, _, h)| format!("{:08x}", h.clone().finalize()))
             .collect();
-        Some(KeyValue::new(KEY.to_string(), value))
+        Some(KeyValue::new(key.to_string(), value))
     }
 }
 

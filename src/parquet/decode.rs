@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::arrow_reader::{
-    ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ParquetRecordBatchReaderBuilder,
-    RowFilter, RowSelection, RowSelector,
+    ArrowPredicateFn, ArrowReaderBuilder, ArrowReaderMetadata, ArrowReaderOptions,
+    ParquetRecordBatchReaderBuilder, RowFilter, RowSelection, RowSelector,
 };
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
@@ -86,6 +86,10 @@ pub struct ReadOptions {
     /// [`part_schema::evolve`]): a table's file written before its schema
     /// changed. `expected` is then the file's own schema.
     pub evolve_to: Option<SchemaRef>,
+    /// The only rows to read, over every row group of the file (see
+    /// [`crate::parquet::seek`]): with an offset index, only the pages
+    /// holding them are fetched. Not with `positions` or `row_groups`.
+    pub selection: Option<parquet::arrow::arrow_reader::RowSelection>,
 }
 
 /// Row positions in a file (0-based, sorted, without duplicates).
@@ -278,6 +282,14 @@ fn configure<T>(
         });
         builder = builder.with_row_filter(RowFilter::new(vec![Box::new(row_filter)]));
     }
+    if let Some(selection) = &opts.selection {
+        if opts.positions.is_some() || selected.is_some() {
+            return Err(Error::InvalidArgument(
+                "a row selection reads every row group, without positions".into(),
+            ));
+        }
+        builder = builder.with_row_selection(selection.clone());
+    }
     if let Some(positions) = &opts.positions {
         let groups = metadata.metadata().row_groups();
         let group_rows: Vec<u64> = groups.iter().map(|g| g.num_rows().max(0) as u64).collect();
@@ -431,6 +443,19 @@ impl PartStream {
         self.file_rows
     }
 
+    /// Every batch left, as one [`Decoded`].
+    pub async fn read_all(mut self) -> Result<Decoded> {
+        let mut batches = Vec::new();
+        while let Some(b) = self.next_batch().await {
+            batches.push(b?);
+        }
+        Ok(Decoded {
+            schema: self.schema(),
+            batches,
+            file_rows: self.file_rows(),
+        })
+    }
+
     /// The next batch, `None` at the end of the part. A decoder panic is
     /// contained and reported as `PartCorrupted`; the stream then ends.
     pub async fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
@@ -540,10 +565,38 @@ impl Footer {
 
 /// Fetch and parse the footer of the part at `key` (`size` bytes).
 pub async fn read_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
-    let builder = open_footer(store, key, size).await?;
-    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), Default::default())
+    read_footer_with(store, key, size, Default::default()).await
+}
+
+/// [`read_footer`], with the page index (column and offset indexes) where
+/// the part has one: a few more bytes, in the same request where they fit.
+pub async fn read_footer_and_page_index(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+) -> Result<Footer> {
+    let options = ArrowReaderOptions::new()
+        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
+    read_footer_with(store, key, size, options).await
+}
+
+async fn read_footer_with(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    options: ArrowReaderOptions,
+) -> Result<Footer> {
+    let builder = open_footer(store, key, size, options.clone()).await?;
+    let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)
         .map_err(corrupted(key))?;
     Ok(Footer { metadata, size })
+}
+
+impl Footer {
+    /// The parsed footer (and page index, if it was read).
+    pub fn metadata(&self) -> &ArrowReaderMetadata {
+        &self.metadata
+    }
 }
 
 /// Open one part: read its footer, prune row groups, and prepare to fetch
@@ -607,16 +660,7 @@ pub async fn read_part(
     size: u64,
     opts: &ReadOptions,
 ) -> Result<Decoded> {
-    let mut part = open_part(store, key, size, opts).await?;
-    let mut batches = Vec::new();
-    while let Some(b) = part.next_batch().await {
-        batches.push(b?);
-    }
-    Ok(Decoded {
-        schema: part.schema(),
-        batches,
-        file_rows: part.file_rows(),
-    })
+    open_part(store, key, size, opts).await?.read_all().await
 }
 
 /// A part's footer, fetched (the tail of its `size` bytes) and parsed.
@@ -624,23 +668,26 @@ async fn open_footer(
     store: &StoreHandle,
     key: &str,
     size: u64,
+    options: ArrowReaderOptions,
 ) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
-    crate::error::catch_unwind_future(ParquetRecordBatchStreamBuilder::new(reader))
-        .await
-        .unwrap_or_else(|payload| {
-            Err(ParquetError::General(format!(
-                "the footer decoder failed ({})",
-                panic_message(payload.as_ref())
-            )))
-        })
-        .map_err(corrupted(key))
+    crate::error::catch_unwind_future(ParquetRecordBatchStreamBuilder::new_with_options(
+        reader, options,
+    ))
+    .await
+    .unwrap_or_else(|payload| {
+        Err(ParquetError::General(format!(
+            "the footer decoder failed ({})",
+            panic_message(payload.as_ref())
+        )))
+    })
+    .map_err(corrupted(key))
 }
 
 /// The row count of each row group of a part, from its footer alone.
 pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>> {
     let size = store.head(key).await?.size;
-    Ok(open_footer(store, key, size)
+    Ok(open_footer(store, key, size, Default::default())
         .await?
         .metadata()
         .row_groups()
@@ -666,7 +713,9 @@ pub async fn row_group_plan(
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
     let size = store.head(key).await?.size;
     Ok(crate::parquet::chunk_crc::strip(
-        open_footer(store, key, size).await?.schema(),
+        open_footer(store, key, size, Default::default())
+            .await?
+            .schema(),
     ))
 }
 

@@ -53,6 +53,10 @@ pub struct EncodeOptions {
     pub row_group_size: Option<usize>,
     /// Rows per part file; `None` writes one `data.parquet`.
     pub max_rows_per_file: Option<usize>,
+    /// Columns written with page statistics (a column index), so that a
+    /// reader can fetch only the pages that may hold a value; every page's
+    /// CRC-32 is then recorded too (see [`crate::parquet::chunk_crc`]).
+    pub page_index: Vec<String>,
 }
 
 impl EncodeOptions {
@@ -75,7 +79,14 @@ impl EncodeOptions {
             compression: parse_compression(compression)?,
             row_group_size,
             max_rows_per_file,
+            page_index: Vec::new(),
         })
+    }
+
+    /// These options, with page statistics on `columns` (see [`Self::page_index`]).
+    pub fn with_page_index(mut self, columns: &[String]) -> Self {
+        self.page_index = columns.to_vec();
+        self
     }
 
     /// Parquet writer properties for these options.
@@ -87,6 +98,12 @@ impl EncodeOptions {
             .set_statistics_enabled(EnabledStatistics::Chunk);
         if let Some(n) = self.row_group_size {
             b = b.set_max_row_group_row_count(Some(n));
+        }
+        for c in &self.page_index {
+            b = b.set_column_statistics_enabled(
+                parquet::schema::types::ColumnPath::from(c.as_str()),
+                EnabledStatistics::Page,
+            );
         }
         b.build()
     }
@@ -110,6 +127,8 @@ pub struct HashingWriter<W> {
     hasher: Sha256,
     written: u64,
     crcs: ChunkCrcWriter,
+    /// Page checksums, where pages are indexed.
+    page_crcs: ChunkCrcWriter,
 }
 
 impl<W: Write> HashingWriter<W> {
@@ -119,6 +138,7 @@ impl<W: Write> HashingWriter<W> {
             hasher: Sha256::new(),
             written: 0,
             crcs: ChunkCrcWriter::default(),
+            page_crcs: ChunkCrcWriter::default(),
         }
     }
 }
@@ -128,6 +148,7 @@ impl<W: Write> Write for HashingWriter<W> {
         let n = self.inner.write(buf)?;
         self.hasher.update(&buf[..n]);
         self.crcs.update(self.written, &buf[..n]);
+        self.page_crcs.update(self.written, &buf[..n]);
         self.written += n as u64;
         Ok(n)
     }
@@ -160,6 +181,8 @@ pub struct PartEncoder<W: Write + Send> {
     row_groups: usize,
     rows: u64,
     threads: usize,
+    /// Columns with page statistics (see [`EncodeOptions::page_index`]).
+    page_index: Vec<String>,
 }
 
 impl<W: Write + Send> PartEncoder<W> {
@@ -198,6 +221,7 @@ impl<W: Write + Send> PartEncoder<W> {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            page_index: opts.page_index.clone(),
         })
     }
 
@@ -304,9 +328,30 @@ impl<W: Write + Send> PartEncoder<W> {
         chunks.sort_by_key(|(i, _)| *i);
         // The chunks land back to back from here on: plan their checksums.
         let mut at = self.writer.bytes_written() as u64;
+        let pages = !self.page_index.is_empty();
         for (_, chunk) in &chunks {
-            let len = u64::try_from(chunk.close().metadata.compressed_size()).unwrap_or_default();
-            self.writer.inner_mut().crcs.plan(at, len);
+            let close = chunk.close();
+            let len = u64::try_from(close.metadata.compressed_size()).unwrap_or_default();
+            let hw = self.writer.inner_mut();
+            hw.crcs.plan(at, len);
+            // Pages lie back to back in the chunk, the dictionary page (the
+            // bytes the data pages leave) first.
+            if let Some(index) = close.offset_index.as_ref().filter(|_| pages) {
+                let sizes: Vec<u64> = index
+                    .page_locations
+                    .iter()
+                    .map(|p| u64::try_from(p.compressed_page_size).unwrap_or_default())
+                    .collect();
+                let dictionary = len.saturating_sub(sizes.iter().sum());
+                if dictionary > 0 {
+                    hw.page_crcs.plan(at, dictionary);
+                }
+                let mut page = at + dictionary;
+                for size in sizes {
+                    hw.page_crcs.plan(page, size);
+                    page += size;
+                }
+            }
             at += len;
         }
         let mut rg = self.writer.next_row_group()?;
@@ -325,6 +370,12 @@ impl<W: Write + Send> PartEncoder<W> {
         let ranges = crate::parquet::chunk_crc::flushed_ranges(self.writer.flushed_row_groups());
         if let Some(entry) = self.writer.inner_mut().crcs.entry(&ranges) {
             self.writer.append_key_value_metadata(entry);
+        }
+        let pages = &self.writer.inner_mut().page_crcs;
+        if let Some(entry) = pages.entry_as(crate::parquet::chunk_crc::PAGE_KEY) {
+            if !self.page_index.is_empty() && !entry.value.as_deref().unwrap_or("").is_empty() {
+                self.writer.append_key_value_metadata(entry);
+            }
         }
         let rows = self.rows;
         let flushed = self.writer.flushed_row_groups();

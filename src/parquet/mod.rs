@@ -12,6 +12,7 @@ pub mod part_schema;
 pub mod parts;
 pub mod range_reader;
 pub mod scan;
+pub mod seek;
 pub mod split;
 pub mod stats;
 pub mod storage_types;

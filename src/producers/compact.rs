@@ -117,6 +117,7 @@ pub fn compact(env: &Env, node: &NodeView) -> Result<(NodeState, [Compacted; 2],
         let state = NodeState {
             content,
             mappings,
+            derived_prefix: node.state.derived_prefix,
             update: Default::default(),
         };
         Ok((state, [c, m]))

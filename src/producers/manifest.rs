@@ -43,12 +43,25 @@ pub struct NodeState {
     /// Sources and stages: the content, sorted, cut by the (target) key.
     #[serde(default)]
     pub content: Vec<RangePart>,
-    /// Stages: `(K_s, K_t)`, sorted, cut by the source key.
+    /// Stages: `(K_s, K_t)`, sorted, cut by the source key. Where
+    /// `derived_prefix` is above 0, only the pairs whose `K_t` does not
+    /// begin with their `K_s`'s first `derived_prefix` values (see
+    /// [`super::node::NodeView::shared_prefix`]).
     #[serde(default)]
     pub mappings: Vec<RangePart>,
+    /// Stages: the leading key columns shared by `K_s` and `K_t` (0:
+    /// `mappings` holds every pair, as manifests written before this field
+    /// did). A pair whose `K_t` begins with its `K_s`'s values there is not
+    /// stored: it is found in the content, which is cut by `K_t`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub derived_prefix: usize,
     /// What this version changed.
     #[serde(default)]
     pub update: UpdateFiles,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl NodeState {
@@ -66,6 +79,7 @@ impl NodeState {
         Self {
             content: self.content.clone(),
             mappings: self.mappings.clone(),
+            derived_prefix: self.derived_prefix,
             update: UpdateFiles::default(),
         }
     }

@@ -44,6 +44,10 @@ pub struct Env {
     /// Objects written are named starting with this (a Spark job's id), so
     /// that the job can find and remove what its failed tasks wrote.
     pub job: Option<String>,
+    /// Whether a stage's first build derives the key-mappings its content
+    /// holds (see [`NodeView::mappings_mode`]); off only to test stages
+    /// stored before that.
+    pub derive_mappings: bool,
 }
 
 impl Env {
@@ -199,6 +203,17 @@ impl NodeView {
                 view.name
             )));
         }
+        let derived = view.state.derived_prefix;
+        if derived != 0 && (view.kind != Kind::Stage || derived != view.shared_prefix()) {
+            return Err(Error::ManifestCorrupted {
+                path: view.name.clone(),
+                reason: format!(
+                    "its key-mappings are recorded as derived from {derived} key columns, \
+                     its keys share {}",
+                    view.shared_prefix()
+                ),
+            });
+        }
         if view.kind == Kind::Merge && view.feeders.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "merge {:?} has no feeders",
@@ -206,6 +221,43 @@ impl NodeView {
             )));
         }
         Ok(view)
+    }
+
+    /// A stage's leading key columns that its source key has too (same
+    /// names and types, in the same places): `K_t` of `(user, day)` from
+    /// `K_s` of `(user, session_start)` share 1. Rows whose `K_t` begins
+    /// with their `K_s`'s values there need no stored key-mapping (see
+    /// [`super::manifest::NodeState::derived_prefix`]).
+    pub fn shared_prefix(&self) -> usize {
+        let ty = |name: &str| {
+            self.schema
+                .field_with_name(name)
+                .ok()
+                .map(|f| f.data_type())
+        };
+        self.key
+            .iter()
+            .zip(&self.source_key)
+            .take_while(|(k, s)| {
+                s.strip_prefix(SOURCE_PREFIX) == Some(k.as_str())
+                    && ty(k).is_some()
+                    && ty(k) == ty(s)
+            })
+            .count()
+    }
+
+    /// The key-mappings an update of this stage writes: those of its
+    /// stored state where it stores rows; else (a first build) derived
+    /// from [`Self::shared_prefix`] columns where `derive` allows.
+    pub fn mappings_mode(&self, derive: bool) -> usize {
+        let stored = !self.state.content.is_empty() || !self.state.mappings.is_empty();
+        if stored {
+            self.state.derived_prefix
+        } else if derive {
+            self.shared_prefix()
+        } else {
+            0
+        }
     }
 
     /// Key then values.
@@ -237,8 +289,10 @@ impl NodeView {
             root: env.root.clone(),
             schema,
             sort_key,
+            // Page statistics on the cut key: lookups seek (see
+            // `crate::parquet::seek`).
+            opts: env.opts.clone().with_page_index(&cut_key),
             cut_key,
-            opts: env.opts.clone(),
             target_rows: env.target_rows,
         })
     }

@@ -319,32 +319,67 @@ impl Layout {
     /// [`Layered`]); the rows after the patches are checked against the
     /// part's record.
     fn decode_layered(&self, part: &RangePart, fetched: Fetched) -> Result<Layered> {
+        self.decode_layered_columns(part, fetched, None)
+    }
+
+    /// [`Self::decode_layered`], only `columns` (which hold the cut key)
+    /// decoded, in that order.
+    fn decode_layered_columns(
+        &self,
+        part: &RangePart,
+        fetched: Fetched,
+        columns: Option<&[String]>,
+    ) -> Result<Layered> {
         let Fetched { base, files } = fetched;
+        let base = self.decode_file(part, base, columns, &self.schema, part.file_rows())?;
+        self.layer(part, base, files, columns, true)
+    }
+
+    /// A part's decoded file rows (`columns` projected; all of them if
+    /// `whole`, else the runs of some values: no row count to check) under
+    /// its fetched patch files.
+    fn layer(
+        &self,
+        part: &RangePart,
+        base: Vec<RecordBatch>,
+        files: Vec<Bytes>,
+        columns: Option<&[String]>,
+        whole: bool,
+    ) -> Result<Layered> {
         let cut_schema = self.cut_schema()?;
-        let base = self.decode_file(part, base, None, &self.schema, part.file_rows())?;
+        let schema = match columns {
+            None => self.schema.clone(),
+            Some(cols) => {
+                let idx = crate::parquet::decode::column_indices(&self.schema, cols)?;
+                Arc::new(self.schema.project(&idx)?)
+            }
+        };
         let mut files = files.into_iter();
-        let mut next = |f: &RangePart, schema: &SchemaRef| -> Result<Vec<RecordBatch>> {
+        let mut next = |f: &RangePart, rows: bool| -> Result<Vec<RecordBatch>> {
             let data = files
                 .next()
                 .ok_or_else(|| Error::Task("a patch file was not fetched".into()))?;
-            self.decode_file(f, data, None, schema, f.rows)
+            match rows {
+                true => self.decode_file(f, data, columns, &self.schema, f.rows),
+                false => self.decode_file(f, data, None, &cut_schema, f.rows),
+            }
         };
         let mut patches = Vec::with_capacity(part.patches.len());
         for p in &part.patches {
             let rows = match &p.rows {
-                Some(f) => next(f, &self.schema)?,
+                Some(f) => next(f, true)?,
                 None => Vec::new(),
             };
             let deleted = match &p.deleted {
-                Some(f) => next(f, &cut_schema)?,
+                Some(f) => next(f, false)?,
                 None => Vec::new(),
             };
             patches.push((rows, deleted));
         }
-        let cut = self.encoder(&self.cut_key)?;
+        let cut = KeyEncoder::new(&schema, &self.cut_key)?;
         let deleted_enc = KeyEncoder::new(&cut_schema, &self.cut_key)?;
-        let layered = Layered::new(&self.schema, &cut, &deleted_enc, base, patches)?;
-        if layered.len() as u64 != part.rows {
+        let layered = Layered::new(&schema, &cut, &deleted_enc, base, patches)?;
+        if whole && layered.len() as u64 != part.rows {
             return Err(Error::PartCorrupted {
                 path: self.object(part),
                 reason: format!(
@@ -499,6 +534,115 @@ impl Layout {
         let mut out = Vec::new();
         for part in self.read_layered(&wanted)? {
             out.extend(self.project(part.take(&sorted)?.0, Some(columns))?);
+        }
+        Ok(out)
+    }
+
+    /// The rows whose cut key begins with one of the values of `lead`
+    /// (batches of the cut key's first columns, any names, sorted), in
+    /// sort order, only `columns` (which hold the cut key) decoded. A
+    /// lookup, not a scan: only the parts whose key ranges may hold such
+    /// rows are read, a few at a time, and of those only the pages whose
+    /// range of the cut key's first column holds a wanted value (see
+    /// [`crate::parquet::seek`]), with the part's patches.
+    pub fn prefix_rows(
+        &self,
+        parts: &[RangePart],
+        lead: &[RecordBatch],
+        columns: &[String],
+    ) -> Result<Vec<RecordBatch>> {
+        let Some(first) = lead.iter().find(|b| b.num_rows() > 0) else {
+            return Ok(Vec::new());
+        };
+        let m = first.num_columns();
+        let names: Vec<String> = first
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let lead_key = self
+            .cut_key
+            .get(..m)
+            .filter(|l| !l.is_empty())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a prefix of {m} columns of the cut key {:?}",
+                    self.cut_key
+                ))
+            })?;
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let enc = KeyEncoder::new(&first.schema(), &names)?;
+        let mut prefixes: Vec<Box<[u8]>> = Vec::new();
+        for b in lead {
+            let rows = enc.rows(b)?;
+            prefixes.extend((0..b.num_rows()).map(|i| Box::from(rows.row(i).data())));
+        }
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let firsts: Vec<&dyn arrow_array::Array> =
+            lead.iter().map(|b| b.column(0).as_ref()).collect();
+        let values = arrow_select::concat::concat(&firsts)?;
+        let (lo, hi) = super::parts::key_bounds(parts, &self.schema, lead_key)?;
+        // Each part whose lead range holds a prefix: the first prefix not
+        // below its first key is at most its last.
+        let wanted: Vec<RangePart> = parts
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| {
+                let i = prefixes.partition_point(|p| **p < *lo.row(*j).data());
+                i < prefixes.len() && *prefixes[i] <= *hi.row(*j).data()
+            })
+            .map(|(_, p)| p.clone())
+            .collect();
+        let opts = ReadOptions {
+            columns: Some(columns.to_vec()),
+            expected: Some(self.schema.clone()),
+            ..Default::default()
+        };
+        let column = &self.cut_key[0];
+        let seek = |part: RangePart| {
+            let (opts, values) = (&opts, &values);
+            async move {
+                let path = self.object(&part);
+                let files: Vec<&RangePart> = part.patches.iter().flat_map(|p| p.files()).collect();
+                let (base, files) = futures::future::try_join(
+                    crate::parquet::seek::read_pages_holding(
+                        &self.store,
+                        &path,
+                        part.size_bytes,
+                        opts,
+                        column,
+                        values,
+                    ),
+                    futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
+                )
+                .await?;
+                if base.file_rows != part.file_rows() {
+                    return Err(Error::PartCorrupted {
+                        path,
+                        reason: format!(
+                            "{} rows, the manifest records {}",
+                            base.file_rows,
+                            part.file_rows()
+                        ),
+                    });
+                }
+                Ok((part, base.batches, files))
+            }
+        };
+        let read: Vec<_> = crate::runtime::block_on(
+            futures::stream::iter(wanted.into_iter().map(seek))
+                .buffered(FETCH_AHEAD)
+                .try_collect::<Vec<_>>(),
+        )??;
+        let mut out = Vec::new();
+        for (part, base, files) in read {
+            let layered = self.layer(&part, base, files, Some(columns), false)?;
+            let keys = layered.keys_with_prefix(&prefixes);
+            out.extend(layered.take(&keys)?.0);
         }
         Ok(out)
     }

@@ -229,6 +229,33 @@ impl Layered {
         Ok((coalesce(&self.base.schema, out)?, n))
     }
 
+    /// The distinct values with rows after the patches that begin with
+    /// one of `prefixes` (row-format bytes of the cut key's leading
+    /// columns, sorted, distinct), in order.
+    pub fn keys_with_prefix(&self, prefixes: &[Box<[u8]>]) -> Vec<Box<[u8]>> {
+        // A value begins with a prefix only if the greatest prefix not
+        // above it is one it begins with (row-format values of the same
+        // columns are prefix-free).
+        let under = |k: &[u8]| {
+            let i = prefixes.partition_point(|p| **p <= *k);
+            i > 0 && k.starts_with(&prefixes[i - 1])
+        };
+        let patched: Vec<Box<[u8]>> = self
+            .owner
+            .iter()
+            .filter(|o| !o.run.is_empty() && under(&o.key))
+            .map(|o| o.key.clone())
+            .collect();
+        // The file's values, less those a patch deleted.
+        let base: Vec<Box<[u8]>> = self
+            .base
+            .keys_with_prefix(prefixes)
+            .into_iter()
+            .filter(|k| self.owned(k).is_none_or(|o| !o.run.is_empty()))
+            .collect();
+        merge_newest(base, patched, |k| k)
+    }
+
     /// The first and last of the rows whose value is not in `keys`
     /// (sorted, distinct), as one-row batches; none if there is none.
     pub fn ends_without(&self, keys: &[Box<[u8]>]) -> Vec<RecordBatch> {

@@ -130,7 +130,7 @@ impl StageRun {
         let parts = scope.parts_in(&stage.state.mappings)?;
         let token = env.token();
         let adds = scope.checked(f.mappings.finish()?, &stage.source_key, "emitted rows");
-        let m = steps::rewrite_mappings(
+        let mut m = steps::rewrite_mappings(
             &env,
             &stage,
             &parts,
@@ -138,6 +138,11 @@ impl StageRun {
             adds,
             format!("nodes/{}/mappings/{token}", stage.name),
         )?;
+        // The pairs not stored, found in the content (any target range).
+        match steps::derived_pairs(&env, &stage, &stage.state.content, &changed, f.mode) {
+            Ok(d) => m.removed.extend(d),
+            Err(e) => return undo(&env, &m.created, e),
+        }
         let emitted = match f.content.finish() {
             Ok(e) => e,
             Err(e) => return undo(&env, &m.created, e),
@@ -313,6 +318,7 @@ pub fn stitch_stage(
     Ok(NodeState {
         content,
         mappings,
+        derived_prefix: stage.mappings_mode(env.derive_mappings),
         update: stitch_updates(&key_schema, &updates)?,
     })
 }

@@ -55,6 +55,8 @@ pub struct StageRun {
     changed_schema: SchemaRef,
     sorting: SortWorker,
     mapping_idx: Vec<usize>,
+    /// The key-mappings' mode: see [`NodeView::mappings_mode`].
+    mode: usize,
     /// The source-key range the input is restricted to (a map task's).
     scope: Option<Arc<RangeFilter>>,
     /// Rows handed out / taken back.
@@ -190,7 +192,9 @@ impl StageRun {
             ..env.clone()
         };
         let content_key: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
+        let mode = stage.mappings_mode(env.derive_mappings);
         Ok(Self {
+            mode,
             sorting: SortWorker::start(
                 half.sorter(stage.schema.clone(), &content_key)?,
                 half.sorter(mapping_schema, &mapping_cols)?,
@@ -256,17 +260,23 @@ impl StageRun {
         // queued in compact pieces: the queue holds a few pieces, not a few
         // large batches, and the sorts account each piece's own buffers.
         if batch.num_rows() <= PUSH_PIECE_ROWS {
-            let mapping = batch.project(&self.mapping_idx)?;
+            let mapping = self.mapping_rows(&batch)?;
             return self.sorting.send(batch, mapping);
         }
         let schema = batch.schema();
         for start in (0..batch.num_rows()).step_by(PUSH_PIECE_ROWS) {
             let len = PUSH_PIECE_ROWS.min(batch.num_rows() - start);
             let piece = arrow_select::concat::concat_batches(&schema, [&batch.slice(start, len)])?;
-            let mapping = piece.project(&self.mapping_idx)?;
+            let mapping = self.mapping_rows(&piece)?;
             self.sorting.send(piece, mapping)?;
         }
         Ok(())
+    }
+
+    /// The key-mappings rows `(K_s, K_t)` of emitted rows that are stored
+    /// (see [`steps::stored_mappings`]).
+    fn mapping_rows(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        steps::stored_mappings(&self.stage, batch.project(&self.mapping_idx)?, self.mode)
     }
 
     /// What both [`Self::finish`] and a map task's finish start from: the
@@ -281,6 +291,7 @@ impl StageRun {
             scope,
             rows_in,
             rows_out,
+            mode,
             ..
         } = self;
         let (content, mappings) = sorting.join()?;
@@ -296,6 +307,7 @@ impl StageRun {
             scope,
             rows_in,
             rows_out,
+            mode,
         })
     }
 
@@ -309,6 +321,7 @@ impl StageRun {
             changed,
             content,
             mappings,
+            mode,
             ..
         } = self.finishing()?;
         let token = env.token();
@@ -339,8 +352,12 @@ impl StageRun {
                 )
             };
             let (m, c) = if stored {
-                let m = rewrite_mappings()?;
+                let mut m = rewrite_mappings()?;
                 created.extend(m.created.iter().cloned());
+                // The pairs not stored, found in the content.
+                let derived =
+                    steps::derived_pairs(&env, &stage, &stage.state.content, &changed, mode)?;
+                m.removed.extend(derived);
                 // The old targets, sorted by target key.
                 let old_targets = steps::old_targets(&env, &stage, &m.removed)?;
                 let c = rewrite_content(old_targets)?;
@@ -374,6 +391,7 @@ impl StageRun {
             Ok(NodeState {
                 content: c.parts,
                 mappings: m.parts,
+                derived_prefix: mode,
                 update: UpdateFiles {
                     rows: c.selected,
                     deleted,
@@ -476,6 +494,8 @@ pub(super) struct Finishing {
     /// Rows handed out / taken back.
     pub rows_in: u64,
     pub rows_out: u64,
+    /// The key-mappings' mode: see [`NodeView::mappings_mode`].
+    pub mode: usize,
 }
 
 /// `schema` with its fields renamed to `names`.
@@ -551,6 +571,7 @@ pub(crate) mod tests {
             sort_budget: 1 << 20,
             spill: None,
             job: None,
+            derive_mappings: true,
         }
     }
 

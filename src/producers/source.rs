@@ -98,6 +98,7 @@ pub fn apply(
         NodeState {
             content,
             mappings: Vec::new(),
+            derived_prefix: 0,
             update,
         },
         created,
@@ -259,6 +260,7 @@ pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String
             NodeState {
                 content: Vec::new(),
                 mappings: Vec::new(),
+                derived_prefix: 0,
                 update: UpdateFiles {
                     rows: u.selected,
                     deleted,

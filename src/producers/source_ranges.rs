@@ -67,6 +67,7 @@ pub fn stitch_source(node: &NodeView, done: &[SourceRangeOutput]) -> Result<Node
     Ok(NodeState {
         content: stitch_parts(&node.state.content, &key_schema, &contents)?,
         mappings: Vec::new(),
+        derived_prefix: 0,
         update: stitch_updates(&key_schema, &updates)?,
     })
 }

@@ -100,6 +100,27 @@ impl Sorted {
         out
     }
 
+    /// The distinct cut-key values that begin with one of `prefixes`
+    /// (row-format bytes of the cut key's leading columns, sorted,
+    /// distinct), in order: a galloping search per prefix and per value,
+    /// not a pass over every row.
+    pub fn keys_with_prefix(&self, prefixes: &[Box<[u8]>]) -> Vec<Box<[u8]>> {
+        let mut out: Vec<Box<[u8]>> = Vec::new();
+        let mut at = 0;
+        for p in prefixes {
+            let mut i = self.gallop(at, p, false);
+            while i < self.len() && self.key(i).starts_with(p) {
+                let k = self.key(i);
+                out.push(Box::from(k));
+                // Past this value's run (at least a row on: rows from a
+                // store may be out of order).
+                i = self.gallop(i, k, true).max(i + 1);
+            }
+            at = i;
+        }
+        out
+    }
+
     /// The first row at or after `from` whose key is `>= key` (`strict`:
     /// `> key`), rows before `from` being below it.
     fn gallop(&self, from: usize, key: &[u8], strict: bool) -> usize {

@@ -9,7 +9,7 @@ use super::keys::{KeyEncoder, KeySet};
 use super::merge::dedup_sorted;
 use super::node::{Env, NodeView};
 use super::parts::RangePart;
-use super::partset::{key_set, Change, Remove, Rewritten};
+use super::partset::{filter_by_keys, key_set, Change, Remove, Rewritten};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -91,6 +91,87 @@ pub fn rewrite_mappings(
     )
 }
 
+/// Of key-mappings rows `(K_s, K_t)` (the mappings layout's columns), the
+/// ones a stage whose mappings are derived from `mode` shared key columns
+/// stores (see [`super::manifest::NodeState::derived_prefix`]): those
+/// whose `K_t` does not begin with their `K_s`'s values there. All of them
+/// where `mode` is 0.
+pub fn stored_mappings(stage: &NodeView, rows: RecordBatch, mode: usize) -> Result<RecordBatch> {
+    if mode == 0 || rows.num_rows() == 0 {
+        return Ok(rows);
+    }
+    let column = |name: &str| {
+        rows.column_by_name(name)
+            .ok_or_else(|| Error::Task(format!("key-mappings rows lack {name:?}")))
+    };
+    let mut differ: Option<arrow_array::BooleanArray> = None;
+    for (k, s) in stage.key.iter().zip(&stage.source_key).take(mode) {
+        let d = arrow_ord::cmp::distinct(column(k)?, column(s)?)?;
+        differ = Some(match differ {
+            None => d,
+            Some(acc) => arrow_arith::boolean::or(&acc, &d)?,
+        });
+    }
+    match differ {
+        Some(mask) if mask.true_count() < rows.num_rows() => {
+            Ok(arrow_select::filter::filter_record_batch(&rows, &mask)?)
+        }
+        _ => Ok(rows),
+    }
+}
+
+/// The key-mappings pairs `(K_s, K_t)` of the `changed` source keys that a
+/// stage whose mappings are derived from `mode` shared key columns does
+/// not store: read from its content `parts` (cut by `K_t`), only the parts
+/// that may hold the changed keys' leading values and only the key
+/// columns decoded. Distinct, in the mappings layout's columns.
+pub fn derived_pairs(
+    env: &Env,
+    stage: &NodeView,
+    parts: &[RangePart],
+    changed: &ChangedKeys,
+    mode: usize,
+) -> Result<Vec<RecordBatch>> {
+    if mode == 0 || parts.is_empty() || changed.set.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The changed keys' leading values (same types as the content's cut
+    // key's: see `NodeView::shared_prefix`).
+    let lead: Vec<RecordBatch> = changed
+        .keys
+        .iter()
+        .map(|b| {
+            b.project(&(0..mode).collect::<Vec<_>>())
+                .map_err(Error::from)
+        })
+        .collect::<Result<_>>()?;
+    let content = stage.content_layout(env);
+    let ml = stage.mappings_layout(env)?;
+    // Content columns (K_t, K_s): the pairs, sorted by (K_t, K_s).
+    let cols: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
+    let rows = content.prefix_rows(parts, &lead, &cols)?;
+    let proj = std::sync::Arc::new(content.schema.project(
+        &crate::parquet::decode::column_indices(&content.schema, &cols)?,
+    )?);
+    let (hit, _) = filter_by_keys(
+        &rows,
+        &KeyEncoder::new(&proj, &stage.source_key)?,
+        &changed.set,
+        true,
+    )?;
+    let idx = crate::parquet::decode::column_indices(&proj, &ml.sort_key)?;
+    let pairs: Vec<RecordBatch> = hit
+        .iter()
+        .map(|b| b.project(&idx).map_err(Error::from))
+        .collect::<Result<_>>()?;
+    dedup_sorted(
+        ml.schema.clone(),
+        &cols,
+        Box::new(pairs.into_iter().map(Ok)),
+    )?
+    .collect()
+}
+
 /// The old targets of removed key-mappings rows (`(K_s, K_t)`): their
 /// target keys, sorted and distinct.
 pub fn old_targets(
@@ -131,4 +212,226 @@ pub fn rewrite_content(
             prefix,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! Key-mappings derived from the content (a target key that begins
+    //! with the source key) against stored ones: the same content and the
+    //! same updates, over random upserts and deletes.
+    use super::*;
+    use crate::producers::manifest::NodeState;
+    use crate::producers::node::Kind;
+    use crate::producers::run::tests::{env, it, pairs, source_view};
+    use crate::producers::run::StageRun;
+    use crate::producers::source;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    /// A stage keyed `(ks, x)` from a source keyed `ks`: one shared column.
+    fn stage(state: NodeState) -> NodeView {
+        NodeView {
+            name: "st".into(),
+            kind: Kind::Stage,
+            key: vec!["ks".into(), "x".into()],
+            values: vec!["v".into()],
+            source_key: vec!["__pds_src.ks".into()],
+            schema: Arc::new(Schema::new(vec![
+                Field::new("ks", DataType::Int64, false),
+                Field::new("x", DataType::Int64, false),
+                Field::new("__pds_src.ks", DataType::Int64, false),
+                Field::new("v", DataType::Utf8, true),
+            ])),
+            state,
+            feeders: vec![],
+        }
+    }
+
+    /// Source key `k` with value `"v<n>"` emits `(k, n % 5)`, `(k, 50 + n %
+    /// 4)` when `n` is a multiple of 3, and, when `n` is a multiple of 7,
+    /// `(k + 1, 99)` and `(k / 10, 7)`: targets that do not begin with their
+    /// source key, whose pairs are stored; several source keys share the
+    /// last.
+    fn produce(run: &mut StageRun) {
+        while let Some(chunk) = run.next_chunk(false, 5).unwrap() {
+            let (rows, _) = &chunk.sources[0];
+            let k = rows.column(0).as_primitive::<Int64Type>();
+            let v = rows.column(1).as_string::<i32>();
+            let (mut t, mut x, mut s, mut vs) = (vec![], vec![], vec![], vec![]);
+            for i in 0..rows.num_rows() {
+                let (k, val) = (k.value(i), v.value(i));
+                let n: i64 = val[1..].parse().unwrap();
+                let mut out = vec![(k, n % 5)];
+                if n % 3 == 0 {
+                    out.push((k, 50 + n % 4));
+                }
+                if n % 7 == 0 {
+                    out.extend([(k + 1, 99), (k / 10, 7)]);
+                }
+                for (a, b) in out {
+                    t.push(a);
+                    x.push(b);
+                    s.push(k);
+                    vs.push(val.to_string());
+                }
+            }
+            let batch = RecordBatch::try_new(
+                run.schema(),
+                vec![
+                    Arc::new(Int64Array::from(t)),
+                    Arc::new(Int64Array::from(x)),
+                    Arc::new(Int64Array::from(s)),
+                    Arc::new(StringArray::from(vs)),
+                ],
+            )
+            .unwrap();
+            run.push(batch).unwrap();
+        }
+    }
+
+    fn update(env: &Env, st: NodeState, src: NodeState, rebuild: bool) -> NodeState {
+        let mut run =
+            StageRun::new(env.clone(), stage(st), vec![source_view(src)], rebuild).unwrap();
+        produce(&mut run);
+        run.finish().unwrap().0
+    }
+
+    type Row = (i64, i64, i64, String);
+
+    fn rows(env: &Env, parts: &[RangePart]) -> Vec<Row> {
+        let view = stage(NodeState::default());
+        let mut out = Vec::new();
+        for b in view.content_layout(env).scan(parts.to_vec(), None) {
+            let b = b.unwrap();
+            let c = |i: usize| b.column(i).as_primitive::<Int64Type>().clone();
+            let (t, x, s) = (c(0), c(1), c(2));
+            let v = b.column(3).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                out.push((t.value(i), x.value(i), s.value(i), v.value(i).to_string()));
+            }
+        }
+        out
+    }
+
+    /// The update's deleted keys.
+    fn deleted(env: &Env, st: &NodeState) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for b in stage(st.clone()).update_deleted(env).unwrap() {
+            let c = |i: usize| b.column(i).as_primitive::<Int64Type>().clone();
+            let (t, x) = (c(0), c(1));
+            out.extend((0..b.num_rows()).map(|i| (t.value(i), x.value(i))));
+        }
+        out.sort();
+        out
+    }
+
+    fn pair_count(env: &Env, st: &NodeState) -> usize {
+        let layout = stage(st.clone()).mappings_layout(env).unwrap();
+        layout
+            .scan(st.mappings.clone(), None)
+            .map(|b| b.unwrap().num_rows())
+            .sum()
+    }
+
+    #[test]
+    fn derived_mappings_update_like_stored_ones() {
+        let derived = env(4);
+        let stored = Env {
+            derive_mappings: false,
+            ..derived.clone()
+        };
+        assert_eq!(stage(NodeState::default()).shared_prefix(), 1);
+        let view = source_view(NodeState::default());
+        let ks: Vec<i64> = (0..300).collect();
+        let vs: Vec<String> = ks.iter().map(|k| format!("v{}", k * 3 + 1)).collect();
+        let vr: Vec<&str> = vs.iter().map(|s| s.as_str()).collect();
+        let mut src = source::apply(&derived, &view, it(vec![pairs(&ks, &vr)]), vec![])
+            .unwrap()
+            .0;
+        let mut a = update(&derived, NodeState::default(), src.clone(), false);
+        let mut b = update(&stored, NodeState::default(), src.clone(), false);
+        assert_eq!((a.derived_prefix, b.derived_prefix), (1, 0));
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..12 {
+            // A few upserts (new keys too) and deletes, scattered.
+            let mut up: Vec<i64> = (0..8).map(|_| next(340) as i64).collect();
+            up.sort();
+            up.dedup();
+            let dels: Vec<i64> = (0..3)
+                .map(|_| next(340) as i64)
+                .filter(|k| !up.contains(k))
+                .collect();
+            let vs: Vec<String> = up.iter().map(|_| format!("v{}", next(1000))).collect();
+            let vr: Vec<&str> = vs.iter().map(|s| s.as_str()).collect();
+            let del = RecordBatch::try_new(
+                Arc::new(Schema::new(vec![Field::new("ks", DataType::Int64, false)])),
+                vec![Arc::new(Int64Array::from(dels))],
+            )
+            .unwrap();
+            src = source::apply(
+                &derived,
+                &source_view(src),
+                it(vec![pairs(&up, &vr)]),
+                vec![del],
+            )
+            .unwrap()
+            .0;
+            a = update(&derived, a, src.clone(), false);
+            b = update(&stored, b, src.clone(), false);
+            assert_eq!(
+                rows(&derived, &a.content),
+                rows(&derived, &b.content),
+                "round {round}"
+            );
+            assert_eq!(
+                rows(&derived, &a.update.rows),
+                rows(&derived, &b.update.rows),
+                "round {round}: the update's rows"
+            );
+            assert_eq!(
+                deleted(&derived, &a),
+                deleted(&derived, &b),
+                "round {round}"
+            );
+            // Only the pairs whose target does not begin with their source
+            // key are stored: two per source key with a multiple of 7.
+            let exceptions = rows(&derived, &a.content)
+                .iter()
+                .filter(|(t, _, s, _)| t != s)
+                .map(|(t, x, s, _)| (*t, *x, *s))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            assert!(exceptions > 0);
+            assert_eq!(pair_count(&derived, &a), exceptions, "round {round}");
+            assert!(pair_count(&derived, &b) > 2 * exceptions);
+        }
+        // A rebuild from the source gives the same content.
+        let rebuilt = update(&derived, NodeState::default(), src.clone(), true);
+        assert_eq!(rows(&derived, &rebuilt.content), rows(&derived, &a.content));
+        // A stored stage keeps its mode; a manifest claiming another is refused.
+        assert_eq!(stage(b.clone()).mappings_mode(true), 0);
+        let mut bad = stage(a.clone());
+        bad.state.derived_prefix = 2;
+        let json = serde_json::json!({
+            "name": "st", "kind": "stage", "key": ["ks", "x"], "values": ["v"],
+            "schema": crate::dataset::manifest::schema_to_ipc_base64(&bad.schema).unwrap(),
+            "state": bad.state,
+        });
+        assert!(matches!(
+            NodeView::from_json(&json.to_string()),
+            Err(Error::ManifestCorrupted { .. })
+        ));
+        let mut good = json.clone();
+        good["state"]["derived_prefix"] = 1.into();
+        assert_eq!(NodeView::from_json(&good.to_string()).unwrap().state, a);
+    }
 }

@@ -42,6 +42,7 @@ pub(crate) fn env(
         sort_budget,
         spill: None,
         job: None,
+        derive_mappings: true,
     })
 }
 

@@ -15,6 +15,8 @@ Objects under the pipeline key::
                                      every node's parts
     nodes/<node>/content/...parquet  key-range parts, kept by reference
     nodes/<node>/mappings/...        a stage's (source key, target key) pairs
+                                     (where the target key begins with the
+                                     source key: only the rows' that do not)
     nodes/<node>/update/...          what a version changed
 
 >>> import pyarrow as pa, pds
@@ -969,7 +971,11 @@ def _has_update(state: Mapping[str, Any]) -> bool:
 
 
 def _carried(state: Mapping[str, Any]) -> dict[str, Any]:
-    return {"content": state.get("content", []), "mappings": state.get("mappings", [])}
+    """A node's state at a version that did not change it: its parts, no update."""
+    kept = {"content": state.get("content", []), "mappings": state.get("mappings", [])}
+    if state.get("derived_prefix"):
+        kept["derived_prefix"] = state["derived_prefix"]
+    return kept
 
 
 def _discard(handle: _core.RustStore, keys: Iterable[str]) -> None:

@@ -54,7 +54,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from pds import _core
 from pds.producers._ranges import map_range, reduce_range, samples
-from pds.producers.pipeline import Pipeline, StageDone, StageTask
+from pds.producers.pipeline import Pipeline, StageDone, StageTask, _carried
 from pds.spark._pipeline_sources import SparkSources
 from pds.spark._pipeline_sources import frames as _changes
 from pds.spark._pipeline_tasks import MAX_RANGES, SparkNodes
@@ -160,8 +160,7 @@ class _SparkStages(SparkNodes):
         """A stage none of whose source keys changed: its state is kept, its
         update is empty (what the local engine gives; no Spark job)."""
         state = json.loads(task.stage_view).get("state") or {}
-        kept = {"content": state.get("content", []), "mappings": state.get("mappings", [])}
-        return StageDone(json.dumps(kept), 0, 0)
+        return StageDone(json.dumps(_carried(state)), 0, 0)
 
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
         name = task.node.name

@@ -531,9 +531,25 @@ impl Layout {
         }
         sorted.sort_unstable();
         sorted.dedup();
+        let names: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        // The keys' first column, for the seek.
+        let lead: Vec<RecordBatch> = keys
+            .iter()
+            .map(|b| {
+                let i = b.schema().index_of(&self.cut_key[0])?;
+                Ok(b.project(&[i])?)
+            })
+            .collect::<Result<_>>()?;
         let mut out = Vec::new();
-        for part in self.read_layered(&wanted)? {
-            out.extend(self.project(part.take(&sorted)?.0, Some(columns))?);
+        for group in wanted.chunks(FETCH_AHEAD) {
+            for part in self.seek_parts(group.to_vec(), &lead, &names)? {
+                out.extend(self.project(part.take(&sorted)?.0, Some(columns))?);
+            }
         }
         Ok(out)
     }
@@ -582,9 +598,6 @@ impl Layout {
         }
         prefixes.sort_unstable();
         prefixes.dedup();
-        let firsts: Vec<&dyn arrow_array::Array> =
-            lead.iter().map(|b| b.column(0).as_ref()).collect();
-        let values = arrow_select::concat::concat(&firsts)?;
         let (lo, hi) = super::parts::key_bounds(parts, &self.schema, lead_key)?;
         // Each part whose lead range holds a prefix: the first prefix not
         // below its first key is at most its last.
@@ -597,12 +610,43 @@ impl Layout {
             })
             .map(|(_, p)| p.clone())
             .collect();
+        let mut out = Vec::new();
+        for group in wanted.chunks(FETCH_AHEAD) {
+            for layered in self.seek_parts(group.to_vec(), lead, columns)? {
+                let keys = layered.keys_with_prefix(&prefixes);
+                out.extend(layered.take(&keys)?.0);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `parts` read for a lookup of the values in `lead` (batches whose
+    /// first column holds values of the cut key's first column): of each
+    /// part's file only the pages whose range of that column holds one
+    /// (see [`crate::parquet::seek`]), `columns` decoded, under its
+    /// patches, fetched concurrently. Each view holds every row of the
+    /// wanted values (and others of the same pages).
+    fn seek_parts(
+        &self,
+        parts: Vec<RangePart>,
+        lead: &[RecordBatch],
+        columns: &[String],
+    ) -> Result<Vec<Layered>> {
+        let firsts: Vec<&dyn arrow_array::Array> = lead
+            .iter()
+            .filter(|b| b.num_columns() > 0)
+            .map(|b| b.column(0).as_ref())
+            .collect();
+        let values = arrow_select::concat::concat(&firsts)?;
+        let column = self
+            .cut_key
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("a layout without a cut key".into()))?;
         let opts = ReadOptions {
             columns: Some(columns.to_vec()),
             expected: Some(self.schema.clone()),
             ..Default::default()
         };
-        let column = &self.cut_key[0];
         let seek = |part: RangePart| {
             let (opts, values) = (&opts, &values);
             async move {
@@ -634,17 +678,13 @@ impl Layout {
             }
         };
         let read: Vec<_> = crate::runtime::block_on(
-            futures::stream::iter(wanted.into_iter().map(seek))
+            futures::stream::iter(parts.into_iter().map(seek))
                 .buffered(FETCH_AHEAD)
                 .try_collect::<Vec<_>>(),
         )??;
-        let mut out = Vec::new();
-        for (part, base, files) in read {
-            let layered = self.layer(&part, base, files, Some(columns), false)?;
-            let keys = layered.keys_with_prefix(&prefixes);
-            out.extend(layered.take(&keys)?.0);
-        }
-        Ok(out)
+        read.into_iter()
+            .map(|(part, base, files)| self.layer(&part, base, files, Some(columns), false))
+            .collect()
     }
 
     /// Write a sorted stream as new parts named `<prefix>-NNNNN.parquet`.

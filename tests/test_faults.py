@@ -681,8 +681,8 @@ class PipeCase:
     version: int
 
 
-def _pipeline_case(store: Store) -> PipeCase:
-    p = Pipeline.create(store, KEY)
+def _pipeline_case(store: Store, **options: Any) -> PipeCase:
+    p = Pipeline.create(store, KEY, **options)
     declare(p)
     src0 = {k: k * 3 for k in range(50)}
     p.update({"s": src_table(src0)})
@@ -916,3 +916,34 @@ def test_a_compaction_racing_an_update_commits_each_once_and_keeps_every_row(fau
         assert seen.versions == list(range(case.version + 3))
         ops = [h["operation"] for h in Pipeline.open(faulty.direct, KEY).history(limit=2)]
         assert ops == ["update", "compact"]
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_worker_processes_under_a_fault_keep_every_row_and_leave_nothing(
+    faulty: Any, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage ``g`` runs in worker processes (``workers=2``, the pool forced
+    for this small change), which write its parts. A PUT of those parts is
+    failed for good, reset once or applied with its reply lost: the update
+    commits once with the from-scratch result, or fails with a store error,
+    commits nothing, and leaves none of the workers' objects; the same
+    update then succeeds."""
+    from pds.producers import _workers
+
+    monkeypatch.setattr(_workers, "pays", lambda task: True)
+    case = _pipeline_case(writer_store(faulty, fault), workers=2, target_rows=8)
+    base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
+    action, how, times = FAULTS[fault]
+    path = base + r"/nodes/g/.+\.parquet$"
+    if action == "fail":
+        rule = faulty.proxy.fail("PUT", path, status=how, times=times)
+    else:
+        rule = faulty.proxy.drop_reply("PUT", path, how=how, times=times)
+    out = note(attempt(faulty, case.call))
+    confirm(faulty, [rule], "worker parts")
+    if fault == "fail":
+        assert out.kind == "error", f"every PUT of g's parts failed, yet the update reports {out}"
+        assert _unnamed(faulty) == [], "the workers' objects were left behind"
+    judge_pipeline(faulty, case, out)
+    assert case.p._worker_stats.get("g", {}).get("map_ranges", 0) > 1, "g ran in the worker pool"
+    assert _unnamed(faulty) == [], "objects no version names were left behind"

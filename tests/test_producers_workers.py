@@ -204,7 +204,11 @@ def test_a_memory_pipeline_runs_in_this_process_whatever_the_worker_count() -> N
 
 def exchange_folders(tmp: Path) -> list[str]:
     """The exchange folders (and anything in them) left under *tmp*."""
-    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "pds-exchange" in str(p))
+    while True:
+        try:
+            return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "pds-exchange" in str(p))
+        except FileNotFoundError:  # removed while it was listed: list again
+            continue
 
 
 @pytest.fixture

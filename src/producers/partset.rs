@@ -93,6 +93,23 @@ pub struct Change {
     pub select: bool,
     /// New parts are named `<prefix>-sNNNNN-NNNNN.parquet`.
     pub prefix: String,
+    /// Removed rows the rewrite finds itself, in the parts that may hold
+    /// them, rather than by `touch`: see [`Derived`].
+    pub derived: Option<Derived>,
+}
+
+/// Rows to remove whose cut-key values are not listed in
+/// [`Change::touch`] but begin with known leading values (a stage's rows
+/// whose target key begins with their changed source key's values: see
+/// [`super::manifest::NodeState::derived_prefix`]). Each part whose range
+/// of the leading columns holds one is rewritten; of its values beginning
+/// with one, those holding a row that [`Change::remove`] removes count as
+/// touched.
+pub struct Derived {
+    /// The leading values (row-format bytes of the cut key's first `m`
+    /// columns), sorted, distinct.
+    pub prefixes: Vec<Box<[u8]>>,
+    pub m: usize,
 }
 
 /// What [`Layout::rewrite`] did.
@@ -571,12 +588,6 @@ impl Layout {
             return Ok(Vec::new());
         };
         let m = first.num_columns();
-        let names: Vec<String> = first
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
         let lead_key = self
             .cut_key
             .get(..m)
@@ -590,14 +601,7 @@ impl Layout {
         if parts.is_empty() {
             return Ok(Vec::new());
         }
-        let enc = KeyEncoder::new(&first.schema(), &names)?;
-        let mut prefixes: Vec<Box<[u8]>> = Vec::new();
-        for b in lead {
-            let rows = enc.rows(b)?;
-            prefixes.extend((0..b.num_rows()).map(|i| Box::from(rows.row(i).data())));
-        }
-        prefixes.sort_unstable();
-        prefixes.dedup();
+        let prefixes = lead_prefixes(lead)?;
         let (lo, hi) = super::parts::key_bounds(parts, &self.schema, lead_key)?;
         // Each part whose lead range holds a prefix: the first prefix not
         // below its first key is at most its last.
@@ -734,6 +738,7 @@ impl Layout {
             collect_removed,
             select,
             prefix,
+            derived,
         } = change;
         // Touch keys come as batches of the cut key's columns only.
         let mut touch_split =
@@ -779,6 +784,20 @@ impl Layout {
             Remove::Nothing => None,
         };
         let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
+        // Each part's range of the derived leading columns.
+        let lead_bounds = match &derived {
+            Some(d) => {
+                let lead = self
+                    .cut_key
+                    .get(..d.m)
+                    .filter(|l| !l.is_empty())
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!("a prefix of {} cut-key columns", d.m))
+                    })?;
+                Some(super::parts::key_bounds(parts, &self.schema, lead)?)
+            }
+            None => None,
+        };
         // Selected rows not yet written (flushed before a reference).
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut written_selections = 0usize;
@@ -801,9 +820,19 @@ impl Layout {
             let unit = &parts[unit];
             let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
             let adds_j = add_split.take_until(bound)?;
-            let touch_j = touch_split.take_until(bound)?;
+            let mut touch_j = touch_split.take_until(bound)?;
             let has = |v: &[RecordBatch]| v.iter().any(|b| b.num_rows() > 0);
-            if !has(&adds_j) && !has(&touch_j) {
+            // The derived leading values within the unit's range.
+            let lead: &[Box<[u8]>] = match (&derived, &lead_bounds) {
+                (Some(d), Some((lo, hi))) => {
+                    let (lo, hi) = (lo.row(j).data(), hi.row(j + unit.len() - 1).data());
+                    let a = d.prefixes.partition_point(|p| **p < *lo);
+                    let b = d.prefixes.partition_point(|p| **p <= *hi);
+                    &d.prefixes[a..b.max(a)]
+                }
+                _ => &[],
+            };
+            if !has(&adds_j) && !has(&touch_j) && lead.is_empty() {
                 out.parts.extend(unit.iter().cloned());
                 continue;
             }
@@ -817,6 +846,23 @@ impl Layout {
                     Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
                 }
             };
+            // Values beginning with a derived leading value that hold a
+            // removed row are touched too.
+            if !lead.is_empty() {
+                let extra = self.derived_touches(&old, lead, &remove, remove_enc.as_ref())?;
+                if !extra.is_empty() {
+                    let lists: Vec<BatchIter> = vec![
+                        Box::new(std::mem::take(&mut touch_j).into_iter().map(Ok)),
+                        Box::new(extra.into_iter().map(Ok)),
+                    ];
+                    touch_j = merge_sorted(self.cut_schema()?, &self.cut_key, lists, BATCH_ROWS)?
+                        .collect::<Result<_>>()?;
+                }
+                if !has(&adds_j) && !has(&touch_j) {
+                    out.parts.extend(unit.iter().cloned());
+                    continue;
+                }
+            }
             let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
             let (old_w, n_w) = old.take(&wanted)?;
             // Removed rows lie in touched values (see [`Change::touch`]).
@@ -904,6 +950,33 @@ impl Layout {
         Ok(())
     }
 
+    /// The cut-key values of `old` beginning with one of `lead` (see
+    /// [`Derived`]) that hold a row `remove` removes: the cut key's
+    /// columns, sorted (repeats allowed).
+    fn derived_touches(
+        &self,
+        old: &Layered,
+        lead: &[Box<[u8]>],
+        remove: &Remove,
+        enc: Option<&KeyEncoder>,
+    ) -> Result<Vec<RecordBatch>> {
+        let (Remove::Keys { set, .. }, Some(enc)) = (remove, enc) else {
+            return Ok(Vec::new());
+        };
+        let (rows, _) = old.take(&old.keys_with_prefix(lead))?;
+        let (gone, _) = filter_by_keys(&rows, enc, set, true)?;
+        let schema = self.cut_schema()?;
+        let idx = crate::parquet::decode::column_indices(&self.schema, &self.cut_key)?;
+        gone.iter()
+            .map(|b| {
+                Ok(RecordBatch::try_new(
+                    schema.clone(),
+                    b.project(&idx)?.columns().to_vec(),
+                )?)
+            })
+            .collect()
+    }
+
     /// Write one file of `batches` (sorted by `key`), however many rows.
     fn write_one(
         &self,
@@ -976,6 +1049,26 @@ impl Layout {
         let idx = crate::parquet::decode::column_indices(&self.schema, &self.cut_key)?;
         Ok(Arc::new(self.schema.project(&idx)?))
     }
+}
+
+/// The values of `lead` (batches of a key's leading columns, any names)
+/// as row-format bytes, sorted, distinct: what a key beginning with one of
+/// them begins with.
+pub fn lead_prefixes(lead: &[RecordBatch]) -> Result<Vec<Box<[u8]>>> {
+    let mut prefixes: Vec<Box<[u8]>> = Vec::new();
+    for b in lead {
+        let names: Vec<String> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let rows = KeyEncoder::new(&b.schema(), &names)?.rows(b)?;
+        prefixes.extend((0..b.num_rows()).map(|i| Box::from(rows.row(i).data())));
+    }
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    Ok(prefixes)
 }
 
 /// The distinct keys of several batch lists (each sorted by its key,

@@ -210,7 +210,7 @@ pub fn reduce_range(
         steps::remove_source_keys(stage, &set, true),
         old_targets,
         sorter.finish()?,
-        format!("{base}/content/{token}"),
+        (format!("{base}/content/{token}"), None),
     )?;
     let mut created = c.created.clone();
     match write_deleted(

@@ -340,6 +340,8 @@ impl StageRun {
                     format!("{base}/mappings/{token}"),
                 )
             };
+            // The content rewrite finds the rows no stored pair points to.
+            let derived = steps::derived_change(&changed, mode)?;
             let rewrite_content = |old_targets: Vec<RecordBatch>| {
                 steps::rewrite_content(
                     &env,
@@ -348,17 +350,13 @@ impl StageRun {
                     steps::remove_source_keys(&stage, &changed.set, stored),
                     old_targets,
                     content.finish()?,
-                    format!("{base}/content/{token}"),
+                    (format!("{base}/content/{token}"), derived),
                 )
             };
             let (m, c) = if stored {
-                let mut m = rewrite_mappings()?;
+                let m = rewrite_mappings()?;
                 created.extend(m.created.iter().cloned());
-                // The pairs not stored, found in the content.
-                let derived =
-                    steps::derived_pairs(&env, &stage, &stage.state.content, &changed, mode)?;
-                m.removed.extend(derived);
-                // The old targets, sorted by target key.
+                // The old targets of the stored pairs, sorted by target key.
                 let old_targets = steps::old_targets(&env, &stage, &m.removed)?;
                 let c = rewrite_content(old_targets)?;
                 (m, c)

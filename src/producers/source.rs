@@ -176,6 +176,7 @@ pub(super) fn apply_to(
             collect_removed: false,
             select: true,
             prefix: format!("{base}/content/{token}"),
+            derived: None,
         },
     )?;
     let mut created = c.created.clone();
@@ -246,6 +247,7 @@ pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String
             collect_removed: false,
             select: true,
             prefix: format!("{base}/update/{token}"),
+            derived: None,
         },
     )?;
     let mut created = u.created.clone();

@@ -9,7 +9,7 @@ use super::keys::{KeyEncoder, KeySet};
 use super::merge::dedup_sorted;
 use super::node::{Env, NodeView};
 use super::parts::RangePart;
-use super::partset::{filter_by_keys, key_set, Change, Remove, Rewritten};
+use super::partset::{filter_by_keys, key_set, Change, Derived, Remove, Rewritten};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -87,6 +87,7 @@ pub fn rewrite_mappings(
             collect_removed: changed.stored,
             select: false,
             prefix,
+            derived: None,
         },
     )
 }
@@ -120,6 +121,31 @@ pub fn stored_mappings(stage: &NodeView, rows: RecordBatch, mode: usize) -> Resu
     }
 }
 
+/// What the content rewrite of a stage whose mappings are derived from
+/// `mode` shared key columns finds itself (see [`Derived`]): the rows of
+/// the `changed` source keys that no stored pair points to. `None` where
+/// `mode` is 0 or nothing is stored.
+pub fn derived_change(changed: &ChangedKeys, mode: usize) -> Result<Option<Derived>> {
+    if mode == 0 || !changed.stored || changed.set.is_empty() {
+        return Ok(None);
+    }
+    let prefixes = super::partset::lead_prefixes(&lead_values(changed, mode)?)?;
+    Ok(Some(Derived { prefixes, m: mode }))
+}
+
+/// The changed keys' first `mode` columns (the content's cut key's
+/// leading types: see `NodeView::shared_prefix`).
+fn lead_values(changed: &ChangedKeys, mode: usize) -> Result<Vec<RecordBatch>> {
+    changed
+        .keys
+        .iter()
+        .map(|b| {
+            b.project(&(0..mode).collect::<Vec<_>>())
+                .map_err(Error::from)
+        })
+        .collect()
+}
+
 /// The key-mappings pairs `(K_s, K_t)` of the `changed` source keys that a
 /// stage whose mappings are derived from `mode` shared key columns does
 /// not store: read from its content `parts` (cut by `K_t`), only the parts
@@ -137,14 +163,7 @@ pub fn derived_pairs(
     }
     // The changed keys' leading values (same types as the content's cut
     // key's: see `NodeView::shared_prefix`).
-    let lead: Vec<RecordBatch> = changed
-        .keys
-        .iter()
-        .map(|b| {
-            b.project(&(0..mode).collect::<Vec<_>>())
-                .map_err(Error::from)
-        })
-        .collect::<Result<_>>()?;
+    let lead = lead_values(changed, mode)?;
     let content = stage.content_layout(env);
     let ml = stage.mappings_layout(env)?;
     // Content columns (K_t, K_s): the pairs, sorted by (K_t, K_s).
@@ -190,8 +209,9 @@ pub fn old_targets(
 
 /// Steps 2 and 3: rewrite the content `parts`: `remove`d rows go, `adds`
 /// (sorted by `(K_t, K_s)`) come in, and every row of each touched target
-/// key (`old_targets` and the added ones) is selected for the update, the
-/// touched keys left with no row listed as deleted.
+/// key (`old_targets`, those `derived` finds, and the added ones) is
+/// selected for the update, the touched keys left with no row listed as
+/// deleted.
 pub fn rewrite_content(
     env: &Env,
     stage: &NodeView,
@@ -199,7 +219,7 @@ pub fn rewrite_content(
     remove: Remove,
     old_targets: Vec<RecordBatch>,
     adds: BatchIter,
-    prefix: String,
+    (prefix, derived): (String, Option<Derived>),
 ) -> Result<Rewritten> {
     stage.content_layout(env).rewrite(
         parts,
@@ -210,6 +230,7 @@ pub fn rewrite_content(
             collect_removed: false,
             select: true,
             prefix,
+            derived,
         },
     )
 }
@@ -299,6 +320,40 @@ mod tests {
         run.finish().unwrap().0
     }
 
+    /// The same update split into tasks (see [`crate::producers::phases`]):
+    /// a map task per range of the source's parts (each finding its pairs
+    /// in the content), one reduce task, stitched.
+    fn split(env: &Env, st: NodeState, src: NodeState) -> NodeState {
+        use crate::producers::phases::{reduce_range, stitch_stage};
+        use crate::producers::ranges::{plan, KeyRange};
+        // Ranges as the drivers plan them: at the stored pairs' parts, else
+        // at the source's.
+        let ranges = match st.mappings.is_empty() {
+            true => plan(&src.content, 3),
+            false => plan(&st.mappings, 3),
+        };
+        let view = stage(st);
+        let (mut maps, mut emitted, mut removed) = (vec![], vec![], vec![]);
+        for r in ranges {
+            let mut run = StageRun::for_range(
+                env.clone(),
+                view.clone(),
+                vec![source_view(src.clone())],
+                false,
+                &r,
+            )
+            .unwrap();
+            produce(&mut run);
+            let out = run.finish_map().unwrap();
+            emitted.extend(out.emitted.map(|b| b.unwrap()));
+            removed.extend(out.removed);
+            maps.push(out.mappings);
+        }
+        let all = KeyRange::all();
+        let reduced = reduce_range(env, &view, &all, it(emitted), removed).unwrap();
+        stitch_stage(env, &view, &maps, &[reduced]).unwrap()
+    }
+
     type Row = (i64, i64, i64, String);
 
     fn rows(env: &Env, parts: &[RangePart]) -> Vec<Row> {
@@ -385,8 +440,19 @@ mod tests {
             )
             .unwrap()
             .0;
+            let split_state = split(&derived, a.clone(), src.clone());
             a = update(&derived, a, src.clone(), false);
             b = update(&stored, b, src.clone(), false);
+            assert_eq!(
+                rows(&derived, &split_state.content),
+                rows(&derived, &a.content)
+            );
+            assert_eq!(
+                rows(&derived, &split_state.update.rows),
+                rows(&derived, &a.update.rows)
+            );
+            assert_eq!(deleted(&derived, &split_state), deleted(&derived, &a));
+            assert_eq!(split_state.derived_prefix, 1);
             assert_eq!(
                 rows(&derived, &a.content),
                 rows(&derived, &b.content),

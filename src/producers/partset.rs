@@ -32,6 +32,14 @@ use crate::store::StoreHandle;
 
 /// Parts fetched at once by lookups and scans.
 const FETCH_AHEAD: usize = 4;
+
+/// Rows a part's file holds at least for a change to it to read only the
+/// pages holding the change's values first (see [`Layout::rewrite`]).
+pub const SEEK_MIN_ROWS: u64 = 65_536;
+
+/// Rows per Parquet data page at most (the writer's default), to tell
+/// which changes leave most pages unread.
+const PAGE_ROWS: u64 = 20_000;
 /// A scan fetches ahead at most about this many bytes of parts (and at
 /// least one part): parts of a key spanning many are large, and a scan's
 /// memory must stay bounded whatever the group's size.
@@ -110,6 +118,8 @@ pub struct Derived {
     /// columns), sorted, distinct.
     pub prefixes: Vec<Box<[u8]>>,
     pub m: usize,
+    /// The values of the cut key's first column among them (to seek with).
+    pub first: arrow_array::ArrayRef,
 }
 
 /// What [`Layout::rewrite`] did.
@@ -548,12 +558,7 @@ impl Layout {
         }
         sorted.sort_unstable();
         sorted.dedup();
-        let names: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let names = self.schema_names();
         // The keys' first column, for the seek.
         let lead: Vec<RecordBatch> = keys
             .iter()
@@ -668,6 +673,10 @@ impl Layout {
                     futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
                 )
                 .await?;
+                let Some(base) = base else {
+                    // Most of it is wanted: read it whole (one request).
+                    return Ok((part, None, files));
+                };
                 if base.file_rows != part.file_rows() {
                     return Err(Error::PartCorrupted {
                         path,
@@ -678,7 +687,7 @@ impl Layout {
                         ),
                     });
                 }
-                Ok((part, base.batches, files))
+                Ok((part, Some(base.batches), files))
             }
         };
         let read: Vec<_> = crate::runtime::block_on(
@@ -687,7 +696,20 @@ impl Layout {
                 .try_collect::<Vec<_>>(),
         )??;
         read.into_iter()
-            .map(|(part, base, files)| self.layer(&part, base, files, Some(columns), false))
+            .map(|(part, base, files)| match base {
+                Some(base) => self.layer(&part, base, files, Some(columns), false),
+                None => {
+                    let data = crate::runtime::block_on(self.fetch(&part))??;
+                    let base = self.decode_file(
+                        &part,
+                        data,
+                        Some(columns),
+                        &self.schema,
+                        part.file_rows(),
+                    )?;
+                    self.layer(&part, base, files, Some(columns), true)
+                }
+            })
             .collect()
     }
 
@@ -820,7 +842,7 @@ impl Layout {
             let unit = &parts[unit];
             let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
             let adds_j = add_split.take_until(bound)?;
-            let mut touch_j = touch_split.take_until(bound)?;
+            let touch_j = touch_split.take_until(bound)?;
             let has = |v: &[RecordBatch]| v.iter().any(|b| b.num_rows() > 0);
             // The derived leading values within the unit's range.
             let lead: &[Box<[u8]>] = match (&derived, &lead_bounds) {
@@ -839,115 +861,220 @@ impl Layout {
             // The unit's rows (a key spanning parts: all of its parts, in
             // memory for now), patches applied; the cut-key values this
             // change is about, sorted, and their rows.
-            let old = match unit {
-                [one] => self.read_layered(std::slice::from_ref(one))?.remove(0),
-                _ => {
-                    let rows = self.read_many(unit, None)?.into_iter().flatten().collect();
-                    Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
-                }
+            // A small change to a large part reads only the pages holding
+            // its values first (see [`Self::seekable`]); if it must then be
+            // rewritten in place, the part is read whole.
+            let mut seek = match unit {
+                [one] => self.seekable(one, &adds_j, &touch_j, lead.len()),
+                _ => false,
             };
-            // Values beginning with a derived leading value that hold a
-            // removed row are touched too.
-            if !lead.is_empty() {
-                let extra = self.derived_touches(&old, lead, &remove, remove_enc.as_ref())?;
-                if !extra.is_empty() {
-                    let lists: Vec<BatchIter> = vec![
-                        Box::new(std::mem::take(&mut touch_j).into_iter().map(Ok)),
-                        Box::new(extra.into_iter().map(Ok)),
-                    ];
-                    touch_j = merge_sorted(self.cut_schema()?, &self.cut_key, lists, BATCH_ROWS)?
-                        .collect::<Result<_>>()?;
+            let touch_given = touch_j;
+            loop {
+                let old = match (unit, seek) {
+                    ([one], true) => {
+                        let values = self.seek_values(&touch_given, &adds_j, derived.as_ref())?;
+                        self.seek_parts(vec![one.clone()], &values, &self.schema_names())?
+                            .remove(0)
+                    }
+                    ([one], false) => self.read_layered(std::slice::from_ref(one))?.remove(0),
+                    _ => {
+                        let rows = self.read_many(unit, None)?.into_iter().flatten().collect();
+                        Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
+                    }
+                };
+                // Values beginning with a derived leading value that hold a
+                // removed row are touched too.
+                let mut touch_j = touch_given.clone();
+                if !lead.is_empty() {
+                    let extra = self.derived_touches(&old, lead, &remove, remove_enc.as_ref())?;
+                    if !extra.is_empty() {
+                        let lists: Vec<BatchIter> = vec![
+                            Box::new(std::mem::take(&mut touch_j).into_iter().map(Ok)),
+                            Box::new(extra.into_iter().map(Ok)),
+                        ];
+                        touch_j =
+                            merge_sorted(self.cut_schema()?, &self.cut_key, lists, BATCH_ROWS)?
+                                .collect::<Result<_>>()?;
+                    }
+                    if !has(&adds_j) && !has(&touch_j) {
+                        out.parts.extend(unit.iter().cloned());
+                        break;
+                    }
                 }
-                if !has(&adds_j) && !has(&touch_j) {
-                    out.parts.extend(unit.iter().cloned());
+                let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
+                let (old_w, n_w) = old.take(&wanted)?;
+                // Removed rows lie in touched values (see [`Change::touch`]).
+                let (kept, removed) = match (&remove, &remove_enc) {
+                    (Remove::Keys { set, .. }, Some(enc)) => {
+                        filter_by_keys(&old_w, enc, set, false)?
+                    }
+                    _ => (old_w, Vec::new()),
+                };
+                // Every row, after the change, of each value it is about.
+                let picked: Vec<RecordBatch> = merge_sorted(
+                    self.schema.clone(),
+                    &self.sort_key,
+                    vec![
+                        Box::new(kept.into_iter().map(Ok)),
+                        Box::new(adds_j.clone().into_iter().map(Ok)),
+                    ],
+                    BATCH_ROWS,
+                )?
+                .collect::<Result<_>>()?;
+                // The touched values left with no row.
+                let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
+                let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                // Rows the unit keeps untouched (a seek read only some).
+                let stored = match seek {
+                    true => unit[0].rows as usize,
+                    false => old.len(),
+                };
+                let rest = stored
+                    .checked_sub(n_w)
+                    .ok_or_else(|| Error::PartCorrupted {
+                        path: self.object(&unit[0]),
+                        reason: "its rows are not in key order".into(),
+                    })? as u64;
+                let live = rest + count(&picked);
+                if may_patch(unit, live, count(&picked) + count(&gone)) {
+                    // The part's new range: its rows' extremes (after a
+                    // seek, its recorded range, which may then be wider than
+                    // its rows), and the picked rows'.
+                    let mut ends = match seek {
+                        true => self.recorded_ends(&unit[0])?,
+                        false => old.ends_without(&wanted),
+                    };
+                    ends.extend(
+                        picked
+                            .iter()
+                            .find(|b| b.num_rows() > 0)
+                            .map(|b| b.slice(0, 1)),
+                    );
+                    ends.extend(
+                        picked
+                            .iter()
+                            .rev()
+                            .find(|b| b.num_rows() > 0)
+                            .map(|b| b.slice(b.num_rows() - 1, 1)),
+                    );
+                    let (first, last) = extremes(&cut, &ends)?
+                        .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
+                    let name = format!("{prefix}-p{j:05}");
+                    let part =
+                        self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
+                    if collect_removed {
+                        out.removed.extend(removed);
+                    }
+                    if select {
+                        flush(&mut pending, out)?;
+                        if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
+                            out.selected.push(rows);
+                        }
+                        out.deleted.extend(gone);
+                    }
+                    out.parts.push(part);
+                    break;
+                }
+                if seek {
+                    // Rewritten in place: read it whole.
+                    seek = false;
                     continue;
                 }
-            }
-            let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
-            let (old_w, n_w) = old.take(&wanted)?;
-            // Removed rows lie in touched values (see [`Change::touch`]).
-            let kept = match (&remove, &remove_enc) {
-                (Remove::Keys { set, .. }, Some(enc)) => {
-                    let (kept, gone) = filter_by_keys(&old_w, enc, set, false)?;
-                    if collect_removed {
-                        out.removed.extend(gone);
-                    }
-                    kept
+                if collect_removed {
+                    out.removed.extend(removed);
                 }
-                _ => old_w,
-            };
-            // Every row, after the change, of each value it is about.
-            let picked: Vec<RecordBatch> = merge_sorted(
-                self.schema.clone(),
-                &self.sort_key,
-                vec![
-                    Box::new(kept.into_iter().map(Ok)),
-                    Box::new(adds_j.into_iter().map(Ok)),
-                ],
-                BATCH_ROWS,
-            )?
-            .collect::<Result<_>>()?;
-            // The touched values left with no row.
-            let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
-            let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-            let rest = old
-                .len()
-                .checked_sub(n_w)
-                .ok_or_else(|| Error::PartCorrupted {
-                    path: self.object(&unit[0]),
-                    reason: "its rows are not in key order".into(),
-                })? as u64;
-            let live = rest + count(&picked);
-            if may_patch(unit, live, count(&picked) + count(&gone)) {
-                let mut ends = old.ends_without(&wanted);
-                ends.extend(
-                    picked
-                        .iter()
-                        .find(|b| b.num_rows() > 0)
-                        .map(|b| b.slice(0, 1)),
-                );
-                ends.extend(
-                    picked
-                        .iter()
-                        .rev()
-                        .find(|b| b.num_rows() > 0)
-                        .map(|b| b.slice(b.num_rows() - 1, 1)),
-                );
-                let (first, last) = extremes(&cut, &ends)?
-                    .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
-                let name = format!("{prefix}-p{j:05}");
-                let part =
-                    self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
+                // Rewritten in place: each value's rows replaced by its new ones.
+                let only_picked = rest == 0;
+                let new = Sorted::new(self.schema.clone(), picked.clone(), &cut)?;
+                let merged: BatchIter = Box::new(old.replaced(&wanted, &new)?.into_iter().map(Ok));
+                drop(old);
+                let new_parts =
+                    self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
+                out.parts.extend(new_parts.iter().cloned());
                 if select {
-                    flush(&mut pending, out)?;
-                    if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
-                        out.selected.push(rows);
+                    if only_picked && !picked.is_empty() {
+                        flush(&mut pending, out)?;
+                        out.selected.extend(new_parts);
+                    } else {
+                        pending.extend(picked);
                     }
                     out.deleted.extend(gone);
                 }
-                out.parts.push(part);
-                continue;
+                break;
             }
-            // Rewritten in place: each value's rows replaced by its new ones.
-            let only_picked = rest == 0;
-            let new = Sorted::new(self.schema.clone(), picked.clone(), &cut)?;
-            let merged: BatchIter = Box::new(old.replaced(&wanted, &new)?.into_iter().map(Ok));
-            drop(old);
-            let new_parts = self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
-            out.parts.extend(new_parts.iter().cloned());
-            if !select {
-                continue;
-            }
-            if only_picked && !picked.is_empty() {
-                flush(&mut pending, out)?;
-                out.selected.extend(new_parts);
-            } else {
-                pending.extend(picked);
-            }
-            out.deleted.extend(gone);
         }
         flush(&mut pending, out)?;
         Ok(())
+    }
+
+    /// The layout's column names, in order.
+    fn schema_names(&self) -> Vec<String> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// Whether a change to `part` (`adds` rows, `touch` values, `lead`
+    /// derived leading values) reads only the pages holding its values
+    /// first: a part large enough for a seek to pay ([`SEEK_MIN_ROWS`]),
+    /// with room for a patch, and a change small enough to be one (else
+    /// the part is rewritten, and read whole) and to leave most pages
+    /// unread (each value's page holds up to [`PAGE_ROWS`] rows).
+    fn seekable(
+        &self,
+        part: &RangePart,
+        adds: &[RecordBatch],
+        touch: &[RecordBatch],
+        lead: usize,
+    ) -> bool {
+        let rows = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        let values = rows(adds) + rows(touch) + lead as u64;
+        part.file_rows() >= SEEK_MIN_ROWS
+            && part.patches.len() + 1 < super::patch::patch_limit(part)
+            && rows(adds).saturating_mul(super::patch::PATCH_SHARE) <= part.rows
+            && values.saturating_mul(2 * PAGE_ROWS) <= part.file_rows()
+    }
+
+    /// The values of the cut key's first column a unit's change is about
+    /// (touched, added, derived leading values), as a one-column batch.
+    fn seek_values(
+        &self,
+        touch: &[RecordBatch],
+        adds: &[RecordBatch],
+        derived: Option<&Derived>,
+    ) -> Result<Vec<RecordBatch>> {
+        let first = &self.cut_key[0];
+        let mut columns: Vec<arrow_array::ArrayRef> = Vec::new();
+        for b in touch.iter().chain(adds) {
+            let i = b.schema().index_of(first)?;
+            columns.push(b.column(i).clone());
+        }
+        columns.extend(derived.map(|d| d.first.clone()));
+        let field = self.schema.field_with_name(first)?.clone();
+        columns
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                let schema = Arc::new(arrow_schema::Schema::new(vec![field
+                    .clone()
+                    .with_data_type(c.data_type().clone())]));
+                Ok(RecordBatch::try_new(schema, vec![c])?)
+            })
+            .collect()
+    }
+
+    /// A part's recorded first and last keys, as one-row batches of the
+    /// cut key's columns.
+    fn recorded_ends(&self, part: &RangePart) -> Result<Vec<RecordBatch>> {
+        let schema = self.cut_schema()?;
+        let fields: Vec<&arrow_schema::Field> =
+            schema.fields().iter().map(|f| f.as_ref()).collect();
+        let keys = [part.first_key.as_slice(), part.last_key.as_slice()];
+        let columns = super::parts::json_key_columns(&keys, &fields)?;
+        let both = RecordBatch::try_new(schema, columns)?;
+        Ok(vec![both.slice(0, 1), both.slice(1, 1)])
     }
 
     /// The cut-key values of `old` beginning with one of `lead` (see

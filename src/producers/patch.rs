@@ -494,6 +494,74 @@ mod tests {
         }
     }
 
+    /// A small change to a large part reads only the pages holding its
+    /// keys: a damaged page elsewhere in the part is not even fetched, and
+    /// the patch, the update and lookups are right.
+    #[test]
+    fn a_small_change_to_a_large_part_reads_only_its_pages() {
+        let env = env(1 << 20);
+        let n = 400_000i64;
+        let s1 = source_of(&env, &(0..n).collect::<Vec<_>>());
+        let [part] = s1.content.as_slice() else {
+            panic!("one part expected, got {}", s1.content.len());
+        };
+        assert!(part.file_rows() >= crate::producers::partset::SEEK_MIN_ROWS);
+        // Damage the last page of the key column.
+        let path = format!("{}/{}", env.root, part.name);
+        use crate::runtime::block_on;
+        let footer = block_on(crate::parquet::decode::read_footer_and_page_index(
+            &env.store,
+            &path,
+            part.size_bytes,
+        ))
+        .unwrap()
+        .unwrap();
+        let pages = &footer.metadata().metadata().offset_index().unwrap()[0][0].page_locations;
+        assert!(pages.len() >= 4, "{} pages", pages.len());
+        let last = pages.last().unwrap();
+        let at = (last.offset + last.compressed_page_size as i64 - 1) as usize;
+        let mut bytes = block_on(env.store.get(&path)).unwrap().unwrap().to_vec();
+        bytes[at] ^= 0x5a;
+        block_on(
+            env.store
+                .put(&path, bytes.into(), crate::store::PutMode::Overwrite),
+        )
+        .unwrap()
+        .unwrap();
+        // Upsert 5 and 7, add -1 (below the part's range), delete 11.
+        let (s2, _) = source::apply(
+            &env,
+            &source_view(s1.clone()),
+            it(vec![pairs(&[-1, 5, 7], &["new-1", "new5", "new7"])]),
+            vec![keys(&[11])],
+        )
+        .unwrap();
+        let [p2] = s2.content.as_slice() else {
+            panic!("one part expected");
+        };
+        assert_eq!(
+            (p2.name.as_str(), p2.patches.len()),
+            (part.name.as_str(), 1)
+        );
+        assert_eq!(p2.rows, n as u64);
+        assert_eq!(p2.first_key, vec![Some(serde_json::json!(-1))]);
+        assert_eq!(p2.last_key, part.last_key);
+        let want: BTreeMap<i64, String> = [(-1, "new-1"), (5, "new5"), (7, "new7"), (10, "v10")]
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        assert_eq!(looked_up(&env, &s2, &[-1, 5, 7, 10, 11]), want);
+        let view = source_view(s2.clone());
+        assert_eq!(first_i64s(view.update_rows(&env)), vec![-1, 5, 7]);
+        // The damage is there: reading the part whole finds it.
+        let whole: Result<Vec<RecordBatch>> = view.full_scan(&env).unwrap().collect();
+        assert!(
+            matches!(&whole, Err(crate::error::Error::PartCorrupted { .. })),
+            "{:?}",
+            whole.map(|b| b.len())
+        );
+    }
+
     #[test]
     fn damaged_patches_are_refused() {
         let env = env(40);

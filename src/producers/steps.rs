@@ -129,8 +129,15 @@ pub fn derived_change(changed: &ChangedKeys, mode: usize) -> Result<Option<Deriv
     if mode == 0 || !changed.stored || changed.set.is_empty() {
         return Ok(None);
     }
-    let prefixes = super::partset::lead_prefixes(&lead_values(changed, mode)?)?;
-    Ok(Some(Derived { prefixes, m: mode }))
+    let lead = lead_values(changed, mode)?;
+    let prefixes = super::partset::lead_prefixes(&lead)?;
+    let firsts: Vec<&dyn arrow_array::Array> = lead.iter().map(|b| b.column(0).as_ref()).collect();
+    let first = arrow_select::concat::concat(&firsts)?;
+    Ok(Some(Derived {
+        prefixes,
+        m: mode,
+        first,
+    }))
 }
 
 /// The changed keys' first `mode` columns (the content's cut key's

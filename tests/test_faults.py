@@ -87,6 +87,8 @@ REQUESTS: dict[str, tuple[str, str, str | None]] = {
     "manifest": ("PUT", r"/manifest/v\d{8}\.json$", None),
     "pointer": ("PUT", r"/_latest_manifest$", None),
     "parts": ("PUT", r"/nodes/[^/]+/.+\.parquet$", None),
+    # The parts of test stage ``g``: in the worker-pool test, only workers write them.
+    "g_parts": ("PUT", r"/nodes/g/.+\.parquet$", None),
     # A data file above 8 MiB is a multipart upload.
     "mpu_create": ("POST", r"/data/part-[^/]+\.parquet$", "uploads"),
     "mpu_part": ("PUT", r"/data/part-[^/]+\.parquet$", "partNumber"),
@@ -932,15 +934,9 @@ def test_worker_processes_under_a_fault_keep_every_row_and_leave_nothing(
 
     monkeypatch.setattr(_workers, "pays", lambda task: True)
     case = _pipeline_case(writer_store(faulty, fault), workers=2, target_rows=8)
-    base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
-    action, how, times = FAULTS[fault]
-    path = base + r"/nodes/g/.+\.parquet$"
-    if action == "fail":
-        rule = faulty.proxy.fail("PUT", path, status=how, times=times)
-    else:
-        rule = faulty.proxy.drop_reply("PUT", path, how=how, times=times)
+    rules = inject(faulty, "g_parts", FAULTS[fault])
     out = note(attempt(faulty, case.call))
-    confirm(faulty, [rule], "worker parts")
+    confirm(faulty, rules, "g_parts")
     if fault == "fail":
         assert out.kind == "error", f"every PUT of g's parts failed, yet the update reports {out}"
         assert _unnamed(faulty) == [], "the workers' objects were left behind"

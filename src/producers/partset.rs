@@ -33,6 +33,13 @@ use crate::store::StoreHandle;
 /// Parts fetched at once by lookups and scans.
 const FETCH_AHEAD: usize = 4;
 
+/// A part's file as a seek read it: the pages holding the wanted values
+/// (decoded), or the whole file (fetched, checked, not decoded).
+enum Base {
+    Pages(Vec<RecordBatch>),
+    Whole(Bytes),
+}
+
 /// Rows a part's file holds at least for a change to it to read only the
 /// pages holding the change's values first (see [`Layout::rewrite`]).
 pub const SEEK_MIN_ROWS: u64 = 65_536;
@@ -673,21 +680,23 @@ impl Layout {
                     futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
                 )
                 .await?;
-                let Some(base) = base else {
-                    // Most of it is wanted: read it whole (one request).
-                    return Ok((part, None, files));
+                let base = match base {
+                    Some(base) if base.file_rows != part.file_rows() => {
+                        return Err(Error::PartCorrupted {
+                            path,
+                            reason: format!(
+                                "{} rows, the manifest records {}",
+                                base.file_rows,
+                                part.file_rows()
+                            ),
+                        })
+                    }
+                    Some(base) => Base::Pages(base.batches),
+                    // Most of it is wanted: read it whole (one request,
+                    // among the concurrent ones).
+                    None => Base::Whole(self.fetch(&part).await?),
                 };
-                if base.file_rows != part.file_rows() {
-                    return Err(Error::PartCorrupted {
-                        path,
-                        reason: format!(
-                            "{} rows, the manifest records {}",
-                            base.file_rows,
-                            part.file_rows()
-                        ),
-                    });
-                }
-                Ok((part, Some(base.batches), files))
+                Ok((part, base, files))
             }
         };
         let read: Vec<_> = crate::runtime::block_on(
@@ -697,16 +706,10 @@ impl Layout {
         )??;
         read.into_iter()
             .map(|(part, base, files)| match base {
-                Some(base) => self.layer(&part, base, files, Some(columns), false),
-                None => {
-                    let data = crate::runtime::block_on(self.fetch(&part))??;
-                    let base = self.decode_file(
-                        &part,
-                        data,
-                        Some(columns),
-                        &self.schema,
-                        part.file_rows(),
-                    )?;
+                Base::Pages(pages) => self.layer(&part, pages, files, Some(columns), false),
+                Base::Whole(whole) => {
+                    let rows = part.file_rows();
+                    let base = self.decode_file(&part, whole, Some(columns), &self.schema, rows)?;
                     self.layer(&part, base, files, Some(columns), true)
                 }
             })

@@ -595,9 +595,28 @@ def test_table_vacuum_under_a_fault_never_breaks_the_table(faulty: Any, fault: s
 # -- pipelines ---------------------------------------------------------------------
 
 
+def _d(k: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
+    for r in values:
+        for j in range(k % 3):
+            yield (k, j), {"v": r["v"] + j}
+        if k % 7 == 0:
+            yield (k + 10_000, -1), {"v": r["v"]}
+
+
+def _d_model(src: dict[int, int]) -> Rows:
+    d = [{"k": k, "j": j, "v": v + j} for k, v in src.items() for j in range(k % 3)]
+    d += [{"k": k + 10_000, "j": -1, "v": v} for k, v in src.items() if k % 7 == 0]
+    return sorted(d, key=lambda r: (r["k"], r["j"], r["v"]))
+
+
 def declare(p: Pipeline) -> None:
-    """s (k -> v) -> g (k % 5 -> k, v) -> tot (g -> count, sum), the last batched."""
+    """s (k -> v) -> g (k % 5 -> k, v) -> tot (g -> count, sum), the last
+    batched; and s -> d ((k, j) -> v), whose key begins with its source's:
+    its key-mappings are derived from its content (only those of the rows
+    keyed ``k + 10000`` are stored)."""
     s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+
+    p.stage("d", sources=[s], key={"k": pa.int64(), "j": pa.int64()}, value={"v": pa.int64()})(_d)
 
     @p.stage("g", sources=[s], key={"g": pa.int64()}, value={"k": pa.int64(), "v": pa.int64()})
     def g(k: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -617,6 +636,7 @@ def model(src: dict[int, int]) -> dict[str, Rows]:
         tot.setdefault(k % 5, []).append(v)
     return {
         "s": [{"k": k, "v": v} for k, v in sorted(src.items())],
+        "d": _d_model(src),
         "g": sorted(({"g": k % 5, "k": k, "v": v} for k, v in src.items()), key=lambda r: (r["g"], r["k"])),
         "tot": [{"g": g, "n": len(vs), "total": sum(vs)} for g, vs in sorted(tot.items())],
     }
@@ -640,7 +660,7 @@ class PipeSeen:
 
 
 def _read_all(p: Pipeline, version: int | None = None) -> dict[str, Rows]:
-    return {n: _sorted(p.read(n, version=version).to_pylist()) for n in ("s", "g", "tot")}
+    return {n: _sorted(p.read(n, version=version).to_pylist()) for n in ("s", "d", "g", "tot")}
 
 
 def observe_pipeline(f: Any, key: str = KEY) -> PipeSeen:
@@ -943,3 +963,77 @@ def test_worker_processes_under_a_fault_keep_every_row_and_leave_nothing(
     judge_pipeline(faulty, case, out)
     assert case.p._worker_stats.get("g", {}).get("map_ranges", 0) > 1, "g ran in the worker pool"
     assert _unnamed(faulty) == [], "objects no version names were left behind"
+
+
+# -- seeking reads (ranged GETs of the page index and pages) under faults -----------
+
+SEEK_KEYS = 200_000  # d then holds ~228,600 rows in one part: large enough for a one-key change to seek
+
+
+def _declare_seek(p: Pipeline) -> None:
+    """s (k -> v) -> d ((k, j) -> v), as in ``declare``."""
+    s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    p.stage("d", sources=[s], key={"k": pa.int64(), "j": pa.int64()}, value={"v": pa.int64()})(_d)
+
+
+def _node_gets(f: Any, node: str) -> list[Any]:
+    return [e for e in f.proxy.log if e.method == "GET" and f"/{KEY}/nodes/{node}/content/" in e.path]
+
+
+@pytest.mark.parametrize("fault", ["fail", "reset", "drop_reply"])
+def test_an_update_reading_pages_under_a_fault_commits_the_right_rows_or_nothing(faulty: Any, fault: str) -> None:
+    """A one-key change to stages holding 200,000-228,600 rows in one part
+    each: the update reads only the pages holding the key (ranged GETs of the
+    footer, page index and pages) and patches the parts. A GET of those parts
+    fails for good (the update fails and commits nothing; the same update
+    then succeeds), or is reset once or loses its reply once (retried). The
+    result is the from-scratch one either way."""
+    src = {k: k * 3 for k in range(SEEK_KEYS)}
+    p = Pipeline.create(writer_store(faulty, fault), KEY, target_rows=500_000)
+    _declare_seek(p)
+    p.update({"s": src_table(src)})
+    assert _seek_rows(p) == _seek_model(src)
+    # The change: key 35,000 (two rows in d) gets a new value.
+    faulty.proxy.clear()
+    action, how, times = FAULTS[fault]
+    base = re.escape(f"/{_bucket(faulty)}/{_prefix(faulty)}/{KEY}")
+    path = base + r"/nodes/[^/]+/.+\.parquet$"
+    rule = (
+        faulty.proxy.fail("GET", path, status=how, times=times)
+        if action == "fail"
+        else faulty.proxy.drop_reply("GET", path, how=str(how), times=times)
+    )
+    change = {35_000: 7}
+    version = p.version
+    out = note(attempt(faulty, lambda: p.update({"s": src_table(change)})))
+    confirm(faulty, [rule], "node part GET")
+    after = {**src, **change}
+    q = Pipeline.open(faulty.direct, KEY)
+    _declare_seek(q)
+    if fault == "fail":
+        assert out.kind == "error", f"every GET of the parts failed, yet the update reports {out}"
+        assert q.version == version and _seek_rows(q) == _seek_model(src), "a failed update changed the content"
+        assert _unnamed(faulty) == [], "the failed update left objects behind"
+        faulty.proxy.clear()
+        out = attempt(faulty, lambda: p.update({"s": src_table(change)}))
+    assert out.kind == "ok", f"after {fault}: {out}"
+    q = Pipeline.open(faulty.direct, KEY)
+    _declare_seek(q)
+    assert q.version == version + 1
+    assert _seek_rows(q) == _seek_model(after)
+    # It sought: d's part was read in ranges (footer, page index, pages; on
+    # S3, object_store merges ranges less than 1 MiB apart into one request,
+    # so the bytes fetched from a part this small are most of it), never by
+    # a whole-object GET, and took a patch.
+    gets = _node_gets(faulty, "d")
+    assert len(gets) >= 2 and all(e.byte_range for e in gets), [f"{e} {e.byte_range}" for e in gets]
+    assert any(part.get("patches") for part in q._at(None)["nodes"]["d"]["content"]), "d's part took a patch"
+
+
+def _seek_model(src: dict[int, int]) -> list[tuple[int, int, int]]:
+    return [(r["k"], r["j"], r["v"]) for r in _d_model(src)]
+
+
+def _seek_rows(p: Pipeline) -> list[tuple[int, int, int]]:
+    t = p.read("d")
+    return sorted(zip(t["k"].to_pylist(), t["j"].to_pylist(), t["v"].to_pylist(), strict=True))

@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.spec("F"), pytest.mark.s3]
 
 KEY = "pipe"
 STAGE = "by_user"
-NODES = ("events", "by_user", "totals")
+NODES = ("events", "by_user", "fan", "totals")
 EVENTS = pa.schema([("id", pa.int64()), ("user", pa.string()), ("n", pa.int64())])
 KEYS = pa.schema([("id", pa.int64())])
 ZERO = datetime.timedelta(0)
@@ -78,6 +78,17 @@ def declare(store: remote_store.Store, key: str) -> pds.Pipeline:
     def by_user(k: int, rows: Iterator[dict[str, Any]]) -> Iterator[tuple[str, dict[str, int]]]:
         for r in rows:
             yield r["user"], {"n": r["n"], "src": k}
+
+    # Keyed (id, j): its key begins with the source's, so its key-mappings
+    # are derived from its content (map tasks look them up with a seek);
+    # those of the rows keyed id + 1000 are stored.
+    @p.stage("fan", sources=[events], key={"id": pa.int64(), "j": pa.int64()}, value={"user": pa.string()})
+    def fan(k: int, rows: Iterator[dict[str, Any]]) -> Iterator[tuple[tuple[int, int], dict[str, str]]]:
+        for r in rows:
+            for j in range(k % 3):
+                yield (k, j), {"user": r["user"]}
+            if k % 7 == 0:
+                yield (k + 1000, -1), {"user": r["user"]}
 
     @p.stage(
         "totals",
@@ -106,6 +117,10 @@ def recompute(events: Events) -> dict[str, Rows]:
     return {
         "events": canon([{"id": k, "user": u, "n": n} for k, (u, n) in events.items()]),
         "by_user": canon([{"user": u, "n": n, "src": k} for k, (u, n) in events.items()]),
+        "fan": canon(
+            [{"id": k, "j": j, "user": u} for k, (u, _) in events.items() for j in range(k % 3)]
+            + [{"id": k + 1000, "j": -1, "user": u} for k, (u, _) in events.items() if k % 7 == 0]
+        ),
         "totals": canon([{"name": u, "total": sum(ns), "cnt": len(ns)} for u, ns in sums.items()]),
     }
 
@@ -329,41 +344,48 @@ def test_a_faulted_part_put_in_a_task_is_retried_without_duplicates_or_garbage(
 # -- 3. a persistent fault -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("folder", ["mappings", "content"])
+@pytest.mark.parametrize(
+    ("method", "stage", "folder"),
+    [("PUT", STAGE, "mappings"), ("PUT", STAGE, "content"), ("PUT", "fan", "content"), ("GET", "fan", "content")],
+)
 def test_a_persistent_fault_in_the_tasks_commits_nothing_and_leaves_nothing(
-    spark_session: SparkSession, faulty: Any, folder: str
+    spark_session: SparkSession, faulty: Any, method: str, stage: str, folder: str
 ) -> None:
-    """Every PUT to the stage's mapping (content) parts fails: the map
+    """Every PUT to a stage's mapping (content) parts fails: the map
     (reduce) tasks fail on every attempt. The source's new parts were
     written before, and with content the stage's new mapping parts too:
-    all of it is removed. The update raises what the local
-    path raises under the same fault."""
-    # No object_store retries: each try of a PUT is one request (pds still tries 3 times).
+    all of it is removed. With GET, every read of ``fan``'s content fails:
+    the map tasks that look up its derived key-mappings there (and the
+    reduce tasks reading its parts) fail. The update raises what the
+    local path raises under the same fault."""
+    # No object_store retries: each try of a request is one request (pds still tries 3 times).
     store = faulty.open(max_retries="0")
     case = build(faulty, store)
     local = declare(store, "local")
     local.update({"events": events_table(case.before)})
-    faulty.proxy.fail("PUT", base(faulty, "local") + rf"/nodes/{STAGE}/{folder}/", status=503, times=None)
+    faulty.proxy.fail(method, base(faulty, "local") + rf"/nodes/{stage}/{folder}/", status=503, times=None)
     with pytest.raises(remote_store.BackendUnavailable, match="503") as local_err:
         local.update(case.local_changes())
     faulty.proxy.clear()
 
-    rule = faulty.proxy.fail("PUT", base(faulty) + rf"/nodes/{STAGE}/{folder}/", status=503, times=None)
+    rule = faulty.proxy.fail(method, base(faulty) + rf"/nodes/{stage}/{folder}/", status=503, times=None)
     with pytest.raises(Exception, match="503") as err:
         pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session))
     faulty.proxy.clear_rules()
-    what = f"every {STAGE} {folder} PUT failing"
+    what = f"every {stage} {folder} {method} failing"
 
-    # Only task requests were faulted, of more than one task attempt (each
-    # attempt names its parts anew).
     faulted = {e.path for e in faulty.proxy.log if e.rule is not None}
-    pattern = re.compile(base(faulty) + TASK_PART.format(stage=STAGE, folder=folder))
-    assert rule.hits > 1 and len(faulted) > 1, f"{what}:\n{log_text(faulty)}"
-    assert all(pattern.search(p) for p in faulted), f"{what}: not a task's part: {faulted}"
+    assert rule.hits > 1, f"{what}:\n{log_text(faulty)}"
     written = {e.path for e in faulty.proxy.log if e.method == "PUT" and e.status == 200}
     assert any("/nodes/events/" in p for p in written), "the source's new parts were written"
-    if folder == "content":
-        maps = re.compile(base(faulty) + TASK_PART.format(stage=STAGE, folder="mappings"))
+    if method == "PUT":
+        # Only task requests were faulted, of more than one task attempt
+        # (each attempt names its parts anew).
+        pattern = re.compile(base(faulty) + TASK_PART.format(stage=stage, folder=folder))
+        assert len(faulted) > 1, f"{what}:\n{log_text(faulty)}"
+        assert all(pattern.search(p) for p in faulted), f"{what}: not a task's part: {faulted}"
+    if folder == "content" and stage == STAGE:
+        maps = re.compile(base(faulty) + TASK_PART.format(stage=stage, folder="mappings"))
         assert any(maps.search(p) for p in written), "the map tasks wrote mapping parts"
     check_unchanged(faulty, case, what)
 

@@ -34,6 +34,9 @@ struct Merge {
     /// Input indices, a min-heap by (current row, input index).
     heap: Vec<usize>,
     batch_rows: usize,
+    /// Rows of the next output chunk (the first may be shorter: see
+    /// [`merge_sorted_from`]).
+    want: usize,
     /// Batches referenced by the chunk being gathered.
     slots: Vec<RecordBatch>,
     failed: bool,
@@ -74,8 +77,9 @@ impl Merge {
     }
 
     fn next_chunk(&mut self) -> Result<Option<RecordBatch>> {
-        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(self.batch_rows);
-        while picks.len() < self.batch_rows && !self.heap.is_empty() {
+        let want = std::mem::replace(&mut self.want, self.batch_rows);
+        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(want);
+        while picks.len() < want && !self.heap.is_empty() {
             let top = self.heap[0];
             let input = &mut self.inputs[top];
             picks.push((input.slot, input.pos));
@@ -161,8 +165,25 @@ pub fn merge_sorted_on(
     batch_rows: usize,
     threads: usize,
 ) -> Result<BatchIter> {
-    if batch_rows == 0 {
-        return Err(Error::InvalidArgument("batch_rows must be >= 1".into()));
+    merge_sorted_from(schema, key, inputs, batch_rows, batch_rows, threads)
+}
+
+/// [`merge_sorted_on`] whose first output chunk holds at most `first_rows`
+/// rows (1 to `batch_rows`): the merge of a stretch that starts
+/// `batch_rows - first_rows` rows past a multiple of `batch_rows` in a
+/// longer output cuts its chunks where that output's chunks are cut.
+pub fn merge_sorted_from(
+    schema: SchemaRef,
+    key: &[String],
+    inputs: Vec<BatchIter>,
+    batch_rows: usize,
+    first_rows: usize,
+    threads: usize,
+) -> Result<BatchIter> {
+    if batch_rows == 0 || first_rows == 0 || first_rows > batch_rows {
+        return Err(Error::InvalidArgument(format!(
+            "batch_rows must be >= 1 and first_rows from 1 to batch_rows, not {batch_rows} and {first_rows}"
+        )));
     }
     let encoder = std::sync::Arc::new(KeyEncoder::new(&schema, key)?);
     let mut merge = Merge {
@@ -170,6 +191,7 @@ pub fn merge_sorted_on(
         inputs: Vec::with_capacity(inputs.len()),
         heap: Vec::new(),
         batch_rows,
+        want: first_rows,
         slots: Vec::new(),
         failed: false,
     };

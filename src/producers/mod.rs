@@ -46,6 +46,7 @@ pub mod parts;
 pub mod partset;
 pub mod patch;
 pub mod phases;
+pub mod range_merge;
 pub mod ranges;
 pub mod run;
 pub mod sort;

@@ -3,25 +3,27 @@
 //! Batches are buffered until they (and what sorting them takes) hold three
 //! quarters of the budget; the buffer is then sorted (by the key's row
 //! format, stable) and, if more input follows, spilled as a sorted run to a
-//! local Arrow IPC file. At the end the runs and the last buffer are merged
-//! ([`super::merge`]) into one sorted stream.
+//! local Arrow IPC file (with a sample of its keys, one per 512 rows). At
+//! the end the runs and the last buffer are merged into one sorted stream.
 //!
 //! Threads ([`default_threads`]: the cores, or `PDS_THREADS`): a buffer is
 //! cut into one contiguous slice per thread; each slice's key rows are
 //! computed and sorted on its own thread, and the sorted slices merged
 //! (ties: the earlier slice first). Spilled chunks are gathered in parallel.
-//! At the end each run is read and its key rows computed ahead on a thread
-//! of its own while the calling thread merges. Ties keep the input order,
-//! and the output (rows and batch boundaries) is the same for any thread
-//! count.
+//! The final merge runs in parallel by key range ([`super::range_merge`]):
+//! each thread merges one range of keys from every run at a time. On one
+//! thread, the runs are merged in one k-way merge ([`super::merge`]). Ties
+//! keep the input order, and the output (rows and batch boundaries) is the
+//! same for any thread count.
 //!
 //! Memory, with `T` threads and `R` runs: the buffer with its key rows and
 //! order while sorting (within 3/4 of the budget), plus `4 * T` output
 //! chunks of [`BATCH_ROWS`] rows while spilling; while merging, the last
-//! buffer (not copied: gathered chunk by chunk) with its order, and about
-//! four batches of [`BATCH_ROWS`] rows per run. So at most the budget plus
-//! `(4 * T + 4 * R)` batches of [`BATCH_ROWS`] rows. Spill files are removed
-//! when the sorter (or its output) is dropped.
+//! buffer (not copied: gathered chunk by chunk) with its order, the ranges
+//! merged and not yet read (an eighth of the budget in all), and one batch
+//! of [`BATCH_ROWS`] rows per run and thread. So at most the budget plus
+//! `(4 * T + T * R)` batches of [`BATCH_ROWS`] rows. Spill files are
+//! removed when the sorter (or its output) is dropped.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -29,13 +31,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_ipc::reader::StreamReader;
-use arrow_ipc::writer::StreamWriter;
-use arrow_row::Rows;
+use arrow_ipc::reader::FileReader;
+use arrow_ipc::writer::FileWriter;
+use arrow_row::{OwnedRow, Rows};
 use arrow_schema::SchemaRef;
 
 use super::keys::KeyEncoder;
 use super::merge::merge_sorted_on;
+use super::range_merge::{RunBatch, RunIndex};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -52,7 +55,7 @@ const SORT_BYTES_PER_ROW: usize = 48;
 
 /// A folder of spill files, removed with everything in it on drop.
 #[derive(Debug)]
-struct SpillDir(PathBuf);
+pub(super) struct SpillDir(PathBuf);
 
 impl Drop for SpillDir {
     fn drop(&mut self) {
@@ -68,7 +71,7 @@ pub struct ExternalSorter {
     budget: usize,
     buffer: Vec<RecordBatch>,
     buffered: usize,
-    runs: Vec<PathBuf>,
+    runs: Vec<RunIndex>,
     dir: Option<Arc<SpillDir>>,
     spill_root: PathBuf,
     threads: usize,
@@ -165,23 +168,54 @@ impl ExternalSorter {
                 d
             }
         };
-        let path = dir.0.join(format!("run-{:05}.arrows", self.runs.len()));
-        let mut w = StreamWriter::try_new(BufWriter::new(File::create(&path)?), &self.schema)?;
+        // An IPC file (not a stream): its batches can be read by index, so
+        // a range of keys can be read from the middle of the run.
+        let path = dir.0.join(format!("run-{:05}.arrow", self.runs.len()));
+        let mut w = FileWriter::try_new(BufWriter::new(File::create(&path)?), &self.schema)?;
         let sorted = self.sort_buffer()?;
-        sorted.drain_into(self.threads, |b| w.write(&b).map_err(Error::from))?;
+        let mut batches = Vec::new();
+        let encoder = &self.encoder;
+        sorted.drain_into(self.threads, |b| {
+            batches.push(RunBatch::of(encoder, &b)?);
+            w.write(&b).map_err(Error::from)
+        })?;
         drop(sorted);
         w.finish()?;
-        self.runs.push(path);
+        self.runs.push(RunIndex::new(path, batches));
         Ok(())
+    }
+
+    /// The size of a key range the merge takes on one thread: the threads
+    /// share an eighth of the budget (see [`super::range_merge`]).
+    fn range_bytes(&self) -> usize {
+        (self.budget / 8 / self.threads).max(1)
+    }
+
+    /// The spilled runs and the last buffer, sorted, for the parallel merge.
+    fn into_runs(mut self) -> Result<super::range_merge::Runs> {
+        let last = self.sort_buffer()?;
+        Ok(super::range_merge::Runs {
+            schema: self.schema,
+            key: self.key,
+            encoder: self.encoder,
+            runs: self.runs,
+            last,
+            dir: self.dir,
+        })
     }
 
     /// Every row pushed, sorted by the key, as one stream.
     pub fn finish(mut self) -> Result<BatchIter> {
         // The last buffer is merged in place, gathered chunk by chunk.
+        if self.threads > 1 && !self.runs.is_empty() {
+            let (range_bytes, threads) = (self.range_bytes(), self.threads);
+            return super::range_merge::merge_runs(self.into_runs()?, range_bytes, threads);
+        }
         let last = self.sort_buffer()?;
         let mut inputs: Vec<BatchIter> = Vec::with_capacity(self.runs.len() + 1);
-        for path in &self.runs {
-            let reader = StreamReader::try_new(std::io::BufReader::new(File::open(path)?), None)?;
+        for run in &self.runs {
+            let reader =
+                FileReader::try_new(std::io::BufReader::new(File::open(&run.path)?), None)?;
             let dir = self.dir.clone(); // Keeps the files until the run is read.
             inputs.push(Box::new(reader.map(move |b| {
                 let _keep = &dir;
@@ -333,9 +367,14 @@ fn sorted_order(encoder: &KeyEncoder, batches: &[RecordBatch], threads: usize) -
     Ok(out)
 }
 
+/// The key of `batch`'s first row (it has one).
+pub(super) fn first_key(encoder: &KeyEncoder, batch: &RecordBatch) -> Result<OwnedRow> {
+    Ok(encoder.rows(&batch.slice(0, 1))?.row(0).owned())
+}
+
 /// A sorted buffer: its batches and the order of their rows, gathered into
 /// output batches of [`BATCH_ROWS`] rows on demand (no copy of the buffer).
-struct SortedBuffer {
+pub(super) struct SortedBuffer {
     batches: Vec<RecordBatch>,
     /// Where each batch starts, in buffer indices.
     starts: Vec<u32>,
@@ -365,20 +404,47 @@ impl SortedBuffer {
         self.order.len().div_ceil(BATCH_ROWS)
     }
 
-    /// Output chunk `c`.
-    fn chunk(&self, c: usize) -> Result<RecordBatch> {
-        let end = ((c + 1) * BATCH_ROWS).min(self.order.len());
-        let idx: Vec<(usize, usize)> = self.order[c * BATCH_ROWS..end]
-            .iter()
-            .map(|&i| {
-                let b = self.starts.partition_point(|&s| s <= i) - 1;
-                (b, (i - self.starts[b]) as usize)
-            })
-            .collect();
+    /// Rows in the buffer.
+    pub(super) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Memory of the buffered batches.
+    pub(super) fn bytes(&self) -> usize {
+        self.batches.iter().map(|b| b.get_array_memory_size()).sum()
+    }
+
+    /// (batch, row) of buffer index `i`.
+    fn locate(&self, i: u32) -> (usize, usize) {
+        let b = self.starts.partition_point(|&s| s <= i) - 1;
+        (b, (i - self.starts[b]) as usize)
+    }
+
+    /// The key of the row at sorted position `p` (< [`Self::len`]).
+    pub(super) fn key_at(&self, encoder: &KeyEncoder, p: usize) -> Result<OwnedRow> {
+        let (b, r) = self.locate(self.order[p]);
+        first_key(encoder, &self.batches[b].slice(r, 1))
+    }
+
+    /// The first sorted position whose key is not below `key` (binary
+    /// search, one key converted per probe).
+    pub(super) fn position(&self, encoder: &KeyEncoder, key: &OwnedRow) -> Result<usize> {
+        super::range_merge::lower_bound(self.order.len(), |p| Ok(self.key_at(encoder, p)? < *key))
+    }
+
+    /// The rows at sorted positions `range`, as one batch.
+    pub(super) fn gather(&self, range: std::ops::Range<usize>) -> Result<RecordBatch> {
+        let idx: Vec<(usize, usize)> = self.order[range].iter().map(|&i| self.locate(i)).collect();
         let refs: Vec<&RecordBatch> = self.batches.iter().collect();
         Ok(arrow_select::interleave::interleave_record_batch(
             &refs, &idx,
         )?)
+    }
+
+    /// Output chunk `c`.
+    fn chunk(&self, c: usize) -> Result<RecordBatch> {
+        let end = ((c + 1) * BATCH_ROWS).min(self.order.len());
+        self.gather(c * BATCH_ROWS..end)
     }
 
     /// Every chunk to `sink` in order, gathered a window at a time on
@@ -593,6 +659,94 @@ pub(crate) mod tests {
         let mut expected = input.clone();
         expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         assert_eq!(got, expected, "stable: ties keep their input order");
+    }
+
+    /// Pushes 30 uneven batches of `batch` (keys in 0..1000, or all one
+    /// key) into a sorter of `budget` bytes on `threads` threads.
+    fn filled(threads: usize, budget: usize, one_key: bool) -> ExternalSorter {
+        let key = vec!["k".to_string(), "s".to_string()];
+        let mut sorter = ExternalSorter::new(schema(), &key, budget, None)
+            .unwrap()
+            .with_threads(threads);
+        for i in 0..30 {
+            let mut b = batch(i * 10_000, 1000 + 777 * (i % 5), 5 + i as u64);
+            if one_key {
+                let n = b.num_rows();
+                let mut cols = b.columns().to_vec();
+                cols[0] = Arc::new(Int64Array::from(vec![Some(7); n]));
+                cols[1] = Arc::new(StringArray::from(vec!["x"; n]));
+                b = RecordBatch::try_new(schema(), cols).unwrap();
+            }
+            sorter.push(b).unwrap();
+        }
+        sorter
+    }
+
+    /// The merge by key range: many ranges (the plan covers every row once,
+    /// in order), and the output is the one-thread merge's, batch for
+    /// batch, with keys repeated across ranges' neighbours and with one
+    /// key only (one range).
+    #[test]
+    fn the_parallel_merge_by_key_range_is_the_single_merge() {
+        let sorter = filled(4, 128 * 1024, false);
+        let (runs, bytes) = (sorter.spilled_runs(), sorter.range_bytes());
+        assert!(runs > 3, "{runs} runs");
+        let plan = super::super::range_merge::plan(&sorter.into_runs().unwrap(), bytes).unwrap();
+        assert!(plan.len() > 8, "{} ranges", plan.len());
+        let mut at = 0;
+        for (offset, rows) in &plan {
+            assert_eq!(*offset, at);
+            assert!(*rows > 0);
+            at += rows;
+        }
+        assert_eq!(at, (0..30).map(|i| 1000 + 777 * (i % 5)).sum::<usize>());
+        for one_key in [false, true] {
+            let single: Vec<RecordBatch> = filled(1, 128 * 1024, one_key)
+                .finish()
+                .unwrap()
+                .map(|b| b.unwrap())
+                .collect();
+            for threads in [2, 3, 4] {
+                let got: Vec<RecordBatch> = filled(threads, 128 * 1024, one_key)
+                    .finish()
+                    .unwrap()
+                    .map(|b| b.unwrap())
+                    .collect();
+                assert_eq!(got, single, "{threads} threads, one key: {one_key}");
+            }
+        }
+    }
+
+    /// Reading stops early: the merge threads stop and the spill files go.
+    #[test]
+    fn a_parallel_merge_dropped_early_stops_and_removes_its_files() {
+        let sorter = filled(2, 64 * 1024, false);
+        let dir = sorter.dir.as_ref().map(|d| d.0.clone()).unwrap();
+        let mut out = sorter.finish().unwrap();
+        assert!(out.next().unwrap().is_ok());
+        drop(out);
+        let waited = std::time::Instant::now();
+        while dir.exists() && waited.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            !dir.exists(),
+            "spill files left after the merge was dropped"
+        );
+    }
+
+    /// A damaged spill file is an error, never a panic or wrong rows.
+    #[test]
+    fn a_damaged_spill_file_is_an_error() {
+        for threads in [1, 2] {
+            let sorter = filled(threads, 64 * 1024, false);
+            let run = sorter.runs[1].path.clone();
+            let len = std::fs::metadata(&run).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(&run).unwrap();
+            f.set_len(len / 2).unwrap();
+            let got: Result<Vec<RecordBatch>> = sorter.finish().and_then(|s| s.collect());
+            assert!(got.is_err(), "{threads} threads");
+        }
     }
 
     /// One buffer (no spill), sorted on several threads: the stable order.

@@ -1,0 +1,502 @@
+//! The merge at the end of an external sort, in parallel by key range.
+//!
+//! Spilled runs are Arrow IPC files, whose batches can be read by index;
+//! the sort records each batch's first key, rows and memory ([`RunIndex`]).
+//! The key space is cut at some of those keys (and keys of the last, in-
+//! memory buffer, one per [`BATCH_ROWS`] rows) into ranges of about
+//! `range_bytes`. Where each range begins in each run is found by binary
+//! search over the batches' first keys and then within one batch; in the
+//! last buffer, by binary search over its sorted order.
+//!
+//! Each range is merged on a thread of its own from the slices of every run
+//! and of the last buffer that fall in it, and the ranges are yielded in
+//! key order. The output is the single merge's, batch for batch:
+//! - a range starts at a key, so every row of one key is in one range, and
+//!   a range's inputs are in the single merge's order (runs in spill order,
+//!   then the last buffer), whose ties it keeps;
+//! - a range's rows are counted before it is merged, so its output is cut
+//!   at the same multiples of [`BATCH_ROWS`] as the whole output, and the
+//!   short batches at the two sides of a range boundary are joined.
+//!
+//! Memory: at most `threads` ranges are being merged or held unread at
+//! once, each held whole until it is read (about `range_bytes`), plus each
+//! merging thread's current batch per run. A range's threads are plain
+//! threads; reading stops them when dropped. A panic in one becomes the
+//! typed internal error.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::FileReader;
+use arrow_row::OwnedRow;
+use arrow_schema::SchemaRef;
+
+use super::keys::KeyEncoder;
+use super::merge::merge_sorted_from;
+use super::sort::{first_key, SortedBuffer, SpillDir, BATCH_ROWS};
+use super::BatchIter;
+use crate::error::{Error, Result};
+
+/// Rows between the keys sampled to cut ranges.
+pub(super) const SAMPLE_ROWS: usize = 512;
+
+/// One batch of a spilled run.
+#[derive(Debug)]
+pub(super) struct RunBatch {
+    /// The keys of rows 0, [`SAMPLE_ROWS`], 2 * [`SAMPLE_ROWS`], ...
+    pub keys: Vec<OwnedRow>,
+    pub rows: usize,
+    /// Its memory in Arrow (a range's size is estimated from it).
+    pub bytes: usize,
+}
+
+impl RunBatch {
+    /// `batch`'s sampled keys, rows and memory.
+    pub fn of(encoder: &KeyEncoder, batch: &RecordBatch) -> Result<Self> {
+        let keys = (0..batch.num_rows())
+            .step_by(SAMPLE_ROWS)
+            .map(|p| first_key(encoder, &batch.slice(p, 1)))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            keys,
+            rows: batch.num_rows(),
+            bytes: batch.get_array_memory_size(),
+        })
+    }
+
+    fn first(&self) -> Option<&OwnedRow> {
+        self.keys.first()
+    }
+}
+
+/// A spilled run: its IPC file and its batches, in order.
+#[derive(Debug)]
+pub(super) struct RunIndex {
+    pub path: PathBuf,
+    batches: Vec<RunBatch>,
+    /// Where each batch starts, in rows of the run.
+    starts: Vec<usize>,
+}
+
+impl RunIndex {
+    pub fn new(path: PathBuf, batches: Vec<RunBatch>) -> Self {
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut n = 0;
+        for b in &batches {
+            starts.push(n);
+            n += b.rows;
+        }
+        Self {
+            path,
+            batches,
+            starts,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.rows).sum()
+    }
+
+    fn reader(&self) -> Result<FileReader<BufReader<File>>> {
+        Ok(FileReader::try_new(
+            BufReader::new(File::open(&self.path)?),
+            None,
+        )?)
+    }
+
+    /// The first row (of the run) whose key is not below `key`.
+    fn position(&self, encoder: &KeyEncoder, key: &OwnedRow) -> Result<usize> {
+        // Batches whose first key is below `key`: the row is in the last of
+        // them, or is the first row of the next.
+        let b = self
+            .batches
+            .partition_point(|x| x.first().is_some_and(|f| f < key));
+        if b == 0 {
+            return Ok(0);
+        }
+        let mut reader = self.reader()?;
+        reader.set_index(b - 1)?;
+        let batch = reader
+            .next()
+            .transpose()?
+            .ok_or_else(|| Error::Task(format!("spill file {:?} lost a batch", self.path)))?;
+        let rows = encoder.rows(&batch)?;
+        let key = key.row();
+        let within = lower_bound(rows.num_rows(), |i| Ok(rows.row(i) < key))?;
+        Ok(self.starts[b - 1] + within)
+    }
+
+    /// Rows `range` of the run, as batches (the first and last sliced).
+    fn read(&self, range: std::ops::Range<usize>, dir: Arc<SpillDir>) -> Result<BatchIter> {
+        if range.is_empty() {
+            return Ok(Box::new(std::iter::empty()));
+        }
+        let first = self.starts.partition_point(|&s| s <= range.start) - 1;
+        let mut reader = self.reader()?;
+        reader.set_index(first)?;
+        let mut at = self.starts[first];
+        let end = range.end;
+        let skip = range.start - at;
+        let mut skip = Some(skip);
+        Ok(Box::new(
+            reader
+                .map_while(move |b| {
+                    let _keep = &dir; // The files stay until read.
+                    if at >= end {
+                        return None;
+                    }
+                    Some(b.map_err(Error::from).map(|b| {
+                        let n = b.num_rows();
+                        let from = skip.take().unwrap_or(0);
+                        let to = n.min(end - at);
+                        at += n;
+                        b.slice(from, to - from)
+                    }))
+                })
+                .filter(|b| !matches!(b, Ok(b) if b.num_rows() == 0)),
+        ))
+    }
+}
+
+/// The first of `0..n` for which `below` is false (`below` is true, then
+/// false, along `0..n`).
+pub(super) fn lower_bound(n: usize, mut below: impl FnMut(usize) -> Result<bool>) -> Result<usize> {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid)? {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// What a sort hands to [`merge_runs`].
+pub(super) struct Runs {
+    pub schema: SchemaRef,
+    pub key: Vec<String>,
+    pub encoder: KeyEncoder,
+    pub runs: Vec<RunIndex>,
+    pub last: SortedBuffer,
+    pub dir: Option<Arc<SpillDir>>,
+}
+
+/// One key range: where it begins in each run and in the last buffer, and
+/// its first row in the whole output.
+#[derive(Clone, Debug)]
+struct Range {
+    runs: Vec<std::ops::Range<usize>>,
+    last: std::ops::Range<usize>,
+    offset: usize,
+}
+
+impl Range {
+    fn rows(&self) -> usize {
+        self.runs.iter().map(|r| r.len()).sum::<usize>() + self.last.len()
+    }
+}
+
+/// The keys cutting the key space into ranges of about `range_bytes`:
+/// distinct, ascending, none at the smallest key.
+fn splitters(
+    encoder: &KeyEncoder,
+    runs: &[RunIndex],
+    last: &SortedBuffer,
+    range_bytes: usize,
+) -> Result<Vec<OwnedRow>> {
+    let mut keys: Vec<(OwnedRow, usize)> = Vec::new();
+    for b in runs.iter().flat_map(|r| &r.batches) {
+        let per_key = b.bytes / b.keys.len().max(1);
+        keys.extend(b.keys.iter().map(|k| (k.clone(), per_key)));
+    }
+    if last.len() > 0 {
+        let per_row = last.bytes() / last.len();
+        for p in (0..last.len()).step_by(SAMPLE_ROWS) {
+            let rows = SAMPLE_ROWS.min(last.len() - p);
+            keys.push((last.key_at(encoder, p)?, per_row * rows));
+        }
+    }
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<OwnedRow> = Vec::new();
+    let mut held = 0usize;
+    let smallest = keys.first().map(|k| k.0.clone());
+    for (key, bytes) in keys {
+        if held >= range_bytes
+            && Some(&key) != smallest.as_ref()
+            && out.last().is_none_or(|s| *s < key)
+        {
+            out.push(key);
+            held = 0;
+        }
+        held += bytes;
+    }
+    Ok(out)
+}
+
+/// The ranges the splitters cut, with their slices and output offsets.
+fn ranges(input: &Runs, splitters: &[OwnedRow]) -> Result<Vec<Range>> {
+    // Cut points per input: 0, each splitter's position, the end.
+    let mut cuts: Vec<Vec<usize>> = Vec::with_capacity(input.runs.len() + 1);
+    for run in &input.runs {
+        let mut c = vec![0];
+        for s in splitters {
+            c.push(run.position(&input.encoder, s)?);
+        }
+        c.push(run.rows());
+        cuts.push(c);
+    }
+    let mut c = vec![0];
+    for s in splitters {
+        c.push(input.last.position(&input.encoder, s)?);
+    }
+    c.push(input.last.len());
+    let last_cuts = c;
+    let mut out = Vec::with_capacity(splitters.len() + 1);
+    let mut offset = 0;
+    for j in 0..=splitters.len() {
+        let r = Range {
+            runs: cuts.iter().map(|c| c[j]..c[j + 1]).collect(),
+            last: last_cuts[j]..last_cuts[j + 1],
+            offset,
+        };
+        offset += r.rows();
+        if r.rows() > 0 {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// (output offset, rows) of each range `input` is cut into.
+#[cfg(test)]
+pub(super) fn plan(input: &Runs, range_bytes: usize) -> Result<Vec<(usize, usize)>> {
+    let cut = splitters(&input.encoder, &input.runs, &input.last, range_bytes)?;
+    Ok(ranges(input, &cut)?
+        .iter()
+        .map(|r| (r.offset, r.rows()))
+        .collect())
+}
+
+/// Which ranges run: the next to start, how many were read, and whether
+/// the reader is gone.
+struct Flow {
+    next: usize,
+    read: usize,
+    stopped: bool,
+}
+
+struct Shared {
+    input: Runs,
+    ranges: Vec<Range>,
+    senders: Vec<Mutex<Option<Sender<Result<RecordBatch>>>>>,
+    flow: Mutex<Flow>,
+    wake: Condvar,
+    threads: usize,
+}
+
+impl Shared {
+    fn flow(&self) -> MutexGuard<'_, Flow> {
+        // A thread panicking while holding it is contained elsewhere; the
+        // flow's counters stay consistent (plain assignments).
+        self.flow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next range this thread merges, once fewer than `threads` ranges
+    /// are started and unread; `None` when all are started or the reader
+    /// is gone.
+    fn take(&self) -> Option<usize> {
+        let mut flow = self.flow();
+        loop {
+            if flow.stopped || flow.next >= self.ranges.len() {
+                return None;
+            }
+            if flow.next < flow.read + self.threads {
+                flow.next += 1;
+                return Some(flow.next - 1);
+            }
+            flow = self.wake.wait(flow).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.flow().stopped
+    }
+
+    /// Range `j`'s merged batches, cut where the whole output's are.
+    fn merge(self: &Arc<Self>, j: usize) -> Result<BatchIter> {
+        let r = &self.ranges[j];
+        let input = &self.input;
+        let mut inputs: Vec<BatchIter> = Vec::with_capacity(input.runs.len() + 1);
+        for (run, rows) in input.runs.iter().zip(&r.runs) {
+            if !rows.is_empty() {
+                let dir = input.dir.clone().ok_or_else(|| {
+                    Error::Task("a sort with spilled runs has no spill folder".into())
+                })?;
+                inputs.push(run.read(rows.clone(), dir)?);
+            }
+        }
+        if !r.last.is_empty() {
+            // Gathered a batch at a time as the merge reads it.
+            let end = r.last.end;
+            let me = self.clone();
+            inputs.push(Box::new(
+                r.last
+                    .clone()
+                    .step_by(BATCH_ROWS)
+                    .map(move |s| me.input.last.gather(s..(s + BATCH_ROWS).min(end))),
+            ));
+        }
+        let first_rows = BATCH_ROWS - r.offset % BATCH_ROWS;
+        merge_sorted_from(
+            input.schema.clone(),
+            &input.key,
+            inputs,
+            BATCH_ROWS,
+            first_rows,
+            1,
+        )
+    }
+
+    /// Merge range `j` into its channel.
+    fn run(self: &Arc<Self>, j: usize) {
+        let Some(tx) = self.senders[j]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let got = crate::error::catch(|| -> Result<()> {
+            for b in self.merge(j)? {
+                if self.stopped() || tx.send(Ok(b?)).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|msg| Err(crate::error::internal_panic(msg)));
+        if let Err(e) = got {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
+
+/// The sorted output of `input`'s runs and last buffer, merged by key
+/// ranges of about `range_bytes` on `threads` threads.
+pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Result<BatchIter> {
+    let cut = splitters(&input.encoder, &input.runs, &input.last, range_bytes)?;
+    let ranges = ranges(&input, &cut)?;
+    let mut senders = Vec::with_capacity(ranges.len());
+    let mut receivers = VecDeque::with_capacity(ranges.len());
+    for _ in &ranges {
+        let (tx, rx) = channel();
+        senders.push(Mutex::new(Some(tx)));
+        receivers.push_back(rx);
+    }
+    let threads = threads.clamp(1, ranges.len().max(1));
+    let shared = Arc::new(Shared {
+        input,
+        ranges,
+        senders,
+        flow: Mutex::new(Flow {
+            next: 0,
+            read: 0,
+            stopped: false,
+        }),
+        wake: Condvar::new(),
+        threads,
+    });
+    for _ in 0..threads {
+        let worker = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pds-merge".into())
+            .spawn(move || {
+                while let Some(j) = worker.take() {
+                    worker.run(j);
+                }
+            });
+        if let Err(e) = spawned {
+            // The threads started stop.
+            shared.flow().stopped = true;
+            shared.wake.notify_all();
+            return Err(Error::Task(format!("a merge thread could not start: {e}")));
+        }
+    }
+    Ok(Box::new(Output {
+        shared,
+        receivers,
+        pending: None,
+        failed: false,
+    }))
+}
+
+/// The ranges' batches in order, the short batches at range boundaries
+/// joined.
+struct Output {
+    shared: Arc<Shared>,
+    receivers: VecDeque<Receiver<Result<RecordBatch>>>,
+    /// A batch of fewer than [`BATCH_ROWS`] rows that ended a range.
+    pending: Option<RecordBatch>,
+    failed: bool,
+}
+
+impl Output {
+    fn step(&mut self) -> Result<Option<RecordBatch>> {
+        loop {
+            let Some(rx) = self.receivers.front() else {
+                return Ok(self.pending.take());
+            };
+            match rx.recv() {
+                Ok(b) => {
+                    let b = b?;
+                    let b = match self.pending.take() {
+                        Some(p) => arrow_select::concat::concat_batches(&p.schema(), [&p, &b])?,
+                        None => b,
+                    };
+                    if b.num_rows() < BATCH_ROWS {
+                        self.pending = Some(b);
+                        continue;
+                    }
+                    return Ok(Some(b));
+                }
+                Err(_) => {
+                    // The range is done: let another start.
+                    self.receivers.pop_front();
+                    self.shared.flow().read += 1;
+                    self.shared.wake.notify_all();
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Output {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.step() {
+            Ok(b) => b.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        self.shared.flow().stopped = true;
+        self.shared.wake.notify_all();
+    }
+}

@@ -19,8 +19,9 @@
 //!   short batches at the two sides of a range boundary are joined.
 //!
 //! Memory: at most `threads` ranges are being merged or held unread at
-//! once, each held whole until it is read (about `range_bytes`), plus each
-//! merging thread's current batch per run. A range's threads are plain
+//! once, each holding at most about `range_bytes` of merged batches unread
+//! (a larger range, such as many rows of one key, waits for its reader),
+//! plus each merging thread's current batch per run. A range's threads are plain
 //! threads; reading stops them when dropped. A panic in one becomes the
 //! typed internal error.
 
@@ -28,7 +29,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
@@ -295,7 +296,7 @@ struct Flow {
 struct Shared {
     input: Runs,
     ranges: Vec<Range>,
-    senders: Vec<Mutex<Option<Sender<Result<RecordBatch>>>>>,
+    senders: Vec<Mutex<Option<SyncSender<Result<RecordBatch>>>>>,
     flow: Mutex<Flow>,
     wake: Condvar,
     threads: usize,
@@ -329,8 +330,9 @@ impl Shared {
         self.flow().stopped
     }
 
-    /// Range `j`'s merged batches, cut where the whole output's are.
-    fn merge(self: &Arc<Self>, j: usize) -> Result<BatchIter> {
+    /// Range `j`'s merged batches, cut where the whole output's are; each
+    /// input read ahead on a thread of its own if `threads` > 1.
+    fn merge(self: &Arc<Self>, j: usize, threads: usize) -> Result<BatchIter> {
         let r = &self.ranges[j];
         let input = &self.input;
         let mut inputs: Vec<BatchIter> = Vec::with_capacity(input.runs.len() + 1);
@@ -360,7 +362,7 @@ impl Shared {
             inputs,
             BATCH_ROWS,
             first_rows,
-            1,
+            threads,
         )
     }
 
@@ -374,7 +376,7 @@ impl Shared {
             return;
         };
         let got = crate::error::catch(|| -> Result<()> {
-            for b in self.merge(j)? {
+            for b in self.merge(j, 1)? {
                 if self.stopped() || tx.send(Ok(b?)).is_err() {
                     return Ok(());
                 }
@@ -393,14 +395,31 @@ impl Shared {
 pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Result<BatchIter> {
     let cut = splitters(&input.encoder, &input.runs, &input.last, range_bytes)?;
     let ranges = ranges(&input, &cut)?;
+    // Each range holds at most `range_bytes` of merged batches unread (at
+    // least two): a range larger than that (many rows of one key, which no
+    // cut can split) waits for its reader.
+    let rows = input.runs.iter().map(|r| r.rows()).sum::<usize>() + input.last.len();
+    let bytes = input
+        .runs
+        .iter()
+        .flat_map(|r| &r.batches)
+        .map(|b| b.bytes)
+        .sum::<usize>()
+        + input.last.bytes();
+    let batch_bytes = (bytes / rows.max(1)).max(1) * BATCH_ROWS;
+    let held = (range_bytes / batch_bytes).max(2);
     let mut senders = Vec::with_capacity(ranges.len());
     let mut receivers = VecDeque::with_capacity(ranges.len());
     for _ in &ranges {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(held);
         senders.push(Mutex::new(Some(tx)));
         receivers.push_back(rx);
     }
-    let threads = threads.clamp(1, ranges.len().max(1));
+    if ranges.is_empty() {
+        return Ok(Box::new(std::iter::empty()));
+    }
+    let one = ranges.len() == 1;
+    let workers = threads.min(ranges.len());
     let shared = Arc::new(Shared {
         input,
         ranges,
@@ -413,7 +432,12 @@ pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Res
         wake: Condvar::new(),
         threads,
     });
-    for _ in 0..threads {
+    if one {
+        // One range (all rows one key, say): merged as it is read, its
+        // runs read ahead on threads, as the one-thread merge does.
+        return shared.merge(0, threads);
+    }
+    for _ in 0..workers {
         let worker = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("pds-merge".into())

@@ -1,6 +1,7 @@
 //! PyO3 bindings for `pds._core`: they convert types, release the GIL around
 //! all I/O and encoding, and map errors. No logic lives here.
 
+mod alloc;
 mod dataset;
 mod errors;
 mod occupancy;

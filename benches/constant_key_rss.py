@@ -10,7 +10,13 @@ Measured on the shared 2-core machine (issue P, item 2): before keys could
 span parts, batched 1682 MiB (the whole group one part, built, fetched and
 decoded at once); after, batched 665 MiB (452 MiB with MALLOC_ARENA_MAX=2:
 the rest is glibc's per-thread arenas keeping freed memory), row form 545
-MiB; the source's update alone, 262 MiB.
+MiB; the source's update alone, 262 MiB. With the merge by key range
+(2026-11-24): glibc malloc 745-983 MiB batched, 840-938 MiB row form
+across runs (arenas per thread); with mimalloc, pds's allocator since,
+718-737 MiB batched (13.8-20.2 s), 695-743 MiB row form. Returning freed
+memory sooner meets the target nearly or fully, but slows pds down too
+much to be the default: MIMALLOC_PURGE_DELAY=1 516 / 518 MiB (24.9 s /
+48.3 s), MIMALLOC_PURGE_DELAY=0 474 MiB batched (33.9 s).
 """
 
 import resource

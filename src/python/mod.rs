@@ -55,7 +55,6 @@ where
 /// panic hook that keeps contained panics quiet (once per process).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::error::install_panic_hook();
-    alloc::configure();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<store::PyRustStore>()?;
     m.add_class::<store::PyObjectMeta>()?;

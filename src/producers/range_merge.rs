@@ -1,12 +1,13 @@
 //! The merge at the end of an external sort, in parallel by key range.
 //!
 //! Spilled runs are Arrow IPC files, whose batches can be read by index;
-//! the sort records each batch's first key, rows and memory ([`RunIndex`]).
-//! The key space is cut at some of those keys (and keys of the last, in-
-//! memory buffer, one per [`BATCH_ROWS`] rows) into ranges of about
-//! `range_bytes`. Where each range begins in each run is found by binary
-//! search over the batches' first keys and then within one batch; in the
-//! last buffer, by binary search over its sorted order.
+//! the sort records each batch's rows, memory and a key every
+//! [`SAMPLE_ROWS`] rows, the first included ([`RunIndex`]). The key space
+//! is cut at some of those keys (and at keys of the last, in-memory buffer,
+//! sampled alike) into ranges of about `range_bytes` (about 16 per thread
+//! at most). Where each range begins in each run is found by binary search
+//! over the batches' first keys and then within one batch; in the last
+//! buffer, by binary search over its sorted order.
 //!
 //! Each range is merged on a thread of its own from the slices of every run
 //! and of the last buffer that fall in it, and the ranges are yielded in
@@ -45,6 +46,10 @@ use crate::error::{Error, Result};
 
 /// Rows between the keys sampled to cut ranges.
 pub(super) const SAMPLE_ROWS: usize = 512;
+
+/// Key ranges a merging thread takes (about, at most), whatever the sort's
+/// size.
+const RANGES_PER_THREAD: usize = 16;
 
 /// One batch of a spilled run.
 #[derive(Debug)]
@@ -125,7 +130,10 @@ impl RunIndex {
         let batch = reader
             .next()
             .transpose()?
-            .ok_or_else(|| Error::Task(format!("spill file {:?} lost a batch", self.path)))?;
+            .ok_or_else(|| damaged(&self.path, b - 1))?;
+        if batch.num_rows() != self.batches[b - 1].rows {
+            return Err(damaged(&self.path, b - 1));
+        }
         let rows = encoder.rows(&batch)?;
         let key = key.row();
         let within = lower_bound(rows.num_rows(), |i| Ok(rows.row(i) < key))?;
@@ -142,8 +150,10 @@ impl RunIndex {
         reader.set_index(first)?;
         let mut at = self.starts[first];
         let end = range.end;
-        let skip = range.start - at;
-        let mut skip = Some(skip);
+        let mut skip = Some(range.start - at);
+        let mut index = first;
+        let expected: Vec<usize> = self.batches.iter().map(|b| b.rows).collect();
+        let path = self.path.clone();
         Ok(Box::new(
             reader
                 .map_while(move |b| {
@@ -151,17 +161,28 @@ impl RunIndex {
                     if at >= end {
                         return None;
                     }
-                    Some(b.map_err(Error::from).map(|b| {
-                        let n = b.num_rows();
-                        let from = skip.take().unwrap_or(0);
-                        let to = n.min(end - at);
-                        at += n;
-                        b.slice(from, to - from)
-                    }))
+                    let b = match b {
+                        Ok(b) if expected.get(index) == Some(&b.num_rows()) => b,
+                        Ok(_) => return Some(Err(damaged(&path, index))),
+                        Err(e) => return Some(Err(e.into())),
+                    };
+                    let n = b.num_rows();
+                    let from = skip.take().unwrap_or(0);
+                    let to = n.min(end - at);
+                    at += n;
+                    index += 1;
+                    Some(Ok(b.slice(from, to - from)))
                 })
                 .filter(|b| !matches!(b, Ok(b) if b.num_rows() == 0)),
         ))
     }
+}
+
+/// Batch `batch` of spill file `path` is missing or not what was written.
+fn damaged(path: &std::path::Path, batch: usize) -> Error {
+    Error::Task(format!(
+        "spill file {path:?}: batch {batch} is missing or changed since it was written"
+    ))
 }
 
 /// The first of `0..n` for which `below` is false (`below` is true, then
@@ -275,11 +296,37 @@ fn ranges(input: &Runs, splitters: &[OwnedRow]) -> Result<Vec<Range>> {
     Ok(out)
 }
 
+/// Rows and memory of `input`'s runs and last buffer.
+fn size(input: &Runs) -> (usize, usize) {
+    let rows = input.runs.iter().map(|r| r.rows()).sum::<usize>() + input.last.len();
+    let bytes = input
+        .runs
+        .iter()
+        .flat_map(|r| &r.batches)
+        .map(|b| b.bytes)
+        .sum::<usize>()
+        + input.last.bytes();
+    (rows, bytes)
+}
+
+/// The ranges `input` is cut into: of about `range_bytes`, but about
+/// [`RANGES_PER_THREAD`] a thread at most (one cut per that share of the
+/// bytes; finding where a range begins reads a batch of every run).
+fn cut(input: &Runs, range_bytes: usize, threads: usize) -> Result<Vec<Range>> {
+    let (_, bytes) = size(input);
+    let cut_bytes = range_bytes.max(bytes / (RANGES_PER_THREAD * threads.max(1)));
+    let cut = splitters(&input.encoder, &input.runs, &input.last, cut_bytes)?;
+    ranges(input, &cut)
+}
+
 /// (output offset, rows) of each range `input` is cut into.
 #[cfg(test)]
-pub(super) fn plan(input: &Runs, range_bytes: usize) -> Result<Vec<(usize, usize)>> {
-    let cut = splitters(&input.encoder, &input.runs, &input.last, range_bytes)?;
-    Ok(ranges(input, &cut)?
+pub(super) fn plan(
+    input: &Runs,
+    range_bytes: usize,
+    threads: usize,
+) -> Result<Vec<(usize, usize)>> {
+    Ok(cut(input, range_bytes, threads)?
         .iter()
         .map(|r| (r.offset, r.rows()))
         .collect())
@@ -393,19 +440,11 @@ impl Shared {
 /// The sorted output of `input`'s runs and last buffer, merged by key
 /// ranges of about `range_bytes` on `threads` threads.
 pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Result<BatchIter> {
-    let cut = splitters(&input.encoder, &input.runs, &input.last, range_bytes)?;
-    let ranges = ranges(&input, &cut)?;
+    let ranges = cut(&input, range_bytes, threads)?;
+    let (rows, bytes) = size(&input);
     // Each range holds at most `range_bytes` of merged batches unread (at
-    // least two): a range larger than that (many rows of one key, which no
-    // cut can split) waits for its reader.
-    let rows = input.runs.iter().map(|r| r.rows()).sum::<usize>() + input.last.len();
-    let bytes = input
-        .runs
-        .iter()
-        .flat_map(|r| &r.batches)
-        .map(|b| b.bytes)
-        .sum::<usize>()
-        + input.last.bytes();
+    // least two): a larger range (many rows of one key, which no cut can
+    // split, or a sort cut into few ranges) waits for its reader.
     let batch_bytes = (bytes / rows.max(1)).max(1) * BATCH_ROWS;
     let held = (range_bytes / batch_bytes).max(2);
     let mut senders = Vec::with_capacity(ranges.len());

@@ -691,8 +691,17 @@ pub(crate) mod tests {
         let sorter = filled(4, 128 * 1024, false);
         let (runs, bytes) = (sorter.spilled_runs(), sorter.range_bytes());
         assert!(runs > 3, "{runs} runs");
-        let plan = super::super::range_merge::plan(&sorter.into_runs().unwrap(), bytes).unwrap();
+        let runs_in = sorter.into_runs().unwrap();
+        let plan = super::super::range_merge::plan(&runs_in, bytes, 4).unwrap();
         assert!(plan.len() > 8, "{} ranges", plan.len());
+        // However small the ranges asked for, about 16 a thread (a cut
+        // per sixteenth of the bytes, so at most 17).
+        let capped = super::super::range_merge::plan(&runs_in, 1, 1).unwrap();
+        assert!((2..=17).contains(&capped.len()), "{} ranges", capped.len());
+        assert_eq!(
+            capped.iter().map(|r| r.1).sum::<usize>(),
+            plan.iter().map(|r| r.1).sum::<usize>()
+        );
         let mut at = 0;
         for (offset, rows) in &plan {
             assert_eq!(*offset, at);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import random
 import re
 import signal
 import subprocess
@@ -935,3 +936,149 @@ def test_row_form_temporal_values_are_the_same_python_types_with_or_without_pand
         assert run["coarse_whole"] == [5]
     assert allowed["coarse_ns"].startswith("SchemaMismatch") and "column 'ts'" in allowed["coarse_ns"]
     assert blocked["coarse_ns"].startswith("DataError") and "pandas" in blocked["coarse_ns"]
+
+
+def _join_sums(a: pa.Table, b: pa.Table) -> dict[int, list[int]]:
+    """Per key: [rows of a, sum of x, rows of b, sum of y]."""
+    out: dict[int, list[int]] = {}
+    for side, (t, col) in enumerate(((a, "x"), (b, "y"))):
+        for k, v in zip(t["k"].to_pylist(), t[col].to_pylist(), strict=True):
+            r = out.setdefault(k, [0, 0, 0, 0])
+            r[2 * side] += 1
+            r[2 * side + 1] += v
+    return out
+
+
+def _big_join(store: Store, batched: bool, order: str) -> Pipeline:
+    """a (k, i -> x) and b (k, i -> y), joined on k into j (k -> sums and
+    counts). The row form reads the sides in *order* ("ab", "ba", "b": a
+    never read, or "zip": alternating)."""
+    p = Pipeline.create(store, "big-join")
+    key = {"k": pa.int64(), "i": pa.int64()}
+    a = p.source("a", key=key, value={"x": pa.int64()})
+    b = p.source("b", key=key, value={"y": pa.int64()})
+    # Stages keyed by k alone: a key's group is all its (k, i) rows.
+    ka = p.stage("ka", sources=[a], key={"k": pa.int64()}, value={"i": pa.int64(), "x": pa.int64()})(
+        lambda k, vs: ((k[0], {"i": k[1], "x": v["x"]}) for v in vs)
+    )
+    kb = p.stage("kb", sources=[b], key={"k": pa.int64()}, value={"i": pa.int64(), "y": pa.int64()})(
+        lambda k, vs: ((k[0], {"i": k[1], "y": v["y"]}) for v in vs)
+    )
+    value = {"na": pa.int64(), "sa": pa.int64(), "nb": pa.int64(), "sb": pa.int64()}
+    if batched:
+
+        @p.stage("j", sources=[ka, kb], key={"k": pa.int64(), "part": pa.int64()}, value=value, batched=True)
+        def jb(ta: pa.Table, tb: pa.Table) -> pa.Table:
+            # One row per key and call (a large key comes over several calls).
+            rows = _join_sums(ta, tb)
+            ks = sorted(rows)
+            part = [
+                min(
+                    [
+                        *ta.filter(pc.equal(ta["k"], k))["i"].to_pylist(),
+                        *tb.filter(pc.equal(tb["k"], k))["i"].to_pylist(),
+                    ]
+                )
+                for k in ks
+            ]
+            cols = list(zip(*(rows[k] for k in ks), strict=True)) if ks else [[], [], [], []]
+            return pa.table(
+                {"k": ks, "part": part, "na": cols[0], "sa": cols[1], "nb": cols[2], "sb": cols[3]},
+                schema=pa.schema([(n, pa.int64()) for n in ("k", "part", "na", "sa", "nb", "sb")]),
+            )
+
+    else:
+
+        @p.stage("j", sources=[ka, kb], key={"k": pa.int64(), "part": pa.int64()}, value=value)
+        def jr(k: int, left: Iterator[dict[str, Any]], right: Iterator[dict[str, Any]]) -> Iterator[Any]:
+            n = {"a": 0, "b": 0}
+            s = {"a": 0, "b": 0}
+
+            def read(side: str, it: Iterator[dict[str, Any]], limit: int | None = None) -> None:
+                for m, v in enumerate(it):
+                    n[side] += 1
+                    s[side] += v["x" if side == "a" else "y"]
+                    if limit is not None and m + 1 >= limit:
+                        return
+
+            if order == "zip":
+                while True:
+                    before = n["a"] + n["b"]
+                    read("a", left, 3)
+                    read("b", right, 5)
+                    if n["a"] + n["b"] == before:
+                        break
+            else:
+                for side in order:
+                    read(side, left if side == "a" else right)
+            yield (k, 0), {"na": n["a"], "sa": s["a"], "nb": n["b"], "sb": s["b"]}
+
+    return p
+
+
+def _big_join_sources(seed: int) -> tuple[pa.Table, pa.Table]:
+    """Key 7 has 5,000 rows on a and 3,000 on b; the other keys a few."""
+    rng = random.Random(seed)
+
+    def side(big: int) -> pa.Table:
+        ks, iis = [], []
+        for k in range(20):
+            n = big if k == 7 else rng.randrange(4)
+            ks += [k] * n
+            iis += list(range(n))
+        xs = [rng.randrange(1000) for _ in ks]
+        schema = pa.schema([("k", pa.int64()), ("i", pa.int64()), ("x", pa.int64())])
+        return pa.table({"k": ks, "i": iis, "x": xs}, schema=schema)
+
+    a = side(5000)
+    b = side(3000).rename_columns(["k", "i", "y"])
+    return a, b
+
+
+@pytest.mark.spec("P-2")
+@pytest.mark.parametrize(("batched", "order"), [(False, "ab"), (False, "ba"), (False, "b"), (False, "zip"), (True, "")])
+def test_a_join_group_larger_than_a_piece_streams_from_each_side(
+    batched: bool, order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A join key with more rows on a side than a chunk holds
+    (JOIN_SIDE_ROWS / BATCH_GROUP_MAX made small): the row form's value
+    iterators pull the rest as they read, each side on its own, in any order
+    (a side never read is skipped); the batched form gets the key over
+    several calls. Every row counts once, as computed from scratch, and
+    after an update that touches the large key."""
+    from pds.producers import produce
+
+    monkeypatch.setattr(produce, "JOIN_SIDE_ROWS", 256)
+    monkeypatch.setattr(produce, "BATCH_GROUP_MAX", 700)
+    p = _big_join(pds.open_store("memory://"), batched, order)
+    a, b = _big_join_sources(1)
+    p.update({"a": a, "b": b})
+
+    def expected(a: pa.Table, b: pa.Table) -> dict[int, tuple[int, int, int, int]]:
+        out = _join_sums(a, b)
+        if order == "b":  # a is never read
+            for r in out.values():
+                r[0] = r[1] = 0
+        return {k: tuple(v) for k, v in out.items()}  # type: ignore[misc]
+
+    def got(p: Pipeline) -> dict[int, tuple[int, int, int, int]]:
+        out: dict[int, list[int]] = {}
+        for r in p.read("j").to_pylist():
+            t = out.setdefault(r["k"], [0, 0, 0, 0])
+            for n, c in enumerate(("na", "sa", "nb", "sb")):
+                t[n] += r[c]
+        return {k: tuple(v) for k, v in out.items()}  # type: ignore[misc]
+
+    assert got(p) == expected(a, b)
+    if batched:
+        assert len([r for r in p.read("j").to_pylist() if r["k"] == 7]) > 1, "key 7 came over several calls"
+    # An update touching the large key on one side (and a small one).
+    a2 = pa.table({"k": [7, 3], "i": [10, 0], "x": [100_000, 5]}, schema=a.schema)
+    p.update({"a": a2})
+    # Upserts by (k, i): (7, 10) and (3, 0) replaced.
+    keep = [
+        not ((k == 7 and i == 10) or (k == 3 and i == 0))
+        for k, i in zip(a["k"].to_pylist(), a["i"].to_pylist(), strict=True)
+    ]
+    merged = pa.concat_tables([a.filter(pa.array(keep)), a2])
+    assert got(p) == expected(merged, b)

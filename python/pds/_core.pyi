@@ -494,12 +494,18 @@ class StageRun:
     def schema(self) -> pa.Schema:
         """The physical schema push() takes."""
     def next_chunk(
-        self, whole: bool, max_rows: int
+        self, whole: bool, max_rows: int, side_rows: int | None = None
     ) -> tuple[pa.RecordBatch, list[tuple[pa.RecordBatch, list[int]]], bool] | None:
         """(keys, [(rows, offsets) per source], continued), or None at the end.
         With *whole*, a chunk ends at a group's end, unless a single-source
         group would make it larger than 8 times *max_rows* rows: then the group
-        goes on in the next chunk (``continued``)."""
+        goes on in the next chunk (``continued``). A join's chunk holds at most
+        *max_rows* keys and *side_rows* rows of each source: a key with more
+        ends the chunk, open (see ``open_sources``)."""
+    def open_sources(self) -> list[int]:
+        """A join: the sources that may have more rows of the last chunk's last key."""
+    def pull_open(self, source: int, max_rows: int) -> pa.RecordBatch | None:
+        """A join: up to *max_rows* more rows of the open key from *source*, or None."""
     def push(self, batch: pa.RecordBatch) -> None:
         """Rows Produce emitted, in the physical schema."""
     def counts(self) -> tuple[int, int]:

@@ -150,12 +150,19 @@ impl SingleChunker {
 }
 
 /// Chunks of several sources over a known key list (a join's changed keys):
-/// whole groups only.
+/// whole groups, except that a chunk holds at most `max_rows` rows of each
+/// source. Where a source's rows would pass that, the chunk ends at the
+/// key where they do, and that key is *open*: the rest of its rows, on the
+/// sources that have more, are pulled a piece at a time
+/// ([`Self::pull_open`]), each source on its own. The next chunk skips
+/// what was not pulled.
 pub struct JoinChunker {
     keys: Splitter,
     key_schema: SchemaRef,
     key_encoder: KeyEncoder,
     sources: Vec<(SchemaRef, KeyEncoder, Splitter)>,
+    /// The open key, and which sources may have more of its rows.
+    open: Option<Box<(OwnedRow, Vec<bool>)>>,
 }
 
 impl JoinChunker {
@@ -181,23 +188,117 @@ impl JoinChunker {
             key_encoder: KeyEncoder::new(&key_schema, &names)?,
             key_schema,
             sources: out,
+            open: None,
         })
     }
 
-    /// The next chunk of at most `max_keys` keys. A key with no row in any
-    /// source (deleted on every side) is left out: it produces nothing.
-    pub fn next(&mut self, max_keys: usize) -> Result<Option<Chunk>> {
+    /// The sources that may have more rows of the last chunk's last key
+    /// (empty if it was whole on every source).
+    pub fn open_sources(&self) -> Vec<usize> {
+        self.open
+            .as_deref()
+            .map(|(_, more)| (0..more.len()).filter(|&i| more[i]).collect())
+            .unwrap_or_default()
+    }
+
+    /// Up to `max_rows` more rows of the open key from source `source`;
+    /// `None` once it has no more (or no key is open).
+    pub fn pull_open(&mut self, source: usize, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let Some((key, more)) = self.open.as_deref_mut() else {
+            return Ok(None);
+        };
+        if !more.get(source).copied().unwrap_or(false) {
+            return Ok(None);
+        }
+        let Some((schema, _, split)) = self.sources.get_mut(source) else {
+            return Ok(None);
+        };
+        let (got, whole) = split.take_until_limit(Some(key.row()), max_rows.max(1))?;
+        if whole {
+            more[source] = false;
+        }
+        if got.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(concat(schema, &got)?))
+    }
+
+    /// Skip what was not pulled of the open key.
+    fn close(&mut self) -> Result<()> {
+        if let Some((key, more)) = self.open.take().map(|o| *o) {
+            for (i, (_, _, split)) in self.sources.iter_mut().enumerate() {
+                if more[i] {
+                    split.take_until(Some(key.row()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next chunk of at most `max_keys` keys and `max_rows` rows of
+    /// each source (see the type's docs). A key with no row in any source
+    /// (deleted on every side) is left out: it produces nothing.
+    pub fn next(&mut self, max_keys: usize, max_rows: usize) -> Result<Option<Chunk>> {
+        self.close()?;
         loop {
             let keys = self.keys.take_rows(max_keys.max(1))?;
             if keys.is_empty() {
                 return Ok(None);
             }
-            let keys = concat(&self.key_schema, &keys)?;
-            let krows = self.key_encoder.rows(&keys)?;
-            let bound = krows.row(keys.num_rows() - 1);
+            let mut keys = concat(&self.key_schema, &keys)?;
+            let mut krows = self.key_encoder.rows(&keys)?;
+            let bound = krows.row(keys.num_rows() - 1).owned();
+            let mut taken = Vec::with_capacity(self.sources.len());
+            for (_, _, split) in &mut self.sources {
+                taken.push(split.take_until_limit(Some(bound.row()), max_rows.max(1))?);
+            }
+            if taken.iter().any(|(_, whole)| !whole) {
+                // Cut at the smallest key a limited source stopped in: the
+                // rows past it go back, and so do the keys.
+                let mut cut: Option<OwnedRow> = None;
+                for ((_, enc, _), (got, whole)) in self.sources.iter().zip(&taken) {
+                    if *whole {
+                        continue;
+                    }
+                    let Some(last) = got.last().filter(|b| b.num_rows() > 0) else {
+                        continue;
+                    };
+                    let k = super::sort::first_key(enc, &last.slice(last.num_rows() - 1, 1))?;
+                    if cut.as_ref().is_none_or(|c| k < *c) {
+                        cut = Some(k);
+                    }
+                }
+                let Some(cut) = cut else {
+                    return Err(Error::Task("a limited join source took no rows".into()));
+                };
+                let mut more = Vec::with_capacity(taken.len());
+                for ((schema, enc, split), (got, whole)) in
+                    self.sources.iter_mut().zip(std::mem::take(&mut taken))
+                {
+                    let batch = concat(schema, &got)?;
+                    let rows = enc.rows(&batch)?;
+                    let at = super::range_merge::lower_bound(batch.num_rows(), |i| {
+                        Ok(rows.row(i) <= cut.row())
+                    })?;
+                    // More rows of the cut key may follow only where the
+                    // source stopped inside it.
+                    let stopped_in = !whole && at == batch.num_rows();
+                    more.push(stopped_in);
+                    split.unread(vec![batch.slice(at, batch.num_rows() - at)]);
+                    taken.push((vec![batch.slice(0, at)], true));
+                }
+                let kat = super::range_merge::lower_bound(keys.num_rows(), |i| {
+                    Ok(krows.row(i) <= cut.row())
+                })?;
+                self.keys
+                    .unread(vec![keys.slice(kat, keys.num_rows() - kat)]);
+                keys = keys.slice(0, kat);
+                krows = self.key_encoder.rows(&keys)?;
+                self.open = Some(Box::new((cut, more)));
+            }
             let mut sources = Vec::with_capacity(self.sources.len());
-            for (schema, enc, split) in &mut self.sources {
-                let batch = concat(schema, &split.take_until(Some(bound))?)?;
+            for ((schema, enc, _), (got, _)) in self.sources.iter().zip(taken) {
+                let batch = concat(schema, &got)?;
                 let rows = enc.rows(&batch)?;
                 let mut offsets = Vec::with_capacity(keys.num_rows() + 1);
                 let mut p = 0;
@@ -271,6 +372,111 @@ mod tests {
         b.column(0).as_primitive::<Int64Type>().values().to_vec()
     }
 
+    /// Source rows `(k, v)`, `v` the row's position.
+    fn kv(keys: &[i64], from: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(keys.to_vec())),
+                Arc::new(Int64Array::from_iter_values(from..from + keys.len() as i64)),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// At most `side` rows of each source a chunk: a key with more is open,
+    /// its rest pulled a piece at a time from each source on its own, in
+    /// any order; what is not pulled is skipped. Every (key, source, row)
+    /// is seen once, for any limit, and the rows pulled are the key's.
+    #[test]
+    fn a_join_chunk_holds_at_most_the_limit_and_opens_a_large_group() {
+        // Source 0: key 2 holds 9 rows, key 5 one; source 1: key 2 holds 4
+        // rows, key 3 holds 6, key 5 one. Each side in batches of 3 rows.
+        let a: Vec<i64> = [1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 5].to_vec();
+        let b: Vec<i64> = [2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 5].to_vec();
+        let batches = |k: &[i64]| {
+            it(k.chunks(3)
+                .enumerate()
+                .map(|(i, c)| kv(c, 3 * i as i64))
+                .collect())
+        };
+        let schema = ks(&[]).schema();
+        let key = vec!["k".to_string()];
+        for side in [1, 2, 3, 4, 5, 100] {
+            for skip_source in [None, Some(0), Some(1)] {
+                let mut join = JoinChunker::new(
+                    schema.clone(),
+                    it(vec![ks(&[1, 2, 3, 4, 5])]),
+                    vec![
+                        (kv(&[], 0).schema(), key.clone(), batches(&a)),
+                        (kv(&[], 0).schema(), key.clone(), batches(&b)),
+                    ],
+                )
+                .unwrap();
+                // (key, source, v) seen, in the order handed out.
+                let mut seen: Vec<(i64, usize, i64)> = Vec::new();
+                while let Some(c) = join.next(2, side).unwrap() {
+                    let keys = ints(&c.keys);
+                    for (s, (rows, offs)) in c.sources.iter().enumerate() {
+                        assert!(
+                            rows.num_rows() <= side,
+                            "side {side}: {} rows",
+                            rows.num_rows()
+                        );
+                        let v = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
+                        let k = ints(rows);
+                        for (i, key) in keys.iter().enumerate() {
+                            for r in offs[i] as usize..offs[i + 1] as usize {
+                                assert_eq!(k[r], *key);
+                                seen.push((*key, s, v[r]));
+                            }
+                        }
+                    }
+                    let open = join.open_sources();
+                    let last = *keys.last().unwrap();
+                    for s in open.iter().rev() {
+                        if Some(*s) == skip_source {
+                            continue; // Not pulled: skipped by the next chunk.
+                        }
+                        while let Some(more) = join.pull_open(*s, side).unwrap() {
+                            assert!(more.num_rows() <= side);
+                            let v = more.column(1).as_primitive::<Int64Type>().values().to_vec();
+                            for (k, v) in ints(&more).into_iter().zip(v) {
+                                assert_eq!(k, last, "a pulled row of another key");
+                                seen.push((k, *s, v));
+                            }
+                        }
+                    }
+                }
+                let mut want: Vec<(i64, usize, i64)> = Vec::new();
+                for (s, src) in [&a, &b].iter().enumerate() {
+                    for (p, k) in src.iter().enumerate() {
+                        want.push((*k, s, p as i64));
+                    }
+                }
+                seen.sort();
+                want.sort();
+                if skip_source.is_none() {
+                    assert_eq!(seen, want, "side {side}");
+                } else {
+                    // Nothing twice, nothing invented, and every key's
+                    // first rows on each side are there.
+                    let mut dedup = seen.clone();
+                    dedup.dedup();
+                    assert_eq!(dedup, seen, "side {side}");
+                    assert!(seen.iter().all(|x| want.contains(x)));
+                    for k in [1, 3, 5] {
+                        assert!(seen.iter().any(|x| x.0 == k), "key {k}, side {side}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Keys deleted on every side (no row in any source) are left out of
     /// the chunks, wherever they fall, and the offsets stay right.
     #[test]
@@ -286,16 +492,16 @@ mod tests {
             ],
         )
         .unwrap();
-        let first = join.next(3).unwrap().unwrap();
+        let first = join.next(3, usize::MAX).unwrap().unwrap();
         assert_eq!(ints(&first.keys), [3]);
         assert_eq!(first.sources[0].1, [0, 2]);
         assert_eq!(first.sources[1].1, [0, 0]);
-        let second = join.next(3).unwrap().unwrap();
+        let second = join.next(3, usize::MAX).unwrap().unwrap();
         assert_eq!(ints(&second.keys), [5, 6]);
         assert_eq!(ints(&second.sources[0].0), [5]);
         assert_eq!(second.sources[0].1, [0, 1, 1]);
         assert_eq!(second.sources[1].1, [0, 1, 2]);
-        assert!(join.next(3).unwrap().is_none());
+        assert!(join.next(3, usize::MAX).unwrap().is_none());
         // Nothing on any side: no chunk at all.
         let mut none = JoinChunker::new(
             schema.clone(),
@@ -303,7 +509,7 @@ mod tests {
             vec![(schema, key, it(vec![]))],
         )
         .unwrap();
-        assert!(none.next(1).unwrap().is_none());
+        assert!(none.next(1, usize::MAX).unwrap().is_none());
     }
 
     /// The batched form's chunks end at group ends, except inside a group

@@ -224,9 +224,21 @@ impl StageRun {
     /// The next chunk of groups (see [`Chunk`]); `whole` for the batched
     /// form; about `max_rows` rows (a join: that many keys at most).
     pub fn next_chunk(&mut self, whole: bool, max_rows: usize) -> Result<Option<Chunk>> {
+        self.next_chunk_limited(whole, max_rows, usize::MAX)
+    }
+
+    /// [`Self::next_chunk`]; a join's chunk holds at most `side_rows` rows
+    /// of each source, and may end with an open key (see
+    /// [`super::chunks::JoinChunker`], [`Self::open_sources`]).
+    pub fn next_chunk_limited(
+        &mut self,
+        whole: bool,
+        max_rows: usize,
+        side_rows: usize,
+    ) -> Result<Option<Chunk>> {
         let chunk = match &mut self.input {
             Input::Single(c) => c.next(whole, max_rows)?,
-            Input::Join(c) => c.next(max_rows)?,
+            Input::Join(c) => c.next(max_rows, side_rows)?,
         };
         if let Some(c) = &chunk {
             // The changed keys matter only where rows are stored (to find them).
@@ -238,6 +250,28 @@ impl StageRun {
             self.rows_in += c.sources.iter().map(|s| s.0.num_rows() as u64).sum::<u64>();
         }
         Ok(chunk)
+    }
+
+    /// A join: the sources that may have more rows of the last chunk's
+    /// last key (pull them with [`Self::pull_open`]); empty otherwise.
+    pub fn open_sources(&self) -> Vec<usize> {
+        match &self.input {
+            Input::Join(c) => c.open_sources(),
+            Input::Single(_) => Vec::new(),
+        }
+    }
+
+    /// A join: up to `max_rows` more rows (public columns) of the open key
+    /// from source `source`; `None` once it has no more.
+    pub fn pull_open(&mut self, source: usize, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let got = match &mut self.input {
+            Input::Join(c) => c.pull_open(source, max_rows)?,
+            Input::Single(_) => None,
+        };
+        if let Some(b) = &got {
+            self.rows_in += b.num_rows() as u64;
+        }
+        Ok(got)
     }
 
     /// Rows `Produce` emitted: the stage's physical schema exactly.

@@ -410,14 +410,20 @@ impl PyStageRun {
         PySchema::new(self.schema.clone()).into_pyarrow(py)
     }
 
-    /// `(keys, [(rows, offsets) per source], continued)` or `None` at the end.
+    /// `(keys, [(rows, offsets) per source], continued)` or `None` at the
+    /// end. A join's chunk holds at most `side_rows` rows of each source
+    /// and may end with an open key (`open_sources`, `pull_open`).
+    #[pyo3(signature = (whole, max_rows, side_rows=None))]
     fn next_chunk<'py>(
         &self,
         py: Python<'py>,
         whole: bool,
         max_rows: usize,
+        side_rows: Option<usize>,
     ) -> PyResult<Option<PyChunk<'py>>> {
-        let Some(chunk) = self.with(py, |r| r.next_chunk(whole, max_rows))? else {
+        let side_rows = side_rows.unwrap_or(usize::MAX);
+        let Some(chunk) = self.with(py, |r| r.next_chunk_limited(whole, max_rows, side_rows))?
+        else {
             return Ok(None);
         };
         let keys = PyRecordBatch::new(chunk.keys).into_pyarrow(py)?;
@@ -426,6 +432,26 @@ impl PyStageRun {
             sources.push((PyRecordBatch::new(rows).into_pyarrow(py)?, offsets));
         }
         Ok(Some((keys, sources, chunk.continued)))
+    }
+
+    /// A join: the sources that may have more rows of the last chunk's
+    /// last key.
+    fn open_sources(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        self.with(py, |r| Ok(r.open_sources()))
+    }
+
+    /// A join: up to `max_rows` more rows of the open key from source
+    /// `source` (a `pyarrow.RecordBatch`), or `None` once it has no more.
+    fn pull_open<'py>(
+        &self,
+        py: Python<'py>,
+        source: usize,
+        max_rows: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.with(py, |r| r.pull_open(source, max_rows))? {
+            Some(b) => Ok(Some(PyRecordBatch::new(b).into_pyarrow(py)?)),
+            None => Ok(None),
+        }
     }
 
     /// Emitted rows, in the stage's physical schema.

@@ -17,6 +17,7 @@ with or without pandas).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -40,6 +41,11 @@ BATCH_CHUNK = 65536
 BATCH_GROUP_MAX = 8 * BATCH_CHUNK
 #: A join's chunks: keys per chunk.
 JOIN_KEYS = 1024
+#: A join's chunks: rows of each source per chunk. A key with more rows on a
+#: source is handed over in pieces of this many rows: the row form's value
+#: iterators pull them as they are read (each source on its own), the batched
+#: form gets the rest of that key over further calls.
+JOIN_SIDE_ROWS = 65536
 
 
 def _mismatch(stage: Node, detail: str) -> SchemaMismatch:
@@ -372,16 +378,24 @@ def run_rows(stage: Node, run: _core.StageRun, n_sources: int, source_values: li
         emitter.flush()
         return
     makers = [_dict_maker(names) for names in source_values]
-    while (got := run.next_chunk(True, JOIN_KEYS)) is not None:
+    while (got := run.next_chunk(True, JOIN_KEYS, JOIN_SIDE_ROWS)) is not None:
         keys, sources, _ = got
         key_list = _chunk_keys(stage, keys)
         chunks = [
             (_ChunkRows(stage, rows.select(names), maker), offs)
             for (rows, offs), names, maker in zip(sources, source_values, makers, strict=True)
         ]
+        open_sources = set(run.open_sources())
         for i in range(keys.num_rows):
             key = key_list[i] if key_list is not None else _key_values(stage, keys.slice(i, 1))[0]
-            per_source = [iter(chunk.get(offs[i], offs[i + 1])) for chunk, offs in chunks]
+            per_source: list[Iterator[dict[str, Any]]] = [
+                iter(chunk.get(offs[i], offs[i + 1])) for chunk, offs in chunks
+            ]
+            if open_sources and i == keys.num_rows - 1:
+                # The key's other rows, pulled as the iterator reaches them.
+                for j in open_sources:
+                    rest = _pulled(stage, run, j, source_values[j], makers[j])
+                    per_source[j] = itertools.chain(per_source[j], rest)
             try:
                 _call(stage, key, fn(key, *per_source), emitter, keys, i)
             except (SchemaMismatch, DataError):
@@ -391,57 +405,91 @@ def run_rows(stage: Node, run: _core.StageRun, n_sources: int, source_values: li
     emitter.flush()
 
 
+def _pulled(stage: Node, run: _core.StageRun, source: int, names: list[str], maker: Any) -> Iterator[dict[str, Any]]:
+    """The open key's rows of join source *source* not in its chunk, pulled
+    a piece at a time as they are read."""
+    while (more := run.pull_open(source, JOIN_SIDE_ROWS)) is not None:
+        yield from _ChunkRows(stage, more.select(names), maker).get(0, more.num_rows)
+
+
 def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
-    """The batched form: ``fn(table...)`` per chunk of whole groups."""
+    """The batched form: ``fn(table...)`` per chunk of whole groups. A
+    join key with more than ``BATCH_GROUP_MAX`` rows on a source comes over
+    several calls: its first rows (with the chunk's other keys), then that
+    key alone, the next rows of each source that has more (the others'
+    tables empty)."""
+    fn = stage.fn
+    assert fn is not None
+    if n_sources == 1:
+        while (got := run.next_chunk(True, BATCH_CHUNK)) is not None:
+            keys, sources, _ = got
+            _batched_call(stage, run, keys, [pa.Table.from_batches([rows]) for rows, _ in sources])
+        return
+    while (got := run.next_chunk(True, JOIN_KEYS, BATCH_GROUP_MAX)) is not None:
+        keys, sources, _ = got
+        _batched_call(stage, run, keys, [pa.Table.from_batches([rows]) for rows, _ in sources])
+        open_sources = run.open_sources()
+        last = keys.slice(keys.num_rows - 1, 1)
+        while open_sources:
+            tables = [sources[j][0].schema.empty_table() for j in range(len(sources))]
+            for j in list(open_sources):
+                more = run.pull_open(j, BATCH_GROUP_MAX)
+                if more is None:
+                    open_sources.remove(j)
+                else:
+                    tables[j] = pa.Table.from_batches([more])
+            if any(t.num_rows for t in tables):
+                _batched_call(stage, run, last, tables)
+
+
+def _batched_call(stage: Node, run: _core.StageRun, keys: pa.RecordBatch, tables: list[pa.Table]) -> None:
+    """One call of a batched ``Produce`` over the groups of *keys*: its
+    output checked and pushed."""
     fn = stage.fn
     assert fn is not None
     schema = stage.physical_schema
     src_names = _src_names(stage)
-    max_rows = BATCH_CHUNK if n_sources == 1 else JOIN_KEYS
-    while (got := run.next_chunk(True, max_rows)) is not None:
-        keys, sources, _ = got
-        tables = [pa.Table.from_batches([rows]) for rows, _ in sources]
+    try:
+        out = fn(*tables)
+    except Exception as e:
+        first = _key_values(stage, keys.slice(0, 1))[0]
+        last = _key_values(stage, keys.slice(keys.num_rows - 1, 1))[0]
+        raise produce_error(e, stage.name, (first, last) if keys.num_rows > 1 else first) from e
+    if out is None:
+        return
+    if isinstance(out, pa.RecordBatch):
+        out = pa.Table.from_batches([out])
+    if not isinstance(out, pa.Table):
+        raise _mismatch(stage, f"a batched Produce returns a pyarrow Table, got {type(out).__name__}")
+    if out.num_rows == 0:
+        return
+    arrays = []
+    missing = []
+    for f in schema:
+        name = f.name[len(SOURCE_PREFIX) :] if f.name.startswith(SOURCE_PREFIX) else f.name
+        if name not in out.column_names:
+            missing.append(name)
+            continue
         try:
-            out = fn(*tables)
-        except Exception as e:
-            first = _key_values(stage, keys.slice(0, 1))[0]
-            last = _key_values(stage, keys.slice(keys.num_rows - 1, 1))[0]
-            raise produce_error(e, stage.name, (first, last) if keys.num_rows > 1 else first) from e
-        if out is None:
-            continue
-        if isinstance(out, pa.RecordBatch):
-            out = pa.Table.from_batches([out])
-        if not isinstance(out, pa.Table):
-            raise _mismatch(stage, f"a batched Produce returns a pyarrow Table, got {type(out).__name__}")
-        if out.num_rows == 0:
-            continue
-        arrays = []
-        missing = []
-        for f in schema:
-            name = f.name[len(SOURCE_PREFIX) :] if f.name.startswith(SOURCE_PREFIX) else f.name
-            if name not in out.column_names:
-                missing.append(name)
-                continue
-            try:
-                arrays.append(conform(out.column(name), f.type))
-            except Inexact as e:
-                raise _inexact(stage, name, e) from None
-        if missing:
-            raise _mismatch(
-                stage,
-                f"missing columns {missing}; a batched Produce returns the target key, the value columns, "
-                f"and the source key columns {src_names} (which source key produced each row)",
-            )
-        # Each row's source key must be one of this call's keys.
-        src = [arrays[len(stage.key) + j] for j in range(len(src_names))]
-        if len(src) == 1:
-            inside = pc.is_in(src[0], value_set=keys.column(0))
-            stray = pa.table({src_names[0]: src[0]}).filter(pc.invert(inside))
-        else:
-            given = pa.Table.from_batches([keys]).rename_columns(src_names)
-            stray = pa.table(dict(zip(src_names, src, strict=True))).join(given, keys=src_names, join_type="left anti")
-        if stray.num_rows:
-            raise _mismatch(
-                stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}"
-            )
-        _push(stage, run, schema, arrays)
+            arrays.append(conform(out.column(name), f.type))
+        except Inexact as e:
+            raise _inexact(stage, name, e) from None
+    if missing:
+        raise _mismatch(
+            stage,
+            f"missing columns {missing}; a batched Produce returns the target key, the value columns, "
+            f"and the source key columns {src_names} (which source key produced each row)",
+        )
+    # Each row's source key must be one of this call's keys.
+    src = [arrays[len(stage.key) + j] for j in range(len(src_names))]
+    if len(src) == 1:
+        inside = pc.is_in(src[0], value_set=keys.column(0))
+        stray = pa.table({src_names[0]: src[0]}).filter(pc.invert(inside))
+    else:
+        given = pa.Table.from_batches([keys]).rename_columns(src_names)
+        stray = pa.table(dict(zip(src_names, src, strict=True))).join(given, keys=src_names, join_type="left anti")
+    if stray.num_rows:
+        raise _mismatch(
+            stage, f"rows name source keys that were not in this call's groups: {stray.slice(0, 3).to_pylist()}"
+        )
+    _push(stage, run, schema, arrays)

@@ -4,7 +4,11 @@ in from a reader, with ``sort_budget=64 MiB`` on file://; the target is a peak
 RSS of at most 512 MiB. Run it in a fresh process (ru_maxrss is the process's
 peak):
 
-    python benches/constant_key_rss.py [batched|row] [rows] [sort_budget_mib]
+    python benches/constant_key_rss.py [batched|row|join] [rows] [sort_budget_mib]
+
+``join``: the rows split over two such sources (the same key), joined by a
+batched stage that counts each call's rows per side (a first build of a join
+whose one key holds every row).
 
 Measured on the shared 2-core machine (issue P, item 2): before keys could
 span parts, batched 1682 MiB (the whole group one part, built, fetched and
@@ -16,9 +20,12 @@ across runs (arenas per thread); with mimalloc, pds's allocator since,
 718-737 MiB batched (13.8-20.2 s), 695-743 MiB row form. Returning freed
 memory sooner meets the target nearly or fully, but slows pds down too
 much to be the default: MIMALLOC_PURGE_DELAY=1 516 / 518 MiB (24.9 s /
-48.3 s), MIMALLOC_PURGE_DELAY=0 474 MiB batched (33.9 s).
+48.3 s), MIMALLOC_PURGE_DELAY=0 474 MiB batched (33.9 s). A join's first
+build over two such sources of 3M rows each (``join``), streamed in pieces
+of 524,288 rows a side: 706 MiB (7.3 s, 6 calls).
 """
 
+import itertools
 import resource
 import sys
 import tempfile
@@ -38,13 +45,13 @@ B = 65_536
 VALUES = [f"c{i}" for i in range(8)]
 
 
-def reader() -> pa.RecordBatchReader:
+def reader(count: int) -> pa.RecordBatchReader:
     schema = pa.schema([("one", pa.int64()), ("user", pa.int64())] + [(c, pa.int64()) for c in VALUES])
 
     def gen() -> Iterator[pa.RecordBatch]:
         rng = np.random.default_rng(1)
-        for start in range(0, n, B):
-            m = min(B, n - start)
+        for start in range(0, count, B):
+            m = min(B, count - start)
             cols = [np.zeros(m, dtype=np.int64), rng.integers(0, 1_000_000, m)]
             cols += [rng.integers(0, 1 << 40, m) for _ in VALUES]
             yield pa.record_batch(cols, schema=schema)
@@ -57,7 +64,21 @@ with tempfile.TemporaryDirectory(dir="/tmp") as d:
     p = pds.Pipeline.create(store, "ck", sort_budget=budget, workers=1)
     src = p.source("src", key={"one": pa.int64()}, value={"user": pa.int64(), **{c: pa.int64() for c in VALUES}})
     value = {c: pa.int64() for c in VALUES}
-    if form == "batched":
+    if form == "join":
+        src2 = p.source("src2", key={"one": pa.int64()}, value={"user": pa.int64(), **{c: pa.int64() for c in VALUES}})
+        calls = itertools.count()
+
+        def counted(a: pa.Table, b: pa.Table) -> pa.Table:
+            return pa.table({"one": [0], "part": [next(calls)], "na": [a.num_rows], "nb": [b.num_rows]})
+
+        p.stage(
+            "s",
+            sources=[src, src2],
+            key={"one": pa.int64(), "part": pa.int64()},
+            value={"na": pa.int64(), "nb": pa.int64()},
+            batched=True,
+        )(counted)
+    elif form == "batched":
         p.stage("s", sources=[src], key={"user": pa.int64()}, value=value, batched=True)(
             lambda t: t.select(["user", "one", *VALUES])
         )
@@ -69,8 +90,15 @@ with tempfile.TemporaryDirectory(dir="/tmp") as d:
                 yield v["user"], {c: v[c] for c in VALUES}
 
     t0 = time.time()
-    p.update({"src": reader()})
+    if form == "join":
+        p.update({"src": reader(n // 2), "src2": reader(n - n // 2)})
+    else:
+        p.update({"src": reader(n)})
     secs = time.time() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows = p.read("s").num_rows if n <= 1_000_000 else -1
+    if form == "join":
+        t = p.read("s")
+        assert sum(t["na"].to_pylist()) + sum(t["nb"].to_pylist()) == n, "every row counted once"
+        rows = t.num_rows
     print(f"form={form} rows={n} budget={budget >> 20}MiB seconds={secs:.1f} peak_rss={peak:.0f}MiB out_rows={rows}")

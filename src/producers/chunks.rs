@@ -263,7 +263,7 @@ impl JoinChunker {
                     let Some(last) = got.last().filter(|b| b.num_rows() > 0) else {
                         continue;
                     };
-                    let k = super::sort::first_key(enc, &last.slice(last.num_rows() - 1, 1))?;
+                    let k = enc.key_of(last, last.num_rows() - 1)?;
                     if cut.as_ref().is_none_or(|c| k < *c) {
                         cut = Some(k);
                     }
@@ -277,7 +277,7 @@ impl JoinChunker {
                 {
                     let batch = concat(schema, &got)?;
                     let rows = enc.rows(&batch)?;
-                    let at = super::range_merge::lower_bound(batch.num_rows(), |i| {
+                    let at = super::keys::lower_bound(batch.num_rows(), |i| {
                         Ok(rows.row(i) <= cut.row())
                     })?;
                     // More rows of the cut key may follow only where the
@@ -287,9 +287,8 @@ impl JoinChunker {
                     split.unread(vec![batch.slice(at, batch.num_rows() - at)]);
                     taken.push((vec![batch.slice(0, at)], true));
                 }
-                let kat = super::range_merge::lower_bound(keys.num_rows(), |i| {
-                    Ok(krows.row(i) <= cut.row())
-                })?;
+                let kat =
+                    super::keys::lower_bound(keys.num_rows(), |i| Ok(krows.row(i) <= cut.row()))?;
                 self.keys
                     .unread(vec![keys.slice(kat, keys.num_rows() - kat)]);
                 keys = keys.slice(0, kat);

@@ -116,8 +116,28 @@ impl KeyEncoder {
         Ok(rows)
     }
 
+    /// The key of row `i` of `batch` (owned).
+    pub fn key_of(&self, batch: &RecordBatch, i: usize) -> Result<arrow_row::OwnedRow> {
+        Ok(self.rows(&batch.slice(i, 1))?.row(0).owned())
+    }
+
     /// Positions of the key columns in the schema.
     pub fn indices(&self) -> &[usize] {
         &self.indices
     }
+}
+
+/// The first of `0..n` for which `below` is false (`below` is true, then
+/// false, along `0..n`): a binary search whose probe may fail.
+pub fn lower_bound(n: usize, mut below: impl FnMut(usize) -> Result<bool>) -> Result<usize> {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid)? {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
 }

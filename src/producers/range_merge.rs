@@ -38,9 +38,10 @@ use arrow_ipc::reader::FileReader;
 use arrow_row::OwnedRow;
 use arrow_schema::SchemaRef;
 
+use super::keys::lower_bound;
 use super::keys::KeyEncoder;
 use super::merge::merge_sorted_from;
-use super::sort::{first_key, SortedBuffer, SpillDir, BATCH_ROWS};
+use super::sort::{SortedBuffer, SpillDir, BATCH_ROWS};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -66,7 +67,7 @@ impl RunBatch {
     pub fn of(encoder: &KeyEncoder, batch: &RecordBatch) -> Result<Self> {
         let keys = (0..batch.num_rows())
             .step_by(SAMPLE_ROWS)
-            .map(|p| first_key(encoder, &batch.slice(p, 1)))
+            .map(|p| encoder.key_of(batch, p))
             .collect::<Result<_>>()?;
         Ok(Self {
             keys,
@@ -183,21 +184,6 @@ fn damaged(path: &std::path::Path, batch: usize) -> Error {
     Error::Task(format!(
         "spill file {path:?}: batch {batch} is missing or changed since it was written"
     ))
-}
-
-/// The first of `0..n` for which `below` is false (`below` is true, then
-/// false, along `0..n`).
-pub(super) fn lower_bound(n: usize, mut below: impl FnMut(usize) -> Result<bool>) -> Result<usize> {
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if below(mid)? {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(lo)
 }
 
 /// What a sort hands to [`merge_runs`].

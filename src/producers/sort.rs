@@ -367,11 +367,6 @@ fn sorted_order(encoder: &KeyEncoder, batches: &[RecordBatch], threads: usize) -
     Ok(out)
 }
 
-/// The key of `batch`'s first row (it has one).
-pub(super) fn first_key(encoder: &KeyEncoder, batch: &RecordBatch) -> Result<OwnedRow> {
-    Ok(encoder.rows(&batch.slice(0, 1))?.row(0).owned())
-}
-
 /// A sorted buffer: its batches and the order of their rows, gathered into
 /// output batches of [`BATCH_ROWS`] rows on demand (no copy of the buffer).
 pub(super) struct SortedBuffer {
@@ -423,13 +418,13 @@ impl SortedBuffer {
     /// The key of the row at sorted position `p` (< [`Self::len`]).
     pub(super) fn key_at(&self, encoder: &KeyEncoder, p: usize) -> Result<OwnedRow> {
         let (b, r) = self.locate(self.order[p]);
-        first_key(encoder, &self.batches[b].slice(r, 1))
+        encoder.key_of(&self.batches[b], r)
     }
 
     /// The first sorted position whose key is not below `key` (binary
     /// search, one key converted per probe).
     pub(super) fn position(&self, encoder: &KeyEncoder, key: &OwnedRow) -> Result<usize> {
-        super::range_merge::lower_bound(self.order.len(), |p| Ok(self.key_at(encoder, p)? < *key))
+        super::keys::lower_bound(self.order.len(), |p| Ok(self.key_at(encoder, p)? < *key))
     }
 
     /// The rows at sorted positions `range`, as one batch.

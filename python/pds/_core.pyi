@@ -5,7 +5,7 @@ Most users never import this: ``pds.ParquetDatasetStore`` and
 encodes data releases the GIL.
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, final
 
@@ -334,6 +334,40 @@ def table_manifest(store: RustStore, key: str, *, version: int | None = None, as
 
 def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[str]:
     """Manifest JSON of versions from..=to, newest first (vacuumed ones skipped)."""
+
+def table_upsert(
+    store: RustStore,
+    key: str,
+    data: ArrowStreamExportable,
+    *,
+    schema_mode: str,
+    parallelism: int,
+) -> tuple[str, int | None, bool]:
+    """Upsert *data* by the table's primary key in one commit: (manifest
+    JSON, rows replaced or None, committed). ``ValueError`` for a table
+    without a primary key, or data with a null, NaN or repeated key."""
+
+def table_upsert_files(
+    store: RustStore, key: str, files: str, *, parallelism: int
+) -> tuple[str, int | None, bool]:
+    """Upsert the rows of files from ``table_write_files`` (JSON), reading
+    their keys back: (manifest JSON, rows replaced or None, committed). The
+    files are removed if nothing can be committed."""
+
+def table_update(
+    store: RustStore,
+    key: str,
+    filter: Sequence[tuple[str, str, pa.Array | None]] | None,
+    apply: Callable[[pa.RecordBatch], tuple[pa.Array | None, pa.RecordBatch]],
+    *,
+    columns: Sequence[str],
+    description: str,
+    parallelism: int,
+) -> tuple[str, int | None, bool]:
+    """Update rows: *filter* picks the candidates (pushed down), *apply*
+    (called with the GIL, per batch of candidates) returns which match
+    (None: all) and their new values. (manifest JSON, rows updated,
+    committed); an exception *apply* raises is re-raised as it is."""
 
 def table_deleted_rows(store: RustStore, key: str, version: int) -> dict[str, int | None]:
     """Rows known deleted per data file of *version* (None under a key-range tombstone)."""

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from remote_store import CapabilityNotSupported, Store
 
 from pds import _core
@@ -52,7 +53,7 @@ from pds.dataset import (
     _filtered,
     _parallelism,
 )
-from pds.errors import ManifestCorrupted
+from pds.errors import ManifestCorrupted, SchemaMismatch
 
 __all__ = ["MAX_VERSION", "Table", "is_table"]
 
@@ -216,9 +217,8 @@ class Table:
                 :meth:`delete`). Integer, float, string, boolean or temporal.
                 The key is **not enforced**: appending a key that the table
                 already holds keeps both rows (no append reads the table).
-                What it buys is deletes by key that read no data; to replace
-                rows, delete their keys and append them in turn (``upsert``,
-                which does both in one commit, is planned).
+                What it buys is deletes by key that read no data, and
+                :meth:`upsert`, which replaces rows by key.
             exist_ok: Return the existing table if one is already there
                 that was created as this call describes it: the same schema
                 (up to the physical variants of one logical type),
@@ -474,6 +474,133 @@ class Table:
         self.refresh()
         conditions = core_conditions(raw, self.schema)
         text, _rows, _committed = _core.table_delete(self._native, self._path, conditions, parallelism=_parallelism())
+        self._manifest = json.loads(text)
+        return self.version
+
+    def upsert(self, data: object, *, schema_mode: str = "strict") -> int:
+        """Replace the rows whose primary key is in *data* and insert the
+        rest, in one commit; return the version after it. No data file is
+        rewritten and no object modified: one tombstone marks the replaced
+        rows (a key range when *data*'s keys are consecutive integers,
+        row groups or row-position bitmaps otherwise) and *data* becomes
+        new data files. :meth:`changes` shows the replaced rows as
+        ``update_preimage`` and their new rows as ``update_postimage``;
+        rows with new keys are ``insert``.
+
+        Args:
+            data: Anything with ``__arrow_c_stream__``, holding the primary
+                key column. It is read into memory first, to check its keys.
+            schema_mode: As :meth:`append`.
+
+        Serializable: two upserts of overlapping keys give the result of one
+        after the other (the later one plans again against the files added
+        since its snapshot, as a delete does), and rows a concurrent append
+        adds with a key in *data* are replaced too.
+
+        Cost in requests: 2 GETs + 1 HEAD for the latest version, the data
+        PUTs; to find the replaced rows only the primary-key column is read,
+        of the files whose manifest key statistics can hold a key of *data*
+        and of their row groups whose footer statistics can (1 footer GET
+        per candidate file, 1 range GET per key column chunk); consecutive
+        integer keys read no data file when a candidate without deletes
+        proves a match by its statistics. Then 1 PUT for the tombstone and
+        the commit (2 GETs + 1 HEAD + 2 PUTs when it wins at once).
+
+        Raises:
+            ValueError: the table has no primary key, *data* lacks its
+                column, or holds a null, NaN or repeated key (naming a
+                repeated one), before any I/O.
+            pds.SchemaMismatch: as :meth:`append`.
+            pds.CommitConflict / pds.CommitUnknown: as :meth:`append` (the
+                new files and tombstone are removed unless the outcome is
+                unknown).
+        """
+        if schema_mode not in _MODES:
+            raise ValueError(f"schema_mode must be one of {_MODES}, got {schema_mode!r}")
+        pk = self.primary_key
+        if pk is None:
+            raise ValueError(
+                f"upsert replaces rows by primary key, and table {self._key!r} declares none "
+                "(create it with primary_key=...)"
+            )
+        rows = _in_memory(data)
+        _check_keys(rows, pk)
+        text, _replaced, _committed = _core.table_upsert(
+            self._native, self._path, rows, schema_mode=schema_mode, parallelism=_parallelism()
+        )
+        self._manifest = json.loads(text)
+        return self.version
+
+    def update(self, filter: Filter | None, set: Mapping[str, Any]) -> int:
+        """Set columns of the rows that match *filter*, in one commit; return
+        the version after it (the latest, with nothing committed, when no
+        row matches). No data file is rewritten: the matched rows are
+        marked in a tombstone (row-position bitmaps) and written again,
+        changed, as new data files. :meth:`changes` shows them as
+        ``update_preimage`` and ``update_postimage``.
+
+        Args:
+            filter: Tuples (pushed down: the filter's columns of the files
+                and row groups its statistics keep are read first, then the
+                matched rows whole, by position), a
+                ``pyarrow.compute.Expression`` (every live row is read and
+                tested), or ``None`` for every row.
+            set: Column name to a value (cast to the column's type) or a
+                ``pyarrow.compute.Expression`` over the row's old values
+                (``{"amount": pc.field("amount") * 2}``).
+
+        Serializable: a concurrent commit that deletes or replaces rows in a
+        file this update read makes it start over from the new version, so
+        no update is lost and none is applied twice; rows a concurrent
+        append adds that match are updated too.
+
+        Memory: the changed rows are held until they are uploaded.
+
+        Raises:
+            ValueError / TypeError: an unknown column, a value that does not
+                fit its column's type, an empty *set*, or a bad *filter*,
+                before any I/O.
+            pds.SchemaMismatch: an expression gives a value that cannot be
+                stored in its column (a null in a not-null column, say);
+                nothing is committed.
+            Any exception an expression raises, as it is; nothing is
+                committed.
+            pds.CommitConflict / pds.CommitUnknown: as :meth:`append`.
+        """
+        if filter is None:
+            raw, expression = None, None
+        else:
+            raw, expression = _check_filter(filter)
+        schema = self.schema
+        values = _set_values(set, schema)
+        conditions = core_conditions(raw, schema) if raw else None
+        description = json.dumps(
+            [[str(part) for part in item] for item in (raw or [])] if expression is None else str(expression)
+        )
+
+        def apply(batch: pa.RecordBatch) -> tuple[pa.Array | None, pa.RecordBatch]:
+            mask = None
+            if expression is not None:
+                mask = _evaluate(batch, [expression])[0].cast(pa.bool_()).fill_null(False)
+                batch = batch.filter(mask)
+            names = batch.schema.names
+            exprs = [values.get(n, pc.field(n)) for n in names]
+            columns = _evaluate(batch, exprs)
+            fields = [batch.schema.field(n) for n in names]
+            out = pa.RecordBatch.from_arrays(
+                [_cast(col, f) for col, f in zip(columns, fields, strict=True)], schema=batch.schema
+            )
+            return mask, out
+
+        text, _rows, _committed = _core.table_update(
+            self._native,
+            self._path,
+            conditions,
+            apply,
+            columns=sorted(values),
+            description=description,
+            parallelism=_parallelism(),
+        )
         self._manifest = json.loads(text)
         return self.version
 
@@ -784,3 +911,81 @@ class Table:
         """
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
         return list(_core.table_vacuum(self._native, self._path, **args))
+
+
+def _in_memory(data: object) -> pa.Table:
+    """*data* (anything with ``__arrow_c_stream__``) read into a table."""
+    source, _, _, guard = _arrow_input(data)
+    try:
+        return source if isinstance(source, pa.Table) else source.read_all()
+    finally:
+        if guard is not None:
+            guard.reraise()
+
+
+def _check_keys(rows: pa.Table, pk: str) -> None:
+    """``ValueError`` unless *rows* hold the key column *pk* with one row
+    per key: no null, no NaN, no repeated key (the message names some)."""
+    if pk not in rows.column_names:
+        raise ValueError(f"the data lacks the primary-key column {pk!r}; an upsert needs every row's key")
+    keys = rows.column(pk)
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.cast(keys.type.value_type)
+    if keys.null_count:
+        raise ValueError(f"the data holds {keys.null_count} null keys in {pk!r}; every row needs a key")
+    if pa.types.is_floating(keys.type) and pc.any(pc.is_nan(keys)).as_py():
+        raise ValueError(f"the data holds NaN keys in {pk!r}; NaN equals no key")
+    if pc.count_distinct(keys).as_py() != len(keys):
+        counts = pa.table({"k": keys}).group_by("k").aggregate([("k", "count")])
+        repeated = counts.filter(pc.greater(counts.column("k_count"), 1)).column("k").to_pylist()
+        shown = ", ".join(repr(k) for k in repeated[:5])
+        more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+        raise ValueError(f"the data repeats primary keys of {pk!r}: {shown}{more}; an upsert needs one row per key")
+
+
+def _set_values(set_: object, schema: pa.Schema) -> dict[str, pc.Expression]:
+    """An update's *set* as one expression per column (values checked
+    against their column's type), before any I/O."""
+    if not isinstance(set_, Mapping) or not set_:
+        raise TypeError("set must be a non-empty mapping of column name to a value or a pyarrow.compute.Expression")
+    out: dict[str, pc.Expression] = {}
+    for name, value in set_.items():
+        if not isinstance(name, str) or name not in schema.names:
+            raise ValueError(f"update sets unknown column {name!r}; the table has {schema.names}")
+        field = schema.field(name)
+        if isinstance(value, pc.Expression):
+            out[name] = value
+            continue
+        if value is None and not field.nullable:
+            raise ValueError(f"update sets {name!r} to null, and the column is not nullable")
+        try:
+            scalar = pa.scalar(value, type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise ValueError(f"update sets {name!r} to {value!r}, which is not a {field.type}: {e}") from None
+        out[name] = pc.scalar(scalar)
+    return out
+
+
+def _evaluate(batch: pa.RecordBatch, exprs: list[pc.Expression]) -> list[pa.Array]:
+    """*exprs* over the rows of *batch*, in row order, one array each."""
+    import pyarrow.acero as ac
+
+    names = [f"_{i}" for i in range(len(exprs))]
+    plan = ac.Declaration.from_sequence(
+        [
+            ac.Declaration("table_source", ac.TableSourceNodeOptions(pa.Table.from_batches([batch]))),
+            ac.Declaration("project", ac.ProjectNodeOptions(exprs, names)),
+        ]
+    )
+    out = plan.to_table(use_threads=False)
+    return [out.column(n).combine_chunks() if out.num_rows else pa.array([], out.schema.field(n).type) for n in names]
+
+
+def _cast(column: pa.Array, field: pa.Field) -> pa.Array:
+    """*column* in *field*'s type; ``pds.SchemaMismatch`` if it does not fit."""
+    if column.type == field.type:
+        return column
+    try:
+        return column.cast(field.type)
+    except (pa.ArrowException, ValueError) as e:
+        raise SchemaMismatch(f"update gives {field.name!r} values of type {column.type}, not {field.type}: {e}") from None

@@ -16,6 +16,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
 use crate::parquet::part_schema::widens;
+use crate::parquet::value_set::SetCache;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,9 @@ pub struct Condition {
     pub column: String,
     pub op: Op,
     pub values: Option<ArrayRef>,
+    /// `values` as a sorted set, built on first use for an `in` / `not in`
+    /// with many values (reset whenever `values` changes).
+    pub set: SetCache,
 }
 
 /// All conditions must hold.
@@ -121,6 +125,7 @@ impl Predicate {
                         // compare in the value's type, exactly.
                         out.push(Condition {
                             values: Some(v.clone()),
+                            set: SetCache::default(),
                             ..c
                         });
                         continue;
@@ -140,7 +145,11 @@ impl Predicate {
                 }
                 (_, false) => None,
             };
-            out.push(Condition { values, ..c });
+            out.push(Condition {
+                values,
+                set: SetCache::default(),
+                ..c
+            });
         }
         Ok(Self { conditions: out })
     }
@@ -156,7 +165,7 @@ impl Predicate {
                 )))
             })?;
             let col = widen_to_values(unpack_dictionary(col)?, c.values.as_ref())?;
-            let mask = condition_mask(c.op, &col, c.values.as_ref())?;
+            let mask = condition_mask(c.op, &col, c.values.as_ref(), &c.set)?;
             acc = Some(match acc {
                 None => mask,
                 Some(a) => and_kleene(&a, &mask)?,
@@ -214,7 +223,8 @@ impl Predicate {
                     else {
                         continue;
                     };
-                    range_may_match(op, mins, maxs, values).unwrap_or_else(|_| vec![true; n])
+                    range_may_match(op, mins, maxs, values, &c.set)
+                        .unwrap_or_else(|_| vec![true; n])
                 }
             };
             for (k, m) in keep.iter_mut().zip(may) {
@@ -344,11 +354,24 @@ fn condition_mask(
     op: Op,
     col: &ArrayRef,
     values: Option<&ArrayRef>,
+    set: &SetCache,
 ) -> std::result::Result<BooleanArray, ArrowError> {
     match (op, values) {
         (Op::IsNull, _) => is_null(col),
         (Op::IsNotNull, _) => is_not_null(col),
         (Op::In | Op::NotIn, Some(values)) => {
+            if let Some(set) = set.get(values) {
+                if set.data_type() == col.data_type() {
+                    // Null and NaN elements are in no set; NOT IN drops
+                    // nulls (as SQL does) but keeps NaN (NaN != v).
+                    let found = set.contains(col)?;
+                    return if op == Op::In {
+                        Ok(found)
+                    } else {
+                        and_kleene(&not(&found)?, &is_not_null(col)?)
+                    };
+                }
+            }
             let mut any: Option<BooleanArray> = None;
             for i in 0..values.len() {
                 let eq = compare_values(Op::Eq, col, &values.slice(i, 1))?;
@@ -378,7 +401,15 @@ fn range_may_match(
     mins: &ArrayRef,
     maxs: &ArrayRef,
     values: &ArrayRef,
+    set: &SetCache,
 ) -> std::result::Result<Vec<bool>, ArrowError> {
+    if op == Op::In {
+        if let Some(set) = set.get(values) {
+            if set.data_type() == mins.data_type() && set.data_type() == maxs.data_type() {
+                return set.meets_ranges(mins, maxs);
+            }
+        }
+    }
     // Statistics of a narrower type than the values' (a table's file from
     // before its schema widened) are cast up, exactly; otherwise the values
     // are cast to the statistics' type, as `bind` did for the column.
@@ -443,6 +474,7 @@ pub fn predicate(conditions: Vec<(String, String, Option<ArrayRef>)>) -> Result<
                 column,
                 op: Op::parse(&op)?,
                 values,
+                set: SetCache::default(),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -486,6 +518,59 @@ mod tests {
 
     fn ints(v: &[i64]) -> Option<ArrayRef> {
         Some(Arc::new(Int64Array::from(v.to_vec())))
+    }
+
+    #[test]
+    fn many_values_in_agree_with_value_by_value_comparison() {
+        use arrow_array::Float64Array;
+        // 40 values take the sorted-set path; each is checked against the
+        // comparison of one value at a time (the path below 16 values).
+        let values: Vec<f64> = (0..40).map(|i| (i * 3) as f64 - 30.0).collect();
+        let mut probe: Vec<Option<f64>> = (-40..90).map(|i| Some(i as f64)).collect();
+        probe.extend([None, Some(f64::NAN), Some(-0.0)]);
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Float64Array::from(probe.clone()))],
+        )
+        .unwrap();
+        let arr = |v: Vec<f64>| -> Option<ArrayRef> { Some(Arc::new(Float64Array::from(v))) };
+        for op in ["in", "not in"] {
+            let many = predicate(vec![cond("x", op, arr(values.clone()))])
+                .unwrap()
+                .bind(&schema)
+                .unwrap()
+                .evaluate(&b)
+                .unwrap();
+            for (i, p) in probe.iter().enumerate() {
+                let found = p.is_some_and(|p| values.iter().any(|v| *v == p));
+                let want = match (op, p) {
+                    (_, None) => false,
+                    ("in", _) => found,
+                    _ => !found,
+                };
+                assert_eq!(many.value(i), want, "{op} at {p:?}");
+            }
+            // Row groups: [min, max] statistics with and without a value inside.
+            let mins: ArrayRef = Arc::new(Float64Array::from(vec![-100.0, -29.5, 87.5, -0.0]));
+            let maxs: ArrayRef = Arc::new(Float64Array::from(vec![-31.0, -28.0, 99.0, 0.0]));
+            if op == "in" {
+                let p = predicate(vec![cond("x", op, arr(values.clone()))])
+                    .unwrap()
+                    .bind(&schema)
+                    .unwrap();
+                let keep = p
+                    .may_match(&[1, 1, 1, 1], |_| {
+                        Ok(UnitStats {
+                            mins: Some(mins.clone()),
+                            maxs: Some(maxs.clone()),
+                            null_counts: None,
+                        })
+                    })
+                    .unwrap();
+                assert_eq!(keep, vec![false, false, false, true]);
+            }
+        }
     }
 
     #[test]
@@ -629,32 +714,32 @@ mod tests {
         let maxs: ArrayRef = Arc::new(Int32Array::from(vec![2, 9]));
         let v = f(2.5).unwrap();
         assert_eq!(
-            range_may_match(Op::Lt, &mins, &maxs, &v).unwrap(),
+            range_may_match(Op::Lt, &mins, &maxs, &v, &SetCache::default()).unwrap(),
             vec![true, true]
         );
         assert_eq!(
-            range_may_match(Op::Gt, &mins, &maxs, &v).unwrap(),
+            range_may_match(Op::Gt, &mins, &maxs, &v, &SetCache::default()).unwrap(),
             vec![false, true]
         );
         assert_eq!(
-            range_may_match(Op::Eq, &mins, &maxs, &v).unwrap(),
+            range_may_match(Op::Eq, &mins, &maxs, &v, &SetCache::default()).unwrap(),
             vec![false, true]
         );
         let dmins: ArrayRef = Arc::new(Date32Array::from(vec![0, 10]));
         let dmaxs: ArrayRef = Arc::new(Date32Array::from(vec![5, 20]));
         let v = ms(6 * 86_400_000).unwrap();
         assert_eq!(
-            range_may_match(Op::Ge, &dmins, &dmaxs, &v).unwrap(),
+            range_may_match(Op::Ge, &dmins, &dmaxs, &v, &SetCache::default()).unwrap(),
             vec![false, true]
         );
         assert_eq!(
-            range_may_match(Op::Lt, &dmins, &dmaxs, &v).unwrap(),
+            range_may_match(Op::Lt, &dmins, &dmaxs, &v, &SetCache::default()).unwrap(),
             vec![true, false]
         );
         // NaN is left out of statistics, so "!=" never prunes a float row group.
         let fm: ArrayRef = Arc::new(Float64Array::from(vec![1.0]));
         assert_eq!(
-            range_may_match(Op::Ne, &fm, &fm, &f(1.0).unwrap()).unwrap(),
+            range_may_match(Op::Ne, &fm, &fm, &f(1.0).unwrap(), &SetCache::default()).unwrap(),
             vec![true]
         );
     }

@@ -16,3 +16,4 @@ pub mod seek;
 pub mod split;
 pub mod stats;
 pub mod storage_types;
+pub mod value_set;

@@ -368,3 +368,118 @@ pub fn table_commit_files(
     })?;
     manifest_json(&m)
 }
+
+/// Upsert `data` by primary key; returns `(manifest JSON, rows replaced or
+/// None, committed)`.
+#[pyfunction]
+#[pyo3(signature = (store, key, data, *, schema_mode, parallelism))]
+pub fn table_upsert(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    data: PyRecordBatchReader,
+    schema_mode: &str,
+    parallelism: usize,
+) -> PyResult<(String, Option<u64>, bool)> {
+    let mode = SchemaMode::parse(schema_mode).py_err()?;
+    let reader = data.into_reader()?;
+    let handle = store.inner.clone();
+    let done = super::detach(py, || {
+        crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
+    })?;
+    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+}
+
+/// Upsert the rows of data files uploaded by [`table_write_files`] (a Spark
+/// job's); returns `(manifest JSON, rows replaced or None, committed)`.
+#[pyfunction]
+#[pyo3(signature = (store, key, files, *, parallelism))]
+pub fn table_upsert_files(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    files: &str,
+    parallelism: usize,
+) -> PyResult<(String, Option<u64>, bool)> {
+    let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
+    let handle = store.inner.clone();
+    let done = super::detach(py, || {
+        crate::table::upsert::upsert_files(handle, &key, files, parallelism)
+    })?;
+    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+}
+
+/// Update rows: `filter` (conditions, pushed down) picks the candidates,
+/// `apply(batch) -> (mask | None, new rows)` the matches and their values;
+/// returns `(manifest JSON, rows updated, committed)`. `apply` runs with
+/// the GIL; everything else without. An exception it raises is re-raised
+/// as it is, and nothing is committed.
+#[pyfunction]
+#[pyo3(signature = (store, key, filter, apply, *, columns, description, parallelism))]
+#[allow(clippy::too_many_arguments)]
+pub fn table_update(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    filter: Option<FilterArg>,
+    apply: Py<PyAny>,
+    columns: Vec<String>,
+    description: &str,
+    parallelism: usize,
+) -> PyResult<(String, Option<u64>, bool)> {
+    let predicate = match filter {
+        Some(f) => read_options(None, Some(f), None)?
+            .predicate
+            .map(|p| p.as_ref().clone()),
+        None => None,
+    };
+    let filter_json: serde_json::Value =
+        serde_json::from_str(description).unwrap_or(serde_json::Value::Null);
+    let opts = crate::table::update::UpdateOptions {
+        predicate,
+        columns,
+        filter: filter_json,
+        parallelism,
+    };
+    let raised: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+    let mut call = |batch: arrow_array::RecordBatch| {
+        Python::attach(|py| -> PyResult<_> {
+            let arg = pyo3_arrow::PyRecordBatch::new(batch).into_pyarrow(py)?;
+            let out = apply.bind(py).call1((arg,))?;
+            let (mask, rows): (Option<pyo3_arrow::PyArray>, pyo3_arrow::PyRecordBatch) =
+                out.extract()?;
+            let mask = match mask {
+                None => None,
+                Some(m) => Some(
+                    m.array()
+                        .as_any()
+                        .downcast_ref::<arrow_array::BooleanArray>()
+                        .cloned()
+                        .ok_or_else(|| {
+                            pyo3::exceptions::PyTypeError::new_err(
+                                "an update's mask must be a boolean array",
+                            )
+                        })?,
+                ),
+            };
+            Ok((mask, rows.into_inner()))
+        })
+        .map_err(|e| {
+            let text = e.to_string();
+            if let Ok(mut slot) = raised.lock() {
+                *slot = Some(e);
+            }
+            Error::Task(format!("the update's values could not be computed: {text}"))
+        })
+    };
+    let handle = store.inner.clone();
+    let result = super::detach(py, || {
+        crate::table::update::update(handle, &key, opts, &mut call)
+    });
+    if let Some(e) = raised.lock().ok().and_then(|mut s| s.take()) {
+        return Err(e);
+    }
+    let done = result?;
+    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+}

@@ -14,9 +14,14 @@
 //! - a compaction changes no row (it removes files but writes their live
 //!   rows again), so it adds nothing.
 //!
+//! - an update's deleted rows are `update_preimage`s and its new rows
+//!   `update_postimage`s; an upsert's deleted rows are `update_preimage`s,
+//!   and its new rows `update_postimage`s where their key was one of the
+//!   replaced rows' keys, `insert`s otherwise (Delta's change types).
+//!
 //! Rows come in the schema of `to` (older files read with nulls for the
-//! columns they lack), with two more columns: `_change_type` (`insert` or
-//! `delete`) and `_commit_version`.
+//! columns they lack), with two more columns: `_change_type` and
+//! `_commit_version`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use super::tombstone::{self, FileDeletes};
 use crate::error::{Error, Result};
 use crate::parquet::decode::Positions;
 use crate::parquet::scan::{BatchMap, BatchStream, ScanHooks, Source};
+use crate::parquet::value_set::ValueSet;
 use crate::store::StoreHandle;
 
 /// The change-type column.
@@ -138,21 +144,6 @@ async fn version_sources(
     let before: BTreeSet<&str> = prev
         .map(|p| p.data_files.iter().map(|f| f.path.as_str()).collect())
         .unwrap_or_default();
-    for f in m
-        .data_files
-        .iter()
-        .filter(|f| !before.contains(f.path.as_str()))
-    {
-        readable(table, m, f, output, m.version)?;
-        if let Some(opts) = file_read_options(m, f, output, None, None, None, &path)? {
-            out.push(Source::Pending {
-                key: key_of(f),
-                size: f.size_bytes,
-                opts: Arc::new(opts),
-                map: Some(tag(feed.clone(), "insert", m.version)),
-            });
-        }
-    }
     // The files `m` removed (an overwrite replaces them all): each row that
     // was live in `prev` left the table.
     if let Some(p) = prev {
@@ -196,6 +187,8 @@ async fn version_sources(
         .filter(|t| !old.contains(t.path.as_str()))
         .flat_map(|t| t.files.iter().map(String::as_str))
         .collect();
+    // The rows `m`'s own tombstones newly delete, by file.
+    let mut deleted: Vec<(&DataFile, roaring::RoaringBitmap)> = Vec::new();
     for name in touched {
         let Some(f) = m.data_files.iter().find(|f| f.path == name) else {
             continue;
@@ -212,10 +205,25 @@ async fn version_sources(
             None => roaring::RoaringBitmap::new(),
         };
         let newly = now - then;
-        if newly.is_empty() {
-            continue;
+        if !newly.is_empty() {
+            readable(table, m, f, output, m.version)?;
+            deleted.push((f, newly));
         }
-        readable(table, m, f, output, m.version)?;
+    }
+    // An update's rows are pre- and post-images; an upsert's deletes are
+    // pre-images, and its inserts post-images where their key was replaced.
+    let (removed_kind, added) = match m.operation.as_str() {
+        "update" => ("update_preimage", Added::Every("update_postimage")),
+        "upsert" => match &m.properties.primary_key {
+            Some(pk) => (
+                "update_preimage",
+                Added::ByKey(replaced_keys(store, table, m, &deleted, output, pk).await?),
+            ),
+            None => ("delete", Added::Every("insert")),
+        },
+        _ => ("delete", Added::Every("insert")),
+    };
+    for (f, newly) in deleted {
         let Some(mut opts) = file_read_options(m, f, output, None, None, None, &path)? else {
             continue;
         };
@@ -226,10 +234,100 @@ async fn version_sources(
             key: key_of(f),
             size: f.size_bytes,
             opts: Arc::new(opts),
-            map: Some(tag(feed.clone(), "delete", m.version)),
+            map: Some(tag(feed.clone(), removed_kind, m.version)),
         });
     }
+    for f in m
+        .data_files
+        .iter()
+        .filter(|f| !before.contains(f.path.as_str()))
+    {
+        readable(table, m, f, output, m.version)?;
+        if let Some(opts) = file_read_options(m, f, output, None, None, None, &path)? {
+            let map = match &added {
+                Added::Every(kind) => tag(feed.clone(), kind, m.version),
+                Added::ByKey((pk, set)) => tag_by_key(feed.clone(), pk, set.clone(), m.version),
+            };
+            out.push(Source::Pending {
+                key: key_of(f),
+                size: f.size_bytes,
+                opts: Arc::new(opts),
+                map: Some(map),
+            });
+        }
+    }
     Ok(out)
+}
+
+/// How a version's added rows are tagged.
+enum Added {
+    Every(&'static str),
+    /// `update_postimage` where the key (this column) is in the set, else `insert`.
+    ByKey((String, Arc<ValueSet>)),
+}
+
+/// The keys of the rows `deleted` (positions by file, of `m`) in the feed's
+/// key type: the keys an upsert replaced. Reads their key column only.
+async fn replaced_keys(
+    store: &StoreHandle,
+    table: &str,
+    m: &TableManifest,
+    deleted: &[(&DataFile, roaring::RoaringBitmap)],
+    output: &SchemaRef,
+    pk: &str,
+) -> Result<(String, Arc<ValueSet>)> {
+    let path = manifest_key(table, m.version);
+    let key_schema = output_schema(output, Some(&[pk.to_string()]))?;
+    let key_type = key_schema.field(0).data_type().clone();
+    let mut parts: Vec<ArrayRef> = Vec::new();
+    for (f, newly) in deleted {
+        let Some(mut opts) = file_read_options(m, f, &key_schema, None, None, None, &path)? else {
+            continue;
+        };
+        opts.positions = Some(Positions::Keep(Arc::new(
+            newly.iter().map(u64::from).collect(),
+        )));
+        let key = format!("{}/{}", table.trim_end_matches('/'), f.path);
+        let decoded = crate::parquet::decode::read_part(store, &key, f.size_bytes, &opts).await?;
+        for b in decoded.batches {
+            parts.push(arrow_cast::cast(b.column(0), &key_type)?);
+        }
+    }
+    let keys = if parts.is_empty() {
+        arrow_array::new_empty_array(&key_type)
+    } else {
+        let refs: Vec<&dyn arrow_array::Array> = parts.iter().map(|a| a.as_ref()).collect();
+        arrow_select::concat::concat(&refs)?
+    };
+    Ok((pk.to_string(), Arc::new(ValueSet::new(&keys)?)))
+}
+
+/// Tags each row `update_postimage` if its key `pk` is in `set`, else `insert`.
+fn tag_by_key(schema: SchemaRef, pk: &str, set: Arc<ValueSet>, version: u64) -> BatchMap {
+    let pk = pk.to_string();
+    Arc::new(move |batch: RecordBatch| {
+        let n = batch.num_rows();
+        let col = batch.column_by_name(&pk).ok_or_else(|| {
+            Error::Task(format!(
+                "the key column {pk:?} is missing from the change feed"
+            ))
+        })?;
+        let col = arrow_cast::cast(col, set.data_type())?;
+        let found = set.contains(&col)?;
+        let kinds: StringArray = (0..n)
+            .map(|i| {
+                Some(if found.value(i) {
+                    "update_postimage"
+                } else {
+                    "insert"
+                })
+            })
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        columns.push(Arc::new(kinds) as ArrayRef);
+        columns.push(Arc::new(Int64Array::from(vec![version as i64; n])) as ArrayRef);
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    })
 }
 
 /// The manifest of version `v` of the range asked for; `VersionNotFound`

@@ -29,29 +29,23 @@
 //! on the new version. No tombstone is removed once its commit's outcome is
 //! unknown.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Schema, SchemaRef};
 use serde_json::Value;
 
-use super::commit::{self, CommitOptions, Outcome};
 use super::manifest_key;
+use super::rewrite::{rewrite, Rewrite, Round};
 use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate, FileSchemas};
-use super::snapshot::{DataFile, TableManifest, TombstoneRef};
-use super::tombstone::{self, Entry, FileDeletes, Tombstone};
-use crate::dataset::manifest::now_iso8601;
+use super::snapshot::{DataFile, TableManifest};
+use super::tombstone::{self, Entry, FileDeletes};
 use crate::error::{Error, Result};
 use crate::parquet::decode;
 use crate::parquet::filter::{Op, Predicate};
 use crate::parquet::stats;
 use crate::store::StoreHandle;
-
-/// Plans before a delete that keeps finding new files (appends landing
-/// faster than it commits) or its files compacted away gives up with
-/// `CommitConflict`. A re-plan reads only the files added since the last.
-const MAX_REPLANS: u32 = 64;
 
 /// What a delete did.
 #[derive(Debug, Clone)]
@@ -254,7 +248,7 @@ async fn plan_file(
 /// Plan the deletion of `predicate`'s rows in `files` of `base`: the
 /// tombstone entries and the rows they newly delete (`None` for key-range
 /// entries, counted on read).
-fn plan(
+pub fn plan(
     store: &Arc<StoreHandle>,
     table: &str,
     base: &TableManifest,
@@ -339,16 +333,6 @@ fn plan(
         rows += n;
     }
     Ok((entries, Some(rows)))
-}
-
-/// A tombstone this delete wrote, not yet committed.
-struct Written {
-    /// Relative to the table key.
-    name: String,
-    /// The data files its entries mark.
-    files: Vec<String>,
-    /// Its SHA-256, recorded in the manifest.
-    sha256: String,
 }
 
 /// Whether some live row of `file` has a key that `range` (a predicate on
@@ -542,12 +526,12 @@ async fn files_with_key_match<'a>(
 
 /// Delete the rows of `table` matching `predicate` (see the module docs).
 ///
-/// Serializable against concurrent commits: an append that lands between
-/// the plan and the commit adds files the plan has not seen, so they are
-/// planned too (on the version that added them: their own tombstone, in
-/// the same commit), as if the delete had run after the append. A
-/// compaction that removed a file the delete marks makes it plan again from
-/// scratch.
+/// Serializable against concurrent commits (see [`super::rewrite`]): an
+/// append that lands between the plan and the commit adds files the plan
+/// has not seen, so they are planned too (on the version that added them:
+/// their own tombstone, in the same commit), as if the delete had run after
+/// the append. A compaction that removed a file the delete marks makes it
+/// plan again from scratch.
 pub fn delete(
     store: Arc<StoreHandle>,
     table: &str,
@@ -560,92 +544,33 @@ pub fn delete(
             "delete needs a filter; an empty filter would delete every row".into(),
         ));
     }
-    let filter = describe(&predicate);
-    // Tombstones written so far, and the data files they were planned over.
-    let mut written: Vec<Written> = Vec::new();
-    let mut planned: BTreeSet<String> = BTreeSet::new();
-    let mut rows: Option<u64> = Some(0);
-    let forget = |written: &[Written]| {
-        let keys: Vec<String> = written
-            .iter()
-            .map(|w| format!("{}/{}", table.trim_end_matches('/'), w.name))
-            .collect();
-        if !keys.is_empty() {
-            let _ = crate::runtime::block_on(store.delete_many(&keys));
-        }
+    let mut params = BTreeMap::new();
+    params.insert("filter".to_string(), describe(&predicate));
+    let op = Rewrite {
+        operation: "delete",
+        params,
+        predicate: Some(predicate.clone()),
+        files: Vec::new(),
+        reads_rows: false,
+        schema: None,
     };
-    for _ in 0..MAX_REPLANS {
-        let latest = commit::latest_existing(&store, table)?;
-        let base = latest.manifest.clone();
-        let present: BTreeSet<&str> = base.data_files.iter().map(|f| f.path.as_str()).collect();
-        let lost_a_file = written
-            .iter()
-            .flat_map(|w| &w.files)
-            .any(|f| !present.contains(f.as_str()));
-        if lost_a_file {
-            // A compaction replaced a file the plan marks: start over.
-            forget(&written);
-            written.clear();
-            planned.clear();
-            rows = Some(0);
-        }
-        let unseen: Vec<DataFile> = base
-            .data_files
-            .iter()
-            .filter(|f| !planned.contains(&f.path))
-            .cloned()
-            .collect();
-        let (entries, n) = plan(&store, table, &base, &predicate, &unseen, parallelism)?;
-        planned.extend(unseen.iter().map(|f| f.path.clone()));
-        rows = match (rows, n) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        if !entries.is_empty() {
-            let r =
-                crate::runtime::block_on(Tombstone::put(&store, table, base.version, entries))??;
-            written.push(Written {
-                name: r.path,
-                files: r.files,
-                sha256: r.sha256,
-            });
-        }
-        if written.is_empty() {
-            return Ok(Deleted {
-                manifest: base,
-                rows: Some(0),
-                committed: false,
-            });
-        }
-        match commit_tombstones(
-            &store, table, latest, &written, &planned, &predicate, rows, &filter,
-        ) {
-            Ok(Some(manifest)) => {
-                return Ok(Deleted {
-                    manifest,
-                    rows,
-                    committed: true,
-                })
-            }
-            // Files were added or removed meanwhile: plan what changed.
-            Ok(None) => continue,
-            Err(e) => {
-                if super::write::may_discard(&e) {
-                    forget(&written);
-                }
-                return Err(e);
-            }
-        }
-    }
-    forget(&written);
-    Err(Error::CommitConflict {
-        key: table.to_string(),
-        attempts: MAX_REPLANS,
+    let done = rewrite(&store, table, op, |base, files| {
+        let (entries, rows) = plan(&store, table, base, &predicate, files, parallelism)?;
+        Ok(Round {
+            entries,
+            rows,
+            files: Vec::new(),
+        })
+    })?;
+    Ok(Deleted {
+        manifest: done.manifest,
+        rows: done.rows,
+        committed: done.committed,
     })
 }
 
 /// A filter as JSON, for the history.
-fn describe(predicate: &Predicate) -> Value {
+pub fn describe(predicate: &Predicate) -> Value {
     Value::Array(
         predicate
             .conditions
@@ -664,86 +589,4 @@ fn describe(predicate: &Predicate) -> Value {
             })
             .collect(),
     )
-}
-
-/// Commit the tombstones `written`; `None` if the version found has data
-/// files that the plan has not seen (`planned`) and whose statistics do not
-/// rule `predicate` out, or lacks a file a tombstone marks: the caller plans
-/// again. Removes nothing.
-#[allow(clippy::too_many_arguments)]
-fn commit_tombstones(
-    store: &Arc<StoreHandle>,
-    table: &str,
-    latest: commit::Latest,
-    written: &[Written],
-    planned: &BTreeSet<String>,
-    predicate: &Predicate,
-    rows: Option<u64>,
-    filter: &Value,
-) -> Result<Option<TableManifest>> {
-    let mut stale = false;
-    let out = crate::runtime::block_on(commit::commit(
-        store,
-        table,
-        &CommitOptions::default(),
-        Some(latest),
-        |now| {
-            let now = now.ok_or_else(|| Error::NotFound {
-                path: table.to_string(),
-            })?;
-            let present: BTreeSet<&str> = now.data_files.iter().map(|d| d.path.as_str()).collect();
-            let marks_gone = written
-                .iter()
-                .flat_map(|w| &w.files)
-                .any(|f| !present.contains(f.as_str()));
-            let mut unseen = false;
-            let fresh: Vec<&DataFile> = now
-                .data_files
-                .iter()
-                .filter(|d| !planned.contains(&d.path))
-                .collect();
-            if !fresh.is_empty() {
-                let schema = now.arrow_schema(&manifest_key(table, now.version))?;
-                let bound = predicate.clone().bind(&schema)?;
-                for d in fresh {
-                    unseen |= file_may_match(d, &schema, &bound)?;
-                }
-            }
-            if marks_gone || unseen {
-                stale = true;
-                return Ok(None);
-            }
-            let mut next = now.clone();
-            next.created_at = now_iso8601();
-            next.operation = "delete".into();
-            next.operation_parameters = BTreeMap::new();
-            next.operation_parameters
-                .insert("filter".into(), filter.clone());
-            next.operation_parameters
-                .insert("rows_deleted".into(), rows.map_or(Value::Null, Value::from));
-            let names: Vec<Value> = written
-                .iter()
-                .map(|w| Value::from(w.name.clone()))
-                .collect();
-            next.operation_parameters.insert(
-                "tombstone".into(),
-                if names.len() == 1 {
-                    names[0].clone()
-                } else {
-                    Value::Array(names)
-                },
-            );
-            next.tombstones.extend(written.iter().map(|w| TombstoneRef {
-                path: w.name.clone(),
-                files: w.files.clone(),
-                sha256: w.sha256.clone(),
-            }));
-            Ok(Some(next))
-        },
-    ))??;
-    match out {
-        Outcome::Committed { manifest, .. } => Ok(Some(*manifest)),
-        Outcome::Unchanged { .. } if stale => Ok(None),
-        Outcome::Unchanged { .. } => Err(Error::Task("delete committed nothing".into())),
-    }
 }

@@ -31,6 +31,7 @@ pub mod compact;
 pub mod delete;
 #[cfg(test)]
 mod fault_tests;
+pub mod rewrite;
 pub mod scan;
 pub mod schema;
 pub mod sealed;
@@ -38,6 +39,8 @@ pub mod snapshot;
 #[cfg(test)]
 mod tests;
 pub mod tombstone;
+pub mod update;
+pub mod upsert;
 pub mod vacuum;
 pub mod write;
 

@@ -243,6 +243,7 @@ pub fn pk_predicate(pk: &str, range: &PkRange, file_schema: &Schema) -> Result<O
                 column: pk.to_string(),
                 op: if exclusive { op_ex } else { op_in },
                 values: Some(values),
+                set: Default::default(),
             });
         }
     }
@@ -252,6 +253,7 @@ pub fn pk_predicate(pk: &str, range: &PkRange, file_schema: &Schema) -> Result<O
             column: pk.to_string(),
             op: Op::IsNotNull,
             values: None,
+            set: Default::default(),
         });
     }
     Ok(Some(Predicate { conditions }))

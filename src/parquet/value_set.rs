@@ -1,0 +1,235 @@
+//! The values of an `in` / `not in` condition as a sorted set, so that a
+//! condition with many values (an upsert's keys: tens of thousands) costs
+//! a binary search per row and per statistics unit, not a comparison with
+//! every value.
+//!
+//! Values are held in arrow's row format, whose byte order is the type's
+//! order. Floats are compared as SQL does, not by that total order: `-0.0`
+//! is stored as `0.0`, and NaN (equal to nothing) and null (unknown) are
+//! left out, so they never match.
+
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::{Array, ArrayRef, BooleanArray};
+use arrow_row::{OwnedRow, RowConverter, SortField};
+use arrow_schema::{ArrowError, DataType};
+
+type ArrowResult<T> = std::result::Result<T, ArrowError>;
+
+/// Below this many values a condition compares value by value.
+pub const MIN_SET: usize = 16;
+
+/// A sorted, deduplicated set of values of one type.
+#[derive(Debug)]
+pub struct ValueSet {
+    data_type: DataType,
+    converter: RowConverter,
+    sorted: Vec<OwnedRow>,
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+/// `col` with `-0.0` as `0.0` (x + 0.0), so that zeros compare equal.
+fn positive_zero(col: &ArrayRef) -> ArrowResult<ArrayRef> {
+    if !is_float(col.data_type()) {
+        return Ok(col.clone());
+    }
+    let zero = arrow_cast::cast(
+        &(Arc::new(arrow_array::Float64Array::from(vec![0.0])) as ArrayRef),
+        col.data_type(),
+    )?;
+    arrow_arith::numeric::add(col, &arrow_array::Scalar::new(zero))
+}
+
+/// Whether element `i` of a float array is NaN (false for other types).
+fn is_nan(col: &ArrayRef, i: usize) -> bool {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float16Type, Float32Type, Float64Type};
+    match col.data_type() {
+        DataType::Float16 => col.as_primitive::<Float16Type>().value(i).is_nan(),
+        DataType::Float32 => col.as_primitive::<Float32Type>().value(i).is_nan(),
+        DataType::Float64 => col.as_primitive::<Float64Type>().value(i).is_nan(),
+        _ => false,
+    }
+}
+
+impl ValueSet {
+    /// The set of `values`' non-null, non-NaN values.
+    pub fn new(values: &ArrayRef) -> ArrowResult<Self> {
+        let data_type = values.data_type().clone();
+        let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
+        let normal = positive_zero(values)?;
+        let rows = converter.convert_columns(&[normal.clone()])?;
+        let mut sorted: Vec<OwnedRow> = (0..normal.len())
+            .filter(|&i| normal.is_valid(i) && !is_nan(&normal, i))
+            .map(|i| rows.row(i).owned())
+            .collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        Ok(Self {
+            data_type,
+            converter,
+            sorted,
+        })
+    }
+
+    /// The type of the values.
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+
+    /// How many distinct values.
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    /// Whether the set holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
+    /// Per element of `col` (of the set's type): is it in the set? Null
+    /// and NaN elements are not.
+    pub fn contains(&self, col: &ArrayRef) -> ArrowResult<BooleanArray> {
+        let normal = positive_zero(col)?;
+        let rows = self.converter.convert_columns(&[normal.clone()])?;
+        Ok((0..normal.len())
+            .map(|i| {
+                normal.is_valid(i)
+                    && !is_nan(&normal, i)
+                    && self
+                        .sorted
+                        .binary_search_by(|v| v.row().cmp(&rows.row(i)))
+                        .is_ok()
+            })
+            .collect::<Vec<bool>>()
+            .into())
+    }
+
+    /// Per unit with statistics `mins[i]`, `maxs[i]` (of the set's type):
+    /// may it hold a value of the set? A unit with an unknown bound may.
+    pub fn meets_ranges(&self, mins: &ArrayRef, maxs: &ArrayRef) -> ArrowResult<Vec<bool>> {
+        let (lo, hi) = (positive_zero(mins)?, positive_zero(maxs)?);
+        let lo_rows = self.converter.convert_columns(&[lo.clone()])?;
+        let hi_rows = self.converter.convert_columns(&[hi.clone()])?;
+        Ok((0..lo.len())
+            .map(|i| {
+                if lo.is_null(i) || hi.is_null(i) || is_nan(&lo, i) || is_nan(&hi, i) {
+                    return true;
+                }
+                // The first value at or above the minimum: is it at or below the maximum?
+                let at = self.sorted.partition_point(|v| v.row() < lo_rows.row(i));
+                self.sorted
+                    .get(at)
+                    .is_some_and(|v| v.row() <= hi_rows.row(i))
+            })
+            .collect())
+    }
+}
+
+/// A condition's value set, built on first use and shared by its clones
+/// (row filters evaluate one condition on many batches).
+#[derive(Debug, Clone, Default)]
+pub struct SetCache(Arc<OnceLock<Option<Arc<ValueSet>>>>);
+
+impl SetCache {
+    /// The set of `values`, if there are enough of them to be worth one
+    /// (see [`MIN_SET`]) and their type has a row format.
+    pub fn get(&self, values: &ArrayRef) -> Option<Arc<ValueSet>> {
+        self.0
+            .get_or_init(|| {
+                (values.len() >= MIN_SET)
+                    .then(|| ValueSet::new(values).ok().map(Arc::new))
+                    .flatten()
+            })
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Float64Array, Int64Array, StringArray};
+
+    fn arr(a: impl Array + 'static) -> ArrayRef {
+        Arc::new(a)
+    }
+
+    #[test]
+    fn membership_matches_comparison_for_ints_strings_and_floats() {
+        let set = ValueSet::new(&arr(Int64Array::from(vec![
+            Some(5),
+            Some(1),
+            None,
+            Some(5),
+            Some(9),
+        ])))
+        .unwrap();
+        assert_eq!(set.len(), 3);
+        let probe = arr(Int64Array::from(vec![
+            Some(1),
+            Some(2),
+            None,
+            Some(9),
+            Some(10),
+        ]));
+        assert_eq!(
+            set.contains(&probe).unwrap(),
+            BooleanArray::from(vec![true, false, false, true, false])
+        );
+        let s = ValueSet::new(&arr(StringArray::from(vec!["b", "a"]))).unwrap();
+        assert_eq!(
+            s.contains(&arr(StringArray::from(vec!["a", "c", "b"])))
+                .unwrap(),
+            BooleanArray::from(vec![true, false, true])
+        );
+        let f = ValueSet::new(&arr(Float64Array::from(vec![-0.0, f64::NAN, 2.5]))).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            f.contains(&arr(Float64Array::from(vec![0.0, -0.0, f64::NAN, 2.5])))
+                .unwrap(),
+            BooleanArray::from(vec![true, true, false, true])
+        );
+    }
+
+    #[test]
+    fn ranges_meet_the_set_only_where_a_value_lies_inside() {
+        let set = ValueSet::new(&arr(Int64Array::from(vec![10, 20, 30]))).unwrap();
+        let mins = arr(Int64Array::from(vec![
+            Some(0),
+            Some(11),
+            Some(21),
+            None,
+            Some(31),
+        ]));
+        let maxs = arr(Int64Array::from(vec![
+            Some(9),
+            Some(19),
+            Some(30),
+            Some(0),
+            Some(99),
+        ]));
+        assert_eq!(
+            set.meets_ranges(&mins, &maxs).unwrap(),
+            vec![false, false, true, true, false]
+        );
+        // Zeros of either sign meet a range ending at -0.0.
+        let f = ValueSet::new(&arr(Float64Array::from(vec![0.0]))).unwrap();
+        let lo = arr(Float64Array::from(vec![-1.0]));
+        let hi = arr(Float64Array::from(vec![-0.0]));
+        assert_eq!(f.meets_ranges(&lo, &hi).unwrap(), vec![true]);
+    }
+
+    #[test]
+    fn the_cache_builds_once_and_only_for_many_values() {
+        let few = arr(Int64Array::from(vec![1, 2, 3]));
+        assert!(SetCache::default().get(&few).is_none());
+        let many = arr(Int64Array::from((0..100).collect::<Vec<i64>>()));
+        let cache = SetCache::default();
+        let a = cache.get(&many).unwrap();
+        let b = cache.clone().get(&many).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+}

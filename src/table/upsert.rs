@@ -1,0 +1,351 @@
+//! Upsert by primary key: replace the rows whose key is in the data and
+//! insert the rest, in one commit, rewriting no data file.
+//!
+//! 1. The data is checked before any I/O but the latest version's read: it
+//!    must hold the key column, without nulls, NaN or duplicate keys.
+//! 2. Its rows are uploaded as new data files (as an append's).
+//! 3. The replaced rows are found as a delete by key finds them
+//!    ([`super::delete::plan`]): when the keys are consecutive integers, as
+//!    one key range (no data file read once a live match is proven);
+//!    otherwise as `key in (...)`, where the manifest's key statistics
+//!    prune files, the footers' prune row groups, and only the key column
+//!    of the remaining row groups is read (a sorted set: a binary search
+//!    per row). The rows found become row-group or bitmap tombstone entries.
+//! 4. Tombstones and files commit in one version through
+//!    [`super::rewrite`]: serializable with every other commit.
+//!
+//! Cost in requests: 2 GETs + 1 HEAD (latest version), the data PUTs; per
+//! candidate file a footer GET (2 for a large footer) and a range GET per
+//! key column chunk of a candidate row group; 1 PUT for the tombstone, then
+//! the commit (2 GETs + 1 HEAD + 2 PUTs when it wins at once).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchIterator, RecordBatchReader};
+use arrow_schema::{DataType, Schema};
+
+use super::commit;
+use super::delete;
+use super::rewrite::{rewrite, Rewrite, Rewritten, Round};
+use super::schema::{describe_change, reconcile, SchemaMode};
+use super::snapshot::{DataFile, TableManifest, TableSchema};
+use super::write::{self, BoxedReader};
+use crate::error::{Error, Result};
+use crate::parquet::filter::{Condition, Op, Predicate};
+use crate::parquet::value_set::ValueSet;
+use crate::store::StoreHandle;
+
+/// The sorted, distinct keys of `keys` (already of the table's key type),
+/// after checking that there is no null, NaN or repeated key.
+pub fn distinct_keys(keys: &ArrayRef, pk: &str) -> Result<ValueSet> {
+    if keys.null_count() > 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the data holds {} null keys in the primary-key column {pk:?}; every row needs a key",
+            keys.null_count()
+        )));
+    }
+    let set = ValueSet::new(keys)?;
+    if set.len() != keys.len() {
+        return Err(Error::InvalidArgument(format!(
+            "the data holds {} rows but {} distinct keys in the primary-key column {pk:?} \
+             (repeated keys, or NaN, which equals no key): an upsert needs one row per key",
+            keys.len(),
+            set.len()
+        )));
+    }
+    Ok(set)
+}
+
+/// The rows with a key in `keys`, as a predicate on `pk`: a closed range
+/// when the keys are consecutive integers (a key-range tombstone then),
+/// else `pk in keys`.
+pub fn key_predicate(pk: &str, keys: &ArrayRef, set: &ValueSet) -> Result<Predicate> {
+    let cond = |op: Op, values: ArrayRef| Condition {
+        column: pk.to_string(),
+        op,
+        values: Some(values),
+        set: Default::default(),
+    };
+    if keys.data_type().is_integer() && !keys.is_empty() {
+        let as_i128 = arrow_cast::cast(keys, &DataType::Decimal128(38, 0))?;
+        let d = as_i128
+            .as_any()
+            .downcast_ref::<arrow_array::Decimal128Array>()
+            .ok_or_else(|| Error::Task("decimal cast".into()))?;
+        // Where the smallest and the largest key are (no nulls: checked).
+        let (mut lo, mut hi) = ((0usize, i128::MAX), (0usize, i128::MIN));
+        for (i, &v) in d.values().iter().enumerate() {
+            if v < lo.1 {
+                lo = (i, v);
+            }
+            if v > hi.1 {
+                hi = (i, v);
+            }
+        }
+        if hi.1 - lo.1 + 1 == set.len() as i128 {
+            return Ok(Predicate {
+                conditions: vec![
+                    cond(Op::Ge, keys.slice(lo.0, 1)),
+                    cond(Op::Le, keys.slice(hi.0, 1)),
+                ],
+            });
+        }
+    }
+    Ok(Predicate {
+        conditions: vec![cond(Op::In, keys.clone())],
+    })
+}
+
+/// The key column of `batches`, cast to `key_type`, as one array.
+fn key_column(batches: &[RecordBatch], pk: &str, key_type: &DataType) -> Result<ArrayRef> {
+    let mut parts = Vec::with_capacity(batches.len());
+    for b in batches {
+        let col = b.column_by_name(pk).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the data lacks the primary-key column {pk:?}; an upsert needs every row's key"
+            ))
+        })?;
+        parts.push(arrow_cast::cast(col, key_type)?);
+    }
+    if parts.is_empty() {
+        return Ok(arrow_array::new_empty_array(key_type));
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    Ok(arrow_select::concat::concat(&refs)?)
+}
+
+/// Replace the rows of `files`' keys that `base` holds (already-uploaded
+/// `files` of the table, as a Spark job's tasks wrote them): the keys are
+/// read back from the files' key column.
+pub fn upsert_files(
+    store: Arc<StoreHandle>,
+    table: &str,
+    files: Vec<DataFile>,
+    parallelism: usize,
+) -> Result<Rewritten> {
+    crate::store::keys::object_segments(table)?;
+    let latest = commit::latest_existing(&store, table)?;
+    let base = latest.manifest;
+    let (pk, schema) = key_and_schema(&base, table)?;
+    let key_type = schema.field_with_name(&pk)?.data_type().clone();
+    let root = table.trim_end_matches('/');
+    let mut batches = Vec::new();
+    for f in &files {
+        let opts = crate::parquet::decode::ReadOptions {
+            columns: Some(vec![pk.clone()]),
+            ..Default::default()
+        };
+        let key = format!("{root}/{}", f.path);
+        let read = crate::runtime::block_on(crate::parquet::decode::read_part(
+            &store,
+            &key,
+            f.size_bytes,
+            &opts,
+        ));
+        match read.and_then(|r| r) {
+            Ok(d) => batches.extend(d.batches),
+            Err(e) => {
+                write::discard(&store, table, &files);
+                return Err(e);
+            }
+        }
+    }
+    let checked = key_column(&batches, &pk, &key_type)
+        .and_then(|keys| distinct_keys(&keys, &pk).map(|set| (keys, set)));
+    let (keys, set) = match checked {
+        Ok(k) => k,
+        Err(e) => {
+            write::discard(&store, table, &files);
+            return Err(e);
+        }
+    };
+    let checked_schema = base.schema.arrow_schema.clone();
+    commit_upsert(
+        &store,
+        table,
+        &pk,
+        &keys,
+        &set,
+        files,
+        (checked_schema, None),
+        parallelism,
+    )
+}
+
+/// The table's primary key (`InvalidArgument` if it declares none) and schema.
+fn key_and_schema(base: &TableManifest, table: &str) -> Result<(String, Arc<Schema>)> {
+    let pk = base.properties.primary_key.clone().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "upsert replaces rows by primary key, and the table {table:?} declares none \
+             (create it with primary_key=...)"
+        ))
+    })?;
+    let schema = base.arrow_schema(&super::manifest_key(table, base.version))?;
+    Ok((pk, schema))
+}
+
+/// Upsert `reader`'s rows into `table` (see the module docs). Returns the
+/// version after it; nothing is committed for no rows.
+pub fn upsert(
+    store: Arc<StoreHandle>,
+    table: &str,
+    reader: BoxedReader,
+    mode: SchemaMode,
+    parallelism: usize,
+) -> Result<Rewritten> {
+    crate::store::keys::object_segments(table)?;
+    let latest = commit::latest_existing(&store, table)?;
+    let base = latest.manifest;
+    let (pk, old) = key_and_schema(&base, table)?;
+    let input = reader.schema();
+    if input.field_with_name(&pk).is_err() {
+        return Err(Error::InvalidArgument(format!(
+            "the data lacks the primary-key column {pk:?}; an upsert needs every row's key"
+        )));
+    }
+    let target = reconcile(&old, &input, mode, table)?;
+    crate::parquet::storage_types::check_writable(&target)?;
+    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
+    let key_type = target.field_with_name(&pk)?.data_type().clone();
+    let keys = key_column(&batches, &pk, &key_type)?;
+    let set = distinct_keys(&keys, &pk)?;
+    if keys.is_empty() {
+        return Ok(Rewritten {
+            manifest: base,
+            rows: Some(0),
+            rows_added: 0,
+            committed: false,
+        });
+    }
+    let change = describe_change(&old, &target);
+    let schema_change = if change.is_empty() {
+        None
+    } else {
+        Some((TableSchema::of(&target)?, change))
+    };
+    let checked = base.schema.arrow_schema.clone();
+    let rows = Box::new(RecordBatchIterator::new(
+        batches.into_iter().map(Ok),
+        input.clone(),
+    ));
+    let files = write::upload(
+        &store,
+        table,
+        rows,
+        target,
+        &base.properties,
+        parallelism,
+        None,
+    )?;
+    commit_upsert(
+        &store,
+        table,
+        &pk,
+        &keys,
+        &set,
+        files,
+        (checked, schema_change),
+        parallelism,
+    )
+}
+
+/// Plan and commit the replacement of `keys` with the uploaded `files`.
+#[allow(clippy::too_many_arguments)]
+fn commit_upsert(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    pk: &str,
+    keys: &ArrayRef,
+    set: &ValueSet,
+    files: Vec<DataFile>,
+    schema: (String, Option<(TableSchema, Vec<String>)>),
+    parallelism: usize,
+) -> Result<Rewritten> {
+    let predicate = match key_predicate(pk, keys, set) {
+        Ok(p) => p,
+        Err(e) => {
+            write::discard(store, table, &files);
+            return Err(e);
+        }
+    };
+    let mut params = BTreeMap::new();
+    params.insert("keys".to_string(), serde_json::Value::from(set.len()));
+    params.insert(
+        "key_ranges".to_string(),
+        serde_json::Value::from(predicate.conditions.iter().all(|c| c.op != Op::In)),
+    );
+    let op = Rewrite {
+        operation: "upsert",
+        params,
+        predicate: Some(predicate.clone()),
+        files,
+        reads_rows: false,
+        schema: Some(schema),
+    };
+    rewrite(store, table, op, |base, files| {
+        let (entries, rows) = delete::plan(store, table, base, &predicate, files, parallelism)?;
+        Ok(Round {
+            entries,
+            rows,
+            files: Vec::new(),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+
+    fn arr(a: impl Array + 'static) -> ArrayRef {
+        Arc::new(a)
+    }
+
+    #[test]
+    fn consecutive_integer_keys_become_one_range_and_others_a_set() {
+        let keys = arr(Int64Array::from(vec![7, 5, 6, 8]));
+        let set = distinct_keys(&keys, "id").unwrap();
+        let p = key_predicate("id", &keys, &set).unwrap();
+        let ops: Vec<Op> = p.conditions.iter().map(|c| c.op).collect();
+        assert_eq!(ops, vec![Op::Ge, Op::Le]);
+        let bound = |i: usize| {
+            p.conditions[i]
+                .values
+                .as_ref()
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(0)
+        };
+        assert_eq!((bound(0), bound(1)), (5, 8));
+        let gap = arr(Int64Array::from(vec![1, 2, 4]));
+        let set = distinct_keys(&gap, "id").unwrap();
+        let p = key_predicate("id", &gap, &set).unwrap();
+        assert_eq!(p.conditions.len(), 1);
+        assert_eq!(p.conditions[0].op, Op::In);
+        let text = arr(StringArray::from(vec!["a", "b"]));
+        let set = distinct_keys(&text, "id").unwrap();
+        assert_eq!(
+            key_predicate("id", &text, &set).unwrap().conditions[0].op,
+            Op::In
+        );
+    }
+
+    #[test]
+    fn repeated_null_or_nan_keys_are_refused() {
+        let dup = arr(Int64Array::from(vec![1, 2, 1]));
+        assert!(matches!(
+            distinct_keys(&dup, "id"),
+            Err(Error::InvalidArgument(m)) if m.contains("2 distinct keys")
+        ));
+        let null = arr(Int64Array::from(vec![Some(1), None]));
+        assert!(matches!(
+            distinct_keys(&null, "id"),
+            Err(Error::InvalidArgument(m)) if m.contains("null")
+        ));
+        let nan = arr(arrow_array::Float64Array::from(vec![1.0, f64::NAN]));
+        assert!(distinct_keys(&nan, "id").is_err());
+    }
+}

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import remote_store
 from click.testing import CliRunner
@@ -360,6 +361,41 @@ def _table_append_large(store: Store) -> TableCase:
     )
 
 
+def _replaced(base: Rows, new: pa.Table) -> Rows:
+    """*base* with the rows of *new*'s keys replaced and the rest added."""
+    fresh = {r["id"]: r for r in new.to_pylist()}
+    kept = [r for r in base if r["id"] not in fresh]
+    return sorted(kept + list(fresh.values()), key=lambda r: r["id"])
+
+
+def _table_upsert(store: Store) -> TableCase:
+    """Scattered keys, some new: bitmap entries for the replaced rows."""
+    t = _base_table(store)
+    base = rows_of(make_rows(range(100)))
+    new = pa.Table.from_pylist([{"id": i, "val": 1000 + i} for i in [3, 17, 42, 88, 150, 151]], schema=SCHEMA)
+    return TableCase(call=lambda: t.upsert(new), before=base, after=_replaced(base, new), version=0)
+
+
+def _table_upsert_range(store: Store) -> TableCase:
+    """Consecutive keys: one key-range entry for the replaced rows."""
+    t = _base_table(store)
+    base = rows_of(make_rows(range(100)))
+    new = pa.Table.from_pylist([{"id": i, "val": 2000 + i} for i in range(60, 130)], schema=SCHEMA)
+    return TableCase(call=lambda: t.upsert(new), before=base, after=_replaced(base, new), version=0)
+
+
+def _table_update(store: Store) -> TableCase:
+    t = _base_table(store)
+    base = rows_of(make_rows(range(100)))
+    after = [{"id": r["id"], "val": r["val"] + 1000 if r["val"] < 30 else r["val"]} for r in base]
+    return TableCase(
+        call=lambda: t.update([("val", "<", 30)], {"val": pc.field("val") + 1000}),
+        before=base,
+        after=after,
+        version=0,
+    )
+
+
 TABLE_OPS: dict[str, Callable[[Store], TableCase]] = {
     "create": _table_create,
     "append": _table_append,
@@ -368,6 +404,9 @@ TABLE_OPS: dict[str, Callable[[Store], TableCase]] = {
     "delete_pk": _table_delete_pk,
     "compact": _table_compact,
     "append_large": _table_append_large,
+    "upsert": _table_upsert,
+    "upsert_range": _table_upsert_range,
+    "update": _table_update,
 }
 
 TABLE_STEPS = [
@@ -393,6 +432,16 @@ TABLE_STEPS = [
     ("append_large", "mpu_create"),
     ("append_large", "mpu_part"),
     ("append_large", "mpu_complete"),
+    ("upsert", "data"),
+    ("upsert", "tombstone"),
+    ("upsert", "manifest"),
+    ("upsert", "pointer"),
+    ("upsert_range", "tombstone"),
+    ("upsert_range", "manifest"),
+    ("update", "data"),
+    ("update", "tombstone"),
+    ("update", "manifest"),
+    ("update", "pointer"),
 ]
 
 

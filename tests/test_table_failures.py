@@ -47,6 +47,12 @@ if op == "append":
     t.append(pa.table({"id": pa.array(range(10**9, 10**9 + n), pa.int64()), "w": pa.array([99] * n, pa.int64())}))
 elif op == "delete":
     t.delete([("w", "==", 1)])
+elif op == "upsert":
+    ids = range(5_000, 25_000)
+    t.upsert(pa.table({"id": pa.array(ids, pa.int64()), "w": pa.array([77] * len(ids), pa.int64())}))
+elif op == "update":
+    import pyarrow.compute as pc
+    t.update([("w", "==", 2)], {"w": pc.field("w") + 100})
 else:
     t.compact(min_deleted_fraction=0.0)
 print("done", flush=True)
@@ -111,12 +117,12 @@ def test_sigkill_at_random_moments_leaves_a_committed_version_and_vacuumable_gar
 ) -> None:
     url, options = _urls(tmp_path, request, kind)
     rng = random.Random(8)
-    t = Table.create(url, "t", _schema(), row_group_size=1000, target_file_size=2_000_000, **options)
+    t = Table.create(url, "t", _schema(), primary_key="id", row_group_size=1000, target_file_size=2_000_000, **options)
     for w in range(3):
         t.append(pa.table({"id": pa.array(range(w * 10_000, w * 10_000 + 10_000), pa.int64()), "w": [w] * 10_000}))
     committed = {v: _content(Table.open(url, "t", **options)) for v in [t.version]}
     outcomes: list[str] = []
-    for op in ["append", "delete", "compact"] * 4:
+    for op in ["append", "delete", "upsert", "update", "compact"] * 3:
         proc = subprocess.Popen(
             [sys.executable, "-c", WORKER, url, json.dumps(options), op],
             stdout=subprocess.PIPE,

@@ -347,9 +347,7 @@ def table_upsert(
     JSON, rows replaced or None, committed). ``ValueError`` for a table
     without a primary key, or data with a null, NaN or repeated key."""
 
-def table_upsert_files(
-    store: RustStore, key: str, files: str, *, parallelism: int
-) -> tuple[str, int | None, bool]:
+def table_upsert_files(store: RustStore, key: str, files: str, *, parallelism: int) -> tuple[str, int | None, bool]:
     """Upsert the rows of files from ``table_write_files`` (JSON), reading
     their keys back: (manifest JSON, rows replaced or None, committed). The
     files are removed if nothing can be committed."""

@@ -982,10 +982,14 @@ def _evaluate(batch: pa.RecordBatch, exprs: list[pc.Expression]) -> list[pa.Arra
 
 
 def _cast(column: pa.Array, field: pa.Field) -> pa.Array:
-    """*column* in *field*'s type; ``pds.SchemaMismatch`` if it does not fit."""
+    """*column* in *field*'s type; ``pds.SchemaMismatch`` if it does not fit
+    (another type, or nulls in a not-null column)."""
+    if column.null_count and not field.nullable:
+        raise SchemaMismatch(f"update gives {column.null_count} nulls for the not-null column {field.name!r}")
     if column.type == field.type:
         return column
     try:
         return column.cast(field.type)
     except (pa.ArrowException, ValueError) as e:
-        raise SchemaMismatch(f"update gives {field.name!r} values of type {column.type}, not {field.type}: {e}") from None
+        reason = f"update gives {field.name!r} values of type {column.type}, not {field.type}: {e}"
+        raise SchemaMismatch(reason) from None

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pds.spark._job import WriteJob, WriteSettings
 from pds.spark._pipeline_update import update_pipeline
+from pds.spark._upsert import upsert
 from pds.spark._workers import SparkWorkerError
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import (
@@ -55,5 +56,6 @@ __all__ = [
     "spark_filters_to_tuples",
     "translate_filter",
     "update_pipeline",
+    "upsert",
     "write_dataset",
 ]

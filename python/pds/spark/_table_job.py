@@ -182,13 +182,18 @@ class TableWriteJob(StoreJob):
         for k in keys:
             rust.delete(k)
 
-    def commit(self, results: Sequence[TableFiles]) -> int:
-        """Commit the files of the successful attempts in one version; return it.
+    def commit(self, results: Sequence[TableFiles], *, upsert: bool = False) -> int:
+        """Commit the files of the successful attempts in one version; return
+        it. With *upsert*, the rows of the table's primary keys that the
+        files hold are replaced in the same version (their keys are read
+        back from the files' key column).
 
         Raises:
             RuntimeError: two results for one partition.
             remote_store.NotFound: a committed attempt's file is missing.
             SchemaMismatch: the table's schema changed since the job started.
+            ValueError: (*upsert*) the files repeat a key, or hold a null
+                one; the files are removed.
         """
         seen: dict[int, TableFiles] = {}
         for r in results:
@@ -198,7 +203,12 @@ class TableWriteJob(StoreJob):
         files = [f for pid in sorted(seen) for f in seen[pid].files]
         committed = {f"{self.location}/{f['path']}" for f in files}
         try:
-            text = self._commit_files(files)
+            if upsert:
+                text, _replaced, _committed = _core.table_upsert_files(
+                    self._rust(), self.location, json.dumps(files), parallelism=self.settings.parallelism or 4
+                )
+            else:
+                text = self._commit_files(files)
         except CommitUnknown:
             _MAY_BE_COMMITTED[self.job_id] = frozenset(committed)
             raise

@@ -17,7 +17,11 @@ rows), each tool:
   100 customers; median of 3), as a ratio to the scan before;
 - ``time travel``: a full read of the version before the deletes;
 - ``8 appenders``: 8 threads appending 5 x 10k rows each at once; commits
-  that landed, and commits per second.
+  that landed, and commits per second;
+- ``upsert 1%``: 1 % of the rows by ``id``, scattered, half of them new
+  keys (pds ``Table.upsert``, deltalake ``merge`` with
+  ``when_matched_update_all().when_not_matched_insert_all()``, pyiceberg
+  ``upsert(df, join_cols=["id"])``), one run.
 
 Every read is checked (row counts against the truth). Prints a Markdown
 table and writes it to ``--out``::
@@ -106,6 +110,10 @@ class Tool:
     def version(self) -> int:
         raise NotImplementedError
 
+    def upsert(self, data: pa.Table) -> None:
+        """Replace the rows of *data*'s ids, insert the rest."""
+        raise NotImplementedError
+
     def concurrent_append(self, data: pa.Table) -> bool:
         """One append from a thread (its own handle); False if it gave up."""
         raise NotImplementedError
@@ -142,6 +150,10 @@ class PdsTool(Tool):
 
     def version(self) -> int:
         return self.t.refresh()
+
+    def upsert(self, data: pa.Table) -> None:
+        self.t.refresh()
+        self.t.upsert(data)
 
     def concurrent_append(self, data: pa.Table) -> bool:
         url, opts = self._url()
@@ -195,6 +207,15 @@ class DeltaTool(Tool):
 
     def version(self) -> int:
         return int(self._dt().version())
+
+    def upsert(self, data: pa.Table) -> None:
+        (
+            self._dt()
+            .merge(source=data, predicate="t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
 
     def concurrent_append(self, data: pa.Table) -> bool:
         self._write(data, "append")
@@ -257,6 +278,9 @@ class IcebergTool(Tool):
 
     def version(self) -> int:
         return len(self.snapshots) - 1
+
+    def upsert(self, data: pa.Table) -> None:
+        self._table().upsert(data, join_cols=["id"])
 
     def concurrent_append(self, data: pa.Table) -> bool:
         from pyiceberg.exceptions import CommitFailedException
@@ -356,6 +380,24 @@ def run_tool(cls: type[Tool], where: Where, rows: int, counter: Counter, log: Ca
         landed = list(pool.map(attempt, range(40)))
     wall = time.perf_counter() - t0
     res["8 appenders"] = f"{sum(landed)}/40 landed, {sum(landed) / wall:.1f} commits/s"
+    # Upsert 1 % of the rows: scattered ids, half of them new.
+    _, live = timed(tool.scan_rows)
+    rng = np.random.default_rng(rows)
+    old = rng.choice(rows, size=rows // 200, replace=False)
+    new = np.arange(2 * 10**10, 2 * 10**10 + rows // 200)
+    ids = np.concatenate([old, new]).astype(np.int64)
+    upserted = pa.table(
+        {
+            "id": pa.array(ids),
+            "customer": pa.array([f"u{i % CUSTOMERS}" for i in ids.tolist()], pa.string()),
+            "amount": pa.array(ids.astype(np.float64)),
+        }
+    )
+    with counter.count(res["requests"], "upsert 1%"):
+        res["upsert 1%"], _ = timed(lambda: tool.upsert(upserted))
+    _, n = timed(tool.scan_rows)
+    # The sampled old ids some earlier delete removed are inserted again.
+    assert live + len(new) <= n <= live + len(ids), (cls.name, "upsert", n, live)
     log(f"  {cls.name} {rows:,}: " + ", ".join(f"{k} {v:.2f}s" for k, v in res.items() if isinstance(v, float)))
     return res
 
@@ -433,6 +475,7 @@ def render(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]
         "scan ratio",
         "time travel",
         "8 appenders",
+        "upsert 1%",
     ]
     lines = [
         "# pds tables vs deltalake and pyiceberg",
@@ -459,7 +502,7 @@ def render(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]
                     cells.append(r["error"] if "error" in r and m == "append" else _fmt(r.get(m)))
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
             if store == "s3":
-                for op in ("append", "delete customer", "delete pk 1%"):
+                for op in ("append", "delete customer", "delete pk 1%", "upsert 1%"):
                     cells = [results.get((store, rows, t), {}).get("requests", {}).get(op, "n/a") for t in tools]
                     lines.append(f"| requests: {op} | " + " | ".join(cells) + " |")
             lines.append("")
@@ -470,7 +513,7 @@ def render(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]
         p = results.get((store, big, "pds"), {})
         for t in ("deltalake", "pyiceberg"):
             o = results.get((store, big, t), {})
-            for m in ("append", "delete customer", "delete pk 1%"):
+            for m in ("append", "delete customer", "delete pk 1%", "upsert 1%"):
                 if isinstance(p.get(m), float) and isinstance(o.get(m), float):
                     lines.append(f"- {store}, {big:,} rows, {m}: pds is {o[m] / p[m]:.1f}x faster than {t}")
         if len(sizes) > 1:

@@ -119,6 +119,12 @@ impl Predicate {
                         )));
                     }
                     let target = value_type(field.data_type());
+                    if v.data_type() == &target {
+                        // Already of the column's type (bound before): the
+                        // values, and their set if built, stay as they are.
+                        out.push(c);
+                        continue;
+                    }
                     if widens(&target, v.data_type()) {
                         // A column read as a narrower type than the value's
                         // (a table's file from before its schema widened):

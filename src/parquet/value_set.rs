@@ -3,14 +3,15 @@
 //! a binary search per row and per statistics unit, not a comparison with
 //! every value.
 //!
-//! Values are held in arrow's row format, whose byte order is the type's
-//! order. Floats are compared as SQL does, not by that total order: `-0.0`
+//! Integers (and temporal values) are held as native `i64` / `u64`; other
+//! values in arrow's row format, whose byte order is the type's order. Floats are compared as SQL does, not by that total order: `-0.0`
 //! is stored as `0.0`, and NaN (equal to nothing) and null (unknown) are
 //! left out, so they never match.
 
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array, ArrayRef, BooleanArray};
+use arrow_buffer::BooleanBuffer;
 use arrow_row::{OwnedRow, RowConverter, SortField};
 use arrow_schema::{ArrowError, DataType};
 
@@ -23,8 +24,95 @@ pub const MIN_SET: usize = 16;
 #[derive(Debug)]
 pub struct ValueSet {
     data_type: DataType,
-    converter: RowConverter,
-    sorted: Vec<OwnedRow>,
+    values: Sorted,
+}
+
+/// The set's values: integers (and the temporal types, which are integers)
+/// as native numbers; anything else in arrow's row format.
+#[derive(Debug)]
+enum Sorted {
+    Signed(Vec<i64>, Members<i64>),
+    Unsigned(Vec<u64>, Members<u64>),
+    Rows {
+        converter: RowConverter,
+        rows: Vec<OwnedRow>,
+    },
+}
+
+/// A hash set of the values, for membership in constant time (the sorted
+/// values answer range questions).
+type Members<T> = std::collections::HashSet<T, ahash::RandomState>;
+
+/// `sorted` as a hash set.
+fn members<T: std::hash::Hash + Eq + Copy>(sorted: &[T]) -> Members<T> {
+    let mut set = Members::with_capacity_and_hasher(sorted.len(), ahash::RandomState::new());
+    set.extend(sorted.iter().copied());
+    set
+}
+
+/// The native integer type `t` is compared in, if it is one.
+fn integer_kind(t: &DataType) -> Option<DataType> {
+    use DataType::*;
+    match t {
+        UInt64 => Some(UInt64),
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 => Some(Int64),
+        Date32 | Date64 | Timestamp(_, _) => Some(Int64),
+        _ => None,
+    }
+}
+
+/// `col` as native integers of `kind` (nulls kept).
+fn as_integers(col: &ArrayRef, kind: &DataType) -> ArrowResult<ArrayRef> {
+    if col.data_type() == kind {
+        return Ok(col.clone());
+    }
+    arrow_cast::cast_with_options(
+        col,
+        kind,
+        &arrow_cast::CastOptions {
+            safe: false,
+            ..Default::default()
+        },
+    )
+}
+
+/// Per element of `probe` (native integers, nulls kept): is it in `set`?
+fn contains_native<T>(
+    set: &Members<T>,
+    probe: &arrow_array::PrimitiveArray<impl arrow_array::ArrowPrimitiveType<Native = T>>,
+) -> BooleanArray
+where
+    T: std::hash::Hash + Eq + Copy + arrow_array::ArrowNativeTypeOp,
+{
+    let values = probe.values();
+    let found = match probe.nulls() {
+        None => BooleanBuffer::collect_bool(values.len(), |i| set.contains(&values[i])),
+        Some(n) => {
+            BooleanBuffer::collect_bool(values.len(), |i| n.is_valid(i) && set.contains(&values[i]))
+        }
+    };
+    BooleanArray::new(found, None)
+}
+
+/// Per unit `[lo[i], hi[i]]` (native integers): does a value of `sorted`
+/// lie inside? An unknown bound may.
+fn meets_native<T>(
+    sorted: &[T],
+    lo: &arrow_array::PrimitiveArray<impl arrow_array::ArrowPrimitiveType<Native = T>>,
+    hi: &arrow_array::PrimitiveArray<impl arrow_array::ArrowPrimitiveType<Native = T>>,
+) -> Vec<bool>
+where
+    T: Ord + Copy + arrow_array::ArrowNativeTypeOp,
+{
+    (0..lo.len())
+        .map(|i| {
+            if lo.is_null(i) || hi.is_null(i) {
+                return true;
+            }
+            let at = sorted.partition_point(|v| *v < lo.value(i));
+            sorted.get(at).is_some_and(|v| *v <= hi.value(i))
+        })
+        .collect()
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -58,20 +146,45 @@ fn is_nan(col: &ArrayRef, i: usize) -> bool {
 impl ValueSet {
     /// The set of `values`' non-null, non-NaN values.
     pub fn new(values: &ArrayRef) -> ArrowResult<Self> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, UInt64Type};
         let data_type = values.data_type().clone();
-        let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
-        let normal = positive_zero(values)?;
-        let rows = converter.convert_columns(&[normal.clone()])?;
-        let mut sorted: Vec<OwnedRow> = (0..normal.len())
-            .filter(|&i| normal.is_valid(i) && !is_nan(&normal, i))
-            .map(|i| rows.row(i).owned())
-            .collect();
-        sorted.sort_unstable();
-        sorted.dedup();
+        let sorted = match integer_kind(&data_type) {
+            Some(DataType::UInt64) => {
+                let ints = as_integers(values, &DataType::UInt64)?;
+                let mut v: Vec<u64> = ints.as_primitive::<UInt64Type>().iter().flatten().collect();
+                v.sort_unstable();
+                v.dedup();
+                let m = members(&v);
+                Sorted::Unsigned(v, m)
+            }
+            Some(kind) => {
+                let ints = as_integers(values, &kind)?;
+                let mut v: Vec<i64> = ints.as_primitive::<Int64Type>().iter().flatten().collect();
+                v.sort_unstable();
+                v.dedup();
+                let m = members(&v);
+                Sorted::Signed(v, m)
+            }
+            None => {
+                let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
+                let normal = positive_zero(values)?;
+                let rows = converter.convert_columns(&[normal.clone()])?;
+                let mut sorted: Vec<OwnedRow> = (0..normal.len())
+                    .filter(|&i| normal.is_valid(i) && !is_nan(&normal, i))
+                    .map(|i| rows.row(i).owned())
+                    .collect();
+                sorted.sort_unstable();
+                sorted.dedup();
+                Sorted::Rows {
+                    converter,
+                    rows: sorted,
+                }
+            }
+        };
         Ok(Self {
             data_type,
-            converter,
-            sorted,
+            values: sorted,
         })
     }
 
@@ -82,50 +195,93 @@ impl ValueSet {
 
     /// How many distinct values.
     pub fn len(&self) -> usize {
-        self.sorted.len()
+        match &self.values {
+            Sorted::Signed(v, _) => v.len(),
+            Sorted::Unsigned(v, _) => v.len(),
+            Sorted::Rows { rows, .. } => rows.len(),
+        }
     }
 
     /// Whether the set holds no value.
     pub fn is_empty(&self) -> bool {
-        self.sorted.is_empty()
+        self.len() == 0
     }
 
     /// Per element of `col` (of the set's type): is it in the set? Null
     /// and NaN elements are not.
     pub fn contains(&self, col: &ArrayRef) -> ArrowResult<BooleanArray> {
-        let normal = positive_zero(col)?;
-        let rows = self.converter.convert_columns(&[normal.clone()])?;
-        Ok((0..normal.len())
-            .map(|i| {
-                normal.is_valid(i)
-                    && !is_nan(&normal, i)
-                    && self
-                        .sorted
-                        .binary_search_by(|v| v.row().cmp(&rows.row(i)))
-                        .is_ok()
-            })
-            .collect::<Vec<bool>>()
-            .into())
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, UInt64Type};
+        let found: Vec<bool> = match &self.values {
+            Sorted::Signed(_, m) => {
+                let ints = as_integers(col, &DataType::Int64)?;
+                return Ok(contains_native(m, ints.as_primitive::<Int64Type>()));
+            }
+            Sorted::Unsigned(_, m) => {
+                let ints = as_integers(col, &DataType::UInt64)?;
+                return Ok(contains_native(m, ints.as_primitive::<UInt64Type>()));
+            }
+            Sorted::Rows { converter, rows } => {
+                let normal = positive_zero(col)?;
+                let probe = converter.convert_columns(&[normal.clone()])?;
+                (0..normal.len())
+                    .map(|i| {
+                        normal.is_valid(i)
+                            && !is_nan(&normal, i)
+                            && rows
+                                .binary_search_by(|v| v.row().cmp(&probe.row(i)))
+                                .is_ok()
+                    })
+                    .collect()
+            }
+        };
+        Ok(found.into())
     }
 
     /// Per unit with statistics `mins[i]`, `maxs[i]` (of the set's type):
     /// may it hold a value of the set? A unit with an unknown bound may.
     pub fn meets_ranges(&self, mins: &ArrayRef, maxs: &ArrayRef) -> ArrowResult<Vec<bool>> {
-        let (lo, hi) = (positive_zero(mins)?, positive_zero(maxs)?);
-        let lo_rows = self.converter.convert_columns(&[lo.clone()])?;
-        let hi_rows = self.converter.convert_columns(&[hi.clone()])?;
-        Ok((0..lo.len())
-            .map(|i| {
-                if lo.is_null(i) || hi.is_null(i) || is_nan(&lo, i) || is_nan(&hi, i) {
-                    return true;
-                }
-                // The first value at or above the minimum: is it at or below the maximum?
-                let at = self.sorted.partition_point(|v| v.row() < lo_rows.row(i));
-                self.sorted
-                    .get(at)
-                    .is_some_and(|v| v.row() <= hi_rows.row(i))
-            })
-            .collect())
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, UInt64Type};
+        Ok(match &self.values {
+            Sorted::Signed(v, _) => {
+                let (lo, hi) = (
+                    as_integers(mins, &DataType::Int64)?,
+                    as_integers(maxs, &DataType::Int64)?,
+                );
+                meets_native(
+                    v,
+                    lo.as_primitive::<Int64Type>(),
+                    hi.as_primitive::<Int64Type>(),
+                )
+            }
+            Sorted::Unsigned(v, _) => {
+                let (lo, hi) = (
+                    as_integers(mins, &DataType::UInt64)?,
+                    as_integers(maxs, &DataType::UInt64)?,
+                );
+                meets_native(
+                    v,
+                    lo.as_primitive::<UInt64Type>(),
+                    hi.as_primitive::<UInt64Type>(),
+                )
+            }
+            Sorted::Rows { converter, rows } => {
+                let (lo, hi) = (positive_zero(mins)?, positive_zero(maxs)?);
+                let lo_rows = converter.convert_columns(&[lo.clone()])?;
+                let hi_rows = converter.convert_columns(&[hi.clone()])?;
+                (0..lo.len())
+                    .map(|i| {
+                        if lo.is_null(i) || hi.is_null(i) || is_nan(&lo, i) || is_nan(&hi, i) {
+                            return true;
+                        }
+                        // The first value at or above the minimum: at or below the maximum?
+                        let at = rows.partition_point(|v| v.row() < lo_rows.row(i));
+                        rows.get(at).is_some_and(|v| v.row() <= hi_rows.row(i))
+                    })
+                    .collect()
+            }
+        })
     }
 }
 
@@ -220,6 +376,50 @@ mod tests {
         let lo = arr(Float64Array::from(vec![-1.0]));
         let hi = arr(Float64Array::from(vec![-0.0]));
         assert_eq!(f.meets_ranges(&lo, &hi).unwrap(), vec![true]);
+    }
+
+    #[test]
+    fn integers_of_every_width_and_temporal_values_compare_natively() {
+        use arrow_array::{Date32Array, UInt64Array, UInt8Array};
+        let big = ValueSet::new(&arr(UInt64Array::from(vec![u64::MAX, 3]))).unwrap();
+        assert_eq!(
+            big.contains(&arr(UInt64Array::from(vec![u64::MAX, 4, 3])))
+                .unwrap(),
+            BooleanArray::from(vec![true, false, true])
+        );
+        let small = ValueSet::new(&arr(UInt8Array::from(vec![200, 7]))).unwrap();
+        assert_eq!(
+            small
+                .meets_ranges(
+                    &arr(UInt8Array::from(vec![0, 8, 199])),
+                    &arr(UInt8Array::from(vec![6, 100, 255]))
+                )
+                .unwrap(),
+            vec![false, false, true]
+        );
+        let ts = ValueSet::new(&arr(arrow_array::TimestampMicrosecondArray::from(vec![
+            5, 9,
+        ])
+        .with_timezone("UTC")))
+        .unwrap();
+        assert_eq!(
+            ts.contains(&arr(arrow_array::TimestampMicrosecondArray::from(vec![
+                9, 6
+            ])
+            .with_timezone("UTC")))
+                .unwrap(),
+            BooleanArray::from(vec![true, false])
+        );
+        let days = ValueSet::new(&arr(Date32Array::from(vec![19000, 19002]))).unwrap();
+        assert_eq!(
+            days.contains(&arr(Date32Array::from(vec![
+                Some(19001),
+                Some(19002),
+                None
+            ])))
+            .unwrap(),
+            BooleanArray::from(vec![false, true, false])
+        );
     }
 
     #[test]

@@ -179,6 +179,8 @@ def test_bad_updates_are_refused_and_leave_nothing(fast_store: Store) -> None:
             t.update(None, bad_set)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         t.update("x > 1", {"x": 1})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="filter=None"):
+        t.update([], {"x": 1})
     # An expression that fails raises its own error; nothing is committed.
     with pytest.raises(pa.ArrowInvalid):
         t.update(None, {"x": pc.divide(pc.field("x"), pc.scalar(0))})

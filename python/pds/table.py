@@ -571,6 +571,8 @@ class Table:
             raw, expression = None, None
         else:
             raw, expression = _check_filter(filter)
+            if expression is None and not raw:
+                raise ValueError("update got an empty filter; pass filter=None to update every row")
         schema = self.schema
         values = _set_values(set, schema)
         conditions = core_conditions(raw, schema) if raw else None

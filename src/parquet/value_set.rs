@@ -76,16 +76,31 @@ fn as_integers(col: &ArrayRef, kind: &DataType) -> ArrowResult<ArrayRef> {
     )
 }
 
-/// Per element of `probe` (native integers, nulls kept): is it in `set`?
+/// Per element of `probe` (native integers, nulls kept): is it in the set
+/// (`sorted`, `set`)? Probes in ascending order (a key column written in
+/// key order) walk the sorted values once; others look each up in `set`.
 fn contains_native<T>(
+    sorted: &[T],
     set: &Members<T>,
     probe: &arrow_array::PrimitiveArray<impl arrow_array::ArrowPrimitiveType<Native = T>>,
 ) -> BooleanArray
 where
-    T: std::hash::Hash + Eq + Copy + arrow_array::ArrowNativeTypeOp,
+    T: std::hash::Hash + Ord + Copy + arrow_array::ArrowNativeTypeOp,
 {
     let values = probe.values();
     let found = match probe.nulls() {
+        None if values.windows(2).all(|w| w[0] <= w[1]) => {
+            let mut at = values
+                .first()
+                .map_or(0, |v| sorted.partition_point(|s| s < v));
+            BooleanBuffer::collect_bool(values.len(), |i| {
+                let v = values[i];
+                while at < sorted.len() && sorted[at] < v {
+                    at += 1;
+                }
+                at < sorted.len() && sorted[at] == v
+            })
+        }
         None => BooleanBuffer::collect_bool(values.len(), |i| set.contains(&values[i])),
         Some(n) => {
             BooleanBuffer::collect_bool(values.len(), |i| n.is_valid(i) && set.contains(&values[i]))
@@ -213,13 +228,13 @@ impl ValueSet {
         use arrow_array::cast::AsArray;
         use arrow_array::types::{Int64Type, UInt64Type};
         let found: Vec<bool> = match &self.values {
-            Sorted::Signed(_, m) => {
+            Sorted::Signed(v, m) => {
                 let ints = as_integers(col, &DataType::Int64)?;
-                return Ok(contains_native(m, ints.as_primitive::<Int64Type>()));
+                return Ok(contains_native(v, m, ints.as_primitive::<Int64Type>()));
             }
-            Sorted::Unsigned(_, m) => {
+            Sorted::Unsigned(v, m) => {
                 let ints = as_integers(col, &DataType::UInt64)?;
-                return Ok(contains_native(m, ints.as_primitive::<UInt64Type>()));
+                return Ok(contains_native(v, m, ints.as_primitive::<UInt64Type>()));
             }
             Sorted::Rows { converter, rows } => {
                 let normal = positive_zero(col)?;
@@ -419,6 +434,29 @@ mod tests {
             ])))
             .unwrap(),
             BooleanArray::from(vec![false, true, false])
+        );
+    }
+
+    #[test]
+    fn sorted_and_unsorted_probes_agree() {
+        let set = ValueSet::new(&arr(Int64Array::from(vec![3, 10, 11, 50, -4]))).unwrap();
+        let up: Vec<i64> = (-10..60).collect();
+        let mut down = up.clone();
+        down.reverse();
+        let a = set.contains(&arr(Int64Array::from(up.clone()))).unwrap();
+        let b = set.contains(&arr(Int64Array::from(down))).unwrap();
+        let want: Vec<bool> = up.iter().map(|v| [3, 10, 11, 50, -4].contains(v)).collect();
+        assert_eq!(a, BooleanArray::from(want.clone()));
+        let mut back: Vec<bool> = b.iter().map(|x| x.unwrap()).collect();
+        back.reverse();
+        assert_eq!(back, want);
+        // Repeated probe values, and values past the last.
+        let rep = set
+            .contains(&arr(Int64Array::from(vec![3, 3, 50, 50, 51, 99])))
+            .unwrap();
+        assert_eq!(
+            rep,
+            BooleanArray::from(vec![true, true, true, true, false, false])
         );
     }
 

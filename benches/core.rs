@@ -1,6 +1,7 @@
 //! Criterion benches of the Rust hot paths: encode, decode, hashing, the
 //! dataset write/read protocol on the in-memory store, and tables: the
-//! commit, deletes, and the tombstone filter in a scan.
+//! commit, deletes, the tombstone filter in a scan, and upserts (the key
+//! set's membership test and a whole upsert).
 //!
 //!     cargo bench --bench core
 
@@ -242,5 +243,87 @@ fn bench_table(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_encode_decode, bench_protocol, bench_table);
+/// The `in` set an upsert probes with its keys (80,000 of them) over a key
+/// column of 1M rows: in key order (walked) and shuffled (hashed); then an
+/// upsert of 1 % of a 1M-row table on the memory store (its plan reads the
+/// key column only).
+fn bench_upsert(c: &mut Criterion) {
+    use pds::parquet::value_set::ValueSet;
+    let keys: Arc<dyn arrow_array::Array> = Arc::new(Int64Array::from(
+        (0..80_000i64)
+            .map(|i| i * 97 % 8_000_000)
+            .collect::<Vec<_>>(),
+    ));
+    let set = ValueSet::new(&keys).expect("set");
+    let sorted: Arc<dyn arrow_array::Array> =
+        Arc::new(Int64Array::from((0..1_000_000i64).collect::<Vec<_>>()));
+    let shuffled: Arc<dyn arrow_array::Array> = Arc::new(Int64Array::from(
+        (0..1_000_000i64)
+            .map(|i| i * 7_919 % 1_000_000)
+            .collect::<Vec<_>>(),
+    ));
+    let mut g = c.benchmark_group("upsert");
+    g.throughput(Throughput::Elements(1_000_000));
+    g.bench_function("in_set_80k_keys_1M_sorted_probes", |b| {
+        b.iter(|| black_box(set.contains(&sorted).expect("contains")))
+    });
+    g.bench_function("in_set_80k_keys_1M_shuffled_probes", |b| {
+        b.iter(|| black_box(set.contains(&shuffled).expect("contains")))
+    });
+    let (schema, batches) = table(ROWS * 4);
+    let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
+    let reader = Box::new(RecordBatchIterator::new(
+        batches.clone().into_iter().map(Ok),
+        schema.clone(),
+    ));
+    let props = TableProperties {
+        primary_key: Some("id".into()),
+        compression: "zstd".into(),
+        row_group_size: Some(65_536),
+        target_file_size: None,
+    };
+    create(
+        store.clone(),
+        "u",
+        schema.clone(),
+        Some(reader),
+        props,
+        false,
+        2,
+    )
+    .expect("create");
+    // 1 % of the rows: every 100th row, again (scattered keys).
+    let picked: Vec<u32> = (0..(ROWS * 4) as u32).step_by(100).collect();
+    let idx = arrow_array::UInt32Array::from(picked);
+    let one_pct: Vec<RecordBatch> = vec![arrow_select::concat::concat_batches(&schema, &batches)
+        .and_then(|all| arrow_select::take::take_record_batch(&all, &idx))
+        .expect("take")];
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(((ROWS * 4) / 100) as u64));
+    g.bench_function("upsert_1pct_of_1M_rows", |b| {
+        b.iter(|| {
+            let reader = Box::new(RecordBatchIterator::new(
+                one_pct.clone().into_iter().map(Ok),
+                schema.clone(),
+            ));
+            pds::table::upsert::upsert(
+                store.clone(),
+                "u",
+                reader,
+                pds::table::schema::SchemaMode::Strict,
+                2,
+            )
+            .expect("upsert")
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_encode_decode,
+    bench_protocol,
+    bench_table,
+    bench_upsert
+);
 criterion_main!(benches);

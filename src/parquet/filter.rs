@@ -549,7 +549,7 @@ mod tests {
                 .evaluate(&b)
                 .unwrap();
             for (i, p) in probe.iter().enumerate() {
-                let found = p.is_some_and(|p| values.iter().any(|v| *v == p));
+                let found = p.is_some_and(|p| values.contains(&p));
                 let want = match (op, p) {
                     (_, None) => false,
                     ("in", _) => found,

@@ -184,7 +184,7 @@ impl ValueSet {
             None => {
                 let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
                 let normal = positive_zero(values)?;
-                let rows = converter.convert_columns(&[normal.clone()])?;
+                let rows = converter.convert_columns(std::slice::from_ref(&normal))?;
                 let mut sorted: Vec<OwnedRow> = (0..normal.len())
                     .filter(|&i| normal.is_valid(i) && !is_nan(&normal, i))
                     .map(|i| rows.row(i).owned())
@@ -238,7 +238,7 @@ impl ValueSet {
             }
             Sorted::Rows { converter, rows } => {
                 let normal = positive_zero(col)?;
-                let probe = converter.convert_columns(&[normal.clone()])?;
+                let probe = converter.convert_columns(std::slice::from_ref(&normal))?;
                 (0..normal.len())
                     .map(|i| {
                         normal.is_valid(i)
@@ -283,8 +283,8 @@ impl ValueSet {
             }
             Sorted::Rows { converter, rows } => {
                 let (lo, hi) = (positive_zero(mins)?, positive_zero(maxs)?);
-                let lo_rows = converter.convert_columns(&[lo.clone()])?;
-                let hi_rows = converter.convert_columns(&[hi.clone()])?;
+                let lo_rows = converter.convert_columns(std::slice::from_ref(&lo))?;
+                let hi_rows = converter.convert_columns(std::slice::from_ref(&hi))?;
                 (0..lo.len())
                     .map(|i| {
                         if lo.is_null(i) || hi.is_null(i) || is_nan(&lo, i) || is_nan(&hi, i) {

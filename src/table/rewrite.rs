@@ -75,8 +75,12 @@ pub struct Rewrite {
     /// The `schema.arrow_schema` text the rows were checked against; a
     /// commit that finds another fails with `SchemaMismatch`. With a schema
     /// change (merge mode) the new schema and its description.
-    pub schema: Option<(String, Option<(TableSchema, Vec<String>)>)>,
+    pub schema: Option<CheckedSchema>,
 }
+
+/// The schema text an operation checked its rows against, and the schema
+/// change it makes (the new schema and its description), if any.
+pub type CheckedSchema = (String, Option<(TableSchema, Vec<String>)>);
 
 /// What [`rewrite`] did.
 #[derive(Debug, Clone)]

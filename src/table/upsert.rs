@@ -27,7 +27,7 @@ use arrow_schema::{DataType, Schema};
 
 use super::commit;
 use super::delete;
-use super::rewrite::{rewrite, Rewrite, Rewritten, Round};
+use super::rewrite::{rewrite, CheckedSchema, Rewrite, Rewritten, Round};
 use super::schema::{describe_change, reconcile, SchemaMode};
 use super::snapshot::{DataFile, TableManifest, TableSchema};
 use super::write::{self, BoxedReader};
@@ -259,7 +259,7 @@ fn commit_upsert(
     keys: &ArrayRef,
     set: &ValueSet,
     files: Vec<DataFile>,
-    schema: (String, Option<(TableSchema, Vec<String>)>),
+    schema: CheckedSchema,
     parallelism: usize,
 ) -> Result<Rewritten> {
     let predicate = match key_predicate(pk, keys, set) {

@@ -364,3 +364,33 @@ def test_the_replaced_rows_are_found_by_reading_only_the_key_column(tmp_path: Pa
     assert t.history(1)[0]["rows_deleted"] == 3
     with pytest.raises(pds.PartCorrupted):
         t.to_arrow()
+
+
+def test_files_upserted_after_the_schema_changed_are_refused_and_removed(fast_store: Store) -> None:
+    """The Spark path: tasks upload files in the schema of the job's start;
+    a merge that changes the schema before the driver commits makes the
+    commit ``SchemaMismatch``, and the files are removed."""
+    from pds import _core
+
+    t = Table.create(fast_store, "j", data=rows({1: ("a", 1), 2: ("b", 2)}), primary_key="id")
+    native = fast_store.unwrap(_core.RustStore)
+    path = str(fast_store.native_path("j"))
+    written = _core.table_write_files(
+        native,
+        path,
+        rows({2: ("B", 20), 3: ("C", 30)}),
+        prefix="job-00000-1",
+        schema=SCHEMA,
+        compression="zstd",
+        row_group_size=None,
+        target_file_size=None,
+        parallelism=2,
+    )
+    t.append(pa.table({"id": [9], "name": ["n"], "x": [9], "extra": ["e"]}), schema_mode="merge")
+    before = files(fast_store, "j")
+    with pytest.raises(pds.SchemaMismatch, match="schema changed"):
+        _core.table_upsert_files(native, path, written, schema=SCHEMA, parallelism=2)
+    gone = {f"j/{f['path']}" for f in json.loads(written)}
+    assert not gone & set(files(fast_store, "j"))
+    assert set(files(fast_store, "j")) == set(before) - gone
+    assert Table.open(fast_store, "j").version == 1

@@ -347,10 +347,13 @@ def table_upsert(
     JSON, rows replaced or None, committed). ``ValueError`` for a table
     without a primary key, or data with a null, NaN or repeated key."""
 
-def table_upsert_files(store: RustStore, key: str, files: str, *, parallelism: int) -> tuple[str, int | None, bool]:
-    """Upsert the rows of files from ``table_write_files`` (JSON), reading
-    their keys back: (manifest JSON, rows replaced or None, committed). The
-    files are removed if nothing can be committed."""
+def table_upsert_files(
+    store: RustStore, key: str, files: str, *, schema: pa.Schema, parallelism: int
+) -> tuple[str, int | None, bool]:
+    """Upsert the rows of files from ``table_write_files`` (JSON), written in
+    *schema* (the table's when the job started; ``SchemaMismatch`` if it
+    changed since), reading their keys back: (manifest JSON, rows replaced
+    or None, committed). The files are removed if nothing can be committed."""
 
 def table_update(
     store: RustStore,

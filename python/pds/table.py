@@ -759,9 +759,12 @@ class Table:
         """The rows appended and deleted by versions *from_version* through
         *to_version* (inclusive; default: the latest), as Delta's change data
         feed gives them: the columns of *to_version*'s schema, then
-        ``_change_type`` (``"insert"`` or ``"delete"``) and
-        ``_commit_version``. Nothing is rewritten to produce it: inserts are
-        the files a version added; deletes are every row that left the
+        ``_change_type`` and ``_commit_version``. The change types:
+        ``"insert"`` and ``"delete"``; for an upsert or an update,
+        ``"update_preimage"`` (a row as it was) and ``"update_postimage"``
+        (as it became), an upsert's rows with new keys being ``"insert"``.
+        Nothing is rewritten to produce it: inserts are the files a version
+        added; deletes are every row that left the
         table: the rows its tombstones newly cover, read back by position,
         and the rows still live in the files it removed (an overwrite shows
         every row of the version before it as deleted). Compactions change

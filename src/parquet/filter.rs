@@ -366,7 +366,10 @@ fn condition_mask(
         (Op::IsNull, _) => is_null(col),
         (Op::IsNotNull, _) => is_not_null(col),
         (Op::In | Op::NotIn, Some(values)) => {
-            if let Some(set) = set.get(values) {
+            // NOT IN with a null among its values holds for no row (SQL);
+            // the comparison below gives that, the set (nulls left out) not.
+            let usable = op == Op::In || values.null_count() == 0;
+            if let Some(set) = set.get(values).filter(|_| usable) {
                 if set.data_type() == col.data_type() {
                     // Null and NaN elements are in no set; NOT IN drops
                     // nulls (as SQL does) but keeps NaN (NaN != v).
@@ -577,6 +580,25 @@ mod tests {
                 assert_eq!(keep, vec![false, false, false, true]);
             }
         }
+    }
+
+    #[test]
+    fn not_in_with_a_null_among_many_values_matches_no_row() {
+        let b = batch();
+        let mut values: Vec<Option<i64>> = (100..130).map(Some).collect();
+        values.push(None);
+        let v: Option<ArrayRef> = Some(Arc::new(Int64Array::from(values)));
+        let p = predicate(vec![cond("x", "not in", v.clone())])
+            .unwrap()
+            .bind(&b.schema())
+            .unwrap();
+        assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(vec![false; 4]));
+        // IN ignores the null: 1, 5 and 9 are not among the values.
+        let p = predicate(vec![cond("x", "in", v)])
+            .unwrap()
+            .bind(&b.schema())
+            .unwrap();
+        assert_eq!(p.evaluate(&b).unwrap(), BooleanArray::from(vec![false; 4]));
     }
 
     #[test]

@@ -393,19 +393,21 @@ pub fn table_upsert(
 /// Upsert the rows of data files uploaded by [`table_write_files`] (a Spark
 /// job's); returns `(manifest JSON, rows replaced or None, committed)`.
 #[pyfunction]
-#[pyo3(signature = (store, key, files, *, parallelism))]
+#[pyo3(signature = (store, key, files, *, schema, parallelism))]
 pub fn table_upsert_files(
     py: Python<'_>,
     store: &PyRustStore,
     key: String,
     files: &str,
+    schema: PySchema,
     parallelism: usize,
 ) -> PyResult<(String, Option<u64>, bool)> {
     let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
     let handle = store.inner.clone();
+    let schema = schema.into_inner();
     let done = super::detach(py, || {
-        crate::table::upsert::upsert_files(handle, &key, files, parallelism)
+        crate::table::upsert::upsert_files(handle, &key, files, schema, parallelism)
     })?;
     Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
 }

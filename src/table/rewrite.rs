@@ -113,7 +113,7 @@ struct Progress {
     planned: BTreeSet<String>,
     /// Files a round marked rows of (the rows it read).
     read: BTreeSet<String>,
-    /// The tombstones of the version the first round planned on.
+    /// The tombstones of the version the last round planned on.
     seen: BTreeSet<String>,
     rows: Option<u64>,
 }
@@ -201,7 +201,13 @@ where
                 p.forget(store, table);
                 progress.insert(Progress::new(&base))
             }
-            Some(p) => p,
+            Some(p) => {
+                // No tombstone since the last round touches what it read:
+                // this round plans on `base`, with its deletes applied.
+                p.seen
+                    .extend(base.tombstones.iter().map(|t| t.path.clone()));
+                p
+            }
             None => progress.insert(Progress::new(&base)),
         };
         let unseen: Vec<DataFile> = base

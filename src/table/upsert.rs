@@ -118,15 +118,31 @@ fn key_column(batches: &[RecordBatch], pk: &str, key_type: &DataType) -> Result<
 /// Replace the rows of `files`' keys that `base` holds (already-uploaded
 /// `files` of the table, as a Spark job's tasks wrote them): the keys are
 /// read back from the files' key column.
+///
+/// `schema` is the schema the files were written in: the table's when the
+/// job started. A table whose schema changed since is `SchemaMismatch` (the
+/// files are removed), as for an append of files.
 pub fn upsert_files(
     store: Arc<StoreHandle>,
     table: &str,
     files: Vec<DataFile>,
+    schema: Arc<Schema>,
     parallelism: usize,
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
+    write::check_uploaded(&store, table, &files, &schema)?;
+    let checked_schema = TableSchema::of(&schema)?.arrow_schema;
     let latest = commit::latest_existing(&store, table)?;
     let base = latest.manifest;
+    if base.schema.arrow_schema != checked_schema {
+        write::discard(&store, table, &files);
+        return Err(Error::SchemaMismatch {
+            key: table.to_string(),
+            reason: "the table's schema changed while the upsert's files were written; \
+                     nothing was committed, retry it"
+                .into(),
+        });
+    }
     let (pk, schema) = key_and_schema(&base, table)?;
     let key_type = schema.field_with_name(&pk)?.data_type().clone();
     let root = table.trim_end_matches('/');

@@ -534,6 +534,51 @@ pub fn append(
     }
 }
 
+/// Check files from [`upload`] before a commit names them: each is a
+/// `data/<name>` file of the table's current schema, and its statistics
+/// show no null in a column `schema` declares not nullable (`SchemaMismatch`,
+/// and the files are removed).
+pub fn check_uploaded(
+    store: &StoreHandle,
+    table: &str,
+    files: &[DataFile],
+    schema: &arrow_schema::Schema,
+) -> Result<()> {
+    for f in files {
+        let segments = crate::store::keys::segments(&f.path)?;
+        if segments.len() != 2 || segments[0] != "data" || f.schema.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} is not a data file written by upload()",
+                f.path
+            )));
+        }
+    }
+    // Files written by `upload` were checked row by row; their statistics
+    // tell again, before anything is committed.
+    for f in files {
+        for field in schema.fields().iter().filter(|f| !f.is_nullable()) {
+            let nulls = f
+                .columns
+                .get(field.name())
+                .and_then(|c| c.null_count)
+                .unwrap_or(0);
+            if nulls > 0 {
+                discard(store, table, files);
+                return Err(Error::SchemaMismatch {
+                    key: table.to_string(),
+                    reason: format!(
+                        "column {:?} is not nullable, and data file {:?} holds {nulls} null \
+                         value(s) in it; nothing was committed",
+                        field.name(),
+                        f.path
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// How [`commit_files`] changes the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilesMode {
@@ -563,38 +608,7 @@ pub fn commit_files(
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
     check_properties(&props, &schema)?;
-    for f in &files {
-        let segments = crate::store::keys::segments(&f.path)?;
-        if segments.len() != 2 || segments[0] != "data" || f.schema.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "{:?} is not a data file written by upload()",
-                f.path
-            )));
-        }
-    }
-    // Files written by `upload` were checked row by row; their statistics
-    // tell again, before anything is committed.
-    for f in &files {
-        for field in schema.fields().iter().filter(|f| !f.is_nullable()) {
-            let nulls = f
-                .columns
-                .get(field.name())
-                .and_then(|c| c.null_count)
-                .unwrap_or(0);
-            if nulls > 0 {
-                discard(&store, table, &files);
-                return Err(Error::SchemaMismatch {
-                    key: table.to_string(),
-                    reason: format!(
-                        "column {:?} is not nullable, and data file {:?} holds {nulls} null \
-                         value(s) in it; nothing was committed",
-                        field.name(),
-                        f.path
-                    ),
-                });
-            }
-        }
-    }
+    check_uploaded(&store, table, &files, &schema)?;
     let table_schema = TableSchema::of(&schema)?;
     let free = crate::runtime::block_on(occupancy::check_free(store.as_ref(), table, Kind::Table))?;
     if let Err(e) = free {

@@ -205,7 +205,11 @@ class TableWriteJob(StoreJob):
         try:
             if upsert:
                 text, _replaced, _committed = _core.table_upsert_files(
-                    self._rust(), self.location, json.dumps(files), parallelism=self.settings.parallelism or 4
+                    self._rust(),
+                    self.location,
+                    json.dumps(files),
+                    schema=self.schema,
+                    parallelism=self.settings.parallelism or 4,
                 )
             else:
                 text = self._commit_files(files)

@@ -154,7 +154,9 @@ fn bench_protocol(c: &mut Criterion) {
     g.finish();
 }
 
-fn bench_table(c: &mut Criterion) {
+/// A memory store holding the 1M-row bench table at `key` (primary key
+/// `id`, row groups of 64Ki rows), with the table's schema and batches.
+fn keyed_table(key: &str) -> (Arc<StoreHandle>, Arc<Schema>, Vec<RecordBatch>) {
     let (schema, batches) = table(ROWS * 4);
     let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
     let reader = Box::new(RecordBatchIterator::new(
@@ -167,7 +169,21 @@ fn bench_table(c: &mut Criterion) {
         row_group_size: Some(65_536),
         target_file_size: None,
     };
-    create(store.clone(), "t", schema, Some(reader), props, false, 2).expect("create");
+    create(
+        store.clone(),
+        key,
+        schema.clone(),
+        Some(reader),
+        props,
+        false,
+        2,
+    )
+    .expect("create");
+    (store, schema, batches)
+}
+
+fn bench_table(c: &mut Criterion) {
+    let (store, _, _) = keyed_table("t");
     let rows = |at: At| {
         let m = pds::runtime::block_on(resolve(&store, "t", at))
             .expect("runtime")
@@ -270,28 +286,7 @@ fn bench_upsert(c: &mut Criterion) {
     g.bench_function("in_set_80k_keys_1M_shuffled_probes", |b| {
         b.iter(|| black_box(set.contains(&shuffled).expect("contains")))
     });
-    let (schema, batches) = table(ROWS * 4);
-    let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
-    let reader = Box::new(RecordBatchIterator::new(
-        batches.clone().into_iter().map(Ok),
-        schema.clone(),
-    ));
-    let props = TableProperties {
-        primary_key: Some("id".into()),
-        compression: "zstd".into(),
-        row_group_size: Some(65_536),
-        target_file_size: None,
-    };
-    create(
-        store.clone(),
-        "u",
-        schema.clone(),
-        Some(reader),
-        props,
-        false,
-        2,
-    )
-    .expect("create");
+    let (store, schema, batches) = keyed_table("u");
     // 1 % of the rows: every 100th row, again (scattered keys).
     let picked: Vec<u32> = (0..(ROWS * 4) as u32).step_by(100).collect();
     let idx = arrow_array::UInt32Array::from(picked);

@@ -554,7 +554,7 @@ pub fn delete(
         reads_rows: false,
         schema: None,
     };
-    let done = rewrite(&store, table, op, |base, files| {
+    let done = rewrite(&store, table, op, None, |base, files| {
         let (entries, rows) = plan(&store, table, base, &predicate, files, parallelism)?;
         Ok(Round {
             entries,

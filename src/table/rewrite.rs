@@ -164,11 +164,14 @@ impl Progress {
 
 /// Commit `op`: plan rounds with `plan(base, files not planned yet)` until a
 /// commit wins (see the module docs). `plan` may be called again from
-/// scratch after a start-over.
+/// scratch after a start-over. `first`, the latest version as the caller
+/// already read it, is the first round's base (saving its reads); later
+/// rounds read the latest again.
 pub fn rewrite<P>(
     store: &Arc<StoreHandle>,
     table: &str,
     op: Rewrite,
+    mut first: Option<commit::Latest>,
     mut plan: P,
 ) -> Result<Rewritten>
 where
@@ -186,7 +189,10 @@ where
         e
     };
     for _ in 0..MAX_REPLANS {
-        let latest = match commit::latest_existing(store, table) {
+        let latest = match first
+            .take()
+            .map_or_else(|| commit::latest_existing(store, table), Ok)
+        {
             Ok(l) => l,
             Err(e) => return Err(fail(&mut progress, &op, e)),
         };

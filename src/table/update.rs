@@ -255,7 +255,7 @@ pub fn update(
         reads_rows: true,
         schema: Some((latest.manifest.schema.arrow_schema.clone(), None)),
     };
-    rewrite(&store, table, op, |base, files| {
+    rewrite(&store, table, op, Some(latest), |base, files| {
         round(&store, table, base, files, &opts, f)
     })
 }

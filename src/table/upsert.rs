@@ -14,7 +14,8 @@
 //! 4. Tombstones and files commit in one version through
 //!    [`super::rewrite`]: serializable with every other commit.
 //!
-//! Cost in requests: 2 GETs + 1 HEAD (latest version), the data PUTs; per
+//! Cost in requests: 2 GETs + 1 HEAD (latest version, which the plan uses
+//! too), the data PUTs; per
 //! candidate file a footer GET (2 for a large footer) and a range GET per
 //! key column chunk of a candidate row group; 1 PUT for the tombstone, then
 //! the commit (2 GETs + 1 HEAD + 2 PUTs when it wins at once).
@@ -133,7 +134,7 @@ pub fn upsert_files(
     write::check_uploaded(&store, table, &files, &schema)?;
     let checked_schema = TableSchema::of(&schema)?.arrow_schema;
     let latest = commit::latest_existing(&store, table)?;
-    let base = latest.manifest;
+    let base = latest.manifest.clone();
     if base.schema.arrow_schema != checked_schema {
         write::discard(&store, table, &files);
         return Err(Error::SchemaMismatch {
@@ -176,10 +177,10 @@ pub fn upsert_files(
             return Err(e);
         }
     };
-    let checked_schema = base.schema.arrow_schema.clone();
     commit_upsert(
         &store,
         table,
+        latest,
         &pk,
         &keys,
         &set,
@@ -212,7 +213,7 @@ pub fn upsert(
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
     let latest = commit::latest_existing(&store, table)?;
-    let base = latest.manifest;
+    let base = latest.manifest.clone();
     let (pk, old) = key_and_schema(&base, table)?;
     let input = reader.schema();
     if input.field_with_name(&pk).is_err() {
@@ -257,6 +258,7 @@ pub fn upsert(
     commit_upsert(
         &store,
         table,
+        latest,
         &pk,
         &keys,
         &set,
@@ -271,6 +273,7 @@ pub fn upsert(
 fn commit_upsert(
     store: &Arc<StoreHandle>,
     table: &str,
+    latest: commit::Latest,
     pk: &str,
     keys: &ArrayRef,
     set: &ValueSet,
@@ -299,7 +302,7 @@ fn commit_upsert(
         reads_rows: false,
         schema: Some(schema),
     };
-    rewrite(store, table, op, |base, files| {
+    rewrite(store, table, op, Some(latest), |base, files| {
         let (entries, rows) = delete::plan(store, table, base, &predicate, files, parallelism)?;
         Ok(Round {
             entries,

@@ -28,12 +28,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, FloatType, LongType, StringType, StructField, StructType
 from remote_store import Store
 
-from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._job import spark_store
-from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._schema import spark_to_arrow
 from pds.spark._table_job import TableFiles, TableSettings, TableWriteJob
-from pds.spark._workers import check_workers, explain_worker_failure
+from pds.spark._workers import check_workers
+from pds.spark.helpers import collect_written
 from pds.table import Table
 
 __all__ = ["upsert"]
@@ -111,18 +110,8 @@ def upsert(df: DataFrame, store: str | Store, key: str, *, parallelism: int | No
         row = {"partition_id": task.partition_id, "task_attempt_id": task.task_attempt_id}
         yield pa.RecordBatch.from_pylist([{**row, "files": json.dumps(task.files)}], schema=_FILES_ARROW)
 
-    spark = df.sparkSession
-    group = f"pds-upsert-{job.job_id}"
-    try:
-        with arrow_byte_cap_lifted(spark), tagged(spark, group, f"pds.spark.upsert {key!r}"):
-            rows = df.mapInArrow(write_partition, _FILES_SCHEMA).collect()
-    except BaseException as exc:
-        wait_for_tasks(spark, group)  # no task may upload after the cleanup
-        job.abort()
-        clear = explain_worker_failure(exc)
-        if clear is not None:
-            raise clear from exc
-        raise
+    group, description = f"pds-upsert-{job.job_id}", f"pds.spark.upsert {key!r}"
+    rows = collect_written(df, job, group, description, write_partition, _FILES_SCHEMA)
     results = [TableFiles(r.partition_id, r.task_attempt_id, tuple(json.loads(r.files))) for r in rows]
     try:
         return job.commit(results, upsert=True)

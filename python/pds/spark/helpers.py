@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ from pds.spark._job import TaskParts, WriteJob, WriteSettings, check_dataset_key
 from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._native_read import read_natively
 from pds.spark._schema import spark_read_target, spark_to_arrow
+from pds.spark._table_job import TableWriteJob
 from pds.spark._workers import check_workers, explain_worker_failure
 from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
@@ -199,23 +200,40 @@ def write_dataset(
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return _write_partition(job, batches)
 
-    spark = df.sparkSession
-    group = f"pds-write-{job.job_id}"
+    rows = collect_written(
+        df, job, f"pds-write-{job.job_id}", f"pds.spark.write_dataset {key!r}", write_partition, _PARTS_SCHEMA
+    )
+    results = _task_results(rows)
     try:
-        with arrow_byte_cap_lifted(spark), tagged(spark, group, f"pds.spark.write_dataset {key!r}"):
-            rows = df.mapInArrow(write_partition, _PARTS_SCHEMA).collect()
+        return job.commit(results)
+    except BaseException:
+        job.abort(results, settle=0)  # every task has ended
+        raise
+
+
+def collect_written(
+    df: DataFrame,
+    job: WriteJob | TableWriteJob,
+    group: str,
+    description: str,
+    write_partition: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    schema: StructType,
+) -> list[Any]:
+    """Run *write_partition* over *df* with ``mapInArrow`` (Spark's Arrow
+    byte cap lifted, the job tagged *group*) and collect its rows. If the
+    job fails, wait until no task of it runs, remove everything it wrote
+    (``job.abort()``), and raise (a worker that cannot import pds as
+    ``SparkWorkerError``)."""
+    spark = df.sparkSession
+    try:
+        with arrow_byte_cap_lifted(spark), tagged(spark, group, description):
+            return list(df.mapInArrow(write_partition, schema).collect())
     except BaseException as exc:
         wait_for_tasks(spark, group)  # no task may upload after the cleanup
         job.abort()
         clear = explain_worker_failure(exc)
         if clear is not None:
             raise clear from exc
-        raise
-    results = _task_results(rows)
-    try:
-        return job.commit(results)
-    except BaseException:
-        job.abort(results, settle=0)  # every task has ended
         raise
 
 

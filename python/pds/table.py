@@ -497,14 +497,14 @@ class Table:
         since its snapshot, as a delete does), and rows a concurrent append
         adds with a key in *data* are replaced too.
 
-        Cost in requests: 2 GETs + 1 HEAD for the latest version, the data
-        PUTs; to find the replaced rows only the primary-key column is read,
+        Cost in requests: 2 GETs + 1 HEAD for the latest version (which the
+        plan and the commit build on), the data PUTs; to find the replaced rows only the primary-key column is read,
         of the files whose manifest key statistics can hold a key of *data*
         and of their row groups whose footer statistics can (1 footer GET
         per candidate file, 1 range GET per key column chunk); consecutive
         integer keys read no data file when a candidate without deletes
         proves a match by its statistics. Then 1 PUT for the tombstone and
-        the commit (2 GETs + 1 HEAD + 2 PUTs when it wins at once).
+        the commit's 2 PUTs (manifest, pointer) when it wins at once.
 
         Raises:
             ValueError: the table has no primary key, *data* lacks its

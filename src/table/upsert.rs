@@ -18,7 +18,7 @@
 //! too), the data PUTs; per
 //! candidate file a footer GET (2 for a large footer) and a range GET per
 //! key column chunk of a candidate row group; 1 PUT for the tombstone, then
-//! the commit (2 GETs + 1 HEAD + 2 PUTs when it wins at once).
+//! the commit's 2 PUTs (manifest, pointer) when it wins at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -384,7 +384,8 @@ def table_scan(
     parallelism: int,
     files: Sequence[str] | None = None,
 ) -> pa.RecordBatchReader:
-    """Stream *version* with its deletes applied (only *files*, if given)."""
+    """Stream *version* with its deletes applied (only *files*, if given);
+    *batch_size* None is 65,536 rows; *parallelism* files or pieces at once."""
 
 def table_changes(
     store: RustStore, key: str, from_version: int, to_version: int, *, parallelism: int

@@ -635,8 +635,8 @@ class ParquetDatasetStore:
         Args:
             columns: Columns to read, in output order.
             filter: As for :meth:`read_dataset`; tuple filters prune row groups.
-            batch_size: Rows per batch at most (default 8192 on the fast path;
-                on other stores, a part's row groups as decoded).
+            batch_size: Rows per batch at most (default 65,536 on the fast
+                path; on other stores, a part's row groups as decoded).
 
         Raises:
             The errors of :meth:`read_dataset`, before the reader is returned

@@ -638,7 +638,9 @@ class Table:
             version: Read this version (its manifest directly, no pointer).
             as_of: Read the last version created at or before this time
                 (O(log versions) manifest GETs).
-            batch_size: Rows per batch at most.
+            batch_size: Rows per batch at most (default 65,536). Rows
+                deleted among scattered others are dropped from each decoded
+                batch, so such batches come out smaller.
 
         Raises:
             remote_store.NotFound: *version* or *as_of* names no version
@@ -649,9 +651,20 @@ class Table:
         The scan sees one snapshot for its whole life; commits that land
         meanwhile stay invisible to it.
 
+        Files decode on every core at once (a table with fewer files than
+        cores has each file of at least 256 Ki rows decoded in row-range
+        pieces, which fetch only their pages), ahead of the consumer within
+        256 MiB. Deletes are applied in the decoder: scattered rows are
+        dropped from the decoded batches, long runs of deleted rows are
+        skipped by the decoder, and whole deleted row groups are never
+        fetched. The reader is a stream:
+        ``polars.from_arrow`` and DuckDB take it through the Arrow
+        PyCapsule interface without a copy.
+
         Cost: 1 GET for another version's manifest, the tombstones not yet
-        read by this process, then per surviving file its footer and the
-        projected column chunks (range GETs).
+        read by this process, then per surviving file its footer (with its
+        page index when it is read in pieces) and the projected column
+        chunks (range GETs).
         """
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::{DataType, Schema, SchemaRef};
 use bytes::Bytes;
 use futures::StreamExt;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
@@ -17,7 +17,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 
 use crate::error::{contain, panic_message, Error, Result};
-use crate::parquet::filter::Predicate;
+use crate::parquet::filter::{Predicate, UnitStats};
 use crate::parquet::part_schema;
 use crate::parquet::range_reader::ObjectRangeReader;
 use crate::store::StoreHandle;
@@ -62,7 +62,8 @@ pub fn column_indices(schema: &Schema, columns: &[String]) -> Result<Vec<usize>>
 pub struct ReadOptions {
     /// Root columns to read, in output order; `None` reads all.
     pub columns: Option<Vec<String>>,
-    /// Rows per output batch; `None` uses the reader default (8192).
+    /// Rows per output batch; `None` uses the reader default (1024). Scans
+    /// that hand batches to a consumer use [`SCAN_BATCH_ROWS`].
     pub batch_size: Option<usize>,
     /// Rows to keep. Row groups whose statistics rule it out are skipped
     /// before any of their data is fetched.
@@ -90,7 +91,18 @@ pub struct ReadOptions {
     /// [`crate::parquet::seek`]): with an offset index, only the pages
     /// holding them are fetched. Not with `positions` or `row_groups`.
     pub selection: Option<parquet::arrow::arrow_reader::RowSelection>,
+    /// Only the rows at these positions in the file (one piece of a file
+    /// that several tasks decode at once). Combined with `positions`,
+    /// `row_groups` and the predicate; with a page index, only the pages
+    /// holding these rows are fetched and decoded.
+    pub rows: Option<std::ops::Range<u64>>,
 }
+
+/// Rows per batch of a scan that streams to a consumer (Python, Spark) when
+/// the caller gives none: large enough that the per-batch cost (the
+/// channel, the C Data Interface crossing) is noise, small enough that a
+/// batch of a few wide columns stays within a few tens of MiB.
+pub const SCAN_BATCH_ROWS: usize = 65_536;
 
 /// Row positions in a file (0-based, sorted, without duplicates).
 #[derive(Debug, Clone)]
@@ -103,36 +115,16 @@ pub enum Positions {
 
 impl Positions {
     /// The row selection over `row_groups` (in file order) of a file whose
-    /// row groups hold `group_rows` rows each.
-    fn selection(&self, group_rows: &[u64], row_groups: &[usize]) -> RowSelection {
+    /// row groups start at `starts` and hold `group_rows` rows each.
+    fn selection(&self, starts: &[u64], group_rows: &[u64], row_groups: &[usize]) -> RowSelection {
         let (listed, keep) = match self {
             Positions::Drop(p) => (p.as_slice(), false),
             Positions::Keep(p) => (p.as_slice(), true),
         };
-        let mut starts = Vec::with_capacity(group_rows.len());
-        let mut at = 0u64;
-        for n in group_rows {
-            starts.push(at);
-            at += n;
-        }
-        let mut out: Vec<RowSelector> = Vec::new();
-        let mut push = |select: bool, n: u64| {
-            if n == 0 {
-                return;
-            }
-            let n = n as usize;
-            match out.last_mut() {
-                Some(last) if last.skip != select => last.row_count += n,
-                _ => out.push(if select {
-                    RowSelector::select(n)
-                } else {
-                    RowSelector::skip(n)
-                }),
-            }
-        };
+        let mut out = Selectors::default();
+        let mut push = |select: bool, n: u64| out.push(select, n);
         for &rg in row_groups {
-            let (start, len) = (starts[rg], group_rows[rg]);
-            let end = start + len;
+            let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
             let from = listed.partition_point(|&p| p < start);
             let to = listed.partition_point(|&p| p < end);
             let mut cursor = start;
@@ -143,8 +135,289 @@ impl Positions {
             }
             push(!keep, end - cursor);
         }
-        RowSelection::from(out)
+        RowSelection::from(out.0)
     }
+}
+
+/// Rows up to which a selection is built as a bitmap (16 MiB at most): one
+/// bit a row, however fragmented the deletes, where selectors cost 16 bytes
+/// a run and the decoder walks them one by one. Above it (a footer claiming
+/// more rows than any real file), runs, whose size follows the positions.
+const MASK_ROWS: u64 = 1 << 27;
+
+/// The rows to read over `row_groups` (in file order) of a file whose row
+/// groups start at `starts` and hold `group_rows` rows each: those in
+/// `range`, less (or only) `positions`.
+fn row_selection(
+    positions: Option<&Positions>,
+    range: Option<&std::ops::Range<u64>>,
+    starts: &[u64],
+    group_rows: &[u64],
+    row_groups: &[usize],
+) -> RowSelection {
+    let total = row_groups
+        .iter()
+        .fold(0u64, |n, &rg| n.saturating_add(group_rows[rg]));
+    if total > MASK_ROWS {
+        let by_range = range.map(|r| range_selection(r, starts, group_rows, row_groups));
+        let by_position = positions.map(|p| p.selection(starts, group_rows, row_groups));
+        return match (by_position, by_range) {
+            (Some(p), Some(r)) => p.intersection(&r),
+            (Some(one), None) | (None, Some(one)) => one,
+            (None, None) => RowSelection::from(Vec::new()),
+        };
+    }
+    let mut bits = arrow_buffer::BooleanBufferBuilder::new(total as usize);
+    for &rg in row_groups {
+        let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
+        let (from, to) = match range {
+            Some(r) => {
+                let from = r.start.clamp(start, end);
+                (from, r.end.clamp(from, end))
+            }
+            None => (start, end),
+        };
+        bits.append_n((from - start) as usize, false);
+        let base = bits.len();
+        let (listed, keep) = match positions {
+            None => (&[][..], false),
+            Some(Positions::Drop(p)) => (p.as_slice(), false),
+            Some(Positions::Keep(p)) => (p.as_slice(), true),
+        };
+        bits.append_n((to - from) as usize, positions.is_none() || !keep);
+        let lo = listed.partition_point(|&p| p < from);
+        let hi = listed.partition_point(|&p| p < to);
+        for &p in &listed[lo..hi] {
+            bits.set_bit(base + (p - from) as usize, keep);
+        }
+        bits.append_n((end - to) as usize, false);
+    }
+    RowSelection::from(bits.finish())
+}
+
+/// Average rows between deletes below which they are dropped after
+/// decoding rather than skipped by the decoder (arrow's own threshold for
+/// preferring a bitmap to runs).
+const SCATTERED_RUN: u64 = 32;
+
+/// The rows the reader yields, in order (those of `range` over
+/// `row_groups`), with a bit set for each not in `dropped`; `None` if the
+/// deletes are not scattered enough to be worth decoding through, or the
+/// row groups claim more rows than [`MASK_ROWS`].
+fn kept_rows(
+    dropped: &[u64],
+    range: Option<&std::ops::Range<u64>>,
+    starts: &[u64],
+    group_rows: &[u64],
+    row_groups: &[usize],
+) -> Option<KeptRows> {
+    let spans: Vec<(u64, u64)> = row_groups
+        .iter()
+        .map(|&rg| {
+            let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
+            match range {
+                Some(r) => {
+                    let from = r.start.clamp(start, end);
+                    (from, r.end.clamp(from, end))
+                }
+                None => (start, end),
+            }
+        })
+        .collect();
+    let total = spans.iter().fold(0u64, |n, (a, b)| n.saturating_add(b - a));
+    if total > MASK_ROWS {
+        return None;
+    }
+    let mut runs = 0u64;
+    let mut hits = Vec::with_capacity(spans.len());
+    for &(from, to) in &spans {
+        let lo = dropped.partition_point(|&p| p < from);
+        let hi = dropped.partition_point(|&p| p < to);
+        let listed = &dropped[lo..hi];
+        runs += listed
+            .iter()
+            .enumerate()
+            .filter(|(i, &p)| *i == 0 || listed[i - 1] + 1 != p)
+            .count() as u64;
+        hits.push(listed);
+    }
+    if runs == 0 || total / (2 * runs + 1) >= SCATTERED_RUN {
+        return None;
+    }
+    let mut bits = arrow_buffer::BooleanBufferBuilder::new(total as usize);
+    for (&(from, to), listed) in spans.iter().zip(hits) {
+        let base = bits.len();
+        bits.append_n((to - from) as usize, true);
+        for &p in listed {
+            bits.set_bit(base + (p - from) as usize, false);
+        }
+    }
+    Some(KeptRows {
+        mask: bits.finish(),
+        at: 0,
+    })
+}
+
+/// Which of the rows a reader yields (in order) to keep, and how many of
+/// them it has yielded so far.
+#[derive(Debug)]
+struct KeptRows {
+    mask: arrow_buffer::BooleanBuffer,
+    at: usize,
+}
+
+/// Deletes applied to the decoded batches: scattered positions, and rows
+/// matching a key range (null never matches).
+#[derive(Debug)]
+struct PostFilter {
+    kept: Option<KeptRows>,
+    exclude: Vec<Predicate>,
+}
+
+impl PostFilter {
+    /// `batch`, the reader's next rows (file columns, before projection),
+    /// without those deleted. A reader that yields more rows than its row
+    /// groups declared is a corrupt file.
+    fn apply(&mut self, batch: RecordBatch, path: &str) -> Result<RecordBatch> {
+        let n = batch.num_rows();
+        let mut keep = None;
+        if let Some(k) = &mut self.kept {
+            if k.at + n > k.mask.len() {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "the decoder yielded more than the {} rows its row groups declare",
+                        k.mask.len()
+                    ),
+                ));
+            }
+            keep = Some(k.mask.slice(k.at, n));
+            k.at += n;
+        }
+        let mut bounds: Vec<(String, Option<(ArrayRef, ArrayRef)>)> = Vec::new();
+        for e in &self.exclude {
+            // A key range the batch's own bounds rule out costs no comparison.
+            let may = e.may_match(&[n as u64], |column| {
+                let known = match bounds.iter().find(|(c, _)| c == column) {
+                    Some((_, b)) => b.clone(),
+                    None => {
+                        let b = batch.column_by_name(column).and_then(batch_bounds);
+                        bounds.push((column.to_string(), b.clone()));
+                        b
+                    }
+                };
+                Ok(match known {
+                    Some((lo, hi)) => UnitStats {
+                        mins: Some(lo),
+                        maxs: Some(hi),
+                        null_counts: None,
+                    },
+                    None => UnitStats::default(),
+                })
+            })?;
+            if may.first() == Some(&false) {
+                continue;
+            }
+            let spared = !e.evaluate(&batch)?.values();
+            keep = Some(match keep {
+                Some(k) => &k & &spared,
+                None => spared,
+            });
+        }
+        match keep {
+            Some(k) if k.count_set_bits() < n => Ok(arrow_select::filter::filter_record_batch(
+                &batch,
+                &BooleanArray::new(k, None),
+            )?),
+            _ => Ok(batch),
+        }
+    }
+}
+
+/// The least and greatest value of an integer, date or timestamp column,
+/// as one-row arrays of its type (statistics for
+/// [`Predicate::may_match`]); `None` for other types or no value.
+fn batch_bounds(col: &ArrayRef) -> Option<(ArrayRef, ArrayRef)> {
+    fn of<T: arrow_array::ArrowPrimitiveType>(
+        a: &arrow_array::PrimitiveArray<T>,
+    ) -> Option<(ArrayRef, ArrayRef)> {
+        let one = |v: T::Native| -> ArrayRef {
+            Arc::new(
+                arrow_array::PrimitiveArray::<T>::new(vec![v].into(), None)
+                    .with_data_type(arrow_array::Array::data_type(a).clone()),
+            )
+        };
+        Some((
+            one(arrow_arith::aggregate::min(a)?),
+            one(arrow_arith::aggregate::max(a)?),
+        ))
+    }
+    let t = col.data_type();
+    if !(t.is_integer()
+        || matches!(
+            t,
+            DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)
+        ))
+    {
+        return None;
+    }
+    arrow_array::downcast_primitive_array!(
+        col => of(col),
+        _ => None
+    )
+}
+
+/// Selectors built run by run, merging neighbours of one kind.
+#[derive(Default)]
+struct Selectors(Vec<RowSelector>);
+
+impl Selectors {
+    fn push(&mut self, select: bool, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let n = n as usize;
+        match self.0.last_mut() {
+            Some(last) if last.skip != select => last.row_count += n,
+            _ => self.0.push(if select {
+                RowSelector::select(n)
+            } else {
+                RowSelector::skip(n)
+            }),
+        }
+    }
+}
+
+/// Where each row group starts, by row position in the file.
+fn group_starts(group_rows: &[u64]) -> Vec<u64> {
+    let mut at = 0u64;
+    group_rows
+        .iter()
+        .map(|n| {
+            let s = at;
+            at = at.saturating_add(*n);
+            s
+        })
+        .collect()
+}
+
+/// The rows of `range` (file positions) over `row_groups` (in file order).
+fn range_selection(
+    range: &std::ops::Range<u64>,
+    starts: &[u64],
+    group_rows: &[u64],
+    row_groups: &[usize],
+) -> RowSelection {
+    let mut out = Selectors::default();
+    for &rg in row_groups {
+        let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
+        let from = range.start.clamp(start, end);
+        let to = range.end.clamp(from, end);
+        out.push(false, from - start);
+        out.push(true, to - from);
+        out.push(false, end - to);
+    }
+    RowSelection::from(out.0)
 }
 
 fn corrupt(path: &str, reason: String) -> Error {
@@ -182,13 +455,14 @@ fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
 /// order after decoding (which yields file order), and the output schema.
 fn projection(
     metadata: &ArrowReaderMetadata,
-    opts: &ReadOptions,
+    expected: Option<&SchemaRef>,
+    columns: Option<&[String]>,
 ) -> Result<(ProjectionMask, Option<Vec<usize>>, SchemaRef)> {
-    let reference = match &opts.expected {
+    let reference = match expected {
         Some(s) => s.clone(),
         None => crate::parquet::chunk_crc::strip(metadata.schema()),
     };
-    let Some(columns) = &opts.columns else {
+    let Some(columns) = columns else {
         return Ok((ProjectionMask::all(), None, reference));
     };
     let indices = column_indices(metadata.schema(), columns)?;
@@ -217,7 +491,34 @@ fn configure<T>(
     if let Some(expected) = &opts.expected {
         part_schema::check(expected, metadata.schema(), path)?;
     }
-    let (mask, order, target) = projection(metadata, opts)?;
+    let exclude = opts
+        .exclude
+        .iter()
+        .map(|p| p.as_ref().clone().bind(metadata.schema()))
+        .collect::<Result<Vec<_>>>()?;
+    // Without a predicate, excluded rows (key ranges) are dropped from the
+    // decoded batches, reading their columns along if not asked for: one
+    // comparison a row, where a row filter decodes those columns twice.
+    let late_exclude = opts.predicate.is_none() && !exclude.is_empty();
+    let mut columns = opts.columns.clone();
+    let asked = columns.as_ref().map(Vec::len);
+    if let (true, Some(cols)) = (late_exclude, &mut columns) {
+        for e in &exclude {
+            for c in e.columns() {
+                if !cols.contains(&c) {
+                    cols.push(c);
+                }
+            }
+        }
+    }
+    let (mask, mut order, mut target) =
+        projection(metadata, opts.expected.as_ref(), columns.as_deref())?;
+    if let (Some(n), Some(o)) = (asked, &mut order) {
+        if o.len() > n {
+            o.truncate(n);
+            target = Arc::new(target.project(&(0..n).collect::<Vec<_>>())?);
+        }
+    }
     let mut read_mask = mask.clone();
     let mut builder = builder.with_projection(mask);
     if let Some(n) = opts.batch_size {
@@ -254,12 +555,12 @@ fn configure<T>(
             Some(wanted) => wanted.into_iter().filter(|i| kept.contains(i)).collect(),
         });
     }
-    let exclude = opts
-        .exclude
-        .iter()
-        .map(|p| p.as_ref().clone().bind(metadata.schema()))
-        .collect::<Result<Vec<_>>>()?;
-    if bound.is_some() || !exclude.is_empty() {
+    let (late, exclude) = match late_exclude {
+        true => (exclude, Vec::new()),
+        false => (Vec::new(), exclude),
+    };
+    let row_filtered = bound.is_some() || !exclude.is_empty();
+    if row_filtered {
         let mut columns = bound.as_ref().map(|b| b.columns()).unwrap_or_default();
         for e in &exclude {
             columns.extend(e.columns());
@@ -290,7 +591,13 @@ fn configure<T>(
         }
         builder = builder.with_row_selection(selection.clone());
     }
-    if let Some(positions) = &opts.positions {
+    let mut kept = None;
+    if opts.positions.is_some() || opts.rows.is_some() {
+        if opts.rows.is_some() && opts.selection.is_some() {
+            return Err(Error::InvalidArgument(
+                "a row selection reads every row group, without a row range".into(),
+            ));
+        }
         let groups = metadata.metadata().row_groups();
         let group_rows: Vec<u64> = groups.iter().map(|g| g.num_rows().max(0) as u64).collect();
         let mut list: Vec<usize> = selected
@@ -298,7 +605,35 @@ fn configure<T>(
             .unwrap_or_else(|| (0..groups.len()).collect());
         list.sort_unstable();
         list.dedup();
-        builder = builder.with_row_selection(positions.selection(&group_rows, &list));
+        let starts = group_starts(&group_rows);
+        if let Some(range) = &opts.rows {
+            // Only the row groups the range touches are opened at all.
+            list.retain(|&rg| {
+                starts[rg] < range.end && range.start < starts[rg].saturating_add(group_rows[rg])
+            });
+        }
+        // Scattered deletes over every row the reader yields in order (no
+        // row filter): it decodes the range, and the deletes are dropped
+        // from each batch after (one filter), instead of walking a selection
+        // of runs a few rows long.
+        let scattered = match &opts.positions {
+            Some(Positions::Drop(p)) if !row_filtered => {
+                kept_rows(p, opts.rows.as_ref(), &starts, &group_rows, &list)
+            }
+            _ => None,
+        };
+        let selection = match &scattered {
+            Some(_) => row_selection(None, opts.rows.as_ref(), &starts, &group_rows, &list),
+            None => row_selection(
+                opts.positions.as_ref(),
+                opts.rows.as_ref(),
+                &starts,
+                &group_rows,
+                &list,
+            ),
+        };
+        kept = scattered;
+        builder = builder.with_row_selection(selection);
         selected = Some(list);
     }
     if let Some(row_groups) = &selected {
@@ -310,6 +645,10 @@ fn configure<T>(
         target,
         row_groups: selected,
         mask: read_mask,
+        post: (kept.is_some() || !late.is_empty()).then(|| PostFilter {
+            kept,
+            exclude: late,
+        }),
     })
 }
 
@@ -324,6 +663,8 @@ struct Configured<T> {
     row_groups: Option<Vec<usize>>,
     /// The leaf columns read (projection and filter).
     mask: ProjectionMask,
+    /// Deleted rows dropped from the decoded batches.
+    post: Option<PostFilter>,
 }
 
 /// The column chunks `(row group, leaf column)` a configured read decodes.
@@ -385,6 +726,7 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
             builder,
             order,
             target,
+            mut post,
             ..
         } = configured;
         let reader = builder.build().map_err(&err)?;
@@ -394,6 +736,10 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
                     path: path.to_string(),
                     reason: e.to_string(),
                 })?;
+                let b = match &mut post {
+                    Some(post) => post.apply(b, path)?,
+                    None => b,
+                };
                 let b = finish_batch(b, order.as_deref(), &target, path)?;
                 match &opts.evolve_to {
                     None => Ok(b),
@@ -428,6 +774,8 @@ pub struct PartStream {
     schema: SchemaRef,
     evolve: Option<SchemaRef>,
     file_rows: u64,
+    /// Deleted rows dropped from each decoded batch.
+    post: Option<PostFilter>,
     /// Set once the decoder failed: the stream must not be polled again.
     failed: bool,
 }
@@ -462,6 +810,19 @@ impl PartStream {
         if self.failed {
             return None;
         }
+        loop {
+            let out = self.next_decoded().await;
+            // A batch whose every row was deleted is not worth a send.
+            if !matches!(&out, Some(Ok(b)) if b.num_rows() == 0 && self.post.is_some()) {
+                return out;
+            }
+        }
+    }
+
+    async fn next_decoded(&mut self) -> Option<Result<RecordBatch>> {
+        if self.failed {
+            return None;
+        }
         let polled = crate::error::catch_unwind_future(self.stream.next()).await;
         let batch = match polled {
             Ok(b) => b?,
@@ -474,6 +835,10 @@ impl PartStream {
         };
         let out = batch
             .map_err(corrupted(&self.key))
+            .and_then(|b| match &mut self.post {
+                Some(post) => post.apply(b, &self.key),
+                None => Ok(b),
+            })
             .and_then(|b| finish_batch(b, self.order.as_deref(), &self.schema, &self.key))
             .and_then(|b| match &self.evolve {
                 None => Ok(b),
@@ -610,8 +975,13 @@ pub async fn open_part(
 ) -> Result<PartStream> {
     let footer = crate::error::catch_unwind_future(read_footer(store, key, size))
         .await
-        .unwrap_or_else(|payload| Err(decoder_panic(key)(panic_message(payload.as_ref()))))?;
+        .unwrap_or_else(|payload| Err(footer_panic(key, payload.as_ref())))?;
     open_part_with(store, key, &footer, opts).await
+}
+
+/// A panic while reading `key`'s footer, as the corruption it reveals.
+pub fn footer_panic(key: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    decoder_panic(key)(panic_message(payload))
 }
 
 /// [`open_part`] with a footer read before (no footer request).
@@ -636,11 +1006,13 @@ pub async fn open_part_with(
             builder,
             order,
             target: schema,
+            post,
             ..
         } = configure(builder, &metadata, opts, key)?;
         let stream = builder.build().map_err(&err)?;
         Ok(PartStream {
             key: key.to_string(),
+            post,
             stream,
             order,
             schema,
@@ -965,5 +1337,176 @@ mod tests {
             decode_bytes(bytes, "p", &only(vec![3])),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    /// A file of `n` rows (a = 0..n, b = "s<a % 5>", c = a or null every
+    /// 7th), in row groups of `group` rows.
+    fn numbered(n: i64, group: usize) -> Bytes {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+            Field::new("c", DataType::Int64, true),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..n)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("s{}", i % 5)),
+                )),
+                Arc::new(Int64Array::from_iter(
+                    (0..n).map(|i| (i % 7 != 0).then_some(i)),
+                )),
+            ],
+        )
+        .unwrap();
+        let opts = EncodeOptions::new("zstd", Some(group), None).unwrap();
+        encode_to_bytes(std::slice::from_ref(&b), schema, &opts)
+            .unwrap()
+            .0
+    }
+
+    fn column_a(d: &Decoded) -> Vec<i64> {
+        d.batches
+            .iter()
+            .flat_map(|b| {
+                let i = b.schema().index_of("a").unwrap();
+                let a = b.column(i).as_any().downcast_ref::<Int64Array>().unwrap();
+                a.values().to_vec()
+            })
+            .collect()
+    }
+
+    fn range_on(column: &str, lo: i64, hi: i64) -> Arc<Predicate> {
+        let v = |x: i64| Some(Arc::new(Int64Array::from(vec![x])) as ArrayRef);
+        Arc::new(
+            crate::parquet::filter::predicate(vec![
+                (column.into(), ">=".into(), v(lo)),
+                (column.into(), "<=".into(), v(hi)),
+            ])
+            .unwrap(),
+        )
+    }
+
+    /// Row ranges (pieces) partition a read: with scattered or clustered
+    /// positions (dropped after decoding, or skipped by the decoder), key
+    /// ranges dropped after decoding (on a column not projected, and on a
+    /// nullable one), row groups skipped, and a predicate, the pieces'
+    /// rows, in order, are the whole read's, which are the model's.
+    #[test]
+    fn pieces_and_late_deletes_partition_a_read() {
+        let n = 1000i64;
+        let bytes = numbered(n, 300);
+        let scattered: Vec<u64> = (0..n as u64).filter(|i| i % 3 == 1).collect();
+        let clustered: Vec<u64> = (100..400).chain(950..960).collect();
+        // (dropped positions, key-range excludes, skip row group 1, filter b != "s0")
+        type Case = (Option<Vec<u64>>, Vec<Arc<Predicate>>, bool, bool);
+        let cases: Vec<Case> = vec![
+            (Some(scattered.clone()), vec![], false, false),
+            (Some(clustered.clone()), vec![], false, false),
+            (None, vec![range_on("a", 250, 640)], false, false),
+            (
+                Some(scattered.clone()),
+                vec![range_on("c", 500, 800)],
+                false,
+                false,
+            ),
+            (Some(scattered), vec![range_on("a", 10, 20)], true, false),
+            (Some(clustered), vec![range_on("a", 700, 1200)], false, true),
+        ];
+        for (positions, exclude, skip_group, filtered) in cases {
+            let dropped = |i: i64| {
+                positions.as_ref().is_some_and(|p| p.contains(&(i as u64)))
+                    || exclude.iter().any(|e| {
+                        let col = &e.conditions[0].column;
+                        let v = if col == "c" && i % 7 == 0 {
+                            None
+                        } else {
+                            Some(i)
+                        };
+                        let lo = e.conditions[0].values.as_ref().unwrap();
+                        let hi = e.conditions[1].values.as_ref().unwrap();
+                        let at = |a: &ArrayRef| {
+                            a.as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+                        };
+                        v.is_some_and(|v| at(lo) <= v && v <= at(hi))
+                    })
+                    || (skip_group && (300..600).contains(&i))
+                    || (filtered && i % 5 == 0)
+            };
+            let model: Vec<i64> = (0..n).filter(|&i| !dropped(i)).collect();
+            let base = ReadOptions {
+                columns: Some(vec!["b".into()]),
+                batch_size: Some(64),
+                positions: positions.clone().map(|p| Positions::Drop(Arc::new(p))),
+                exclude: exclude.clone(),
+                skip_row_groups: skip_group.then(|| Arc::new(std::iter::once(1u64).collect())),
+                predicate: filtered.then(|| {
+                    Arc::new(
+                        crate::parquet::filter::predicate(vec![(
+                            "b".into(),
+                            "!=".into(),
+                            Some(Arc::new(StringArray::from(vec!["s0"])) as ArrayRef),
+                        )])
+                        .unwrap(),
+                    )
+                }),
+                ..Default::default()
+            };
+            let with_a = ReadOptions {
+                columns: Some(vec!["b".into(), "a".into()]),
+                ..base.clone()
+            };
+            let whole = decode_bytes(bytes.clone(), "p", &with_a).unwrap();
+            assert_eq!(column_a(&whole), model);
+            // Without the key column the excluded rows still go, and only
+            // the asked columns come out.
+            let narrow = decode_bytes(bytes.clone(), "p", &base).unwrap();
+            assert_eq!(narrow.schema.fields().len(), 1);
+            assert_eq!(
+                narrow.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+                model.len()
+            );
+            for cuts in [
+                vec![0, 1000],
+                vec![0, 150, 300, 301, 999],
+                vec![0, 1, 2, 700],
+            ] {
+                let mut got = Vec::new();
+                for (i, w) in cuts.windows(2).enumerate() {
+                    let end = if i + 2 == cuts.len() { u64::MAX } else { w[1] };
+                    let piece = ReadOptions {
+                        rows: Some(w[0]..end),
+                        ..with_a.clone()
+                    };
+                    got.extend(column_a(&decode_bytes(bytes.clone(), "p", &piece).unwrap()));
+                }
+                assert_eq!(got, model, "cuts {cuts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn batch_bounds_cover_integers_dates_and_timestamps_only() {
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![Some(5), None, Some(-3), Some(9)]));
+        let (lo, hi) = batch_bounds(&ints).unwrap();
+        assert_eq!(
+            lo.as_ref(),
+            &Int64Array::from(vec![-3]) as &dyn arrow_array::Array
+        );
+        assert_eq!(
+            hi.as_ref(),
+            &Int64Array::from(vec![9]) as &dyn arrow_array::Array
+        );
+        let ts: ArrayRef =
+            Arc::new(arrow_array::TimestampMicrosecondArray::from(vec![3, 1]).with_timezone("UTC"));
+        let (lo, _) = batch_bounds(&ts).unwrap();
+        assert_eq!(lo.data_type(), ts.data_type());
+        let nulls: ArrayRef = Arc::new(Int64Array::from(vec![None, None]));
+        assert!(batch_bounds(&nulls).is_none());
+        let floats: ArrayRef = Arc::new(arrow_array::Float64Array::from(vec![1.0, f64::NAN]));
+        assert!(batch_bounds(&floats).is_none());
+        let strings: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
+        assert!(batch_bounds(&strings).is_none());
     }
 }

@@ -63,7 +63,65 @@ pub enum Source {
         opts: Arc<ReadOptions>,
         map: Option<BatchMap>,
     },
+    /// The rows `opts.rows` of a file, decoded on a task of their own while
+    /// other pieces of the same file decode on others. Only the piece that
+    /// starts at row 0 reports the file's rows (see [`EndCheck`]).
+    Piece {
+        key: String,
+        size: u64,
+        opts: Arc<ReadOptions>,
+        footer: SharedFooter,
+    },
 }
+
+impl Source {
+    /// `key` (of `size` bytes, `rows` rows by the caller's record) read as
+    /// `opts` in up to `pieces` pieces of at least `min_rows` rows each, in
+    /// row order. The last piece runs to the file's end whatever `rows`
+    /// says, so a wrong record can cost parallelism but never rows.
+    pub fn split(
+        key: String,
+        size: u64,
+        opts: ReadOptions,
+        rows: u64,
+        pieces: usize,
+        min_rows: u64,
+    ) -> Vec<Source> {
+        let n = (pieces as u64).min(rows / min_rows.max(1)).max(1);
+        if n == 1 || opts.rows.is_some() {
+            return vec![Source::Pending {
+                key,
+                size,
+                opts: Arc::new(opts),
+                map: None,
+            }];
+        }
+        let footer = SharedFooter::default();
+        (0..n)
+            .map(|i| {
+                let start = rows / n * i;
+                let end = if i + 1 == n {
+                    u64::MAX
+                } else {
+                    rows / n * (i + 1)
+                };
+                Source::Piece {
+                    key: key.clone(),
+                    size,
+                    opts: Arc::new(ReadOptions {
+                        rows: Some(start..end),
+                        ..opts.clone()
+                    }),
+                    footer: footer.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The footer of a file several [`Source::Piece`]s read, fetched (with its
+/// page index) by the first piece to open and shared by the others.
+pub type SharedFooter = Arc<tokio::sync::OnceCell<decode::Footer>>;
 
 /// Maps an error of one file (e.g. a vanished part) to the caller's.
 pub type ErrorMap = Arc<dyn Fn(Error) -> Error + Send + Sync>;
@@ -132,7 +190,7 @@ async fn decode_source(
     out: mpsc::UnboundedSender<Decoded>,
 ) {
     let opened = match source {
-        Source::Open(part) => Ok((*part, None)),
+        Source::Open(part) => Ok((*part, None, true)),
         Source::Pending {
             key,
             size,
@@ -140,9 +198,32 @@ async fn decode_source(
             map,
         } => decode::open_part(&store, &key, size, &opts)
             .await
-            .map(|p| (p, map)),
+            .map(|p| (p, map, true)),
+        Source::Piece {
+            key,
+            size,
+            opts,
+            footer,
+        } => {
+            let read = footer
+                .get_or_try_init(|| async {
+                    crate::error::catch_unwind_future(decode::read_footer_and_page_index(
+                        &store, &key, size,
+                    ))
+                    .await
+                    .unwrap_or_else(|payload| Err(decode::footer_panic(&key, payload.as_ref())))
+                })
+                .await;
+            let first = opts.rows.as_ref().is_none_or(|r| r.start == 0);
+            match read {
+                Ok(f) => decode::open_part_with(&store, &key, f, &opts)
+                    .await
+                    .map(|p| (p, None, first)),
+                Err(e) => Err(e),
+            }
+        }
     };
-    let (mut part, map) = match opened {
+    let (mut part, map, counts) = match opened {
         Ok(p) => p,
         Err(e) => {
             if let Ok(permit) = budget.clone().acquire_many_owned(0).await {
@@ -151,7 +232,8 @@ async fn decode_source(
             return;
         }
     };
-    if out.send(Decoded::Rows(part.file_rows())).is_err() {
+    let rows = if counts { part.file_rows() } else { 0 };
+    if out.send(Decoded::Rows(rows)).is_err() {
         return;
     }
     while let Some(batch) = part.next_batch().await {

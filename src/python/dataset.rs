@@ -43,7 +43,7 @@ pub fn read_options(
     };
     Ok(ReadOptions {
         columns,
-        batch_size,
+        batch_size: Some(batch_size.unwrap_or(crate::parquet::decode::SCAN_BATCH_ROWS)),
         predicate,
         ..Default::default()
     })

@@ -25,7 +25,7 @@ use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes, PkRange};
 use super::{manifest_key, manifest_name};
 use crate::error::{Error, Result};
-use crate::parquet::decode::{column_indices, Positions, ReadOptions};
+use crate::parquet::decode::{column_indices, Positions, ReadOptions, SCAN_BATCH_ROWS};
 use crate::parquet::filter::{Condition, Op, Predicate, UnitStats};
 use crate::parquet::scan::{BatchStream, ScanHooks, Source};
 use crate::parquet::stats;
@@ -139,12 +139,18 @@ async fn as_of(
     })
 }
 
+/// Rows below which a file is not split between decode tasks: a piece
+/// costs a task and, without a page index, a fetch of whole column chunks.
+pub const MIN_PIECE_ROWS: u64 = 128 * 1024;
+
 /// What to read.
 #[derive(Debug, Clone, Default)]
 pub struct ScanOptions {
     pub columns: Option<Vec<String>>,
     pub predicate: Option<Arc<Predicate>>,
+    /// Rows per batch at most; `None`: [`SCAN_BATCH_ROWS`].
     pub batch_size: Option<usize>,
+    /// Files, or pieces of files, decoded at once.
     pub parallelism: usize,
     /// Read only these data files (paths relative to the table), e.g. one
     /// per Spark task; `None` reads all.
@@ -388,6 +394,9 @@ pub fn scan(
         .collect();
     let tombstones = crate::runtime::block_on(tombstone::load(&store, table, &refs))??;
     let deletes = tombstone::fold(&tombstones)?;
+    let parallelism = opts.parallelism.max(1);
+    // Fewer files than cores: each is decoded in row-range pieces at once.
+    let pieces = parallelism.div_ceil(files.len().max(1));
     let mut sources = Vec::new();
     for file in files {
         let Some(read) = file_read_options(
@@ -396,18 +405,20 @@ pub fn scan(
             &output,
             predicate.as_ref(),
             deletes.get(&file.path),
-            opts.batch_size,
+            Some(opts.batch_size.unwrap_or(SCAN_BATCH_ROWS)),
             &path,
         )?
         else {
             continue;
         };
-        sources.push(Source::Pending {
-            key: format!("{}/{}", table.trim_end_matches('/'), file.path),
-            size: file.size_bytes,
-            opts: Arc::new(read),
-            map: None,
-        });
+        sources.extend(Source::split(
+            format!("{}/{}", table.trim_end_matches('/'), file.path),
+            file.size_bytes,
+            read,
+            file.total_rows,
+            pieces,
+            MIN_PIECE_ROWS,
+        ));
     }
     let version = manifest_name(manifest.version);
     let table_key = table.to_string();
@@ -421,7 +432,7 @@ pub fn scan(
         }),
         at_end: None,
     };
-    crate::parquet::scan::spawn(store, output, sources, opts.parallelism.max(1), hooks)
+    crate::parquet::scan::spawn(store, output, sources, parallelism, hooks)
 }
 
 /// Per data file of `manifest`: rows, rows known deleted (`None` where a

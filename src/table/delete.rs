@@ -42,7 +42,7 @@ use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, FileDeletes};
 use crate::error::{Error, Result};
-use crate::parquet::decode;
+use crate::parquet::decode::{self, SCAN_BATCH_ROWS};
 use crate::parquet::filter::{Op, Predicate};
 use crate::parquet::stats;
 use crate::store::StoreHandle;
@@ -103,7 +103,15 @@ async fn plan_file(
     let needed = output_schema(&schema, Some(&columns))?;
     // Read without row filter or deleted positions, so that the k-th row out
     // is the k-th row of the row groups read; deletes are applied below.
-    let Some(mut opts) = file_read_options(manifest, file, &needed, None, None, None, &path)?
+    let Some(mut opts) = file_read_options(
+        manifest,
+        file,
+        &needed,
+        None,
+        None,
+        Some(SCAN_BATCH_ROWS),
+        &path,
+    )?
     else {
         return Ok((Vec::new(), 0));
     };

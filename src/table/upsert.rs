@@ -151,6 +151,7 @@ pub fn upsert_files(
     for f in &files {
         let opts = crate::parquet::decode::ReadOptions {
             columns: Some(vec![pk.clone()]),
+            batch_size: Some(crate::parquet::decode::SCAN_BATCH_ROWS),
             ..Default::default()
         };
         let key = format!("{root}/{}", f.path);

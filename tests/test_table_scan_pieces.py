@@ -13,13 +13,18 @@ deletes need) and the filter. On memory, file and SeaweedFS S3.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from remote_store import Store
 
-from pds import Table, _core
+import pds
+from pds import PartCorrupted, Table, _core
+
+from helpers import files
 
 ROWS = 300_000  # Above twice the smallest piece (128 Ki rows): a file splits.
 
@@ -133,3 +138,25 @@ def test_clustered_deletes_are_skipped_by_the_decoder_in_every_piece(fast_store:
     for parallelism in (1, 2, 4):
         assert scan(t, parallelism).equals(expected), parallelism
         assert scan(t, parallelism, columns=["customer"]).equals(expected.select(["customer"]))
+
+
+@pytest.mark.spec("T-2")
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_a_flipped_byte_read_by_a_piece_is_corruption_not_other_values(tmp_path: Path, parallelism: int) -> None:
+    """Pieces fetch whole column chunks, whose checksums are checked: a byte
+    flipped in the second half of an uncompressed float column (a change
+    that decodes to other values without the check) fails the scan as
+    ``PartCorrupted`` however many pieces read the file."""
+    store = pds.open_store((tmp_path / "lake").as_uri())
+    model = data(0, ROWS, 0)
+    t = Table.create(store, "t", data=model, primary_key="id", compression="uncompressed")
+    (key,) = [k for k in files(store, "t") if k.endswith(".parquet")]
+    path = tmp_path / "lake" / key
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(2)  # amount
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    at = start + chunk.total_compressed_size * 3 // 4  # a plain page, past the dictionary's fallback
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0x10
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PartCorrupted):
+        scan(t, parallelism)

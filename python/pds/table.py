@@ -653,8 +653,9 @@ class Table:
 
         Files decode on every core at once (a table with fewer files than
         cores has each file of at least 256 Ki rows decoded in row-range
-        pieces, which fetch only their pages), ahead of the consumer within
-        256 MiB. Deletes are applied in the decoder: scattered rows are
+        pieces, each of which fetches the projected column chunks, checks
+        their checksums and decompresses only its own pages), ahead of the
+        consumer within 256 MiB. Deletes are applied in the decoder: scattered rows are
         dropped from the decoded batches, long runs of deleted rows are
         skipped by the decoder, and whole deleted row groups are never
         fetched. The reader is a stream:
@@ -662,9 +663,9 @@ class Table:
         PyCapsule interface without a copy.
 
         Cost: 1 GET for another version's manifest, the tombstones not yet
-        read by this process, then per surviving file its footer (with its
-        page index when it is read in pieces) and the projected column
-        chunks (range GETs).
+        read by this process, then per surviving file its footer and the
+        projected column chunks (range GETs; once per piece for a file read
+        in pieces).
         """
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)

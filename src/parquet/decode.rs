@@ -93,8 +93,8 @@ pub struct ReadOptions {
     pub selection: Option<parquet::arrow::arrow_reader::RowSelection>,
     /// Only the rows at these positions in the file (one piece of a file
     /// that several tasks decode at once). Combined with `positions`,
-    /// `row_groups` and the predicate; with a page index, only the pages
-    /// holding these rows are fetched and decoded.
+    /// `row_groups` and the predicate. Only the pages holding these rows
+    /// are decompressed; with a page index loaded, only they are fetched.
     pub rows: Option<std::ops::Range<u64>>,
 }
 
@@ -147,24 +147,26 @@ const MASK_ROWS: u64 = 1 << 27;
 
 /// The rows to read over `row_groups` (in file order) of a file whose row
 /// groups start at `starts` and hold `group_rows` rows each: those in
-/// `range`, less (or only) `positions`.
+/// `range`, less (or only) `positions`; a bitmap up to `mask_rows` rows
+/// ([`MASK_ROWS`]), runs above.
 fn row_selection(
     positions: Option<&Positions>,
     range: Option<&std::ops::Range<u64>>,
     starts: &[u64],
     group_rows: &[u64],
     row_groups: &[usize],
+    mask_rows: u64,
 ) -> RowSelection {
     let total = row_groups
         .iter()
         .fold(0u64, |n, &rg| n.saturating_add(group_rows[rg]));
-    if total > MASK_ROWS {
+    if total > mask_rows {
         let by_range = range.map(|r| range_selection(r, starts, group_rows, row_groups));
         let by_position = positions.map(|p| p.selection(starts, group_rows, row_groups));
         return match (by_position, by_range) {
             (Some(p), Some(r)) => p.intersection(&r),
             (Some(one), None) | (None, Some(one)) => one,
-            (None, None) => RowSelection::from(Vec::new()),
+            (None, None) => range_selection(&(0..u64::MAX), starts, group_rows, row_groups),
         };
     }
     let mut bits = arrow_buffer::BooleanBufferBuilder::new(total as usize);
@@ -203,13 +205,14 @@ const SCATTERED_RUN: u64 = 32;
 /// The rows the reader yields, in order (those of `range` over
 /// `row_groups`), with a bit set for each not in `dropped`; `None` if the
 /// deletes are not scattered enough to be worth decoding through, or the
-/// row groups claim more rows than [`MASK_ROWS`].
+/// row groups claim more rows than `mask_rows` ([`MASK_ROWS`]).
 fn kept_rows(
     dropped: &[u64],
     range: Option<&std::ops::Range<u64>>,
     starts: &[u64],
     group_rows: &[u64],
     row_groups: &[usize],
+    mask_rows: u64,
 ) -> Option<KeptRows> {
     let spans: Vec<(u64, u64)> = row_groups
         .iter()
@@ -225,7 +228,7 @@ fn kept_rows(
         })
         .collect();
     let total = spans.iter().fold(0u64, |n, (a, b)| n.saturating_add(b - a));
-    if total > MASK_ROWS {
+    if total > mask_rows {
         return None;
     }
     let mut runs = 0u64;
@@ -378,7 +381,9 @@ impl Selectors {
         }
         let n = n as usize;
         match self.0.last_mut() {
-            Some(last) if last.skip != select => last.row_count += n,
+            // Saturates: a footer claiming more rows than fit fails to
+            // decode later, as the corruption it is.
+            Some(last) if last.skip != select => last.row_count = last.row_count.saturating_add(n),
             _ => self.0.push(if select {
                 RowSelector::select(n)
             } else {
@@ -617,23 +622,39 @@ fn configure<T>(
         // from each batch after (one filter), instead of walking a selection
         // of runs a few rows long.
         let scattered = match &opts.positions {
-            Some(Positions::Drop(p)) if !row_filtered => {
-                kept_rows(p, opts.rows.as_ref(), &starts, &group_rows, &list)
-            }
+            Some(Positions::Drop(p)) if !row_filtered => kept_rows(
+                p,
+                opts.rows.as_ref(),
+                &starts,
+                &group_rows,
+                &list,
+                MASK_ROWS,
+            ),
             _ => None,
         };
-        let selection = match &scattered {
-            Some(_) => row_selection(None, opts.rows.as_ref(), &starts, &group_rows, &list),
-            None => row_selection(
+        let selection = match (&scattered, &opts.rows) {
+            (Some(_), None) => None, // Every row of the row groups is decoded.
+            (Some(_), Some(r)) => Some(row_selection(
+                None,
+                Some(r),
+                &starts,
+                &group_rows,
+                &list,
+                MASK_ROWS,
+            )),
+            (None, _) => Some(row_selection(
                 opts.positions.as_ref(),
                 opts.rows.as_ref(),
                 &starts,
                 &group_rows,
                 &list,
-            ),
+                MASK_ROWS,
+            )),
         };
         kept = scattered;
-        builder = builder.with_row_selection(selection);
+        if let Some(selection) = selection {
+            builder = builder.with_row_selection(selection);
+        }
         selected = Some(list);
     }
     if let Some(row_groups) = &selected {
@@ -943,6 +964,27 @@ pub async fn read_footer_and_page_index(
     let options = ArrowReaderOptions::new()
         .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
     read_footer_with(store, key, size, options).await
+}
+
+/// The footer for reading a file in row-range pieces. Each piece fetches
+/// the projected column chunks whole, so that their checksums are checked,
+/// and decompresses only the pages of its rows (a page of a flat column
+/// states its row count). The page index, which would let a piece fetch
+/// only its pages, is loaded only where the file records page checksums:
+/// single pages of a file that records only chunk checksums would be
+/// decoded unchecked, and the page index itself has no checksum.
+pub async fn read_piece_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
+    let plain = read_footer(store, key, size).await?;
+    let pages_checked =
+        crate::parquet::chunk_crc::ChunkChecksums::from_metadata(plain.metadata.metadata())
+            .ok()
+            .flatten()
+            .is_some_and(|sums| sums.has_pages());
+    if pages_checked {
+        read_footer_and_page_index(store, key, size).await
+    } else {
+        Ok(plain)
+    }
 }
 
 async fn read_footer_with(
@@ -1377,6 +1419,21 @@ mod tests {
             .collect()
     }
 
+    /// Column `a` of the file read as `opts` in pieces starting at `cuts`
+    /// (the last piece to the end), concatenated.
+    fn in_pieces(bytes: &Bytes, opts: &ReadOptions, cuts: &[u64]) -> Vec<i64> {
+        let mut got = Vec::new();
+        for (i, w) in cuts.windows(2).enumerate() {
+            let end = if i + 2 == cuts.len() { u64::MAX } else { w[1] };
+            let piece = ReadOptions {
+                rows: Some(w[0]..end),
+                ..opts.clone()
+            };
+            got.extend(column_a(&decode_bytes(bytes.clone(), "p", &piece).unwrap()));
+        }
+        got
+    }
+
     fn range_on(column: &str, lo: i64, hi: i64) -> Arc<Predicate> {
         let v = |x: i64| Some(Arc::new(Int64Array::from(vec![x])) as ArrayRef);
         Arc::new(
@@ -1462,26 +1519,139 @@ mod tests {
             // Without the key column the excluded rows still go, and only
             // the asked columns come out.
             let narrow = decode_bytes(bytes.clone(), "p", &base).unwrap();
-            assert_eq!(narrow.schema.fields().len(), 1);
-            assert_eq!(
-                narrow.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
-                model.len()
-            );
+            assert_eq!(narrow.schema.field(0).name(), "b");
+            let b_values: Vec<String> = narrow
+                .batches
+                .iter()
+                .flat_map(|b| {
+                    assert_eq!(b.num_columns(), 1);
+                    let s = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+                    s.iter().map(|v| v.unwrap().to_string()).collect::<Vec<_>>()
+                })
+                .collect();
+            let expected: Vec<String> = model.iter().map(|i| format!("s{}", i % 5)).collect();
+            assert_eq!(b_values, expected);
             for cuts in [
                 vec![0, 1000],
                 vec![0, 150, 300, 301, 999],
                 vec![0, 1, 2, 700],
             ] {
-                let mut got = Vec::new();
-                for (i, w) in cuts.windows(2).enumerate() {
-                    let end = if i + 2 == cuts.len() { u64::MAX } else { w[1] };
-                    let piece = ReadOptions {
-                        rows: Some(w[0]..end),
-                        ..with_a.clone()
+                assert_eq!(in_pieces(&bytes, &with_a, &cuts), model, "cuts {cuts:?}");
+            }
+        }
+    }
+
+    /// Kept positions with a row range, and a predicate whose statistics
+    /// prune row groups, read in pieces.
+    #[test]
+    fn pieces_keep_positions_and_prune_row_groups() {
+        let bytes = numbered(1000, 300);
+        let keep: Vec<u64> = vec![0, 5, 299, 300, 301, 650, 999];
+        let v = |x: i64| Some(Arc::new(Int64Array::from(vec![x])) as ArrayRef);
+        let at_least = |x: i64| {
+            Arc::new(
+                crate::parquet::filter::predicate(vec![("a".into(), ">=".into(), v(x))]).unwrap(),
+            )
+        };
+        let cases: Vec<(ReadOptions, Vec<i64>)> = vec![
+            (
+                ReadOptions {
+                    positions: Some(Positions::Keep(Arc::new(keep.clone()))),
+                    ..Default::default()
+                },
+                keep.iter().map(|&p| p as i64).collect(),
+            ),
+            (
+                ReadOptions {
+                    predicate: Some(at_least(610)), // Prunes row groups 0 and 1.
+                    positions: Some(Positions::Drop(Arc::new((0..1000).step_by(2).collect()))),
+                    ..Default::default()
+                },
+                (610..1000).filter(|i| i % 2 == 1).collect(),
+            ),
+        ];
+        for (opts, model) in cases {
+            for cuts in [vec![0, 1000], vec![0, 301, 640, 900], vec![0, 1, 999]] {
+                assert_eq!(in_pieces(&bytes, &opts, &cuts), model, "cuts {cuts:?}");
+            }
+        }
+    }
+
+    /// A selection built as a bitmap selects the rows the same selection
+    /// built as runs does (the runs are for footers claiming more rows than
+    /// a bitmap should hold); scattered positions are kept the same way.
+    #[test]
+    fn bitmap_and_run_selections_agree() {
+        let group_rows = [300u64, 300, 300, 100];
+        let starts = group_starts(&group_rows);
+        let expand = |s: RowSelection| -> Vec<bool> {
+            Vec::<RowSelector>::from(s)
+                .into_iter()
+                .flat_map(|r| std::iter::repeat_n(!r.skip, r.row_count))
+                .collect()
+        };
+        let listed: Vec<u64> = (0..1000)
+            .filter(|i| i % 3 == 0 || (400..470).contains(i))
+            .collect();
+        for positions in [
+            None,
+            Some(Positions::Drop(Arc::new(listed.clone()))),
+            Some(Positions::Keep(Arc::new(listed.clone()))),
+        ] {
+            for range in [None, Some(0..1000), Some(250..610), Some(999..u64::MAX)] {
+                for groups in [vec![0, 1, 2, 3], vec![1, 3]] {
+                    let runs = row_selection(
+                        positions.as_ref(),
+                        range.as_ref(),
+                        &starts,
+                        &group_rows,
+                        &groups,
+                        0,
+                    );
+                    let bits = row_selection(
+                        positions.as_ref(),
+                        range.as_ref(),
+                        &starts,
+                        &group_rows,
+                        &groups,
+                        MASK_ROWS,
+                    );
+                    let (runs, bits) = (expand(runs), expand(bits));
+                    let total: u64 = groups.iter().map(|&g| group_rows[g]).sum();
+                    // A selection may end early (no trailing skip).
+                    let pad = |mut v: Vec<bool>| {
+                        v.resize(total as usize, false);
+                        v
                     };
-                    got.extend(column_a(&decode_bytes(bytes.clone(), "p", &piece).unwrap()));
+                    assert_eq!(pad(runs), pad(bits.clone()));
+                    if let Some(Positions::Drop(p)) = &positions {
+                        let by_range = pad(expand(row_selection(
+                            None,
+                            range.as_ref(),
+                            &starts,
+                            &group_rows,
+                            &groups,
+                            MASK_ROWS,
+                        )));
+                        // What kept_rows keeps is what the selection selects
+                        // within the range (it covers only the range's rows).
+                        if let Some(k) =
+                            kept_rows(p, range.as_ref(), &starts, &group_rows, &groups, MASK_ROWS)
+                        {
+                            let within: Vec<bool> = pad(bits)
+                                .into_iter()
+                                .zip(&by_range)
+                                .filter(|(_, r)| **r)
+                                .map(|(b, _)| b)
+                                .collect();
+                            assert_eq!(k.mask.iter().collect::<Vec<_>>(), within);
+                        }
+                        // Above the bitmap's limit: no bitmap.
+                        let in_range = by_range.iter().filter(|r| **r).count();
+                        let small = kept_rows(p, range.as_ref(), &starts, &group_rows, &groups, 10);
+                        assert!(small.is_none() || in_range <= 10);
+                    }
                 }
-                assert_eq!(got, model, "cuts {cuts:?}");
             }
         }
     }

@@ -119,8 +119,9 @@ impl Source {
     }
 }
 
-/// The footer of a file several [`Source::Piece`]s read, fetched (with its
-/// page index) by the first piece to open and shared by the others.
+/// The footer of a file several [`Source::Piece`]s read, fetched by the
+/// first piece to open and shared by the others (see
+/// [`decode::read_piece_footer`]).
 pub type SharedFooter = Arc<tokio::sync::OnceCell<decode::Footer>>;
 
 /// Maps an error of one file (e.g. a vanished part) to the caller's.
@@ -207,11 +208,9 @@ async fn decode_source(
         } => {
             let read = footer
                 .get_or_try_init(|| async {
-                    crate::error::catch_unwind_future(decode::read_footer_and_page_index(
-                        &store, &key, size,
-                    ))
-                    .await
-                    .unwrap_or_else(|payload| Err(decode::footer_panic(&key, payload.as_ref())))
+                    crate::error::catch_unwind_future(decode::read_piece_footer(&store, &key, size))
+                        .await
+                        .unwrap_or_else(|payload| Err(decode::footer_panic(&key, payload.as_ref())))
                 })
                 .await;
             let first = opts.rows.as_ref().is_none_or(|r| r.start == 0);

@@ -140,7 +140,8 @@ async fn as_of(
 }
 
 /// Rows below which a file is not split between decode tasks: a piece
-/// costs a task and, without a page index, a fetch of whole column chunks.
+/// costs a task and a fetch of the projected column chunks (see
+/// [`crate::parquet::decode::read_piece_footer`]).
 pub const MIN_PIECE_ROWS: u64 = 128 * 1024;
 
 /// What to read.

@@ -172,13 +172,7 @@ fn row_selection(
     let mut bits = arrow_buffer::BooleanBufferBuilder::new(total as usize);
     for &rg in row_groups {
         let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
-        let (from, to) = match range {
-            Some(r) => {
-                let from = r.start.clamp(start, end);
-                (from, r.end.clamp(from, end))
-            }
-            None => (start, end),
-        };
+        let (from, to) = clamp_span(range, start, end);
         bits.append_n((from - start) as usize, false);
         let base = bits.len();
         let (listed, keep) = match positions {
@@ -216,16 +210,7 @@ fn kept_rows(
 ) -> Option<KeptRows> {
     let spans: Vec<(u64, u64)> = row_groups
         .iter()
-        .map(|&rg| {
-            let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
-            match range {
-                Some(r) => {
-                    let from = r.start.clamp(start, end);
-                    (from, r.end.clamp(from, end))
-                }
-                None => (start, end),
-            }
-        })
+        .map(|&rg| clamp_span(range, starts[rg], starts[rg].saturating_add(group_rows[rg])))
         .collect();
     let total = spans.iter().fold(0u64, |n, (a, b)| n.saturating_add(b - a));
     if total > mask_rows {
@@ -393,8 +378,9 @@ impl Selectors {
     }
 }
 
-/// Where each row group starts, by row position in the file.
-fn group_starts(group_rows: &[u64]) -> Vec<u64> {
+/// Where each row group starts, by row position in the file (saturating:
+/// footer counts are untrusted).
+pub fn group_starts(group_rows: &[u64]) -> Vec<u64> {
     let mut at = 0u64;
     group_rows
         .iter()
@@ -404,6 +390,18 @@ fn group_starts(group_rows: &[u64]) -> Vec<u64> {
             s
         })
         .collect()
+}
+
+/// The rows of a row group spanning `start..end` that `range` holds, as
+/// `(from, to)` positions (all of them without a range).
+fn clamp_span(range: Option<&std::ops::Range<u64>>, start: u64, end: u64) -> (u64, u64) {
+    match range {
+        Some(r) => {
+            let from = r.start.clamp(start, end);
+            (from, r.end.clamp(from, end))
+        }
+        None => (start, end),
+    }
 }
 
 /// The rows of `range` (file positions) over `row_groups` (in file order).
@@ -416,8 +414,7 @@ fn range_selection(
     let mut out = Selectors::default();
     for &rg in row_groups {
         let (start, end) = (starts[rg], starts[rg].saturating_add(group_rows[rg]));
-        let from = range.start.clamp(start, end);
-        let to = range.end.clamp(from, end);
+        let (from, to) = clamp_span(Some(range), start, end);
         out.push(false, from - start);
         out.push(true, to - from);
         out.push(false, end - to);

@@ -36,7 +36,7 @@ use super::schema::widens;
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes};
 use crate::error::{Error, Result};
-use crate::parquet::decode::{Positions, SCAN_BATCH_ROWS};
+use crate::parquet::decode::Positions;
 use crate::parquet::scan::{BatchMap, BatchStream, ScanHooks, Source};
 use crate::parquet::value_set::ValueSet;
 use crate::store::StoreHandle;
@@ -165,15 +165,8 @@ async fn version_sources(
             let deletes = tombstone::fold(&tombstone::load(store, table, &refs).await?)?;
             for f in removed {
                 readable(table, p, f, output, m.version)?;
-                let opts = file_read_options(
-                    p,
-                    f,
-                    output,
-                    None,
-                    deletes.get(&f.path),
-                    Some(SCAN_BATCH_ROWS),
-                    &prev_path,
-                )?;
+                let opts =
+                    file_read_options(p, f, output, None, deletes.get(&f.path), None, &prev_path)?;
                 if let Some(opts) = opts {
                     out.push(Source::Pending {
                         key: key_of(f),
@@ -231,9 +224,7 @@ async fn version_sources(
         _ => ("delete", Added::Every("insert")),
     };
     for (f, newly) in deleted {
-        let Some(mut opts) =
-            file_read_options(m, f, output, None, None, Some(SCAN_BATCH_ROWS), &path)?
-        else {
+        let Some(mut opts) = file_read_options(m, f, output, None, None, None, &path)? else {
             continue;
         };
         opts.positions = Some(Positions::Keep(Arc::new(
@@ -252,9 +243,7 @@ async fn version_sources(
         .filter(|f| !before.contains(f.path.as_str()))
     {
         readable(table, m, f, output, m.version)?;
-        if let Some(opts) =
-            file_read_options(m, f, output, None, None, Some(SCAN_BATCH_ROWS), &path)?
-        {
+        if let Some(opts) = file_read_options(m, f, output, None, None, None, &path)? {
             let map = match &added {
                 Added::Every(kind) => tag(feed.clone(), kind, m.version),
                 Added::ByKey((pk, set)) => tag_by_key(feed.clone(), pk, set.clone(), m.version),
@@ -292,9 +281,7 @@ async fn replaced_keys(
     let key_type = key_schema.field(0).data_type().clone();
     let mut parts: Vec<ArrayRef> = Vec::new();
     for (f, newly) in deleted {
-        let Some(mut opts) =
-            file_read_options(m, f, &key_schema, None, None, Some(SCAN_BATCH_ROWS), &path)?
-        else {
+        let Some(mut opts) = file_read_options(m, f, &key_schema, None, None, None, &path)? else {
             continue;
         };
         opts.positions = Some(Positions::Keep(Arc::new(

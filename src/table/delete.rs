@@ -42,7 +42,7 @@ use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, FileDeletes};
 use crate::error::{Error, Result};
-use crate::parquet::decode::{self, SCAN_BATCH_ROWS};
+use crate::parquet::decode;
 use crate::parquet::filter::{Op, Predicate};
 use crate::parquet::stats;
 use crate::store::StoreHandle;
@@ -103,15 +103,7 @@ async fn plan_file(
     let needed = output_schema(&schema, Some(&columns))?;
     // Read without row filter or deleted positions, so that the k-th row out
     // is the k-th row of the row groups read; deletes are applied below.
-    let Some(mut opts) = file_read_options(
-        manifest,
-        file,
-        &needed,
-        None,
-        None,
-        Some(SCAN_BATCH_ROWS),
-        &path,
-    )?
+    let Some(mut opts) = file_read_options(manifest, file, &needed, None, None, None, &path)?
     else {
         return Ok((Vec::new(), 0));
     };
@@ -140,12 +132,7 @@ async fn plan_file(
     while let Some(b) = part.next_batch().await {
         batches.push(b?);
     }
-    let mut starts = Vec::with_capacity(groups.len());
-    let mut at = 0u64;
-    for n in &groups {
-        starts.push(at);
-        at = at.saturating_add(*n);
-    }
+    let starts = decode::group_starts(&groups);
     let bound = predicate.clone().bind(&needed)?;
     let file_schema = manifest.file_schema(file, &path)?;
     let excludes: Vec<Predicate> = match (&manifest.properties.primary_key, deletes) {
@@ -391,12 +378,7 @@ async fn key_match(
                 holds(range, pk, file_schema, mins)?,
                 holds(range, pk, file_schema, maxs)?,
             );
-            let mut start = 0u64;
-            let mut starts = Vec::with_capacity(groups.len());
-            for n in &groups {
-                starts.push(start);
-                start = start.saturating_add(*n);
-            }
+            let starts = decode::group_starts(&groups);
             for &rg in &candidates {
                 let (Some(&lo), Some(&n)) = (starts.get(rg), groups.get(rg)) else {
                     continue;

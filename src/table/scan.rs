@@ -267,7 +267,8 @@ pub fn pk_predicate(pk: &str, range: &PkRange, file_schema: &Schema) -> Result<O
 }
 
 /// How to read `file` of `manifest` so that its rows come out in the
-/// version's schema, projected to `columns`, with `deletes` applied.
+/// version's schema, projected to `columns`, with `deletes` applied, in
+/// batches of `batch_size` rows ([`SCAN_BATCH_ROWS`] if `None`).
 /// `None` if no row of it can survive.
 pub fn file_read_options(
     manifest: &TableManifest,
@@ -308,7 +309,7 @@ pub fn file_read_options(
         .collect();
     let mut opts = ReadOptions {
         columns: Some(columns),
-        batch_size,
+        batch_size: Some(batch_size.unwrap_or(SCAN_BATCH_ROWS)),
         predicate: predicate.filter(|p| !p.conditions.is_empty()).map(Arc::new),
         expected: Some(file_schema.clone()),
         evolve_to: evolved.then(|| output.clone()),
@@ -406,7 +407,7 @@ pub fn scan(
             &output,
             predicate.as_ref(),
             deletes.get(&file.path),
-            Some(opts.batch_size.unwrap_or(SCAN_BATCH_ROWS)),
+            opts.batch_size,
             &path,
         )?
         else {
@@ -462,18 +463,7 @@ pub async fn deleted_rows(
                         &format!("{}/{}", table.trim_end_matches('/'), f.path),
                     )
                     .await
-                    .map(|rows| {
-                        let mut at = 0u64;
-                        let starts = rows
-                            .iter()
-                            .map(|n| {
-                                let s = at;
-                                at = at.saturating_add(*n);
-                                s
-                            })
-                            .collect::<Vec<_>>();
-                        (starts, rows)
-                    })?;
+                    .map(|rows| (crate::parquet::decode::group_starts(&rows), rows))?;
                     Some(d.known_rows(&starts, &rows))
                 }
             }
@@ -506,12 +496,7 @@ pub async fn deleted_positions(
     }
     let footer = crate::parquet::decode::read_footer(store, &key, file.size_bytes).await?;
     let groups = footer.row_group_rows();
-    let mut starts = Vec::with_capacity(groups.len());
-    let mut at = 0u64;
-    for n in &groups {
-        starts.push(at);
-        at = at.saturating_add(*n);
-    }
+    let starts = crate::parquet::decode::group_starts(&groups);
     for &rg in &deletes.row_groups {
         let (Some(&s), Some(&n)) = (starts.get(rg as usize), groups.get(rg as usize)) else {
             continue;

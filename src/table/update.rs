@@ -37,7 +37,7 @@ use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, Tombstone};
 use super::write;
 use crate::error::{Error, Result};
-use crate::parquet::decode::{self, Positions, SCAN_BATCH_ROWS};
+use crate::parquet::decode::{self, Positions};
 use crate::parquet::filter::Predicate;
 use crate::store::StoreHandle;
 
@@ -134,15 +134,7 @@ fn round(
             continue;
         }
         let positions: Vec<u64> = wanted.iter().map(u64::from).collect();
-        let Some(mut read) = file_read_options(
-            base,
-            file,
-            &output,
-            None,
-            None,
-            Some(SCAN_BATCH_ROWS),
-            &path,
-        )?
+        let Some(mut read) = file_read_options(base, file, &output, None, None, None, &path)?
         else {
             continue;
         };

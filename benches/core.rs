@@ -21,9 +21,9 @@ use pds::parquet::decode::{decode_bytes, ReadOptions};
 use pds::parquet::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
 use pds::parquet::filter::predicate;
 use pds::store::StoreHandle;
-use pds::table::commit::{commit, CommitOptions};
+use pds::table::commit::{commit, CommitOptions, Depth};
 use pds::table::delete::delete;
-use pds::table::scan::{resolve, scan, At, ScanOptions};
+use pds::table::scan::{for_scan, resolve, scan, At, ScanOptions};
 use pds::table::snapshot::{DataFile, TableProperties};
 use pds::table::write::create;
 
@@ -314,11 +314,107 @@ fn bench_upsert(c: &mut Criterion) {
     g.finish();
 }
 
+/// Tables of 10 and of 100,000 (generated) files on the memory store: an
+/// append's commit built on the root (the segments it keeps are not read),
+/// and planning a primary-key point read (the root, then the one segment
+/// whose key range holds the key; segments cached as a process keeps them).
+fn bench_segments(c: &mut Criterion) {
+    let mut g = c.benchmark_group("table_segments");
+    g.sample_size(20);
+    let file = |i: i64| DataFile {
+        path: format!("data/f{i:06}.parquet"),
+        size_bytes: 900,
+        row_group_count: 1,
+        total_rows: 1,
+        columns: BTreeMap::from([(
+            "id".to_string(),
+            pds::table::snapshot::ColumnStats {
+                min: Some(i.into()),
+                max: Some(i.into()),
+                null_count: Some(0),
+            },
+        )]),
+        sha256: "0".repeat(64),
+        schema: None,
+    };
+    for n in [10i64, 100_000] {
+        let key = format!("t{n}");
+        let store =
+            Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).expect("memory store"));
+        let (schema, _) = table(1);
+        let props = TableProperties {
+            primary_key: Some("id".into()),
+            compression: "zstd".into(),
+            row_group_size: None,
+            target_file_size: None,
+        };
+        create(store.clone(), &key, schema, None, props, false, 1).expect("create");
+        let files: Vec<DataFile> = (0..n).map(file).collect();
+        pds::runtime::block_on(commit(
+            &store,
+            &key,
+            &CommitOptions::default(),
+            None,
+            |base| {
+                let mut next = base.cloned().expect("table exists");
+                next.replace_files(files.clone());
+                Ok(Some(next))
+            },
+        ))
+        .expect("runtime")
+        .expect("commit");
+        let mut added = n;
+        let root = CommitOptions {
+            depth: Depth::Root,
+            ..Default::default()
+        };
+        g.bench_function(format!("append_commit_{n}_files"), |b| {
+            b.iter(|| {
+                added += 1;
+                pds::runtime::block_on(commit(&store, &key, &root, None, |base| {
+                    let mut next = base.cloned().expect("table exists");
+                    next.add_files([file(added)])?;
+                    Ok(Some(next))
+                }))
+                .expect("runtime")
+                .expect("commit")
+            })
+        });
+        let mut k = 0i64;
+        g.bench_function(format!("plan_point_read_{n}_files"), |b| {
+            b.iter(|| {
+                k = (k + 7919) % n;
+                let p = predicate(vec![(
+                    "id".into(),
+                    "==".into(),
+                    Some(Arc::new(Int64Array::from(vec![k])) as arrow_array::ArrayRef),
+                )])
+                .expect("predicate");
+                let m =
+                    pds::runtime::block_on(async {
+                        let latest = pds::table::commit::latest_at::<
+                            pds::table::snapshot::TableManifest,
+                        >(&store, &key, false, Depth::Root)
+                        .await?
+                        .expect("table exists");
+                        for_scan(&store, &key, latest.manifest.version, Some(&p), false).await
+                    })
+                    .expect("runtime")
+                    .expect("plan");
+                assert!(m.data_files.iter().any(|f| f.path == file(k).path));
+                m
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_encode_decode,
     bench_protocol,
     bench_table,
-    bench_upsert
+    bench_upsert,
+    bench_segments
 );
 criterion_main!(benches);

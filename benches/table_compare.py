@@ -28,6 +28,7 @@ table and writes it to ``--out``::
 
     python benches/table_compare.py                       # 1M and 8M rows, file and s3
     python benches/table_compare.py --rows 1000000 --stores file --tools pds,delta
+    python benches/table_compare.py --scale-files 100000   # plus 100,000-file tables (table_scale.py)
 """
 
 from __future__ import annotations
@@ -414,6 +415,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--stores", default="file,s3")
     ap.add_argument("--tools", default="pds,deltalake,pyiceberg")
     ap.add_argument("--out", default=str(REPO / "benches" / "table_results.md"))
+    ap.add_argument(
+        "--scale-files",
+        type=int,
+        default=0,
+        help="also run benches/table_scale.py with tables of this many files (memory and file stores)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(r) for r in args.rows.split(",")]
     tools = [TOOLS[t] for t in args.tools.split(",")]
@@ -452,6 +459,11 @@ def main(argv: list[str]) -> int:
                             results[(store, rows, cls.name)] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
                         shutil.rmtree(root, ignore_errors=True)
     report = render(results, sizes, [c.name for c in tools], args)
+    if args.scale_files:
+        import table_scale
+
+        scaled = {kind: table_scale.run_store(kind, args.scale_files, 15, log) for kind in ("memory", "file")}
+        report += "\n" + table_scale.render(scaled, args.scale_files, 15)
     Path(args.out).write_text(report)
     print(report)
     return 0

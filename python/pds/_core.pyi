@@ -326,8 +326,12 @@ def table_delete(
     (a key range checks the candidates' statistics, footers and key column
     chunks; see ``Table.delete`` for the requests)."""
 
-def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> str:
-    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time.
+def table_manifest(
+    store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None, files: bool = False
+) -> str:
+    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time: its
+    root (1 GET), or with *files* also its ``data_files`` and ``tombstones`` (1 GET per segment
+    not cached).
     NotFound if there is no table (saying so for a dataset key), no such version, or no version
     at that time. ManifestCorrupted if a pointer or manifest is damaged or inconsistent.
     OverflowError for a *version* past 2**64 - 1 (the facade refuses it with ValueError first)."""

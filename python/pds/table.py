@@ -29,7 +29,6 @@ all land; a writer killed at any moment leaves only unreferenced objects.
 from __future__ import annotations
 
 import base64
-import copy
 import datetime
 import json
 from collections.abc import Mapping, Sequence
@@ -320,9 +319,18 @@ class Table:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest of :attr:`version` as parsed JSON (a copy): its data
-        files with their statistics, tombstones, schema and properties. No I/O."""
-        return copy.deepcopy(self._manifest)
+        """The manifest of :attr:`version` as parsed JSON, with its whole
+        file list: the root (schema, properties, operation, and
+        ``segments``, the immutable objects the file list is stored in)
+        plus ``data_files`` (with their statistics) and ``tombstones``.
+
+        Cost: 1 GET for the root, and 1 GET per segment this process has
+        not read yet (a segment holds up to 1,000 files)."""
+        return self._expanded(self.version)
+
+    def _expanded(self, version: int) -> dict[str, Any]:
+        text = _core.table_manifest(self._native, self._path, version=version, files=True)
+        return dict(json.loads(text))
 
     @property
     def primary_key(self) -> str | None:
@@ -742,14 +750,14 @@ class Table:
         ``bytes``, ``row_groups``, ``sha256``, and per-column ``min`` /
         ``max`` (JSON text) from the manifest.
 
-        Cost: 1 GET for another version, its tombstones, and a footer GET per
-        file that has whole-row-group deletes.
+        Cost: 1 GET for the version's root, 1 per segment not read yet, its
+        tombstones, and a footer GET per file that has whole-row-group deletes.
 
         Raises:
             remote_store.NotFound: no such version (see :meth:`at`).
             ValueError: *version* is not an int from 0 to :data:`MAX_VERSION`.
         """
-        manifest = self._pinned(version, None)
+        manifest = self._expanded(int(self._pinned(version, None)["version"]))
         deleted = _core.table_deleted_rows(self._native, self._path, int(manifest["version"]))
         files = manifest.get("data_files", [])
 

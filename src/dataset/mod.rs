@@ -220,8 +220,21 @@ struct ChunkSink {
 }
 
 impl ChunkSink {
-    fn send(&mut self) -> std::io::Result<()> {
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+    /// Hand the buffer on (`last`: no new buffer after it). A chunk is kept
+    /// as long as the upload holds it (a memory store keeps it for good), so
+    /// a short one gives back the rest of its capacity first: a 1 KiB part
+    /// must not hold an 8 MiB allocation.
+    fn send(&mut self, last: bool) -> std::io::Result<()> {
+        let next = if last {
+            Vec::new()
+        } else {
+            Vec::with_capacity(CHUNK)
+        };
+        let mut buf = std::mem::replace(&mut self.buf, next);
+        if buf.capacity() > 2 * buf.len() {
+            buf.shrink_to_fit();
+        }
+        let chunk = Bytes::from(buf);
         self.tx
             .blocking_send(chunk)
             .map_err(|_| std::io::Error::other("upload stopped"))
@@ -232,7 +245,7 @@ impl std::io::Write for ChunkSink {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.buf.extend_from_slice(data);
         if self.buf.len() >= CHUNK {
-            self.send()?;
+            self.send(false)?;
         }
         Ok(data.len())
     }
@@ -263,7 +276,7 @@ fn encode_part(
     }
     let (summary, mut sink) = enc.finish()?;
     if !sink.buf.is_empty() {
-        sink.send()?;
+        sink.send(true)?;
     }
     Ok(summary)
 }

@@ -184,6 +184,40 @@ fn extreme(array: &ArrayRef, least: bool) -> Option<usize> {
     Some(best)
 }
 
+/// Statistics over several files from each file's: the least min, the
+/// greatest max (compared as values of `data_type`) and the summed null
+/// counts. A bound or count unknown for any file (`None`) is unknown.
+pub fn merge(parts: &[Option<&ColumnStats>], data_type: &DataType) -> ColumnStats {
+    let bound = |least: bool| -> Option<Value> {
+        let values: Vec<Option<&Value>> = parts
+            .iter()
+            .map(|p| {
+                p.and_then(|s| {
+                    if least {
+                        s.min.as_ref()
+                    } else {
+                        s.max.as_ref()
+                    }
+                })
+            })
+            .collect();
+        if values.iter().any(Option::is_none) {
+            return None;
+        }
+        let array = from_json(&values, data_type)?;
+        values[extreme(&array, least)?].cloned()
+    };
+    let null_count = parts.iter().try_fold(0u64, |acc, p| {
+        p.and_then(|s| s.null_count)
+            .and_then(|n| acc.checked_add(n))
+    });
+    ColumnStats {
+        min: bound(true),
+        max: bound(false),
+        null_count,
+    }
+}
+
 /// Statistics of every top-level column of a file, from its row groups'
 /// metadata. `schema` is the Arrow schema the file was written with.
 pub fn file_stats(

@@ -181,7 +181,7 @@ impl Versioned for PipelineManifest {
             path: path.to_string(),
             reason,
         };
-        let content = crate::table::sealed::open(raw, path, FORMAT)?;
+        let content = crate::table::sealed::open(raw, path, &[FORMAT])?;
         let m: PipelineManifest =
             serde_json::from_value(Value::Object(content)).map_err(|e| corrupted(e.to_string()))?;
         if m.version != version {

@@ -10,15 +10,19 @@ use super::dataset::{read_options, stream_to_py, FilterArg};
 use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::error::Error;
+use crate::table::commit::Depth;
 use crate::table::scan::{At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::TableProperties;
 use crate::table::{delete, scan, write};
 
 /// A manifest as the JSON text Python parses.
+/// The root alone (no file list): what a `pds.Table` holds.
 fn manifest_json(m: &crate::table::snapshot::TableManifest) -> PyResult<String> {
-    m.to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
+    m.root_value()
+        .and_then(|v| {
+            serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))
+        })
         .py_err()
 }
 
@@ -114,18 +118,31 @@ pub fn table_delete(
 /// The manifest JSON of a version (latest, `version`, or `as_of` an
 /// RFC 3339 time).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, version = None, as_of = None))]
+#[pyo3(signature = (store, key, *, version = None, as_of = None, files = false))]
 pub fn table_manifest(
     py: Python<'_>,
     store: &PyRustStore,
     key: String,
     version: Option<u64>,
     as_of: Option<String>,
+    files: bool,
 ) -> PyResult<String> {
     let at = at(version, as_of.as_deref())?;
     let handle = store.inner.clone();
-    let m = super::run(py, async move { scan::resolve(&handle, &key, at).await })?;
-    manifest_json(&m)
+    let depth = if files { Depth::Full } else { Depth::Root };
+    let m = super::run(py, async move {
+        scan::resolve_at(&handle, &key, at, depth).await
+    })?;
+    if files {
+        m.expanded_value()
+            .and_then(|v| {
+                serde_json::to_string(&v)
+                    .map_err(|e| crate::error::Error::InvalidArgument(e.to_string()))
+            })
+            .py_err()
+    } else {
+        manifest_json(&m)
+    }
 }
 
 /// Manifest JSON of versions `from..=to`, newest first; versions already
@@ -145,7 +162,7 @@ pub fn table_versions(
             let handle = handle.clone();
             let key = key.clone();
             async move {
-                match crate::table::commit::read_version(&handle, &key, v).await {
+                match crate::table::commit::read_version_at(&handle, &key, v, Depth::Root).await {
                     Ok(m) => Ok(Some(m)),
                     Err(Error::NotFound { .. }) => Ok(None),
                     Err(e) => Err(e),
@@ -196,8 +213,13 @@ pub fn table_scan<'py>(
     let opts = read_options(columns, filter, batch_size)?;
     let handle = store.inner.clone();
     stream_to_py(py, move || {
-        let m =
-            crate::runtime::block_on(crate::table::commit::read_version(&handle, &key, version))??;
+        let m = crate::runtime::block_on(scan::for_scan(
+            &handle,
+            &key,
+            version,
+            opts.predicate.as_deref(),
+            files.is_some(),
+        ))??;
         scan::scan(
             handle,
             &key,

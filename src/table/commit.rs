@@ -48,6 +48,9 @@ pub struct CommitOptions {
     /// The first backoff after a lost race; doubled each time, with jitter.
     pub base_backoff: Duration,
     pub max_backoff: Duration,
+    /// How much of the latest version each attempt reads before `prepare`
+    /// builds on it: an append needs a table's root alone.
+    pub depth: Depth,
 }
 
 impl Default for CommitOptions {
@@ -56,6 +59,7 @@ impl Default for CommitOptions {
             max_attempts: 64,
             base_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(500),
+            depth: Depth::Full,
         }
     }
 }
@@ -75,7 +79,39 @@ pub trait Versioned: Sized {
     fn commit_id(&self) -> Option<&str>;
     /// Set by the commit loop before the manifest is written.
     fn set_commit_id(&mut self, id: &str);
+    /// Read what a manifest references beyond its own object, as far as
+    /// `depth` asks (a table's segments); nothing for other kinds.
+    fn load<'a>(
+        &'a mut self,
+        _store: &'a StoreHandle,
+        _table: &'a str,
+        _depth: Depth,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Write what the manifest will reference beyond its own object (a
+    /// table's new segments), before the manifest itself; nothing for other
+    /// kinds.
+    fn lay_out<'a>(
+        &'a mut self,
+        _store: &'a StoreHandle,
+        _table: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
+
+/// How much of a version a read loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Depth {
+    /// Everything it references: a table's whole file list.
+    #[default]
+    Full,
+    /// The manifest object alone (a table's root, with its segment list).
+    Root,
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 impl Versioned for TableManifest {
     fn version(&self) -> u64 {
@@ -96,6 +132,26 @@ impl Versioned for TableManifest {
     }
     fn set_commit_id(&mut self, id: &str) {
         self.commit_id = Some(id.to_string());
+    }
+    fn load<'a>(
+        &'a mut self,
+        store: &'a StoreHandle,
+        table: &'a str,
+        depth: Depth,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match depth {
+                Depth::Root => Ok(()),
+                Depth::Full => self.load_all(store, table).await,
+            }
+        })
+    }
+    fn lay_out<'a>(
+        &'a mut self,
+        store: &'a StoreHandle,
+        table: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { self.lay_out_segments(store, table).await })
     }
 }
 
@@ -153,6 +209,16 @@ pub async fn latest_of<M: Versioned>(
     table: &str,
     roll_forward: bool,
 ) -> Result<Option<Latest<M>>> {
+    latest_at::<M>(store, table, roll_forward, Depth::Full).await
+}
+
+/// [`latest_of`], loading the manifest to `depth`.
+pub async fn latest_at<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    roll_forward: bool,
+    depth: Depth,
+) -> Result<Option<Latest<M>>> {
     let (pointed, pointer) = match store.get_with_meta(&pointer_key(table)).await {
         Ok((raw, meta)) => {
             let p = Pointer::from_json(&raw, &pointer_key(table))?;
@@ -169,7 +235,7 @@ pub async fn latest_of<M: Versioned>(
         if let Some(next) = v.checked_add(1) {
             let next_key = manifest_key(table, next);
             let (got, ahead) = futures::join!(
-                read_version_of::<M>(store, table, v),
+                read_version_at::<M>(store, table, v, depth),
                 store.try_head(&next_key)
             );
             if ahead?.is_none() {
@@ -199,7 +265,7 @@ pub async fn latest_of<M: Versioned>(
     let Some(version) = version else {
         return Ok(None);
     };
-    let got = read_version_of::<M>(store, table, version).await;
+    let got = read_version_at::<M>(store, table, version, depth).await;
     let manifest = if Some(version) == pointed {
         pointed_manifest(got, table, version)?
     } else {
@@ -256,9 +322,32 @@ pub async fn read_version_of<M: Versioned>(
     table: &str,
     version: u64,
 ) -> Result<M> {
+    read_version_at(store, table, version, Depth::Full).await
+}
+
+/// [`read_version_of`], loading the manifest to `depth` (a table's root
+/// alone is 1 GET; its whole file list a GET per segment not cached).
+pub async fn read_version_at<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+    depth: Depth,
+) -> Result<M> {
     let key = manifest_key(table, version);
     let raw = store.get(&key).await?;
-    M::from_json(&raw, &key, version)
+    let mut m = M::from_json(&raw, &key, version)?;
+    m.load(store, table, depth).await?;
+    Ok(m)
+}
+
+/// [`latest_existing`] with the root alone loaded (see [`Depth::Root`]).
+pub fn latest_existing_root(store: &StoreHandle, table: &str) -> Result<Latest> {
+    crate::runtime::block_on(async {
+        match latest_at(store, table, false, Depth::Root).await? {
+            Some(l) => Ok(l),
+            None => Err(super::not_found(store, table, "table").await),
+        }
+    })?
 }
 
 /// Move the pointer forward to `version`: compare-and-swap against the
@@ -444,7 +533,7 @@ where
         }
         let base = match given.take() {
             Some(b) if b.read_at.elapsed() < MAX_BASE_AGE => Some(b),
-            _ => match latest_of::<M>(store, table, attempt > 1).await {
+            _ => match latest_at::<M>(store, table, attempt > 1, opts.depth).await {
                 Ok(b) => b,
                 Err(e) => match &pending {
                     Some((_, why)) => {
@@ -501,6 +590,14 @@ where
         }
         next.set_version(version, version.checked_sub(1));
         next.set_commit_id(&id);
+        // What the manifest references beyond itself (a table's new
+        // segments) is written first: unreferenced until the manifest is.
+        if let Err(e) = next.lay_out(store, table).await {
+            return Err(match &pending {
+                Some((_, why)) => unknown(format!("{why}; then {}", crate::error::chain(&e))),
+                None => e,
+            });
+        }
         let body = Bytes::from(next.to_json()?);
         // Never write a manifest that readers would refuse (a plan gone
         // stale in a way its prepare missed): the table would be unreadable.
@@ -842,6 +939,7 @@ mod tests {
             max_attempts: 3,
             base_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(2),
+            depth: Depth::Full,
         };
         let store = Arc::new(store);
         let racer = store.clone();

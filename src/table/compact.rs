@@ -119,7 +119,12 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         props.target_file_size = Some(target);
         let plan = crate::runtime::block_on(plan(&store, table, &base, &opts, target))??;
         // Coalescing several tombstones into one is reason enough to commit.
-        if plan.rewrite.is_empty() && plan.drop.is_empty() && base.tombstones.len() <= 1 {
+        // So is merging small manifest segments.
+        if plan.rewrite.is_empty()
+            && plan.drop.is_empty()
+            && base.tombstones.len() <= 1
+            && !super::segment::needs_repack(&base.segments)
+        {
             return Ok(Compacted {
                 manifest: base,
                 committed: false,
@@ -263,6 +268,7 @@ fn commit_compaction(
             let mut next = now.clone();
             next.created_at = now_iso8601();
             next.operation = "compact".into();
+            next.layout.repack = true;
             next.data_files.retain(|f| !gone.contains(&f.path));
             next.data_files.extend(added.iter().cloned());
             next.tombstones = coalesced.iter().map(|(r, _)| r.clone()).collect();

@@ -35,6 +35,7 @@ pub mod rewrite;
 pub mod scan;
 pub mod schema;
 pub mod sealed;
+pub mod segment;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,7 @@ use arrow_array::Array;
 use arrow_schema::{Schema, SchemaRef};
 use chrono::{DateTime, Utc};
 
-use super::commit::{latest, read_version};
+use super::commit::{latest, latest_at, read_version_at, Depth, Versioned};
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes, PkRange};
 use super::{manifest_key, manifest_name};
@@ -46,22 +46,63 @@ pub enum At {
 /// not exist; `VersionNotFound` if that version does not (never committed,
 /// or vacuumed), or, for `AsOf`, if no version existed at that time.
 pub async fn resolve(store: &StoreHandle, table: &str, at: At) -> Result<TableManifest> {
-    let last = match at {
-        At::Version(v) => {
-            return match read_version(store, table, v).await {
-                Err(Error::NotFound { .. }) => Err(no_version(store, table, v).await),
-                other => other,
-            };
-        }
-        At::Latest | At::AsOf(_) => match latest(store, table).await? {
+    resolve_at(store, table, at, Depth::Full).await
+}
+
+/// [`resolve`], loading the manifest to `depth` (the root alone: 1 GET
+/// after the pointer, whatever the table's size).
+pub async fn resolve_at(
+    store: &StoreHandle,
+    table: &str,
+    at: At,
+    depth: Depth,
+) -> Result<TableManifest> {
+    let mut m = match at {
+        At::Version(v) => match read_version_at(store, table, v, Depth::Root).await {
+            Err(Error::NotFound { .. }) => return Err(no_version(store, table, v).await),
+            other => other?,
+        },
+        At::Latest | At::AsOf(_) => match latest_at(store, table, false, Depth::Root).await? {
             Some(l) => l.manifest,
             None => return Err(super::not_found(store, table, "table").await),
         },
     };
-    match at {
-        At::AsOf(t) => as_of(store, table, last, t).await,
-        _ => Ok(last),
+    if let At::AsOf(t) = at {
+        m = as_of(store, table, m, t).await?;
     }
+    m.load(store, table, depth).await?;
+    Ok(m)
+}
+
+/// The manifest of `version` as a scan with `predicate` (bound to the
+/// version's schema) needs it: the root, then only the segments whose
+/// statistics can match (every segment when there is no predicate, or when
+/// `whole` asks for the full file list).
+///
+/// Cost: 1 GET for the root and 1 per segment read that is not cached.
+pub async fn for_scan(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+    predicate: Option<&Predicate>,
+    whole: bool,
+) -> Result<TableManifest> {
+    let mut m: TableManifest = read_version_at(store, table, version, Depth::Root).await?;
+    let path = manifest_key(table, version);
+    match predicate {
+        Some(p) if !whole => {
+            let schema = m.arrow_schema(&path)?;
+            let bound = p.clone().bind(&schema)?;
+            let schemas = FileSchemas::of(&m, &path)?;
+            m.load_where(store, table, |r| {
+                let file_schema = schemas.named(r.schema.as_deref())?;
+                stats_may_match(r.total_rows, &r.columns, file_schema, &bound)
+            })
+            .await?;
+        }
+        _ => m.load_all(store, table).await?,
+    }
+    Ok(m)
 }
 
 /// `VersionNotFound` for version `v`, saying which versions there are
@@ -113,7 +154,7 @@ async fn as_of(
     let mut best: Option<TableManifest> = None;
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        let m = match read_version(store, table, mid).await {
+        let m = match read_version_at(store, table, mid, Depth::Root).await {
             Ok(m) => m,
             // Vacuumed: nothing older than it can be read either.
             Err(Error::NotFound { .. }) => {
@@ -189,11 +230,23 @@ impl FileSchemas {
 
     /// The schema `file` was written with.
     pub fn get(&self, file: &DataFile) -> Result<&SchemaRef> {
-        match &file.schema {
+        self.named(file.schema.as_deref())
+            .map_err(|_| Error::ManifestCorrupted {
+                path: file.path.clone(),
+                reason: format!(
+                    "it names schema {:?}, which the manifest lacks",
+                    file.schema
+                ),
+            })
+    }
+
+    /// The schema with id `id` (the version's own for `None`).
+    pub fn named(&self, id: Option<&str>) -> Result<&SchemaRef> {
+        match id {
             None => Ok(&self.current),
             Some(id) => self.older.get(id).ok_or_else(|| Error::ManifestCorrupted {
-                path: file.path.clone(),
-                reason: format!("it names schema {id:?}, which the manifest lacks"),
+                path: id.to_string(),
+                reason: format!("schema {id:?} is named but the manifest lacks it"),
             }),
         }
     }
@@ -204,11 +257,15 @@ impl FileSchemas {
 /// count for a `date32` file, milliseconds for `date64`), so they are read
 /// under `file_schema`: a predicate in a wider type then compares them cast
 /// up, exactly (see [`Predicate::bind`]).
-fn file_unit_stats(file: &DataFile, file_schema: &Schema, column: &str) -> UnitStats {
+fn unit_stats(
+    columns: &BTreeMap<String, stats::ColumnStats>,
+    file_schema: &Schema,
+    column: &str,
+) -> UnitStats {
     let Ok(field) = file_schema.field_with_name(column) else {
         return UnitStats::default();
     };
-    let s = file.columns.get(column).cloned().unwrap_or_default();
+    let s = columns.get(column).cloned().unwrap_or_default();
     UnitStats {
         mins: stats::from_json(&[s.min.as_ref()], field.data_type()),
         maxs: stats::from_json(&[s.max.as_ref()], field.data_type()),
@@ -219,9 +276,19 @@ fn file_unit_stats(file: &DataFile, file_schema: &Schema, column: &str) -> UnitS
 /// Whether the manifest's statistics let `file` hold rows matching `pred`
 /// (bound to the version's schema); `file_schema` is the file's own.
 pub fn file_may_match(file: &DataFile, file_schema: &Schema, pred: &Predicate) -> Result<bool> {
-    let keep = pred.may_match(&[file.total_rows], |c| {
-        Ok(file_unit_stats(file, file_schema, c))
-    })?;
+    stats_may_match(file.total_rows, &file.columns, file_schema, pred)
+}
+
+/// Whether `rows` rows with statistics `columns` (values of `file_schema`'s
+/// types: a file's, or a segment's merged over its files) can hold rows
+/// matching `pred`.
+pub fn stats_may_match(
+    rows: u64,
+    columns: &BTreeMap<String, stats::ColumnStats>,
+    file_schema: &Schema,
+    pred: &Predicate,
+) -> Result<bool> {
+    let keep = pred.may_match(&[rows], |c| Ok(unit_stats(columns, file_schema, c)))?;
     Ok(keep.first().copied().unwrap_or(true))
 }
 
@@ -352,6 +419,16 @@ pub fn scan(
     opts: ScanOptions,
 ) -> Result<BatchStream> {
     let path = manifest_key(table, manifest.version);
+    use super::snapshot::View;
+    match manifest.layout.view {
+        View::Full => {}
+        View::Pruned if opts.predicate.is_some() && opts.files.is_none() => {}
+        _ => {
+            return Err(Error::Task(
+                "a scan was given a manifest without the files it reads (a bug)".into(),
+            ))
+        }
+    }
     let schema = manifest.arrow_schema(&path)?;
     let output = output_schema(&schema, opts.columns.as_deref())?;
     let predicate = match &opts.predicate {
@@ -394,7 +471,12 @@ pub fn scan(
         .filter(|t| t.files.iter().any(|f| read.contains(f.as_str())))
         .cloned()
         .collect();
-    let tombstones = crate::runtime::block_on(tombstone::load(&store, table, &refs))??;
+    // A pruned manifest lists a tombstone's files in the loaded segments only.
+    let scope: Option<std::collections::HashSet<String>> = (manifest.layout.view
+        == super::snapshot::View::Pruned)
+        .then(|| manifest.data_files.iter().map(|f| f.path.clone()).collect());
+    let tombstones =
+        crate::runtime::block_on(tombstone::load_scoped(&store, table, &refs, scope.as_ref()))??;
     let deletes = tombstone::fold(&tombstones)?;
     let parallelism = opts.parallelism.max(1);
     // Fewer files than cores: each is decoded in row-range pieces at once.

@@ -83,11 +83,13 @@ pub fn seal(mut value: Value) -> Result<Vec<u8>> {
     Ok(raw)
 }
 
-/// Parse `raw` (read from `path`) as a sealed manifest of `format`: a JSON
-/// object whose format is `format` and whose checksum matches its bytes.
+/// Parse `raw` (read from `path`) as a sealed manifest of one of `formats`
+/// (the first is the one this pds writes): a JSON object whose format is
+/// one of them and whose checksum matches its bytes.
 /// Returns its fields but the checksum. Every failure is
 /// `ManifestCorrupted` naming `path`.
-pub fn open(raw: &[u8], path: &str, format: &str) -> Result<Map<String, Value>> {
+pub fn open(raw: &[u8], path: &str, formats: &[&str]) -> Result<Map<String, Value>> {
+    let format = formats.first().copied().unwrap_or_default();
     let corrupted = |reason: String| Error::ManifestCorrupted {
         path: path.to_string(),
         reason,
@@ -97,7 +99,7 @@ pub fn open(raw: &[u8], path: &str, format: &str) -> Result<Map<String, Value>> 
         return Err(corrupted("it is not a JSON object".into()));
     };
     match map.get("format") {
-        Some(Value::String(f)) if f == format => {}
+        Some(Value::String(f)) if formats.contains(&f.as_str()) => {}
         Some(Value::String(f)) => {
             let wanted = kind_of(format).map_or("manifest", |(k, _)| k);
             return Err(corrupted(match kind_of(f) {
@@ -138,7 +140,7 @@ mod tests {
             "x": 0.1, "y": [1, 2.5e-300, -0.0, 18446744073709551615u64], "z": "é"
         });
         let raw = seal(value.clone()).unwrap();
-        let back = open(&raw, "p", "pds-table/1").unwrap();
+        let back = open(&raw, "p", &["pds-table/1"]).unwrap();
         assert_eq!(Value::Object(back), value);
         // A changed digit, a changed space, a dropped checksum, another kind.
         let text = String::from_utf8(raw).unwrap();
@@ -147,17 +149,17 @@ mod tests {
             text.replacen("  ", "   ", 2),
         ] {
             assert_ne!(edited, text);
-            let err = open(edited.as_bytes(), "p", "pds-table/1").unwrap_err();
+            let err = open(edited.as_bytes(), "p", &["pds-table/1"]).unwrap_err();
             assert!(err.to_string().contains("checksum"), "{err}");
         }
         let mut map: Map<String, Value> = serde_json::from_str(&text).unwrap();
         map.remove(FIELD);
         let unsealed = serde_json::to_vec(&map).unwrap();
-        assert!(open(&unsealed, "p", "pds-table/1")
+        assert!(open(&unsealed, "p", &["pds-table/1"])
             .unwrap_err()
             .to_string()
             .contains("no checksum"));
-        let err = open(text.as_bytes(), "p", "pds-pipeline/1").unwrap_err();
+        let err = open(text.as_bytes(), "p", &["pds-pipeline/1"]).unwrap_err();
         assert!(
             matches!(&err, Error::ManifestCorrupted { reason, .. }
                 if reason.contains("a table lives at this key") && reason.contains("pds.Table.open")),
@@ -165,7 +167,7 @@ mod tests {
         );
         for bad in ["", "[]", "1", "{\"format\": 3}"] {
             assert!(matches!(
-                open(bad.as_bytes(), "p", "pds-table/1"),
+                open(bad.as_bytes(), "p", &["pds-table/1"]),
                 Err(Error::ManifestCorrupted { .. })
             ));
         }

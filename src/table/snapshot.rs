@@ -5,15 +5,26 @@
 //! flatbuffer, as dataset manifests and ODF's SetDataSchema store it), the
 //! data files with their statistics and checksums, and the tombstones. It is
 //! written once, create-only, and never changed, so it can be cached.
+//!
+//! Since `pds-table/2` the manifest object is a root whose file list lives
+//! in segments ([`super::segment`]); a [`TableManifest`] in memory holds the
+//! root and, as its [`Layout`]'s view says, all of the file list, part of
+//! it, or (for an append) the files it adds.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::segment::{Segment, SegmentRef};
 use crate::error::{Error, Result};
 
-/// The `format` every table manifest carries.
-pub const FORMAT: &str = "pds-table/1";
+/// The `format` of the table manifests this pds writes: a root that lists
+/// its files through segments (see [`super::segment`]).
+pub const FORMAT: &str = "pds-table/2";
+
+/// The format of earlier pds, whose manifests list every file inline. They
+/// are read as they are, and a commit on one writes [`FORMAT`].
+pub const LEGACY_FORMAT: &str = "pds-table/1";
 
 pub use crate::parquet::stats::ColumnStats;
 
@@ -65,11 +76,17 @@ pub struct TableManifest {
     #[serde(default)]
     pub operation_parameters: BTreeMap<String, serde_json::Value>,
     pub schema: TableSchema,
-    #[serde(default)]
+    /// The data files of this version, as far as [`TableManifest::layout`]'s
+    /// view says: all of them in a [`View::Full`] manifest. Written inline
+    /// only by [`LEGACY_FORMAT`]; [`FORMAT`] lists them in `segments`.
+    #[serde(default, skip_serializing)]
     pub data_files: Vec<DataFile>,
-    /// Tombstone objects that apply to this version.
-    #[serde(default)]
+    /// Tombstone objects that apply to this version (as `data_files`).
+    #[serde(default, skip_serializing)]
     pub tombstones: Vec<TombstoneRef>,
+    /// The segments holding the file list (see [`super::segment`]).
+    #[serde(default)]
+    pub segments: Vec<SegmentRef>,
     /// Schemas of files written before a schema change, by id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub file_schemas: BTreeMap<String, TableSchema>,
@@ -81,6 +98,44 @@ pub struct TableManifest {
     /// by this id (absent in manifests of older pds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_id: Option<String>,
+    /// What of the file list is in memory (not part of the manifest).
+    #[serde(skip)]
+    pub layout: Layout,
+}
+
+/// How much of a version's file list a [`TableManifest`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum View {
+    /// `data_files` and `tombstones` are the whole version's.
+    #[default]
+    Full,
+    /// The root only: `data_files` and `tombstones` are empty.
+    Root,
+    /// Only the segments a scan's filter can match are loaded.
+    Pruned,
+    /// Built on a root for an append: `data_files` are the files it adds.
+    Appended,
+}
+
+/// The in-memory side of a manifest's segments: which are loaded, and
+/// whether `segments` was laid out from the file list (by the commit loop,
+/// before the manifest is written).
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    pub view: View,
+    /// The bodies of `segments` that are loaded, in the same order.
+    pub bodies: Vec<Option<std::sync::Arc<Segment>>>,
+    /// `segments` describes `data_files` and `tombstones` exactly.
+    pub laid_out: bool,
+    /// Merge small segments when laid out (compaction).
+    pub repack: bool,
+}
+
+/// Two manifests are equal by what they hold, whatever is loaded.
+impl PartialEq for Layout {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A tombstone object, and the data files it deletes rows of (so that a
@@ -180,11 +235,71 @@ impl TableSchema {
 impl TableManifest {
     /// Sealed JSON (sorted keys, 2-space indent, with the checksum of its
     /// content: see [`super::sealed`]).
+    ///
+    /// A manifest laid out in segments is written as [`FORMAT`]; a whole
+    /// version that was not (built by hand) as [`LEGACY_FORMAT`], with its
+    /// files inline. Anything else would lose files, and is refused.
     pub fn to_json(&self) -> Result<Vec<u8>> {
-        let value = serde_json::to_value(self).map_err(|e| {
+        let mut value = self.root_value()?;
+        if !self.layout.laid_out {
+            if self.layout.view != View::Full || !self.segments.is_empty() {
+                return Err(Error::Task(
+                    "a table manifest holding part of its files was about to be written \
+                     (a bug; nothing was written)"
+                        .into(),
+                ));
+            }
+            self.insert_files(&mut value)?;
+            if let Some(o) = value.as_object_mut() {
+                o.insert("format".into(), LEGACY_FORMAT.into());
+                o.remove("segments");
+            }
+        }
+        super::sealed::seal(value)
+    }
+
+    /// The root as JSON (no file list), in [`FORMAT`].
+    pub fn root_value(&self) -> Result<serde_json::Value> {
+        let mut value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("table manifest is not serialisable: {e}"))
         })?;
-        super::sealed::seal(value)
+        if let Some(o) = value.as_object_mut() {
+            o.insert("format".into(), FORMAT.into());
+        }
+        Ok(value)
+    }
+
+    /// The manifest as JSON for a reader of the whole version: the root
+    /// plus `data_files` and `tombstones` (a [`View::Full`] manifest).
+    pub fn expanded_value(&self) -> Result<serde_json::Value> {
+        if self.layout.view != View::Full {
+            return Err(Error::Task(
+                "a manifest without its whole file list was asked for it (a bug)".into(),
+            ));
+        }
+        let mut value = self.root_value()?;
+        self.insert_files(&mut value)?;
+        Ok(value)
+    }
+
+    /// Add `data_files` and `tombstones` to the JSON object `value`.
+    fn insert_files(&self, value: &mut serde_json::Value) -> Result<()> {
+        let as_json = |v: std::result::Result<serde_json::Value, serde_json::Error>| {
+            v.map_err(|e| {
+                Error::InvalidArgument(format!("table manifest is not serialisable: {e}"))
+            })
+        };
+        if let Some(o) = value.as_object_mut() {
+            o.insert(
+                "data_files".into(),
+                as_json(serde_json::to_value(&self.data_files))?,
+            );
+            o.insert(
+                "tombstones".into(),
+                as_json(serde_json::to_value(&self.tombstones))?,
+            );
+        }
+        Ok(())
     }
 
     /// Parse and validate a manifest read from `path`; `version` is the one
@@ -196,9 +311,23 @@ impl TableManifest {
             path: path.to_string(),
             reason,
         };
-        let content = super::sealed::open(raw, path, FORMAT)?;
-        let m: TableManifest = serde_json::from_value(serde_json::Value::Object(content))
+        let content = super::sealed::open(raw, path, &[FORMAT, LEGACY_FORMAT])?;
+        let legacy = content.get("format").and_then(|f| f.as_str()) == Some(LEGACY_FORMAT);
+        if !legacy && (content.contains_key("data_files") || content.contains_key("tombstones")) {
+            return Err(corrupted(format!(
+                "a {FORMAT} manifest lists its files only through segments"
+            )));
+        }
+        let mut m: TableManifest = serde_json::from_value(serde_json::Value::Object(content))
             .map_err(|e| corrupted(e.to_string()))?;
+        if legacy && !m.segments.is_empty() {
+            return Err(corrupted(format!(
+                "a {LEGACY_FORMAT} manifest has no segments"
+            )));
+        }
+        m.layout.view = if legacy { View::Full } else { View::Root };
+        // As read, its segments describe it (a legacy one has none).
+        m.layout.laid_out = !legacy;
         if m.version != version {
             return Err(corrupted(format!(
                 "it says version {} but is stored as version {version}",
@@ -206,17 +335,21 @@ impl TableManifest {
             )));
         }
         m.check().map_err(corrupted)?;
+        if legacy {
+            m.check_files().map_err(corrupted)?;
+        }
+        m.format = FORMAT.into();
         Ok(m)
     }
 
-    /// Everything a reader relies on, checked: contiguous versions, a time,
-    /// schemas that can be read, a primary key that is a column, data files
-    /// under `data/` listed once with a SHA-256, tombstones under
-    /// `tombstone/` listed once, each naming only files of this version.
+    /// Everything a reader of the root relies on, checked: contiguous
+    /// versions, a time, schemas that can be read, a primary key that is a
+    /// column, segments under `segment/` listed once with a SHA-256 and a
+    /// known schema, rows that fit. (The file list: [`Self::check_files`].)
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.format != FORMAT {
+        if self.format != FORMAT && self.format != LEGACY_FORMAT {
             return Err(format!(
-                "format is {:?}, this pds reads {FORMAT:?}",
+                "format is {:?}, this pds reads {FORMAT:?} and {LEGACY_FORMAT:?}",
                 self.format
             ));
         }
@@ -254,59 +387,46 @@ impl TableManifest {
                 ));
             }
         }
-        let mut files = std::collections::HashSet::with_capacity(self.data_files.len());
+        let mut paths = std::collections::HashSet::with_capacity(self.segments.len());
         let mut rows = 0u64;
-        for f in &self.data_files {
-            let segments = crate::store::keys::segments(&f.path).map_err(|e| e.to_string())?;
-            if segments.first().map(String::as_str) != Some("data") || segments.len() < 2 {
-                return Err(format!("data file {:?} is not under data/", f.path));
+        for s in &self.segments {
+            s.check()?;
+            if !paths.insert(s.path.as_str()) {
+                return Err(format!("segment {:?} is listed twice", s.path));
             }
-            if !files.insert(f.path.as_str()) {
-                return Err(format!("data file {:?} is listed twice", f.path));
-            }
-            if !is_sha256(&f.sha256) {
-                return Err(format!("data file {:?} has no valid sha256", f.path));
-            }
-            if let Some(id) = &f.schema {
+            if let Some(id) = &s.schema {
                 if !self.file_schemas.contains_key(id) {
                     return Err(format!(
-                        "{} names schema {id:?}, which the manifest lacks",
-                        f.path
+                        "segment {} names schema {id:?}, which the manifest lacks",
+                        s.path
                     ));
                 }
             }
             rows = rows
-                .checked_add(f.total_rows)
+                .checked_add(s.total_rows)
                 .filter(|r| *r <= crate::dataset::manifest::MAX_ROWS)
                 .ok_or_else(|| "its data files hold more than 2^63 rows".to_string())?;
         }
-        let mut tombstones = std::collections::HashSet::with_capacity(self.tombstones.len());
-        for t in &self.tombstones {
-            let segments = crate::store::keys::segments(&t.path).map_err(|e| e.to_string())?;
-            if segments.first().map(String::as_str) != Some("tombstone") || segments.len() < 2 {
-                return Err(format!("tombstone {:?} is not under tombstone/", t.path));
-            }
-            if !tombstones.insert(t.path.as_str()) {
-                return Err(format!("tombstone {:?} is listed twice", t.path));
-            }
-            if !is_sha256(&t.sha256) {
-                return Err(format!("tombstone {:?} has no valid sha256", t.path));
-            }
-            let mut named = std::collections::HashSet::with_capacity(t.files.len());
-            for f in &t.files {
-                if !files.contains(f.as_str()) {
-                    return Err(format!(
-                        "tombstone {:?} deletes rows of {f:?}, which is not a data file of \
-                         this version",
-                        t.path
-                    ));
-                }
-                if !named.insert(f.as_str()) {
-                    return Err(format!("tombstone {:?} names {f:?} twice", t.path));
-                }
-            }
-        }
         Ok(())
+    }
+
+    /// The file list's own consistency, over what is loaded: data files
+    /// under `data/` listed once with a SHA-256, tombstones under
+    /// `tombstone/` listed once, each naming only files of this version.
+    pub fn check_files(&self) -> std::result::Result<(), String> {
+        check_file_list(&self.data_files, &self.tombstones, &self.file_schemas, true)
+    }
+
+    /// [`Self::check_files`] for a list made of segments, each checked in
+    /// full when it was read: files listed once across them, tombstones
+    /// naming only files of the list.
+    pub fn check_segmented_files(&self) -> std::result::Result<(), String> {
+        check_file_list(
+            &self.data_files,
+            &self.tombstones,
+            &self.file_schemas,
+            false,
+        )
     }
 
     /// The full Arrow schema of this version.
@@ -367,8 +487,118 @@ impl TableManifest {
 
     /// Rows in the data files (before tombstones).
     pub fn total_rows(&self) -> u64 {
-        self.data_files.iter().map(|f| f.total_rows).sum()
+        let listed: u64 = self.data_files.iter().map(|f| f.total_rows).sum();
+        match self.layout.view {
+            View::Full => listed,
+            View::Appended => self.segments.iter().map(|s| s.total_rows).sum::<u64>() + listed,
+            View::Root | View::Pruned => self.segments.iter().map(|s| s.total_rows).sum(),
+        }
     }
+
+    /// Data files in the version.
+    pub fn file_count(&self) -> u64 {
+        let listed = self.data_files.len() as u64;
+        match self.layout.view {
+            View::Full => listed,
+            View::Appended => self.segments.iter().map(|s| s.file_count).sum::<u64>() + listed,
+            View::Root | View::Pruned => self.segments.iter().map(|s| s.file_count).sum(),
+        }
+    }
+
+    /// Make `files` the version's whole file list, with no tombstone (an
+    /// overwrite): no segment of the version it was built on is kept.
+    pub fn replace_files(&mut self, files: Vec<DataFile>) {
+        self.segments.clear();
+        self.layout.bodies.clear();
+        self.layout.view = View::Full;
+        self.data_files = files;
+        self.tombstones.clear();
+    }
+
+    /// Add `files` to the version: to the whole list if it is loaded, else
+    /// as an append on the root (its segments are kept as they are, and
+    /// the files go into the last small one or a new one when it is laid
+    /// out).
+    pub fn add_files(&mut self, files: impl IntoIterator<Item = DataFile>) -> Result<()> {
+        match self.layout.view {
+            View::Full | View::Appended => {}
+            View::Root => self.layout.view = View::Appended,
+            View::Pruned => {
+                return Err(Error::Task(
+                    "files were added to a pruned manifest (a bug; nothing was committed)".into(),
+                ))
+            }
+        }
+        self.data_files.extend(files);
+        Ok(())
+    }
+}
+
+/// Check a file list and its tombstones: files listed once, tombstones
+/// listed once naming only listed files, each once; with `deep`, also each
+/// entry's path (`data/...`, `tombstone/...`), SHA-256 and schema id.
+pub fn check_file_list(
+    data_files: &[DataFile],
+    tombstones_listed: &[TombstoneRef],
+    file_schemas: &BTreeMap<String, TableSchema>,
+    deep: bool,
+) -> std::result::Result<(), String> {
+    let mut files = std::collections::HashSet::with_capacity(data_files.len());
+    let mut rows = 0u64;
+    for f in data_files {
+        if !files.insert(f.path.as_str()) {
+            return Err(format!("data file {:?} is listed twice", f.path));
+        }
+        if !deep {
+            continue;
+        }
+        let segments = crate::store::keys::segments(&f.path).map_err(|e| e.to_string())?;
+        if segments.first().map(String::as_str) != Some("data") || segments.len() < 2 {
+            return Err(format!("data file {:?} is not under data/", f.path));
+        }
+        if !is_sha256(&f.sha256) {
+            return Err(format!("data file {:?} has no valid sha256", f.path));
+        }
+        if let Some(id) = &f.schema {
+            if !file_schemas.contains_key(id) {
+                return Err(format!(
+                    "{} names schema {id:?}, which the manifest lacks",
+                    f.path
+                ));
+            }
+        }
+        rows = rows
+            .checked_add(f.total_rows)
+            .filter(|r| *r <= crate::dataset::manifest::MAX_ROWS)
+            .ok_or_else(|| "its data files hold more than 2^63 rows".to_string())?;
+    }
+    let mut tombstones = std::collections::HashSet::with_capacity(tombstones_listed.len());
+    for t in tombstones_listed {
+        if !tombstones.insert(t.path.as_str()) {
+            return Err(format!("tombstone {:?} is listed twice", t.path));
+        }
+        let segments = crate::store::keys::segments(&t.path).map_err(|e| e.to_string())?;
+        if segments.first().map(String::as_str) != Some("tombstone") || segments.len() < 2 {
+            return Err(format!("tombstone {:?} is not under tombstone/", t.path));
+        }
+        if !is_sha256(&t.sha256) {
+            return Err(format!("tombstone {:?} has no valid sha256", t.path));
+        }
+        let mut named = std::collections::HashSet::with_capacity(t.files.len());
+        for f in &t.files {
+            if !files.contains(f.as_str()) {
+                return Err(format!(
+                    "tombstone {:?} deletes rows of {f:?}, which is not a data file of \
+                         this version",
+                    t.path
+                ));
+            }
+            if !named.insert(f.as_str()) {
+                return Err(format!("tombstone {:?} names {f:?} twice", t.path));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -406,9 +636,11 @@ pub(crate) mod tests {
                 schema: None,
             }],
             tombstones: vec![],
+            segments: vec![],
             file_schemas: BTreeMap::new(),
             properties: TableProperties::default(),
             commit_id: None,
+            layout: Layout::default(),
         }
     }
 

@@ -25,7 +25,7 @@
 //! and checked (paths, bitmaps) before use, and every failure is
 //! `ManifestCorrupted` naming the tombstone.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
@@ -162,11 +162,21 @@ impl Tombstone {
     /// Refuse an entry for a file `named` does not list: a delete must
     /// never land on a file its reference (which scans and compaction go
     /// by) does not name.
-    fn check_files(&self, named: &TombstoneRef, path: &str) -> Result<()> {
+    ///
+    /// With `scope` (the files of the segments a pruned read loaded), only
+    /// entries for files in it are checked: `named` then lists only those,
+    /// and the others are checked by any read that loads their segments.
+    fn check_files(
+        &self,
+        named: &TombstoneRef,
+        path: &str,
+        scope: Option<&HashSet<String>>,
+    ) -> Result<()> {
+        let names: HashSet<&str> = named.files.iter().map(String::as_str).collect();
         match self
             .entries
             .iter()
-            .find(|e| !named.files.iter().any(|f| f == e.file()))
+            .find(|e| !names.contains(e.file()) && scope.is_none_or(|s| s.contains(e.file())))
         {
             Some(e) => Err(Error::ManifestCorrupted {
                 path: path.to_string(),
@@ -351,11 +361,22 @@ pub async fn load(
     table: &str,
     refs: &[TombstoneRef],
 ) -> Result<Vec<Arc<Tombstone>>> {
+    load_scoped(store, table, refs, None).await
+}
+
+/// [`load`] for a pruned read: `scope` holds the files of the segments it
+/// loaded (see `Tombstone::check_files`).
+pub async fn load_scoped(
+    store: &StoreHandle,
+    table: &str,
+    refs: &[TombstoneRef],
+    scope: Option<&HashSet<String>>,
+) -> Result<Vec<Arc<Tombstone>>> {
     let fetch = refs.iter().map(|r| async move {
         let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
         let id = (store.url().to_string(), key.clone(), r.sha256.clone());
         if let Some(t) = cache().lock().ok().and_then(|c| c.get(&id).cloned()) {
-            t.check_files(r, &key)?;
+            t.check_files(r, &key, scope)?;
             return Ok(t);
         }
         let raw = store.get(&key).await.map_err(|e| match e {
@@ -376,7 +397,7 @@ pub async fn load(
             });
         }
         let t = Arc::new(Tombstone::from_json(&raw, &key)?);
-        t.check_files(r, &key)?;
+        t.check_files(r, &key, scope)?;
         if let Ok(mut c) = cache().lock() {
             if c.len() >= CACHE_LIMIT {
                 c.clear();

@@ -146,7 +146,8 @@ pub trait Collectable: Versioned {
 }
 
 impl Collectable for TableManifest {
-    const LAYOUT: &'static [&'static str] = &[POINTER, "manifest/*", "data/*", "tombstone/*"];
+    const LAYOUT: &'static [&'static str] =
+        &[POINTER, "manifest/*", "segment/*", "data/*", "tombstone/*"];
 
     fn created(&self) -> Option<DateTime<Utc>> {
         DateTime::parse_from_rfc3339(&self.created_at)
@@ -156,6 +157,7 @@ impl Collectable for TableManifest {
 
     fn references(&self, keep: &mut BTreeSet<String>) {
         keep.insert(manifest_name(self.version));
+        keep.extend(self.segments.iter().map(|s| s.path.clone()));
         keep.extend(self.data_files.iter().map(|f| f.path.clone()));
         keep.extend(self.tombstones.iter().map(|t| t.path.clone()));
     }

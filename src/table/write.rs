@@ -256,19 +256,18 @@ fn commit_or_discard<F>(
     table: &str,
     files: &[DataFile],
     base: Option<commit::Latest>,
+    depth: commit::Depth,
     prepare: F,
 ) -> Result<Outcome>
 where
     F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>> + Send,
 {
-    let out = crate::runtime::block_on(commit::commit(
-        store,
-        table,
-        &CommitOptions::default(),
-        base,
-        prepare,
-    ))
-    .and_then(|r| r);
+    let opts = CommitOptions {
+        depth,
+        ..Default::default()
+    };
+    let out = crate::runtime::block_on(commit::commit(store, table, &opts, base, prepare))
+        .and_then(|r| r);
     if let Err(e) = &out {
         if may_discard(e) {
             discard(store, table, files);
@@ -294,9 +293,11 @@ fn first_version(
         schema: schema.clone(),
         data_files: files.to_vec(),
         tombstones: Vec::new(),
+        segments: Vec::new(),
         file_schemas: BTreeMap::new(),
         properties: props.clone(),
         commit_id: None,
+        layout: Default::default(),
     }
 }
 
@@ -427,7 +428,7 @@ pub fn create(
     };
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
     let mut lost_to: Option<TableManifest> = None;
-    let out = commit_or_discard(&store, table, &files, None, |base| {
+    let out = commit_or_discard(&store, table, &files, None, commit::Depth::Root, |base| {
         if let Some(b) = base {
             lost_to = Some(b.clone());
             return Ok(None);
@@ -469,7 +470,9 @@ pub fn append(
     parallelism: usize,
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
-    let latest = commit::latest_existing(&store, table)?;
+    // The root alone: an append adds segments and keeps the others as they
+    // are, so its cost does not grow with the table.
+    let latest = commit::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
@@ -494,7 +497,13 @@ pub fn append(
         return Ok(base);
     }
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    let out = commit_or_discard(&store, table, &files, Some(latest), |now| {
+    // A schema change records the old schema on every file: the whole list.
+    let (given, depth) = if change.is_empty() {
+        (Some(latest), commit::Depth::Root)
+    } else {
+        (None, commit::Depth::Full)
+    };
+    let out = commit_or_discard(&store, table, &files, given, depth, |now| {
         let now = now.ok_or_else(|| Error::NotFound {
             path: table.to_string(),
         })?;
@@ -525,7 +534,7 @@ pub fn append(
             next.operation_parameters
                 .insert("schema_change".into(), change.clone().into());
         }
-        next.data_files.extend(files.iter().cloned());
+        next.add_files(files.iter().cloned())?;
         Ok(Some(next))
     })?;
     match out {
@@ -622,7 +631,7 @@ pub fn commit_files(
     });
     crate::runtime::block_on(futures::future::try_join_all(heads))??;
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    let out = commit_or_discard(&store, table, &files, None, |now| {
+    let out = commit_or_discard(&store, table, &files, None, commit::Depth::Root, |now| {
         let mut params = BTreeMap::new();
         params.insert("rows_added".into(), rows.into());
         params.insert("files_added".into(), files.len().into());
@@ -649,21 +658,20 @@ pub fn commit_files(
                     });
                 }
                 next.operation = "append".into();
-                next.data_files.extend(files.iter().cloned());
+                next.add_files(files.iter().cloned())?;
             }
             FilesMode::Overwrite => {
                 let old = now.arrow_schema(table)?;
                 let change = describe_change(&old, &schema);
                 next.operation = "overwrite".into();
-                params.insert("files_removed".into(), now.data_files.len().into());
+                params.insert("files_removed".into(), now.file_count().into());
                 params.insert("rows_removed".into(), now.total_rows().into());
                 if now.schema.arrow_schema != table_schema.arrow_schema {
                     params.insert("schema_change".into(), change.into());
                 }
                 next.schema = table_schema.clone();
                 next.file_schemas = BTreeMap::new();
-                next.data_files = files.clone();
-                next.tombstones = Vec::new();
+                next.replace_files(files.clone());
             }
         }
         next.operation_parameters = params;

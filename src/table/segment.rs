@@ -1,0 +1,764 @@
+//! Manifest segments: the immutable pieces a version's file list is cut into.
+//!
+//! A version's root manifest (`manifest/vNNNNNNNN.json`) lists its data
+//! files and tombstones through [`SegmentRef`]s. Each names an immutable
+//! object `segment/<token>.json` holding up to [`SEGMENT_FILES`] data files
+//! and the tombstone references of those files (a tombstone that deletes
+//! rows of files in several segments is listed in each, naming only that
+//! segment's files). The reference carries the SHA-256 of the object, its
+//! counts, and the column statistics merged over its files (the primary
+//! key's range among them), so that:
+//! - a commit writes the root plus the segments it changes and reuses the
+//!   references of the others (an append of one file writes the root and
+//!   one small segment, whatever the table's size);
+//! - planning a selective scan GETs only the segments whose statistics can
+//!   match;
+//! - a process keeps the segments it read (they never change), so the next
+//!   operation on the table reads only its root.
+//!
+//! This is the shape of Iceberg's manifest lists and Delta's v2 checkpoint
+//! sidecars. Segments are written once under unique names; vacuum removes
+//! those no retained version references.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::snapshot::{
+    check_file_list, is_sha256, ColumnStats, DataFile, TableManifest, TombstoneRef, View,
+};
+use crate::error::{Error, Result};
+use crate::parquet::stats;
+use crate::store::StoreHandle;
+
+/// The `format` of a segment object.
+pub const FORMAT: &str = "pds-table-segment/1";
+
+/// The folder of segment objects, under the table key.
+pub const FOLDER: &str = "segment";
+
+/// Data files per segment at most when files are packed into segments.
+pub const SEGMENT_FILES: usize = 1000;
+
+/// An append adds its files to the last segment while that holds fewer
+/// than this many files (so that it rewrites at most this many entries);
+/// otherwise it starts a new segment. Compaction merges such small
+/// segments into full ones.
+pub const TAIL_FILES: u64 = 32;
+
+/// A segment holding fewer files than this is merged with its neighbours
+/// by compaction.
+pub const SMALL_SEGMENT: u64 = (SEGMENT_FILES / 4) as u64;
+
+/// Concurrent segment GETs or PUTs.
+const IO_CONCURRENCY: usize = 16;
+
+/// A segment as the root manifest names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentRef {
+    /// Relative to the table key (`segment/<token>.json`).
+    pub path: String,
+    /// The SHA-256 of the segment object (checked when it is read).
+    pub sha256: String,
+    pub file_count: u64,
+    pub total_rows: u64,
+    pub size_bytes: u64,
+    pub tombstone_count: u64,
+    /// The schema id (a key of the root's `file_schemas`) every file of the
+    /// segment was written with; absent when that is the version's own. A
+    /// segment whose files were written with different schemas has no
+    /// `columns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Per column: the least min, the greatest max and the summed null
+    /// counts of its files (unknown where any file's is unknown), as values
+    /// of `schema`'s types.
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnStats>,
+}
+
+/// The body of a segment object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub format: String,
+    pub files: Vec<DataFile>,
+    /// The tombstones that delete rows of `files`, each naming only files
+    /// of this segment.
+    #[serde(default)]
+    pub tombstones: Vec<TombstoneRef>,
+}
+
+/// The statistics a segment reference records for `files`, all written with
+/// `schema` (the version's own for `None`).
+fn merged_columns(
+    files: &[DataFile],
+    schema: &arrow_schema::Schema,
+) -> BTreeMap<String, ColumnStats> {
+    let mut out = BTreeMap::new();
+    if files.is_empty() {
+        return out;
+    }
+    for field in schema.fields() {
+        let per_file: Vec<Option<&ColumnStats>> =
+            files.iter().map(|f| f.columns.get(field.name())).collect();
+        let merged = stats::merge(&per_file, field.data_type());
+        if merged != ColumnStats::default() {
+            out.insert(field.name().clone(), merged);
+        }
+    }
+    out
+}
+
+/// The schema id shared by every file of `files`: `Some(id)` (the
+/// version's own schema is `None`), or `None` if they differ.
+fn shared_schema(files: &[DataFile]) -> Option<Option<String>> {
+    let first = files.first().map(|f| f.schema.clone())?;
+    files.iter().all(|f| f.schema == first).then_some(first)
+}
+
+impl Segment {
+    /// Serialise `files` and `tombstones` as a segment object, with the
+    /// reference the root records for it (`path` relative to the table).
+    pub fn build(
+        files: Vec<DataFile>,
+        tombstones: Vec<TombstoneRef>,
+        path: String,
+        manifest: &TableManifest,
+        manifest_path: &str,
+    ) -> Result<(SegmentRef, Arc<Segment>, Bytes)> {
+        let (schema, columns) = match shared_schema(&files) {
+            Some(id) => {
+                let s = manifest.schema_named(id.as_deref(), manifest_path)?;
+                let columns = merged_columns(&files, &s);
+                (id, columns)
+            }
+            None => (None, BTreeMap::new()),
+        };
+        let segment = Segment {
+            format: FORMAT.into(),
+            files,
+            tombstones,
+        };
+        let body = serde_json::to_vec(&segment)
+            .map_err(|e| Error::InvalidArgument(format!("segment is not serialisable: {e}")))?;
+        let r = SegmentRef {
+            path,
+            sha256: crate::parquet::encode::sha256_hex(&body),
+            file_count: segment.files.len() as u64,
+            total_rows: segment.files.iter().map(|f| f.total_rows).sum(),
+            size_bytes: segment.files.iter().map(|f| f.size_bytes).sum(),
+            tombstone_count: segment.tombstones.len() as u64,
+            schema: if columns.is_empty() { None } else { schema },
+            columns,
+        };
+        Ok((r, Arc::new(segment), Bytes::from(body)))
+    }
+
+    /// Parse and check segment bytes read from `key` against the reference
+    /// `r` of `manifest`. Every failure is `ManifestCorrupted`.
+    pub fn open(
+        raw: &[u8],
+        key: &str,
+        r: &SegmentRef,
+        manifest: &TableManifest,
+        manifest_path: &str,
+    ) -> Result<Segment> {
+        let corrupted = |reason: String| Error::ManifestCorrupted {
+            path: key.to_string(),
+            reason,
+        };
+        let sum = crate::parquet::encode::sha256_hex(raw);
+        if sum != r.sha256 {
+            return Err(corrupted(format!(
+                "its SHA-256 is {sum}, the manifest records {} (damaged or replaced)",
+                r.sha256
+            )));
+        }
+        let s: Segment = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        if s.format != FORMAT {
+            return Err(corrupted(format!(
+                "format is {:?}, not {FORMAT:?}",
+                s.format
+            )));
+        }
+        let rows = s
+            .files
+            .iter()
+            .try_fold(0u64, |acc, f| acc.checked_add(f.total_rows));
+        let bytes = s
+            .files
+            .iter()
+            .try_fold(0u64, |acc, f| acc.checked_add(f.size_bytes));
+        if s.files.len() as u64 != r.file_count
+            || rows != Some(r.total_rows)
+            || bytes != Some(r.size_bytes)
+            || s.tombstones.len() as u64 != r.tombstone_count
+        {
+            return Err(corrupted(
+                "its files, rows, bytes or tombstones differ from the manifest's counts".into(),
+            ));
+        }
+        let names: HashSet<&str> = s.files.iter().map(|f| f.path.as_str()).collect();
+        for t in &s.tombstones {
+            if let Some(f) = t.files.iter().find(|f| !names.contains(f.as_str())) {
+                return Err(corrupted(format!(
+                    "tombstone {:?} names {f:?}, which is not a file of this segment",
+                    t.path
+                )));
+            }
+        }
+        check_file_list(&s.files, &s.tombstones, &manifest.file_schemas, true)
+            .map_err(corrupted)?;
+        // The statistics planning pruned other segments by must be the
+        // files' own: checked wherever a segment is read.
+        let expected = match shared_schema(&s.files) {
+            Some(id) if !s.files.is_empty() => {
+                let schema = manifest.schema_named(id.as_deref(), manifest_path)?;
+                let columns = merged_columns(&s.files, &schema);
+                (if columns.is_empty() { None } else { id }, columns)
+            }
+            _ => (None, BTreeMap::new()),
+        };
+        if expected != (r.schema.clone(), r.columns.clone()) {
+            return Err(corrupted(
+                "the statistics the manifest records for it are not its files'".into(),
+            ));
+        }
+        Ok(s)
+    }
+}
+
+impl SegmentRef {
+    /// Check what a root manifest says of a segment (its path and checksum).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let parts = crate::store::keys::segments(&self.path).map_err(|e| e.to_string())?;
+        if parts.len() != 2 || parts[0] != FOLDER {
+            return Err(format!("segment {:?} is not under {FOLDER}/", self.path));
+        }
+        if !is_sha256(&self.sha256) {
+            return Err(format!("segment {:?} has no valid sha256", self.path));
+        }
+        Ok(())
+    }
+}
+
+/// Segments are immutable: once read and checked they are kept, by
+/// SHA-256, for the rest of the process (see [`CACHE_FILES`]).
+struct Cache {
+    map: HashMap<String, Arc<Segment>>,
+    files: usize,
+}
+
+/// Data files held by the cache before it is emptied.
+const CACHE_FILES: usize = 400_000;
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        Mutex::new(Cache {
+            map: HashMap::new(),
+            files: 0,
+        })
+    })
+}
+
+fn remember(sha256: &str, s: &Arc<Segment>) {
+    if let Ok(mut c) = cache().lock() {
+        if c.files + s.files.len() > CACHE_FILES {
+            c.map.clear();
+            c.files = 0;
+        }
+        if c.map.insert(sha256.to_string(), s.clone()).is_none() {
+            c.files += s.files.len();
+        }
+    }
+}
+
+fn cached(sha256: &str) -> Option<Arc<Segment>> {
+    cache().lock().ok()?.map.get(sha256).cloned()
+}
+
+/// The key of a segment path relative to `table`.
+fn key_of(table: &str, path: &str) -> String {
+    format!("{}/{}", table.trim_end_matches('/'), path)
+}
+
+/// GET (or take from the cache) the segments `wanted` (indices into
+/// `manifest.segments`) at once, and record them in the manifest's layout.
+pub async fn load(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &mut TableManifest,
+    wanted: &[usize],
+) -> Result<()> {
+    use futures::stream::{StreamExt, TryStreamExt};
+    let path = super::manifest_key(table, manifest.version);
+    let m: &TableManifest = manifest;
+    let got: Vec<(usize, Arc<Segment>)> = futures::stream::iter(wanted.iter().copied())
+        .map(|i| {
+            let path = path.as_str();
+            async move {
+                let r = m.segments.get(i).ok_or_else(|| {
+                    Error::Task(format!(
+                        "segment {i} of a manifest of {} asked",
+                        m.segments.len()
+                    ))
+                })?;
+                if let Some(s) = cached(&r.sha256) {
+                    return Ok::<_, Error>((i, s));
+                }
+                let key = key_of(table, &r.path);
+                let raw = store.get(&key).await.map_err(|e| match e {
+                    Error::NotFound { path } => Error::ManifestCorrupted {
+                        path,
+                        reason: "a segment the manifest lists is missing".into(),
+                    },
+                    other => other,
+                })?;
+                let s = Arc::new(Segment::open(&raw, &key, r, m, path)?);
+                remember(&r.sha256, &s);
+                Ok((i, s))
+            }
+        })
+        .buffer_unordered(IO_CONCURRENCY)
+        .try_collect()
+        .await?;
+    manifest.layout.bodies.resize(manifest.segments.len(), None);
+    for (i, s) in got {
+        manifest.layout.bodies[i] = Some(s);
+    }
+    Ok(())
+}
+
+/// The data files and tombstones of the loaded segments, in segment order;
+/// a tombstone listed by several segments becomes one reference naming the
+/// files of all of them.
+pub fn materialize(bodies: &[Option<Arc<Segment>>]) -> (Vec<DataFile>, Vec<TombstoneRef>) {
+    let mut files = Vec::with_capacity(
+        bodies
+            .iter()
+            .flatten()
+            .map(|s| s.files.len())
+            .sum::<usize>(),
+    );
+    let mut tombstones: Vec<TombstoneRef> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for s in bodies.iter().flatten() {
+        files.extend(s.files.iter().cloned());
+        for t in &s.tombstones {
+            match at.get(&t.path) {
+                Some(&i) => tombstones[i].files.extend(t.files.iter().cloned()),
+                None => {
+                    at.insert(t.path.clone(), tombstones.len());
+                    tombstones.push(t.clone());
+                }
+            }
+        }
+    }
+    (files, tombstones)
+}
+
+/// A group of files to write as new segments, or a segment kept as is.
+enum Piece {
+    Keep(SegmentRef, Arc<Segment>),
+    Write(Vec<DataFile>),
+}
+
+/// Whether compaction has small segments to merge: two or more.
+pub fn needs_repack(segments: &[SegmentRef]) -> bool {
+    segments
+        .iter()
+        .filter(|s| s.file_count < SMALL_SEGMENT)
+        .count()
+        >= 2
+}
+
+/// Cut `files` into segments of at most [`SEGMENT_FILES`], evenly.
+fn chunks(files: Vec<DataFile>) -> Vec<Vec<DataFile>> {
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let n = files.len().div_ceil(SEGMENT_FILES);
+    let per = files.len().div_ceil(n);
+    let mut out = Vec::with_capacity(n);
+    let mut rest = files.into_iter().peekable();
+    while rest.peek().is_some() {
+        out.push(rest.by_ref().take(per).collect());
+    }
+    out
+}
+
+/// The segment layout of a version built on `base` (the segments and
+/// bodies of the version it was built from), whose whole file list and
+/// tombstones are `files` and `tombstones`: segments whose files and
+/// tombstones are unchanged are kept, the others rewritten with what
+/// remains of them, and files new to the version packed after them (into
+/// the last segment while it is small). With `repack`, small segments are
+/// merged with their neighbours too.
+///
+/// Returns the pieces in order; [`write`] turns them into segments.
+fn plan(
+    base: Vec<(SegmentRef, Arc<Segment>)>,
+    files: &[DataFile],
+    tombstones: &[TombstoneRef],
+    repack: bool,
+) -> Vec<Piece> {
+    let index: HashMap<&str, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.as_str(), i))
+        .collect();
+    let mut by_file: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (ti, t) in tombstones.iter().enumerate() {
+        for f in &t.files {
+            by_file.entry(f.as_str()).or_default().push(ti);
+        }
+    }
+    let mut covered = vec![false; files.len()];
+    let mut pieces = Vec::new();
+    for (r, body) in base {
+        if repack && r.file_count < SMALL_SEGMENT {
+            // Its files join the new ones at the end, merged with the
+            // other small segments' there.
+            continue;
+        }
+        let unchanged = body
+            .files
+            .iter()
+            .all(|f| index.get(f.path.as_str()).is_some_and(|&i| files[i] == *f))
+            && same_tombstones(&body, tombstones, &by_file);
+        for f in &body.files {
+            if let Some(&i) = index.get(f.path.as_str()) {
+                covered[i] = true;
+            }
+        }
+        if unchanged {
+            pieces.push(Piece::Keep(r, body));
+        } else {
+            let kept: Vec<DataFile> = body
+                .files
+                .iter()
+                .filter_map(|f| index.get(f.path.as_str()).map(|&i| files[i].clone()))
+                .collect();
+            pieces.push(Piece::Write(kept));
+        }
+    }
+    let new: Vec<DataFile> = files
+        .iter()
+        .zip(&covered)
+        .filter(|(_, c)| !**c)
+        .map(|(f, _)| f.clone())
+        .collect();
+    if !new.is_empty() {
+        // Into a small last segment (rewritten), or a new one.
+        match pieces.pop() {
+            Some(Piece::Keep(r, body))
+                if r.file_count < TAIL_FILES
+                    && shared_schema(&body.files) == shared_schema(&new) =>
+            {
+                let mut all = body.files.clone();
+                all.extend(new);
+                pieces.push(Piece::Write(all));
+            }
+            Some(other) => {
+                pieces.push(other);
+                pieces.push(Piece::Write(new));
+            }
+            None => pieces.push(Piece::Write(new)),
+        }
+    }
+    // Consecutive groups to write become one, cut evenly again.
+    let mut merged: Vec<Piece> = Vec::new();
+    for p in pieces {
+        match (merged.last_mut(), p) {
+            (Some(Piece::Write(acc)), Piece::Write(more)) => acc.extend(more),
+            (_, p) => merged.push(p),
+        }
+    }
+    merged
+        .into_iter()
+        .flat_map(|p| match p {
+            Piece::Keep(r, b) => vec![Piece::Keep(r, b)],
+            Piece::Write(files) => chunks(files).into_iter().map(Piece::Write).collect(),
+        })
+        .collect()
+}
+
+/// The tombstones of `tombstones` that name files of `files`, each naming
+/// only those, in `tombstones`' order.
+fn tombstones_of(
+    files: &[DataFile],
+    tombstones: &[TombstoneRef],
+    by_file: &HashMap<&str, Vec<usize>>,
+) -> Vec<TombstoneRef> {
+    let names: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let mut which: Vec<usize> = files
+        .iter()
+        .flat_map(|f| by_file.get(f.path.as_str()).into_iter().flatten().copied())
+        .collect();
+    which.sort_unstable();
+    which.dedup();
+    which
+        .into_iter()
+        .map(|ti| {
+            let t = &tombstones[ti];
+            TombstoneRef {
+                path: t.path.clone(),
+                files: t
+                    .files
+                    .iter()
+                    .filter(|f| names.contains(f.as_str()))
+                    .cloned()
+                    .collect(),
+                sha256: t.sha256.clone(),
+            }
+        })
+        .collect()
+}
+
+fn same_tombstones(
+    body: &Segment,
+    tombstones: &[TombstoneRef],
+    by_file: &HashMap<&str, Vec<usize>>,
+) -> bool {
+    let mut now = tombstones_of(&body.files, tombstones, by_file);
+    let mut then = body.tombstones.clone();
+    now.sort_by(|a, b| a.path.cmp(&b.path));
+    then.sort_by(|a, b| a.path.cmp(&b.path));
+    now == then
+}
+
+/// A new, unique segment path.
+fn new_path() -> String {
+    format!("{FOLDER}/{}.json", crate::dataset::unique_token())
+}
+
+/// Lay `manifest` (a whole version, built on the version whose segments it
+/// still carries) out in segments: plan them (see [`plan`]), PUT the new
+/// ones (create-only, at once), and set its segment list and bodies.
+/// Its file and tombstone lists are put in segment order.
+///
+/// Cost: a PUT per segment written.
+pub async fn lay_out(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &mut TableManifest,
+    repack: bool,
+) -> Result<()> {
+    let path = super::manifest_key(table, manifest.version);
+    let refs = std::mem::take(&mut manifest.segments);
+    let bodies = std::mem::take(&mut manifest.layout.bodies);
+    let mut base = Vec::with_capacity(refs.len());
+    for (i, r) in refs.into_iter().enumerate() {
+        let body = bodies.get(i).cloned().flatten().ok_or_else(|| {
+            Error::Task("a version was laid out without its base's segments (a bug)".into())
+        })?;
+        base.push((r, body));
+    }
+    let pieces = plan(base, &manifest.data_files, &manifest.tombstones, repack);
+    let mut by_file: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (ti, t) in manifest.tombstones.iter().enumerate() {
+        for f in &t.files {
+            by_file.entry(f.as_str()).or_default().push(ti);
+        }
+    }
+    let mut out = Vec::with_capacity(pieces.len());
+    let mut puts = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Keep(r, b) => out.push((r, b)),
+            Piece::Write(files) => {
+                let tombs = tombstones_of(&files, &manifest.tombstones, &by_file);
+                let (r, b, body) = Segment::build(files, tombs, new_path(), manifest, &path)?;
+                puts.push((key_of(table, &r.path), body));
+                out.push((r, b));
+            }
+        }
+    }
+    drop(by_file);
+    put_all(store, puts).await?;
+    for (r, b) in &out {
+        remember(&r.sha256, b);
+    }
+    let (refs, bodies): (Vec<_>, Vec<_>) = out.into_iter().map(|(r, b)| (r, Some(b))).unzip();
+    let (files, tombstones) = materialize(&bodies);
+    manifest.segments = refs;
+    manifest.layout.bodies = bodies;
+    manifest.data_files = files;
+    manifest.tombstones = tombstones;
+    Ok(())
+}
+
+/// Lay out an append: `manifest` carries its base's segments (none of them
+/// needs to be loaded) and, as its file list, only the files it adds. They
+/// go into the last segment if that holds fewer than [`TAIL_FILES`] files
+/// of the same schema (1 GET if it is not cached, and that segment
+/// rewritten), else into new segments.
+///
+/// Cost: at most 1 GET and the PUTs of the segments written.
+pub async fn lay_out_append(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &mut TableManifest,
+) -> Result<()> {
+    let path = super::manifest_key(table, manifest.version);
+    let new = std::mem::take(&mut manifest.data_files);
+    if !manifest.tombstones.is_empty() {
+        return Err(Error::Task(
+            "an append carried tombstones (a bug; nothing was committed)".into(),
+        ));
+    }
+    manifest.layout.bodies.resize(manifest.segments.len(), None);
+    let shared_new = shared_schema(&new);
+    let tail = match manifest.segments.last() {
+        Some(r) if r.file_count < TAIL_FILES && r.schema.is_none() && shared_new == Some(None) => {
+            let last = manifest.segments.len() - 1;
+            if manifest.layout.bodies[last].is_none() {
+                load(store, table, manifest, &[last]).await?;
+            }
+            manifest.layout.bodies[last].clone()
+        }
+        _ => None,
+    };
+    let (mut files, tombstones) = match &tail {
+        Some(body) if shared_schema(&body.files) == shared_new => {
+            manifest.segments.pop();
+            manifest.layout.bodies.pop();
+            (body.files.clone(), body.tombstones.clone())
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
+    files.extend(new);
+    let mut puts = Vec::new();
+    let mut first = true;
+    for group in chunks(files) {
+        // Tombstones stay with the files they name (all in the first group
+        // when the tail was rewritten: it held fewer than TAIL_FILES).
+        let tombs = if first {
+            tombstones.clone()
+        } else {
+            Vec::new()
+        };
+        first = false;
+        let (r, b, body) = Segment::build(group, tombs, new_path(), manifest, &path)?;
+        puts.push((key_of(table, &r.path), body));
+        remember(&r.sha256, &b);
+        manifest.segments.push(r);
+        manifest.layout.bodies.push(Some(b));
+    }
+    put_all(store, puts).await
+}
+
+async fn put_all(store: &StoreHandle, puts: Vec<(String, Bytes)>) -> Result<()> {
+    use futures::stream::{StreamExt, TryStreamExt};
+    futures::stream::iter(puts)
+        .map(|(key, body)| async move { store.put_create_own(&key, body).await.map(|_| ()) })
+        .buffer_unordered(IO_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+}
+
+impl TableManifest {
+    fn corrupted(&self, table: &str, reason: String) -> Error {
+        Error::ManifestCorrupted {
+            path: super::manifest_key(table, self.version),
+            reason,
+        }
+    }
+
+    /// Load every segment not loaded yet (a GET each, at once; none for
+    /// those cached) and make this a [`View::Full`] manifest, checked.
+    pub async fn load_all(&mut self, store: &StoreHandle, table: &str) -> Result<()> {
+        match self.layout.view {
+            View::Full => return Ok(()),
+            View::Appended => {
+                return Err(Error::Task(
+                    "an append's manifest was asked for its whole file list (a bug)".into(),
+                ))
+            }
+            View::Root | View::Pruned => {}
+        }
+        self.layout.bodies.resize(self.segments.len(), None);
+        let wanted: Vec<usize> = (0..self.segments.len())
+            .filter(|&i| self.layout.bodies[i].is_none())
+            .collect();
+        load(store, table, self, &wanted).await?;
+        let (files, tombstones) = materialize(&self.layout.bodies);
+        self.data_files = files;
+        self.tombstones = tombstones;
+        self.layout.view = View::Full;
+        self.check_segmented_files()
+            .map_err(|r| self.corrupted(table, r))
+    }
+
+    /// Load only the segments `keep` accepts (by their reference) and make
+    /// this a [`View::Pruned`] manifest of their files, for a read that
+    /// needs no other (a scan whose filter the others' statistics rule
+    /// out). A [`View::Full`] manifest stays as it is.
+    pub async fn load_where<F>(&mut self, store: &StoreHandle, table: &str, keep: F) -> Result<()>
+    where
+        F: Fn(&SegmentRef) -> Result<bool>,
+    {
+        if self.layout.view == View::Full {
+            return Ok(());
+        }
+        if self.layout.view != View::Root {
+            return Err(Error::Task(
+                "a manifest was pruned twice, or after an append (a bug)".into(),
+            ));
+        }
+        let mut wanted = Vec::new();
+        for (i, r) in self.segments.iter().enumerate() {
+            if keep(r)? {
+                wanted.push(i);
+            }
+        }
+        if wanted.len() == self.segments.len() {
+            return self.load_all(store, table).await;
+        }
+        load(store, table, self, &wanted).await?;
+        let chosen: Vec<Option<Arc<Segment>>> = self
+            .layout
+            .bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| if wanted.contains(&i) { b.clone() } else { None })
+            .collect();
+        let (files, tombstones) = materialize(&chosen);
+        self.data_files = files;
+        self.tombstones = tombstones;
+        self.layout.view = View::Pruned;
+        self.check_segmented_files()
+            .map_err(|r| self.corrupted(table, r))
+    }
+
+    /// Write the segments this version needs (see [`lay_out`] and
+    /// [`lay_out_append`]); called by the commit loop before the manifest.
+    pub async fn lay_out_segments(&mut self, store: &StoreHandle, table: &str) -> Result<()> {
+        match self.layout.view {
+            View::Full => {
+                let repack = self.layout.repack;
+                lay_out(store, table, self, repack).await?;
+            }
+            View::Appended => {
+                lay_out_append(store, table, self).await?;
+                self.layout.view = View::Root;
+            }
+            View::Root => {}
+            View::Pruned => {
+                return Err(Error::Task(
+                    "a pruned manifest was about to be committed (a bug; nothing was committed)"
+                        .into(),
+                ))
+            }
+        }
+        self.layout.laid_out = true;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

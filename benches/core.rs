@@ -363,23 +363,6 @@ fn bench_segments(c: &mut Criterion) {
         ))
         .expect("runtime")
         .expect("commit");
-        let mut added = n;
-        let root = CommitOptions {
-            depth: Depth::Root,
-            ..Default::default()
-        };
-        g.bench_function(format!("append_commit_{n}_files"), |b| {
-            b.iter(|| {
-                added += 1;
-                pds::runtime::block_on(commit(&store, &key, &root, None, |base| {
-                    let mut next = base.cloned().expect("table exists");
-                    next.add_files([file(added)])?;
-                    Ok(Some(next))
-                }))
-                .expect("runtime")
-                .expect("commit")
-            })
-        });
         let mut k = 0i64;
         g.bench_function(format!("plan_point_read_{n}_files"), |b| {
             b.iter(|| {
@@ -403,6 +386,24 @@ fn bench_segments(c: &mut Criterion) {
                     .expect("plan");
                 assert!(m.data_files.iter().any(|f| f.path == file(k).path));
                 m
+            })
+        });
+        // Last: each append grows the table.
+        let mut added = n;
+        let root = CommitOptions {
+            depth: Depth::Root,
+            ..Default::default()
+        };
+        g.bench_function(format!("append_commit_{n}_files"), |b| {
+            b.iter(|| {
+                added += 1;
+                pds::runtime::block_on(commit(&store, &key, &root, None, |base| {
+                    let mut next = base.cloned().expect("table exists");
+                    next.add_files([file(added)])?;
+                    Ok(Some(next))
+                }))
+                .expect("runtime")
+                .expect("commit")
             })
         });
     }

@@ -460,7 +460,9 @@ async fn settle<M: Versioned>(
     version: u64,
     id: &str,
 ) -> Result<Settled<M>> {
-    match read_version_of::<M>(store, table, version).await {
+    // The commit id is in the manifest object itself (a table's root): its
+    // segments are not read to tell whose the version is.
+    match read_version_at::<M>(store, table, version, Depth::Root).await {
         Ok(m) if m.commit_id() == Some(id) => Ok(Settled::Ours(m)),
         Ok(_) => Ok(Settled::Theirs),
         Err(Error::NotFound { .. }) => Ok(Settled::Absent),

@@ -143,16 +143,35 @@ impl Segment {
         };
         let body = serde_json::to_vec(&segment)
             .map_err(|e| Error::InvalidArgument(format!("segment is not serialisable: {e}")))?;
+        let too_many = || Error::Task("a segment would hold more than 2^64 rows or bytes".into());
         let r = SegmentRef {
             path,
             sha256: crate::parquet::encode::sha256_hex(&body),
             file_count: segment.files.len() as u64,
-            total_rows: segment.files.iter().map(|f| f.total_rows).sum(),
-            size_bytes: segment.files.iter().map(|f| f.size_bytes).sum(),
+            total_rows: segment
+                .files
+                .iter()
+                .try_fold(0u64, |a, f| a.checked_add(f.total_rows))
+                .ok_or_else(too_many)?,
+            size_bytes: segment
+                .files
+                .iter()
+                .try_fold(0u64, |a, f| a.checked_add(f.size_bytes))
+                .ok_or_else(too_many)?,
             tombstone_count: segment.tombstones.len() as u64,
             schema: if columns.is_empty() { None } else { schema },
             columns,
         };
+        // What readers will accept, checked before anything is written: a
+        // segment this writer would build wrong is a refused commit, not a
+        // table every other process finds corrupted.
+        segment.validate(&r, manifest, manifest_path).map_err(|e| {
+            Error::Task(format!(
+                "pds refused to write a manifest segment that readers would reject (a \
+                     bug; nothing was committed): {}",
+                crate::error::chain(&e)
+            ))
+        })?;
         Ok((r, Arc::new(segment), Bytes::from(body)))
     }
 
@@ -177,6 +196,28 @@ impl Segment {
             )));
         }
         let s: Segment = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        s.validate(r, manifest, manifest_path)
+            .map_err(|e| match e {
+                Error::ManifestCorrupted { reason, .. } => corrupted(reason),
+                other => other,
+            })?;
+        Ok(s)
+    }
+
+    /// Check a segment against the reference `r` of `manifest`: its format,
+    /// counts, file list and the statistics `r` records. Every failure is
+    /// `ManifestCorrupted`.
+    pub fn validate(
+        &self,
+        r: &SegmentRef,
+        manifest: &TableManifest,
+        manifest_path: &str,
+    ) -> Result<()> {
+        let s = self;
+        let corrupted = |reason: String| Error::ManifestCorrupted {
+            path: r.path.clone(),
+            reason,
+        };
         if s.format != FORMAT {
             return Err(corrupted(format!(
                 "format is {:?}, not {FORMAT:?}",
@@ -226,7 +267,7 @@ impl Segment {
                 "the statistics the manifest records for it are not its files'".into(),
             ));
         }
-        Ok(s)
+        Ok(())
     }
 }
 
@@ -247,7 +288,8 @@ impl SegmentRef {
 /// Segments are immutable: once read and checked they are kept, by
 /// SHA-256, for the rest of the process (see [`CACHE_FILES`]).
 struct Cache {
-    map: HashMap<String, Arc<Segment>>,
+    /// By SHA-256: the body, and the reference it was checked against.
+    map: HashMap<String, (Arc<Segment>, SegmentRef)>,
     files: usize,
 }
 
@@ -264,20 +306,41 @@ fn cache() -> &'static Mutex<Cache> {
     })
 }
 
-fn remember(sha256: &str, s: &Arc<Segment>) {
+fn remember(r: &SegmentRef, s: &Arc<Segment>) {
     if let Ok(mut c) = cache().lock() {
         if c.files + s.files.len() > CACHE_FILES {
             c.map.clear();
             c.files = 0;
         }
-        if c.map.insert(sha256.to_string(), s.clone()).is_none() {
+        if c.map
+            .insert(r.sha256.clone(), (s.clone(), r.clone()))
+            .is_none()
+        {
             c.files += s.files.len();
         }
     }
 }
 
-fn cached(sha256: &str) -> Option<Arc<Segment>> {
-    cache().lock().ok()?.map.get(sha256).cloned()
+/// The cached body with `r`'s SHA-256, checked against `r` unless it was
+/// checked against the same reference (a root of another version or table
+/// may say other things of the same bytes: it is held to them as a GET
+/// would be).
+fn cached(
+    r: &SegmentRef,
+    manifest: &TableManifest,
+    manifest_path: &str,
+) -> Result<Option<Arc<Segment>>> {
+    let Some((body, checked)) = cache()
+        .lock()
+        .ok()
+        .and_then(|c| c.map.get(&r.sha256).cloned())
+    else {
+        return Ok(None);
+    };
+    if checked != *r {
+        body.validate(r, manifest, manifest_path)?;
+    }
+    Ok(Some(body))
 }
 
 /// The key of a segment path relative to `table`.
@@ -306,7 +369,7 @@ pub async fn load(
                         m.segments.len()
                     ))
                 })?;
-                if let Some(s) = cached(&r.sha256) {
+                if let Some(s) = cached(r, m, path)? {
                     return Ok::<_, Error>((i, s));
                 }
                 let key = key_of(table, &r.path);
@@ -318,7 +381,7 @@ pub async fn load(
                     other => other,
                 })?;
                 let s = Arc::new(Segment::open(&raw, &key, r, m, path)?);
-                remember(&r.sha256, &s);
+                remember(r, &s);
                 Ok((i, s))
             }
         })
@@ -335,7 +398,10 @@ pub async fn load(
 /// The data files and tombstones of the loaded segments, in segment order;
 /// a tombstone listed by several segments becomes one reference naming the
 /// files of all of them.
-pub fn materialize(bodies: &[Option<Arc<Segment>>]) -> (Vec<DataFile>, Vec<TombstoneRef>) {
+/// Segments that list one tombstone with different SHA-256s are refused.
+pub fn materialize(
+    bodies: &[Option<Arc<Segment>>],
+) -> std::result::Result<(Vec<DataFile>, Vec<TombstoneRef>), String> {
     let mut files = Vec::with_capacity(
         bodies
             .iter()
@@ -349,6 +415,12 @@ pub fn materialize(bodies: &[Option<Arc<Segment>>]) -> (Vec<DataFile>, Vec<Tombs
         files.extend(s.files.iter().cloned());
         for t in &s.tombstones {
             match at.get(&t.path) {
+                Some(&i) if tombstones[i].sha256 != t.sha256 => {
+                    return Err(format!(
+                        "segments list tombstone {:?} with different SHA-256s",
+                        t.path
+                    ))
+                }
                 Some(&i) => tombstones[i].files.extend(t.files.iter().cloned()),
                 None => {
                     at.insert(t.path.clone(), tombstones.len());
@@ -357,7 +429,7 @@ pub fn materialize(bodies: &[Option<Arc<Segment>>]) -> (Vec<DataFile>, Vec<Tombs
             }
         }
     }
-    (files, tombstones)
+    Ok((files, tombstones))
 }
 
 /// A group of files to write as new segments, or a segment kept as is.
@@ -548,6 +620,15 @@ pub async fn lay_out(
     repack: bool,
 ) -> Result<()> {
     let path = super::manifest_key(table, manifest.version);
+    // A file listed twice, or a tombstone naming a file the version lacks
+    // (a plan gone stale in a way its prepare missed), would be written
+    // into segments readers refuse, or dropped: refuse the commit instead.
+    manifest.check_segmented_files().map_err(|reason| {
+        Error::Task(format!(
+            "pds refused to commit a manifest that readers would reject (a bug; nothing was \
+             committed): {reason}"
+        ))
+    })?;
     let refs = std::mem::take(&mut manifest.segments);
     let bodies = std::mem::take(&mut manifest.layout.bodies);
     let mut base = Vec::with_capacity(refs.len());
@@ -580,10 +661,10 @@ pub async fn lay_out(
     drop(by_file);
     put_all(store, puts).await?;
     for (r, b) in &out {
-        remember(&r.sha256, b);
+        remember(r, b);
     }
     let (refs, bodies): (Vec<_>, Vec<_>) = out.into_iter().map(|(r, b)| (r, Some(b))).unzip();
-    let (files, tombstones) = materialize(&bodies);
+    let (files, tombstones) = materialize(&bodies).map_err(Error::Task)?;
     manifest.segments = refs;
     manifest.layout.bodies = bodies;
     manifest.data_files = files;
@@ -644,7 +725,7 @@ pub async fn lay_out_append(
         first = false;
         let (r, b, body) = Segment::build(group, tombs, new_path(), manifest, &path)?;
         puts.push((key_of(table, &r.path), body));
-        remember(&r.sha256, &b);
+        remember(&r, &b);
         manifest.segments.push(r);
         manifest.layout.bodies.push(Some(b));
     }
@@ -686,7 +767,8 @@ impl TableManifest {
             .filter(|&i| self.layout.bodies[i].is_none())
             .collect();
         load(store, table, self, &wanted).await?;
-        let (files, tombstones) = materialize(&self.layout.bodies);
+        let (files, tombstones) =
+            materialize(&self.layout.bodies).map_err(|r| self.corrupted(table, r))?;
         self.data_files = files;
         self.tombstones = tombstones;
         self.layout.view = View::Full;
@@ -727,7 +809,7 @@ impl TableManifest {
             .enumerate()
             .map(|(i, b)| if wanted.contains(&i) { b.clone() } else { None })
             .collect();
-        let (files, tombstones) = materialize(&chosen);
+        let (files, tombstones) = materialize(&chosen).map_err(|r| self.corrupted(table, r))?;
         self.data_files = files;
         self.tombstones = tombstones;
         self.layout.view = View::Pruned;

@@ -486,22 +486,29 @@ impl TableManifest {
     }
 
     /// Rows in the data files (before tombstones).
+    /// (Saturating: a checked manifest holds at most 2^63 rows.)
     pub fn total_rows(&self) -> u64 {
-        let listed: u64 = self.data_files.iter().map(|f| f.total_rows).sum();
+        let sum = |it: &mut dyn Iterator<Item = u64>| it.fold(0u64, u64::saturating_add);
+        let listed = sum(&mut self.data_files.iter().map(|f| f.total_rows));
+        let segmented = sum(&mut self.segments.iter().map(|s| s.total_rows));
         match self.layout.view {
             View::Full => listed,
-            View::Appended => self.segments.iter().map(|s| s.total_rows).sum::<u64>() + listed,
-            View::Root | View::Pruned => self.segments.iter().map(|s| s.total_rows).sum(),
+            View::Appended => segmented.saturating_add(listed),
+            View::Root | View::Pruned => segmented,
         }
     }
 
     /// Data files in the version.
     pub fn file_count(&self) -> u64 {
         let listed = self.data_files.len() as u64;
+        let segmented = self
+            .segments
+            .iter()
+            .fold(0u64, |a, s| a.saturating_add(s.file_count));
         match self.layout.view {
             View::Full => listed,
-            View::Appended => self.segments.iter().map(|s| s.file_count).sum::<u64>() + listed,
-            View::Root | View::Pruned => self.segments.iter().map(|s| s.file_count).sum(),
+            View::Appended => segmented.saturating_add(listed),
+            View::Root | View::Pruned => segmented,
         }
     }
 

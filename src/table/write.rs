@@ -553,11 +553,24 @@ pub fn check_uploaded(
     files: &[DataFile],
     schema: &arrow_schema::Schema,
 ) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(files.len());
     for f in files {
         let segments = crate::store::keys::segments(&f.path)?;
         if segments.len() != 2 || segments[0] != "data" || f.schema.is_some() {
             return Err(Error::InvalidArgument(format!(
                 "{:?} is not a data file written by upload()",
+                f.path
+            )));
+        }
+        if !seen.insert(f.path.as_str()) {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} is listed twice",
+                f.path
+            )));
+        }
+        if !crate::table::snapshot::is_sha256(&f.sha256) {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} has no valid sha256",
                 f.path
             )));
         }

@@ -381,6 +381,13 @@ fn missing_or_damaged_segments_are_manifest_corrupted() {
     let mut replaced = m.clone();
     replaced.segments[0].sha256 = "0f".repeat(32);
     assert!(corrupt(&replaced).contains("SHA-256"));
+    // A root that says other things of cached bytes is held to them.
+    let mut miscounted = m.clone();
+    miscounted.segments[0].total_rows += 1;
+    assert!(corrupt(&miscounted).contains("counts"));
+    let mut restated = m.clone();
+    restated.segments[0].columns.clear();
+    assert!(corrupt(&restated).contains("statistics"));
     // Roots that name segments badly are refused when parsed.
     let mut outside = m.clone();
     outside.segments[0].path = "data/x.json".into();
@@ -440,4 +447,35 @@ fn damaged_segment_bytes_never_panic() {
             Err(other) => panic!("{other}"),
         }
     }
+}
+
+/// A version whose file list readers would refuse is not laid out (nor
+/// anything written): a file listed twice, a tombstone naming a file the
+/// version lacks, a file without a valid SHA-256.
+#[test]
+fn a_file_list_readers_would_refuse_is_never_written() {
+    let (store, counts) = counting_store();
+    let m = laid_out(&store, 50, vec![]);
+    counts.take();
+    let refused = |next: &mut TableManifest, why: &str| match crate::runtime::block_on(
+        next.lay_out_segments(&store, "t"),
+    )
+    .unwrap()
+    {
+        Err(Error::Task(reason)) => assert!(reason.contains(why), "{why}: {reason}"),
+        other => panic!("{why}: {other:?}"),
+    };
+    let mut twice = m.clone();
+    twice.data_files.push(file(3));
+    refused(&mut twice, "listed twice");
+    let mut stale = m.clone();
+    stale.tombstones.push(tomb("gone", &[7, 900]));
+    refused(&mut stale, "not a data file of this version");
+    let mut bad_sha = m.clone();
+    let mut f = file(60);
+    f.sha256 = "xyz".into();
+    bad_sha.data_files.push(f);
+    refused(&mut bad_sha, "sha256");
+    let [_, _, put, ..] = counts.take();
+    assert_eq!(put, 0, "nothing written");
 }

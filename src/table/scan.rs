@@ -94,9 +94,15 @@ pub async fn for_scan(
             let schema = m.arrow_schema(&path)?;
             let bound = p.clone().bind(&schema)?;
             let schemas = FileSchemas::of(&m, &path)?;
-            m.load_where(store, table, |r| {
-                let file_schema = schemas.named(r.schema.as_deref())?;
-                stats_may_match(r.total_rows, &r.columns, file_schema, &bound)
+            let keep = which_may_match(
+                m.segments
+                    .iter()
+                    .map(|r| (r.schema.as_deref(), r.total_rows, &r.columns)),
+                &schemas,
+                &bound,
+            )?;
+            m.load_where(store, table, |i, _| {
+                Ok(keep.get(i).copied().unwrap_or(true))
             })
             .await?;
         }
@@ -252,44 +258,90 @@ impl FileSchemas {
     }
 }
 
-/// The statistics of one file as one-unit arrays, for [`Predicate::may_match`].
-/// The manifest records them as JSON values of the file's own type (a day
-/// count for a `date32` file, milliseconds for `date64`), so they are read
-/// under `file_schema`: a predicate in a wider type then compares them cast
-/// up, exactly (see [`Predicate::bind`]).
-fn unit_stats(
-    columns: &BTreeMap<String, stats::ColumnStats>,
-    file_schema: &Schema,
-    column: &str,
-) -> UnitStats {
-    let Ok(field) = file_schema.field_with_name(column) else {
-        return UnitStats::default();
-    };
-    let s = columns.get(column).cloned().unwrap_or_default();
-    UnitStats {
-        mins: stats::from_json(&[s.min.as_ref()], field.data_type()),
-        maxs: stats::from_json(&[s.max.as_ref()], field.data_type()),
-        null_counts: Some(arrow_array::UInt64Array::from(vec![s.null_count])),
-    }
-}
-
 /// Whether the manifest's statistics let `file` hold rows matching `pred`
 /// (bound to the version's schema); `file_schema` is the file's own.
 pub fn file_may_match(file: &DataFile, file_schema: &Schema, pred: &Predicate) -> Result<bool> {
     stats_may_match(file.total_rows, &file.columns, file_schema, pred)
 }
 
-/// Whether `rows` rows with statistics `columns` (values of `file_schema`'s
-/// types: a file's, or a segment's merged over its files) can hold rows
-/// matching `pred`.
+/// Whether `rows` rows with statistics `columns` (a file's, or a segment's
+/// merged over its files) can hold rows matching `pred`.
 pub fn stats_may_match(
     rows: u64,
     columns: &BTreeMap<String, stats::ColumnStats>,
     file_schema: &Schema,
     pred: &Predicate,
 ) -> Result<bool> {
-    let keep = pred.may_match(&[rows], |c| Ok(unit_stats(columns, file_schema, c)))?;
+    let keep = units_may_match(&[rows], &[columns], file_schema, pred)?;
     Ok(keep.first().copied().unwrap_or(true))
+}
+
+/// [`stats_may_match`] for many units at once (files or segments written
+/// with one schema), as arrays of one entry per unit: one comparison per
+/// condition for all of them. The manifest records statistics as JSON
+/// values of the unit's own type (a day count for a `date32` file,
+/// milliseconds for `date64`), so they are read under `file_schema`: a
+/// predicate in a wider type then compares them cast up, exactly (see
+/// [`Predicate::bind`]).
+pub fn units_may_match(
+    rows: &[u64],
+    columns: &[&BTreeMap<String, stats::ColumnStats>],
+    file_schema: &Schema,
+    pred: &Predicate,
+) -> Result<Vec<bool>> {
+    pred.may_match(rows, |c| {
+        let Ok(field) = file_schema.field_with_name(c) else {
+            return Ok(UnitStats::default());
+        };
+        let of: Vec<Option<&stats::ColumnStats>> = columns.iter().map(|m| m.get(c)).collect();
+        let mins: Vec<_> = of.iter().map(|s| s.and_then(|s| s.min.as_ref())).collect();
+        let maxs: Vec<_> = of.iter().map(|s| s.and_then(|s| s.max.as_ref())).collect();
+        let nulls: Vec<Option<u64>> = of.iter().map(|s| s.and_then(|s| s.null_count)).collect();
+        Ok(UnitStats {
+            mins: stats::from_json(&mins, field.data_type()),
+            maxs: stats::from_json(&maxs, field.data_type()),
+            null_counts: Some(arrow_array::UInt64Array::from(nulls)),
+        })
+    })
+}
+
+/// The statistics of one unit: its schema id, rows and per-column stats.
+type Unit<'a> = (
+    Option<&'a str>,
+    u64,
+    &'a BTreeMap<String, stats::ColumnStats>,
+);
+
+/// Which of `units` can hold rows matching `pred`, grouped by schema so
+/// that each group is compared at once.
+fn which_may_match<'a>(
+    units: impl Iterator<Item = Unit<'a>>,
+    schemas: &FileSchemas,
+    pred: &Predicate,
+) -> Result<Vec<bool>> {
+    type Group<'a> = (
+        Vec<usize>,
+        Vec<u64>,
+        Vec<&'a BTreeMap<String, stats::ColumnStats>>,
+    );
+    let mut groups: BTreeMap<Option<&'a str>, Group<'a>> = BTreeMap::new();
+    let mut n = 0;
+    for (i, (schema, rows, columns)) in units.enumerate() {
+        let g = groups.entry(schema).or_default();
+        g.0.push(i);
+        g.1.push(rows);
+        g.2.push(columns);
+        n = i + 1;
+    }
+    let mut keep = vec![true; n];
+    for (schema, (at, rows, columns)) in groups {
+        let file_schema = schemas.named(schema)?;
+        let may = units_may_match(&rows, &columns, file_schema, pred)?;
+        for (i, k) in at.into_iter().zip(may) {
+            keep[i] = k;
+        }
+    }
+    Ok(keep)
 }
 
 /// The predicate excluding rows in a primary-key range of a file written
@@ -447,19 +499,26 @@ pub fn scan(
         }
     }
     let schemas = FileSchemas::of(manifest, &path)?;
+    let may = match &predicate {
+        Some(p) => which_may_match(
+            manifest
+                .data_files
+                .iter()
+                .map(|f| (f.schema.as_deref(), f.total_rows, &f.columns)),
+            &schemas,
+            p,
+        )?,
+        None => vec![true; manifest.data_files.len()],
+    };
     let mut files = Vec::new();
-    for file in &manifest.data_files {
-        if opts
-            .files
-            .as_ref()
-            .is_some_and(|only| !only.contains(&file.path))
+    for (file, may) in manifest.data_files.iter().zip(may) {
+        if !may
+            || opts
+                .files
+                .as_ref()
+                .is_some_and(|only| !only.contains(&file.path))
         {
             continue;
-        }
-        if let Some(p) = &predicate {
-            if !file_may_match(file, schemas.get(file)?, p)? {
-                continue;
-            }
         }
         files.push(file);
     }

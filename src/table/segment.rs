@@ -776,13 +776,13 @@ impl TableManifest {
             .map_err(|r| self.corrupted(table, r))
     }
 
-    /// Load only the segments `keep` accepts (by their reference) and make
+    /// Load only the segments `keep` accepts (by index and reference), make
     /// this a [`View::Pruned`] manifest of their files, for a read that
     /// needs no other (a scan whose filter the others' statistics rule
     /// out). A [`View::Full`] manifest stays as it is.
     pub async fn load_where<F>(&mut self, store: &StoreHandle, table: &str, keep: F) -> Result<()>
     where
-        F: Fn(&SegmentRef) -> Result<bool>,
+        F: Fn(usize, &SegmentRef) -> Result<bool>,
     {
         if self.layout.view == View::Full {
             return Ok(());
@@ -794,7 +794,7 @@ impl TableManifest {
         }
         let mut wanted = Vec::new();
         for (i, r) in self.segments.iter().enumerate() {
-            if keep(r)? {
+            if keep(i, r)? {
                 wanted.push(i);
             }
         }

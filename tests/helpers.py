@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -45,3 +49,92 @@ def pipeline_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
             for patch in part.get("patches") or []:
                 out.extend(f for f in (patch.get("rows"), patch.get("deleted")) if f)
     return out
+
+
+# -- table manifests as stored: a sealed root and its segment objects ---------------------
+
+
+def seal(content: dict[str, Any]) -> bytes:
+    """A root manifest as pds writes it: pretty JSON (sorted keys) whose
+    top-level ``checksum`` is the SHA-256 of these bytes with its digits all ``0``."""
+    body = {k: v for k, v in content.items() if k != "checksum"}
+    body["checksum"] = "0" * 64
+    raw = json.dumps(body, sort_keys=True, indent=2, ensure_ascii=False).encode()
+    line = b'\n  "checksum": "'
+    return raw.replace(line + b"0" * 64, line + hashlib.sha256(raw).hexdigest().encode())
+
+
+def table_root(store: Store, table: str, version: int | None = None) -> dict[str, Any]:
+    """The root manifest of *version* of the table at *table* as stored (the
+    pointer's version when ``None``): no ``data_files`` or ``tombstones``."""
+    if version is None:
+        version = int(json.loads(store.read_bytes(f"{table}/_latest_manifest"))["version"])
+    return dict(json.loads(store.read_bytes(f"{table}/manifest/v{version:08d}.json")))
+
+
+def table_segment(store: Store, table: str, ref: dict[str, Any]) -> dict[str, Any]:
+    """The segment object a root's segment reference *ref* names, checked
+    against the SHA-256 the reference records."""
+    raw = store.read_bytes(f"{table}/{ref['path']}")
+    assert hashlib.sha256(raw).hexdigest() == ref["sha256"], f"{ref['path']} differs from its reference"
+    body = dict(json.loads(raw))
+    assert body["format"] == "pds-table-segment/1"
+    return body
+
+
+def table_manifest(store: Store, table: str, version: int | None = None) -> dict[str, Any]:
+    """A stored manifest expanded from its segments, as ``Table.manifest``
+    gives it: the root plus ``data_files`` and ``tombstones`` (in segment
+    order; a tombstone listed by several segments is one reference naming
+    the files of all of them). Reads an old inline manifest as it is."""
+    m = table_root(store, table, version)
+    if "segments" not in m:
+        return m
+    data_files: list[dict[str, Any]] = []
+    tombstones: list[dict[str, Any]] = []
+    at: dict[str, int] = {}
+    for ref in m["segments"]:
+        body = table_segment(store, table, ref)
+        data_files.extend(body["files"])
+        for t in body.get("tombstones", []):
+            if t["path"] in at:
+                tombstones[at[t["path"]]]["files"].extend(t["files"])
+            else:
+                at[t["path"]] = len(tombstones)
+                tombstones.append(copy.deepcopy(t))
+    return {**m, "data_files": data_files, "tombstones": tombstones}
+
+
+def segment_bytes(body: dict[str, Any]) -> bytes:
+    """A segment object's bytes: compact JSON, as pds writes it."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def rewrite_segment(
+    store: Store,
+    table: str,
+    version: int,
+    index: int,
+    edit: Callable[[dict[str, Any]], Any],
+    *,
+    recount: bool = False,
+) -> None:
+    """Apply *edit* to the body of segment *index* of *version* (in place),
+    write it as a new segment object (other versions may share the old one),
+    point the root's reference at it with its SHA-256 (with *recount*, also
+    its file, row, byte and tombstone counts) and reseal the root: what a
+    buggy writer could produce, past the checksums."""
+    root = table_root(store, table, version)
+    ref = root["segments"][index]
+    body = table_segment(store, table, ref)
+    edit(body)
+    raw = segment_bytes(body)
+    ref["sha256"] = hashlib.sha256(raw).hexdigest()
+    ref["path"] = f"segment/{ref['sha256'][:32]}.json"
+    if recount:
+        ref["file_count"] = len(body["files"])
+        ref["total_rows"] = sum(f["total_rows"] for f in body["files"])
+        ref["size_bytes"] = sum(f["size_bytes"] for f in body["files"])
+        ref["tombstone_count"] = len(body["tombstones"])
+    store.write(f"{table}/{ref['path']}", raw, overwrite=True)
+    store.write(f"{table}/manifest/v{version:08d}.json", seal(root), overwrite=True)

@@ -2,9 +2,10 @@
 through the fault proxy (tests/fault_proxy.py, fixture ``faulty``).
 
 Every request a commit makes is faulted in turn: the data PUT(s), the
-tombstone PUT, the create-only manifest PUT, the pointer PUT (create-only for
-a table's first version, compare-and-swap after), a pipeline's part PUTs,
-and vacuum's deletes. Each step is tried under four faults:
+tombstone PUT, the PUT(s) of a table manifest's segments, the create-only
+manifest PUT, the pointer PUT (create-only for a table's first version,
+compare-and-swap after), a pipeline's part PUTs, and vacuum's deletes.
+Each step is tried under four faults:
 
 - ``fail``: every matching request is answered 503 without reaching the store
   (a persistent failure; the writer's store has no object_store retries
@@ -24,8 +25,8 @@ After each call the faults are cleared and the same invariants are checked
 - the call returned, or raised ``pds.CommitUnknown``, or raised another
   ``remote_store.RemoteStoreError`` (nothing else);
 - the table (pipeline) opens and reads; manifest versions are contiguous and
-  each one's ``previous`` is the one before; every data file, tombstone and
-  part that any manifest names exists, and every version reads;
+  each one's ``previous`` is the one before; every segment, data file,
+  tombstone and part that any manifest names exists, and every version reads;
   ``pds verify`` passes;
 - success: the new rows are there exactly once, at version ``before + 1``,
   and ``Table.open`` sees it (the pointer names it);
@@ -66,7 +67,7 @@ from pds import Changes, Pipeline, Table
 from pds.cli import main as pds_cli
 from pds.spark._table_job import TableSettings, TableWriteJob
 
-from helpers import files, pipeline_files
+from helpers import files, pipeline_files, table_manifest, table_root
 
 
 class _NotYetInPds(remote_store.RemoteStoreError):
@@ -86,6 +87,7 @@ KEY = "t"
 REQUESTS: dict[str, tuple[str, str, str | None]] = {
     "data": ("PUT", r"/data/part-[^/]+\.parquet$", None),
     "tombstone": ("PUT", r"/tombstone/[^/]+\.del$", None),
+    "segment": ("PUT", r"/segment/[^/]+\.json$", None),
     "manifest": ("PUT", r"/manifest/v\d{8}\.json$", None),
     "pointer": ("PUT", r"/_latest_manifest$", None),
     "parts": ("PUT", r"/nodes/[^/]+/.+\.parquet$", None),
@@ -437,22 +439,28 @@ TABLE_OPS: dict[str, Callable[[Store], TableCase]] = {
 
 TABLE_STEPS = [
     ("create", "data"),
+    ("create", "segment"),
     ("create", "manifest"),
     ("create", "pointer"),
     ("append", "data"),
+    ("append", "segment"),
     ("append", "manifest"),
     ("append", "pointer"),
     ("append_merge", "data"),
+    ("append_merge", "segment"),
     ("append_merge", "manifest"),
     ("append_merge", "pointer"),
     ("delete_filter", "tombstone"),
+    ("delete_filter", "segment"),
     ("delete_filter", "manifest"),
     ("delete_filter", "pointer"),
     ("delete_pk", "tombstone"),
+    ("delete_pk", "segment"),
     ("delete_pk", "manifest"),
     ("delete_pk", "pointer"),
     ("compact", "data"),
     ("compact", "tombstone"),
+    ("compact", "segment"),
     ("compact", "manifest"),
     ("compact", "pointer"),
     ("append_large", "mpu_create"),
@@ -460,16 +468,20 @@ TABLE_STEPS = [
     ("append_large", "mpu_complete"),
     ("upsert", "data"),
     ("upsert", "tombstone"),
+    ("upsert", "segment"),
     ("upsert", "manifest"),
     ("upsert", "pointer"),
     ("upsert_range", "tombstone"),
+    ("upsert_range", "segment"),
     ("upsert_range", "manifest"),
     ("spark_upsert", "data"),
     ("spark_upsert", "tombstone"),
+    ("spark_upsert", "segment"),
     ("spark_upsert", "manifest"),
     ("spark_upsert", "pointer"),
     ("update", "data"),
     ("update", "tombstone"),
+    ("update", "segment"),
     ("update", "manifest"),
     ("update", "pointer"),
 ]
@@ -520,10 +532,14 @@ def observe_table(f: Any, key: str = KEY) -> TableSeen:
         return TableSeen(rows=None, latest=-1, latest_rows=None, pointed=-1)
     manifests = {}
     for v in versions:
-        m = json.loads(store.read_bytes(f"{key}/manifest/v{v:08d}.json"))
+        m = table_root(store, key, v)
         assert m["version"] == v
         if v > versions[0]:
             assert m.get("previous") == v - 1, f"version {v}: previous is {m.get('previous')}"
+        segments = [r["path"] for r in m["segments"]]
+        missing = [p for p in segments if p not in present]
+        assert not missing, f"version {v} ({m['operation']}) names segments that do not exist: {missing}"
+        m = table_manifest(store, key, v)  # each segment's SHA-256 checked against the root's
         named = [d["path"] for d in m["data_files"]] + [t["path"] for t in m.get("tombstones", [])]
         missing = [p for p in named if p not in present]
         assert not missing, f"version {v} ({m['operation']}) names objects that do not exist: {missing}"

@@ -2,9 +2,10 @@
 
 Small tables and pipelines are written through the public API on memory://
 and file://. Each case copies one of them to a fresh key, damages one object
-(the pointer, a manifest, a tombstone) by a single byte, a truncation, a
-single JSON field or a single list entry (dropped, duplicated, swapped or
-retargeted to another entry's name), then runs the public operations:
+(the pointer, a manifest, a table manifest's segment, a tombstone) by a
+single byte, a truncation, a single JSON field or a single list entry
+(dropped, duplicated, swapped or retargeted to another entry's name), then
+runs the public operations:
 open, reads of every version, filtered reads, ``files()``, ``history()``,
 ``changes()``, then a delete and a compaction (tables) or an update
 (pipelines). Every operation must return what it returns on an undamaged
@@ -12,11 +13,12 @@ copy, or raise a typed ``RemoteStoreError`` (``ManifestCorrupted``,
 ``PartCorrupted``, ``NotFound``...): never other rows, a panic, or a bare
 ``ValueError`` / ``ArrowInvalid`` / ``KeyError`` / ``RuntimeError``.
 
-Manifests are sealed by a SHA-256 of their bytes, so almost every edit is
-caught by it. The *resealed* cases recompute the checksum (what a buggy
-writer would produce) to reach the checks behind it: each inconsistency
-issue #15 lists must then still be ``ManifestCorrupted`` for the version
-that holds it. One edit is not damage but a state the design allows: a
+Manifests are sealed by a SHA-256 of their bytes (and a table's root
+records the SHA-256 of each segment holding its file list), so almost every
+edit is caught by it. The *resealed* cases recompute the checksums (what a
+buggy writer would produce) to reach the checks behind them: each
+inconsistency issue #15 lists must then still be ``ManifestCorrupted`` for
+the version that holds it. One edit is not damage but a state the design allows: a
 pointer that names an older committed version (a writer died before moving
 it) reads that version, until the next commit rolls it forward.
 """
@@ -40,7 +42,7 @@ import pds
 from pds import Changes, Pipeline, Table
 from pds.errors import ManifestCorrupted, PartCorrupted
 
-from helpers import files
+from helpers import files, rewrite_segment, seal, table_manifest
 
 KINDS = ["memory", "file"]
 
@@ -56,16 +58,6 @@ def _open(kind: str, tmp_path: Path) -> Store:
 def _copy(store: Store, src: str, dst: str) -> None:
     for k in files(store, src):
         store.write(dst + k[len(src) :], store.read_bytes(k))
-
-
-def _seal(content: dict[str, Any]) -> bytes:
-    """A manifest as pds writes it: pretty JSON (sorted keys) whose top-level
-    ``checksum`` is the SHA-256 of these bytes with its digits all ``0``."""
-    body = {k: v for k, v in content.items() if k != "checksum"}
-    body["checksum"] = "0" * 64
-    raw = json.dumps(body, sort_keys=True, indent=2, ensure_ascii=False).encode()
-    line = b'\n  "checksum": "'
-    return raw.replace(line + b"0" * 64, line + hashlib.sha256(raw).hexdigest().encode())
 
 
 def _sorted(t: pa.Table) -> pa.Table:
@@ -293,7 +285,7 @@ def test_damaged_table_metadata_reads_equal_or_fails_typed(kind: str, tmp_path: 
     for k in _table_targets(store, "orig"):
         if "/manifest/" in k:
             raw = store.read_bytes(k)
-            assert _seal(json.loads(raw)) == raw, k
+            assert seal(json.loads(raw)) == raw, k
     _copy(store, "orig", "ref")
     reference = _reference(table_ops(store, "ref", latest))
     versions = {v: reference[f"read v{v}"] for v in range(latest + 1)}
@@ -334,14 +326,29 @@ def test_damaged_table_metadata_reads_equal_or_fails_typed(kind: str, tmp_path: 
 
 
 def _reseal_table(store: Store, key: str, version: int, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Edit the root manifest of *version* and reseal it."""
     path = f"{key}/manifest/v{version:08d}.json"
     m = json.loads(store.read_bytes(path))
     edit(m)
-    store.write(path, _seal(m), overwrite=True)
+    store.write(path, seal(m), overwrite=True)
 
 
-def _tables_edits() -> list[tuple[str, int, Callable[[dict[str, Any]], None]]]:
-    """Each inconsistency issue #15 S-4 lists, as a resealed edit of one version."""
+def _reseal_segment(store: Store, key: str, version: int, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Edit the (only) segment of *version*: its file list and tombstones.
+    The root then records the new segment's SHA-256 and counts, and is resealed."""
+    assert len(json.loads(store.read_bytes(f"{key}/manifest/v{version:08d}.json"))["segments"]) == 1
+    rewrite_segment(store, key, version, 0, edit, recount=True)
+
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def _tables_edits() -> list[tuple[str, int, Edit | None, Edit | None]]:
+    """Each inconsistency issue #15 S-4 lists, as a resealed edit of one
+    version: (what, version, edit of its segment, edit of its root). A
+    segment holds the ``files`` and ``tombstones`` (the root's ``data_files``
+    and ``tombstones`` before manifests had segments); the root's
+    ``segments`` list their objects, checksums, counts and statistics."""
 
     def tomb_names_unknown(m: dict[str, Any]) -> None:
         m["tombstones"][0]["files"][0] = "data/unknown.parquet"
@@ -350,7 +357,7 @@ def _tables_edits() -> list[tuple[str, int, Callable[[dict[str, Any]], None]]]:
         m["tombstones"][0]["files"].append("data/unknown.parquet")
 
     def file_twice(m: dict[str, Any]) -> None:
-        m["data_files"].append(copy.deepcopy(m["data_files"][0]))
+        m["files"].append(copy.deepcopy(m["files"][0]))
 
     def tomb_twice(m: dict[str, Any]) -> None:
         m["tombstones"].append(copy.deepcopy(m["tombstones"][0]))
@@ -376,30 +383,63 @@ def _tables_edits() -> list[tuple[str, int, Callable[[dict[str, Any]], None]]]:
         m["previous"] = m["version"] - 2
 
     def bad_path(m: dict[str, Any]) -> None:
-        m["data_files"][0]["path"] = "../escape.parquet"
+        m["files"][0]["path"] = "../escape.parquet"
 
     def bad_sha(m: dict[str, Any]) -> None:
-        m["data_files"][0]["sha256"] = "x"
+        m["files"][0]["sha256"] = "x"
 
     def format_other(m: dict[str, Any]) -> None:
         m["format"] = "pds-pipeline/1"
 
+    def segment_format_other(m: dict[str, Any]) -> None:
+        m["format"] = "pds-table/2"
+
+    def segment_twice(m: dict[str, Any]) -> None:
+        m["segments"].append(copy.deepcopy(m["segments"][0]))
+
+    def segment_path(value: str) -> Callable[[dict[str, Any]], None]:
+        def edit(m: dict[str, Any]) -> None:
+            # Another checksum too: a segment this process never read (one it
+            # read is kept by its checksum, whatever its path).
+            m["segments"][0].update(path=value, sha256="0" * 64)
+
+        return edit
+
+    def fresh(body: dict[str, Any]) -> None:
+        # The same segment in other bytes (its keys in another order), so it
+        # has another checksum and is read, not taken from this process's cache.
+        items = list(body.items())
+        body.clear()
+        body.update(reversed(items))
+
+    def segment_stats_not_files(m: dict[str, Any]) -> None:
+        m["segments"][0]["columns"]["id"]["max"] += 1
+
+    def segment_counts_not_files(m: dict[str, Any]) -> None:
+        m["segments"][0]["total_rows"] += 1
+
     return [
-        ("tombstone names a file the manifest lacks", 2, tomb_names_unknown),
-        ("tombstone names one file more", 3, tomb_names_more),
-        ("data file listed twice", 1, file_twice),
-        ("tombstone listed twice", 4, tomb_twice),
-        ("primary_key names no column", 2, pk_no_column),
-        ("arrow_schema damaged", 4, schema_damaged),
-        ("arrow_schema and columns differ", 1, schema_not_columns),
-        ("file_schemas damaged", 4, file_schema_damaged),
-        ("created_at not a time", 3, created_at("Tuesday")),
-        ("created_at out of range", 2, created_at("0000-01-01T00:00:00+00:00")),
-        ("created_at a leap second", 1, created_at("2026-12-31T23:59:60+00:00")),
-        ("versions not contiguous", 3, version_gap),
-        ("data file path escapes", 2, bad_path),
-        ("sha256 missing", 4, bad_sha),
-        ("manifest of a pipeline", 2, format_other),
+        ("tombstone names a file the manifest lacks", 2, tomb_names_unknown, None),
+        ("tombstone names one file more", 3, tomb_names_more, None),
+        ("data file listed twice", 1, file_twice, None),
+        ("tombstone listed twice", 4, tomb_twice, None),
+        ("primary_key names no column", 2, None, pk_no_column),
+        ("arrow_schema damaged", 4, None, schema_damaged),
+        ("arrow_schema and columns differ", 1, None, schema_not_columns),
+        ("file_schemas damaged", 4, None, file_schema_damaged),
+        ("created_at not a time", 3, None, created_at("Tuesday")),
+        ("created_at out of range", 2, None, created_at("0000-01-01T00:00:00+00:00")),
+        ("created_at a leap second", 1, None, created_at("2026-12-31T23:59:60+00:00")),
+        ("versions not contiguous", 3, None, version_gap),
+        ("data file path escapes", 2, bad_path, None),
+        ("sha256 missing", 4, bad_sha, None),
+        ("manifest of a pipeline", 2, None, format_other),
+        ("segment of another format", 3, segment_format_other, None),
+        ("segment listed twice", 3, None, segment_twice),
+        ("segment missing", 2, None, segment_path("segment/none.json")),
+        ("segment path escapes", 2, None, segment_path("../segment/x.json")),
+        ("segment statistics not its files'", 1, fresh, segment_stats_not_files),
+        ("segment counts not its files'", 3, fresh, segment_counts_not_files),
     ]
 
 
@@ -411,10 +451,13 @@ def test_resealed_inconsistent_table_manifests_are_corrupted(kind: str, tmp_path
     _copy(store, "orig", "ref")
     reference = _reference(table_ops(store, "ref", latest))
     outcomes = Outcomes()
-    for i, (what, version, edit) in enumerate(_tables_edits()):
+    for i, (what, version, segment_edit, root_edit) in enumerate(_tables_edits()):
         key = f"r{i}"
         _copy(store, "orig", key)
-        _reseal_table(store, key, version, edit)
+        if segment_edit is not None:
+            _reseal_segment(store, key, version, segment_edit)
+        if root_edit is not None:
+            _reseal_table(store, key, version, root_edit)
         got = _run(table_ops(store, key, latest))
         _judge(f"{what} (v{version})", got, reference, outcomes, must_fail=f"read v{version}")
     assert not outcomes.failures, "\n".join(outcomes.failures)
@@ -429,7 +472,7 @@ def test_a_tombstone_deleting_rows_its_reference_does_not_name_is_corrupted(kind
     store = _open(kind, tmp_path)
     build_table(store, "orig")
     _copy(store, "orig", "t")  # never read by this process: no tombstone cached
-    m = json.loads(store.read_bytes("t/manifest/v00000002.json"))
+    m = table_manifest(store, "t", 2)
     ref = m["tombstones"][0]
     assert len(ref["files"]) == 1, "the key-range delete touched only the first file"
     other = next(f["path"] for f in m["data_files"] if f["path"] not in ref["files"])
@@ -439,7 +482,8 @@ def test_a_tombstone_deleting_rows_its_reference_does_not_name_is_corrupted(kind
     store.write(f"t/{ref['path']}", raw, overwrite=True)
     with pytest.raises(ManifestCorrupted, match="SHA-256"):
         Table.open(store, "t").to_arrow(version=2)
-    # Recorded with its new SHA-256 (every version that lists it resealed).
+    # Recorded with its new SHA-256 (in the segment of every version that
+    # lists it, each root then resealed with its segment's new SHA-256).
     for v in range(2, 5):
 
         def fix(doc: dict[str, Any]) -> None:
@@ -447,7 +491,8 @@ def test_a_tombstone_deleting_rows_its_reference_does_not_name_is_corrupted(kind
                 if r["path"] == ref["path"]:
                     r["sha256"] = hashlib.sha256(raw).hexdigest()
 
-        _reseal_table(store, "t", v, fix)
+        assert any(t["path"] == ref["path"] for t in table_manifest(store, "t", v)["tombstones"])
+        _reseal_segment(store, "t", v, fix)
     for call in (
         lambda: Table.open(store, "t").to_arrow(version=2),
         lambda: Table.open(store, "t").to_arrow(),
@@ -552,7 +597,7 @@ def test_damaged_pipeline_metadata_reads_equal_or_fails_typed(kind: str, tmp_pat
     latest = build_pipeline(store, "orig")
     for k in files(store, "orig"):
         if "/manifest/" in k:
-            assert _seal(json.loads(store.read_bytes(k))) == store.read_bytes(k), k
+            assert seal(json.loads(store.read_bytes(k))) == store.read_bytes(k), k
     _copy(store, "orig", "ref")
     reference = _reference(pipeline_ops(store, "ref", latest))
     outcomes = Outcomes()
@@ -651,7 +696,7 @@ def test_resealed_inconsistent_pipeline_manifests_are_corrupted(kind: str, tmp_p
         path = f"{key}/manifest/v{version:08d}.json"
         m = json.loads(store.read_bytes(path))
         edit(m)
-        store.write(path, _seal(m), overwrite=True)
+        store.write(path, seal(m), overwrite=True)
         got = _run(pipeline_ops(store, key, latest))
         _judge(f"{what} (v{version})", got, reference, outcomes, must_fail=f"read by_g v{version}")
     assert not outcomes.failures, "\n".join(outcomes.failures)

@@ -22,7 +22,7 @@ from remote_store.backends import MemoryBackend
 import pds
 from pds import SchemaMismatch, Table
 
-from helpers import files
+from helpers import files, table_manifest, table_segment
 
 
 def rows(start: int, stop: int) -> pa.Table:
@@ -57,8 +57,15 @@ def test_objects_under_the_table_key_and_what_a_manifest_holds(fast_store: Store
     assert sum(k.startswith("tombstone/") and k.endswith(".del") for k in keys) == 1
     pointer = json.loads(fast_store.read_bytes("t/_latest_manifest"))
     assert pointer == {"version": 2, "manifest": "manifest/v00000002.json"}
-    m = json.loads(fast_store.read_bytes("t/manifest/v00000002.json"))
-    assert (m["format"], m["version"], m["previous"], m["operation"]) == ("pds-table/1", 2, 1, "delete")
+    root = json.loads(fast_store.read_bytes("t/manifest/v00000002.json"))
+    assert (root["format"], root["version"], root["previous"], root["operation"]) == ("pds-table/2", 2, 1, "delete")
+    assert "data_files" not in root and "tombstones" not in root, "the file list is in segments"
+    assert [table_segment(fast_store, "t", r)["format"] for r in root["segments"]] == ["pds-table-segment/1"]
+    assert keys >= {r["path"] for r in root["segments"]}
+    assert sum(r["file_count"] for r in root["segments"]) == 2
+    assert sum(r["total_rows"] for r in root["segments"]) == 150
+    m = table_manifest(fast_store, "t", 2)
+    assert {k: v for k, v in m.items() if k != "checksum"} == Table.open(fast_store, "t").manifest
     assert [c["name"] for c in m["schema"]["columns"]] == ["id", "customer", "amount"]
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(m["schema"]["arrow_schema"])))
     assert schema.equals(rows(0, 1).schema)
@@ -136,7 +143,7 @@ def test_delete_by_filter_rewrites_nothing(fast_store: Store) -> None:
     assert ids(t.to_arrow()) == [i for i in range(2000) if i % 7 != 3]
     # Whole row groups: ids 100..300 are two row groups of the first file.
     t.delete([("id", ">=", 100), ("id", "<", 300)])
-    m = json.loads(fast_store.read_bytes("t/manifest/v00000003.json"))
+    m = table_manifest(fast_store, "t", 3)
     tomb = json.loads(fast_store.read_bytes(f"t/{m['tombstones'][-1]['path']}"))
     assert [e["kind"] for e in tomb["entries"]] == ["row_group", "row_group"]
     assert ids(t.to_arrow()) == [i for i in range(2000) if i % 7 != 3 and not 100 <= i < 300]
@@ -156,7 +163,7 @@ def test_primary_key_range_delete_writes_key_ranges(fast_store: Store) -> None:
     t.append(rows(1000, 2000))
     assert t.primary_key == "id"
     t.delete([("id", ">=", 990), ("id", "<=", 1009)])
-    m = json.loads(fast_store.read_bytes("t/manifest/v00000002.json"))
+    m = table_manifest(fast_store, "t", 2)
     tomb = json.loads(fast_store.read_bytes(f"t/{m['tombstones'][0]['path']}"))
     assert tomb["entries"] == [
         {"kind": "pk_range", "file": m["data_files"][0]["path"], "pk_min": 990, "pk_max": 1009},
@@ -389,8 +396,10 @@ def test_vacuum_removes_only_what_no_retained_version_needs(fast_store: Store) -
     assert removed == planned
     keys = _keys(fast_store, "t")
     assert not keys & set(removed)
-    m = json.loads(fast_store.read_bytes(f"t/manifest/v{t.version:08d}.json"))
-    assert keys == {"_latest_manifest", f"manifest/v{t.version:08d}.json"} | {f["path"] for f in m["data_files"]}
+    m = table_manifest(fast_store, "t", t.version)
+    assert keys == {"_latest_manifest", f"manifest/v{t.version:08d}.json"} | {f["path"] for f in m["data_files"]} | {
+        r["path"] for r in m["segments"]
+    }
     assert ids(t.to_arrow()) == list(range(50, 200))
     with pytest.raises(NotFound):
         t.to_arrow(version=0)

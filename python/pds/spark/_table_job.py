@@ -268,7 +268,8 @@ class TableWriteJob(StoreJob):
 
 def table_snapshot_files(table: Table) -> list[tuple[str, int]]:
     """``(path, rows)`` of every data file of the table's version that holds
-    rows, from its manifest (no I/O)."""
+    rows, from its manifest (its root and segments: a GET per segment this
+    process has not read)."""
     return [(f["path"], f["total_rows"]) for f in table.manifest.get("data_files", []) if f["total_rows"]]
 
 

@@ -1,5 +1,6 @@
 //! Criterion benches of the Rust hot paths: encode, decode, hashing, the
-//! dataset write/read protocol on the in-memory store, and tables: the
+//! dataset write/read protocol on the in-memory store, opening a read (footers
+//! fetched or cached), and tables: the
 //! commit, deletes, the tombstone filter in a scan, and upserts (the key
 //! set's membership test and a whole upsert).
 //!
@@ -154,6 +155,45 @@ fn bench_protocol(c: &mut Criterion) {
     g.finish();
 }
 
+/// Opening a read (issue G): a 64-part dataset, one column of it read through
+/// a new store handle (every footer fetched, one GET each, sized by the
+/// manifest) and through one that read it before (footers from its cache).
+fn bench_open(c: &mut Criterion) {
+    let (schema, batches) = table(ROWS / 4);
+    let memory: Arc<dyn object_store::ObjectStore> =
+        Arc::new(object_store::memory::InMemory::new());
+    let handle = || Arc::new(StoreHandle::from_object_store(memory.clone(), "").expect("store"));
+    let reader = Box::new(RecordBatchIterator::new(
+        batches.into_iter().map(Ok),
+        schema,
+    ));
+    let req = WriteRequest {
+        location: "d".into(),
+        dataset_key: "d".into(),
+        schema_hash: "bench".into(),
+        parallelism: 2,
+        ..Default::default()
+    };
+    let opts = EncodeOptions::new("zstd", None, Some(ROWS / 4 / 64)).expect("valid options");
+    let written = write_dataset(handle(), reader, opts, req).expect("write");
+    assert_eq!(written.parts.len(), 64);
+    let one_column = || ReadOptions {
+        columns: Some(vec!["amount".into()]),
+        ..Default::default()
+    };
+    let mut g = c.benchmark_group("dataset_open");
+    g.sample_size(20);
+    g.bench_function("read_1_column_64_parts_new_handle", |b| {
+        b.iter(|| read_dataset(handle(), "d", one_column(), false, 32).expect("read"))
+    });
+    let warm = handle();
+    read_dataset(warm.clone(), "d", one_column(), false, 32).expect("read");
+    g.bench_function("read_1_column_64_parts_cached_footers", |b| {
+        b.iter(|| read_dataset(warm.clone(), "d", one_column(), false, 32).expect("read"))
+    });
+    g.finish();
+}
+
 /// A memory store holding the 1M-row bench table at `key` (primary key
 /// `id`, row groups of 64Ki rows), with the table's schema and batches.
 fn keyed_table(key: &str) -> (Arc<StoreHandle>, Arc<Schema>, Vec<RecordBatch>) {
@@ -236,6 +276,7 @@ fn bench_table(c: &mut Criterion) {
             columns: BTreeMap::new(),
             sha256: "0".repeat(64),
             schema: None,
+            footer_bytes: None,
         })
         .collect();
     g.bench_function("commit_100_file_manifest", |b| {
@@ -336,6 +377,7 @@ fn bench_segments(c: &mut Criterion) {
         )]),
         sha256: "0".repeat(64),
         schema: None,
+        footer_bytes: None,
     };
     for n in [10i64, 100_000] {
         let key = format!("t{n}");
@@ -414,6 +456,7 @@ criterion_group!(
     benches,
     bench_encode_decode,
     bench_protocol,
+    bench_open,
     bench_table,
     bench_upsert,
     bench_segments

@@ -28,6 +28,8 @@ excluded) and optionally a substring of the query string (``uploads``,
 - ``drop_reply``: the request is forwarded whole, the upstream's whole reply
   is read (so the store applied it), then the client connection is closed
   (``how="close"``) or reset (``how="reset"``) without any of the reply.
+- ``forward``: forwarded unchanged (:meth:`FaultProxy.observe`); only the
+  hooks run, e.g. to delay requests or to time them.
 
 A rule may carry hooks, ``before`` (called before the request is forwarded
 or failed) and ``after`` (called once the upstream's reply is read, before
@@ -70,7 +72,7 @@ _MAX_HEAD = 64 * 1024
 _MAX_LINE = 8 * 1024
 _IDLE_TIMEOUT = 300.0
 
-ACTIONS = ("fail", "drop_reply")
+ACTIONS = ("fail", "drop_reply", "forward")
 _NO_REPLY = ("close", "reset")
 _REASONS = {
     400: ("Bad Request", "BadRequest"),
@@ -476,6 +478,20 @@ class FaultProxy:
         return self.add_rule(
             Rule(method, path, "drop_reply", query=query, how=how, times=times, before=before, after=after)
         )
+
+    def observe(
+        self,
+        method: str | Collection[str] | None,
+        path: str,
+        *,
+        query: str | None = None,
+        times: int | None = None,
+        before: Hook | None = None,
+        after: Hook | None = None,
+    ) -> Rule:
+        """Forward matching requests unchanged, running the hooks: *before*
+        (e.g. a delay, to stand for a store far away) and *after*."""
+        return self.add_rule(Rule(method, path, "forward", query=query, times=times, before=before, after=after))
 
     @property
     def rules(self) -> list[Rule]:

@@ -299,6 +299,10 @@ class ParquetDatasetStore:
             this many rows; ``None`` writes one ``data.parquet``.
         storage_options: Options for :class:`pds.ObjectStoreBackend` when
             *store* is a URL or path (``endpoint``, ``region``, ...).
+        io_concurrency: Requests kept in flight by reads of a
+            :class:`pds.ObjectStoreBackend` store, apart from the cores that
+            decode. ``None``: 32 on S3 (reads wait on round trips there), the
+            number of cores on memory and local files.
 
     Raises:
         TypeError: *store* is neither a ``remote_store.Store`` nor a URL or
@@ -317,6 +321,7 @@ class ParquetDatasetStore:
         row_group_size: int | None = None,
         max_rows_per_file: int | None = None,
         storage_options: Mapping[str, object] | None = None,
+        io_concurrency: int | None = None,
     ) -> None:
         if isinstance(store, str | os.PathLike):
             store = open_store(store, **dict(storage_options or {}))
@@ -330,6 +335,11 @@ class ParquetDatasetStore:
         self._compression = compression
         self._row_group_size = _check_rows(row_group_size, "row_group_size")
         self._max_rows_per_file = _check_rows(max_rows_per_file, "max_rows_per_file")
+        if io_concurrency is not None and (
+            not isinstance(io_concurrency, int) or isinstance(io_concurrency, bool) or not 1 <= io_concurrency <= 4096
+        ):
+            raise ValueError(f"io_concurrency must be an int from 1 to 4096, or None; got {io_concurrency!r}")
+        self._io_concurrency = io_concurrency
         self._native = native_handle(store)
 
     @property
@@ -346,6 +356,11 @@ class ParquetDatasetStore:
     def row_group_size(self) -> int | None:
         """Rows per row group, or ``None`` for the default."""
         return self._row_group_size
+
+    @property
+    def io_concurrency(self) -> int | None:
+        """Requests a read keeps in flight, or ``None`` for the store's default."""
+        return self._io_concurrency
 
     @property
     def max_rows_per_file(self) -> int | None:
@@ -511,7 +526,8 @@ class ParquetDatasetStore:
                     claim.check()
                 name = "data.parquet" if index == 0 and last else f"part-{index:05d}.parquet"
                 self._store.write_atomic(f"{key}/{name}", payload, overwrite=True)
-                written.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha))
+                footer = int.from_bytes(bytes(payload[-8:-4]), "little") + 8
+                written.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha, footer_bytes=footer))
             manifest = DatasetManifest(
                 dataset_key=_normal_key(key),
                 parts=[p.name for p in written],
@@ -566,10 +582,19 @@ class ParquetDatasetStore:
     ) -> pa.Table:
         """Read the dataset under *key* into one ``pyarrow.Table`` (PDS-003, PDS-006).
 
-        Checks ``_SUCCESS``, reads the manifest, checks that every part exists
-        (all at once, before reading any), then reads all parts concurrently.
-        Only the *columns* asked for are fetched (range requests on the fast
-        path) and decoded, in the order given.
+        Requests ``_SUCCESS`` and the manifest together, then every part's
+        footer and its projected column chunks, parts concurrently (up to
+        *io_concurrency* at once; decoding uses every core). Only the
+        *columns* asked for are fetched (range requests on the fast path) and
+        decoded, in the order given.
+
+        Cost on the fast path: 3 sequential round trips, whatever the number of
+        parts: ``_SUCCESS`` + manifest, the footers (one GET each, sized by
+        what the manifest records; a missing part fails here, before any data
+        is fetched, naming every missing part), then the column chunks. A
+        footer read before through the same store handle is not fetched again.
+        Manifests written by remote-store record no part sizes: one more round
+        trip then (a HEAD of every part).
 
         Args:
             key: The dataset key.
@@ -606,8 +631,8 @@ class ParquetDatasetStore:
                 self._store.native_path(key),
                 columns=read_cols,
                 verify=bool(verify),
-                parallelism=_parallelism(),
                 filter=conditions,
+                io_concurrency=self._io_concurrency,
             )
         else:
             table = self._read_portable(key, read_cols, bool(verify), conditions)
@@ -660,6 +685,7 @@ class ParquetDatasetStore:
                 filter=conditions,
                 batch_size=size,
                 parallelism=_parallelism(),
+                io_concurrency=self._io_concurrency,
             )
         else:
             reader = self._scan_portable(key, read_cols, conditions, size)
@@ -737,14 +763,23 @@ class ParquetDatasetStore:
             "_SUCCESS marker missing: the dataset was never committed (a write is in progress, failed, or was killed)"
         )
 
-    def _read_part_bytes(self, key: str, part: str) -> bytes:
-        """A part's bytes; a part that vanished after the existence check makes the dataset incomplete."""
+    def _read_part_bytes(self, key: str, part: str, manifest: DatasetManifest | None = None) -> bytes:
+        """A part's bytes; a part that vanished after the existence check makes the dataset incomplete,
+        and one of another size than *manifest* records is corrupted (as on the fast path)."""
         try:
             data: bytes = self._store.read_bytes(f"{key}/{part}")
         except NotFound:
             raise DatasetIncomplete(
                 f"Dataset at {key!r} is incomplete: part {part!r} disappeared while it was being read", path=key
             ) from None
+        recorded = {p.name: p.size_bytes for p in (manifest.part_info or [])} if manifest is not None else {}
+        if part in recorded and recorded[part] != len(data):
+            path = f"{key}/{part}"
+            raise PartCorrupted(
+                f"part {path!r} is corrupted: the object holds {len(data)} bytes, not the {recorded[part]} "
+                "recorded for it (truncated, grown or replaced)",
+                path=path,
+            )
         return data
 
     def _expected_schema(self, key: str, manifest: DatasetManifest, first: bytes | None = None) -> pa.Schema:
@@ -761,7 +796,7 @@ class ParquetDatasetStore:
     ) -> pa.Table:
         manifest, checksums = self._open_portable(key, columns, verify)
         with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
-            payloads = list(pool.map(lambda p: self._read_part_bytes(key, p), manifest.parts))
+            payloads = list(pool.map(lambda p: self._read_part_bytes(key, p, manifest), manifest.parts))
         named = [(f"{key}/{p}", b) for p, b in zip(manifest.parts, payloads, strict=True)]
         schema = self._expected_schema(key, manifest, payloads[0])
         table, rows = _core.decode_parts(named, columns=columns, checksums=checksums, filter=conditions, schema=schema)
@@ -772,7 +807,7 @@ class ParquetDatasetStore:
         self, key: str, columns: list[str] | None, conditions: _Conditions | None, batch_size: int | None
     ) -> pa.RecordBatchReader:
         manifest, _ = self._open_portable(key, columns, verify=False)
-        data = self._read_part_bytes(key, manifest.parts[0])
+        data = self._read_part_bytes(key, manifest.parts[0], manifest)
         schema = self._expected_schema(key, manifest, data)
         first, first_rows = _core.decode_parts(
             [(f"{key}/{manifest.parts[0]}", data)], columns=columns, filter=conditions, schema=schema
@@ -783,7 +818,7 @@ class ParquetDatasetStore:
             yield from first.to_batches(max_chunksize=batch_size)
             for part in manifest.parts[1:]:
                 table, part_rows = _core.decode_parts(
-                    [(f"{key}/{part}", self._read_part_bytes(key, part))],
+                    [(f"{key}/{part}", self._read_part_bytes(key, part, manifest))],
                     columns=columns,
                     filter=conditions,
                     schema=schema,

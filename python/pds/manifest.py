@@ -62,6 +62,9 @@ class PartInfo:
     row_count: int
     size_bytes: int
     sha256: str
+    footer_bytes: int | None = None
+    """The bytes after the part's last row group (page indexes, footer and
+    trailer): a reader fetches them with one GET. ``None`` where not recorded."""
 
 
 _MAX_ROWS = 2**63 - 1
@@ -94,7 +97,10 @@ def _parse_part_info(raw: object, parts: list[str]) -> list[PartInfo]:
             and isinstance(sha, str)
         ):
             raise _corrupted("Entries of 'part_info' need name: str, row_count: int, size_bytes: int, sha256: str")
-        out.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha))
+        footer = item.get("footer_bytes")
+        if footer is not None and not (_is_int(footer) and 12 <= footer <= size):
+            raise _corrupted(f"part_info of {name!r} states a footer of {footer!r} bytes in a part of {size}")
+        out.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha, footer_bytes=footer))
     if [p.name for p in out] != parts:
         raise _corrupted("Field 'part_info' does not list the same parts as 'parts'")
     return out
@@ -160,6 +166,15 @@ class DatasetManifest(_RemoteStoreManifest):
             )
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(_RemoteStoreManifest)}
         return cls(**fields, arrow_schema=arrow_schema, part_info=part_info)
+
+    def to_json(self) -> str:
+        """The manifest as canonical JSON: sorted keys, 2-space indent, ``None``
+        fields left out (in ``part_info`` entries too), as pds's Rust core
+        writes it and remote-store reads it."""
+        data = dataclasses.asdict(self)
+        if data.get("part_info") is not None:
+            data["part_info"] = [{k: v for k, v in p.items() if v is not None} for p in data["part_info"]]
+        return json.dumps({k: v for k, v in data.items() if v is not None}, sort_keys=True, indent=2)
 
     def schema(self) -> pa.Schema | None:
         """The Arrow schema recorded in the manifest, or ``None`` if it has none."""

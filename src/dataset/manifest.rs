@@ -19,6 +19,10 @@ use crate::error::{Error, Result};
 /// The largest row count a manifest may state (Arrow and Parquet count rows in i64).
 pub const MAX_ROWS: u64 = i64::MAX as u64;
 
+/// The smallest tail of a Parquet file: an empty footer's length field and
+/// the `PAR1` magic after it, plus at least a few bytes of footer.
+const MIN_FOOTER_BYTES: u64 = 12;
+
 /// Per-part facts pds records (absent in manifests written by remote-store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartInfo {
@@ -26,6 +30,11 @@ pub struct PartInfo {
     pub row_count: u64,
     pub size_bytes: u64,
     pub sha256: String,
+    /// The bytes after the part's last row group (page indexes, footer and
+    /// trailer), so that a reader fetches them with one GET of that size.
+    /// Absent in manifests written before pds 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footer_bytes: Option<u64>,
 }
 
 /// A dataset manifest. The first eight fields are RFC-0008's.
@@ -94,6 +103,17 @@ impl Manifest {
             let names: Vec<&str> = info.iter().map(|p| p.name.as_str()).collect();
             if names != m.parts.iter().map(String::as_str).collect::<Vec<_>>() {
                 return Err(corrupted("part_info does not list the same parts".into()));
+            }
+            if let Some(p) = info.iter().find(|p| {
+                p.footer_bytes
+                    .is_some_and(|f| f < MIN_FOOTER_BYTES || f > p.size_bytes)
+            }) {
+                return Err(corrupted(format!(
+                    "part_info of {:?} states a footer of {} bytes in a part of {}",
+                    p.name,
+                    p.footer_bytes.unwrap_or_default(),
+                    p.size_bytes
+                )));
             }
             let sum = info
                 .iter()

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::buffered::BufWriter;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{self, Decoded, ReadOptions};
 use crate::parquet::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary};
+use crate::parquet::part_ref::{self, PartRef};
 use crate::parquet::split::{part_name, Piece, Splitter};
 use crate::store::occupancy::{self, Kind};
 use crate::store::{PutMode, StoreHandle};
@@ -641,6 +642,7 @@ pub fn build_manifest(
                     row_count: s.row_count,
                     size_bytes: s.size_bytes,
                     sha256: s.sha256.clone(),
+                    footer_bytes: Some(s.footer_bytes),
                 })
                 .collect(),
         ),
@@ -722,41 +724,50 @@ pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Man
     Manifest::from_json(&raw, &key)
 }
 
-/// Check `_SUCCESS`, read the manifest, and HEAD every part at once.
-/// Returns the manifest and each part's size.
+/// Open a committed dataset: `_SUCCESS` and `manifest.json` requested
+/// together (one round trip), then where each part is.
+///
+/// A manifest with `part_info` (every pds manifest) states each part's size,
+/// footer size and SHA-256: no part is touched here, and the footer GET of
+/// each part is its existence check ([`part_missing`] names the missing ones
+/// if one fails). A manifest without it (remote-store's) costs one more round
+/// trip: a HEAD of every part at once, `io` at a time, which fails with
+/// `DatasetIncomplete` naming the missing ones.
 pub async fn open_dataset(
     store: &StoreHandle,
     dataset_key: &str,
-    parallelism: usize,
-) -> Result<(Manifest, Vec<u64>)> {
+    io: usize,
+) -> Result<(Manifest, Vec<PartRef>)> {
     crate::store::keys::object_segments(dataset_key)?;
-    if store
-        .try_head(&child_key(dataset_key, SUCCESS))
-        .await?
-        .is_none()
-    {
+    let success = child_key(dataset_key, SUCCESS);
+    let (marker, manifest) =
+        tokio::join!(store.try_head(&success), read_manifest(store, dataset_key));
+    if marker?.is_none() {
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
             reason: absent_reason(store, dataset_key).await,
         });
     }
-    let manifest = read_manifest(store, dataset_key).await?;
-    let heads: Vec<Result<Option<u64>>> = futures::stream::iter(manifest.parts.iter())
-        .map(|p| async move {
-            Ok(store
-                .try_head(&child_key(dataset_key, p))
-                .await?
-                .map(|m| m.size))
-        })
-        .buffered(parallelism * 4)
-        .collect()
-        .await;
-    let mut sizes = Vec::with_capacity(heads.len());
+    let manifest = manifest?;
+    if let Some(info) = &manifest.part_info {
+        let parts = info
+            .iter()
+            .map(|p| PartRef {
+                key: child_key(dataset_key, &p.name),
+                size: p.size_bytes,
+                footer_hint: p.footer_bytes,
+                sha256: Some(p.sha256.clone()),
+            })
+            .collect();
+        return Ok((manifest, parts));
+    }
+    let sizes = head_parts(store, dataset_key, &manifest.parts, io).await?;
+    let mut parts = Vec::with_capacity(sizes.len());
     let mut missing = Vec::new();
-    for (part, head) in manifest.parts.iter().zip(heads) {
-        match head? {
-            Some(size) => sizes.push(size),
-            None => missing.push(part.clone()),
+    for (name, size) in manifest.parts.iter().zip(sizes) {
+        match size {
+            Some(size) => parts.push(PartRef::sized(child_key(dataset_key, name), size)),
+            None => missing.push(name.clone()),
         }
     }
     if !missing.is_empty() {
@@ -765,7 +776,57 @@ pub async fn open_dataset(
             reason: missing_parts(&missing, manifest.parts.len()),
         });
     }
-    Ok((manifest, sizes))
+    Ok((manifest, parts))
+}
+
+/// The size of each part, `None` where it is missing: a HEAD each, `io` at once.
+async fn head_parts(
+    store: &StoreHandle,
+    dataset_key: &str,
+    names: &[String],
+    io: usize,
+) -> Result<Vec<Option<u64>>> {
+    futures::stream::iter(names)
+        .map(|p| async move {
+            Ok(store
+                .try_head(&child_key(dataset_key, p))
+                .await?
+                .map(|m| m.size))
+        })
+        .buffered(io.max(1))
+        .try_collect()
+        .await
+}
+
+/// A part of the dataset was not found while it was read: name every part
+/// that is missing now (a HEAD each; error path only), as `DatasetIncomplete`.
+pub async fn part_missing(
+    store: &StoreHandle,
+    dataset_key: &str,
+    manifest: &Manifest,
+    io: usize,
+    found: Error,
+) -> Error {
+    if !matches!(found, Error::NotFound { .. }) {
+        return found;
+    }
+    let missing: Vec<String> = match head_parts(store, dataset_key, &manifest.parts, io).await {
+        Ok(sizes) => manifest
+            .parts
+            .iter()
+            .zip(sizes)
+            .filter(|(_, s)| s.is_none())
+            .map(|(n, _)| n.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if missing.is_empty() {
+        return vanished(dataset_key)(found);
+    }
+    Error::DatasetIncomplete {
+        key: dataset_key.to_string(),
+        reason: missing_parts(&missing, manifest.parts.len()),
+    }
 }
 
 /// Why a key without `_SUCCESS` has no dataset: a table or pipeline is
@@ -825,18 +886,25 @@ pub async fn expected_schema(
     store: &StoreHandle,
     dataset_key: &str,
     manifest: &Manifest,
+    parts: &[PartRef],
 ) -> Result<SchemaRef> {
     if let Some(schema) = manifest.schema(&child_key(dataset_key, MANIFEST))? {
         return Ok(schema);
     }
-    let first = child_key(dataset_key, &manifest.parts[0]);
-    decode::read_part_schema(store, &first)
+    let first = parts.first().ok_or_else(|| Error::ManifestCorrupted {
+        path: child_key(dataset_key, MANIFEST),
+        reason: "the manifest lists no parts".into(),
+    })?;
+    let footer = part_ref::footer(store, first)
         .await
-        .map_err(vanished(dataset_key))
+        .map_err(vanished(dataset_key))?;
+    Ok(crate::parquet::chunk_crc::strip(footer.metadata().schema()))
 }
 
-/// Read a dataset (fast path): `_SUCCESS`, manifest, parts verified, then all
-/// parts fetched concurrently with projection applied while decoding.
+/// Read a dataset (fast path): `_SUCCESS` and the manifest together, then
+/// every part's footer (one GET each, or the handle's cache) and its
+/// projected column chunks, `io` parts at once. Decoding runs on the
+/// runtime's threads, one per core, however many requests are in flight.
 ///
 /// With `verify`, every part is fetched whole and its SHA-256 checked against
 /// the manifest before it is decoded.
@@ -845,29 +913,28 @@ pub fn read_dataset(
     dataset_key: &str,
     opts: ReadOptions,
     verify: bool,
-    parallelism: usize,
+    io: usize,
 ) -> Result<Decoded> {
-    let parallelism = parallelism.max(1);
+    let io = io.max(1);
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {
-        let (manifest, sizes) = open_dataset(&store, &dataset_key, parallelism).await?;
+        let (manifest, parts) = open_dataset(&store, &dataset_key, io).await?;
         let mpath = child_key(&dataset_key, MANIFEST);
-        let expected = expected_schema(&store, &dataset_key, &manifest).await?;
+        let expected = expected_schema(&store, &dataset_key, &manifest, &parts).await?;
         if let Some(cols) = &opts.columns {
             decode::column_indices(&expected, cols)?; // Unknown columns fail before any part is read.
         }
         if let Some(pred) = &opts.predicate {
             pred.as_ref().clone().bind(&expected)?; // So do bad filters.
         }
-        let checksums: Option<Vec<String>> = if verify {
-            let info = manifest.part_info.as_ref().ok_or_else(|| Error::ManifestCorrupted {
+        if verify && manifest.part_info.is_none() {
+            return Err(Error::ManifestCorrupted {
                 path: mpath.clone(),
-                reason: "verify=True needs per-part checksums (part_info), which this manifest lacks".into(),
-            })?;
-            Some(info.iter().map(|p| p.sha256.clone()).collect())
-        } else {
-            None
-        };
+                reason:
+                    "verify=True needs per-part checksums (part_info), which this manifest lacks"
+                        .into(),
+            });
+        }
         let target = crate::parquet::part_schema::project(
             &expected,
             match &opts.columns {
@@ -878,36 +945,39 @@ pub fn read_dataset(
         )?;
         let opts = Arc::new(ReadOptions {
             expected: Some(expected),
+            // Every batch is kept: fetch each part's chunks at once.
+            read_ahead: Some(opts.read_ahead.unwrap_or(WHOLE_PART_READ_AHEAD)),
             ..opts
         });
-        let jobs = manifest.parts.iter().enumerate().map(|(i, part)| {
+        let jobs = parts.into_iter().map(|part| {
             let store = store.clone();
-            let key = child_key(&dataset_key, part);
-            let size = sizes[i];
             let opts = opts.clone();
-            let checksum = checksums.as_ref().map(|c| c[i].clone());
             tokio::spawn(async move {
-                match checksum {
-                    None => decode::read_part(&store, &key, size, &opts).await,
+                match part.sha256.clone().filter(|_| verify) {
+                    None => part_ref::read(&store, &part, &opts).await,
                     Some(expected) => {
-                        let data = store.get(&key).await?;
+                        let data = store.get(&part.key).await?;
                         tokio::task::spawn_blocking(move || {
-                            verify_bytes(&data, &key, &expected)?;
-                            decode::decode_bytes(data, &key, &opts)
+                            verify_bytes(&data, &part.key, &expected)?;
+                            decode::decode_bytes(data, &part.key, &opts)
                         })
                         .await?
                     }
                 }
             })
         });
-        let results: Vec<_> = futures::stream::iter(jobs)
-            .buffered(parallelism)
-            .collect()
+        let read: Result<Vec<decode::Decoded>> = futures::stream::iter(jobs)
+            .buffered(io)
+            .map(|joined| joined.map_err(Error::from).and_then(|r| r))
+            .try_collect()
             .await;
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => return Err(part_missing(&store, &dataset_key, &manifest, io, e).await),
+        };
         let mut batches = Vec::new();
         let mut file_rows = 0u64;
-        for r in results {
-            let d = r?.map_err(vanished(&dataset_key))?;
+        for d in read {
             file_rows = file_rows.saturating_add(d.file_rows);
             batches.extend(d.batches);
         }
@@ -919,6 +989,10 @@ pub fn read_dataset(
         })
     })?
 }
+
+/// Row groups `read_dataset` fetches ahead of its decoder: all of a part's
+/// in practice (it keeps every batch, decoded, anyway).
+const WHOLE_PART_READ_AHEAD: usize = 4096;
 
 /// Fail with `PartCorrupted` unless `data` hashes to `expected`.
 pub fn verify_bytes(data: &[u8], key: &str, expected: &str) -> Result<()> {
@@ -939,7 +1013,22 @@ pub fn read_schema(store: Arc<StoreHandle>, dataset_key: &str) -> Result<SchemaR
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {
         let manifest = read_manifest(&store, &dataset_key).await?;
-        expected_schema(&store, &dataset_key, &manifest).await
+        if let Some(schema) = manifest.schema(&child_key(&dataset_key, MANIFEST))? {
+            return Ok(schema);
+        }
+        let first = child_key(&dataset_key, &manifest.parts[0]);
+        let size = store
+            .head(&first)
+            .await
+            .map_err(vanished(&dataset_key))?
+            .size;
+        expected_schema(
+            &store,
+            &dataset_key,
+            &manifest,
+            &[PartRef::sized(first, size)],
+        )
+        .await
     })?
 }
 

@@ -10,40 +10,58 @@
 
 use std::sync::Arc;
 
-use crate::dataset::{child_key, expected_schema, open_dataset, vanished};
+use futures::{StreamExt, TryStreamExt};
+
+use crate::dataset::{child_key, expected_schema, open_dataset, part_missing, vanished};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{self, PartStream, ReadOptions};
+use crate::parquet::part_ref::{self, PartRef};
 use crate::parquet::scan::{ScanHooks, Source};
 use crate::store::StoreHandle;
 
 /// A dataset scan in progress (the shared streaming reader).
 pub use crate::parquet::scan::BatchStream as DatasetStream;
 
-/// Open a streaming scan of the dataset at `key`.
+/// Open a streaming scan of the dataset at `key`: `parallelism` parts
+/// decoded at once, `io` requests in flight while it opens.
 pub fn scan(
     store: Arc<StoreHandle>,
     key: &str,
     opts: ReadOptions,
     parallelism: usize,
+    io: usize,
 ) -> Result<DatasetStream> {
     let (first, rest, opts, rows) = crate::runtime::block_on({
         let store = store.clone();
         async move {
-            let (manifest, sizes) = open_dataset(&store, key, parallelism.max(1)).await?;
-            let expected = expected_schema(&store, key, &manifest).await?;
+            let io = io.max(1);
+            let (manifest, parts) = open_dataset(&store, key, io).await?;
+            let expected = expected_schema(&store, key, &manifest, &parts).await?;
             let opts = ReadOptions {
                 expected: Some(expected),
                 ..opts
             };
-            let names: Vec<String> = manifest.parts.iter().map(|p| child_key(key, p)).collect();
-            let mut parts = names.into_iter().zip(sizes);
-            let (first_key, first_size) = parts.next().ok_or_else(|| Error::ManifestCorrupted {
+            // Every part's footer, at once: the existence check before the
+            // caller gets a reader. They stay in the handle's cache, where the
+            // scan finds them (parts without a recorded SHA-256 were HEADed).
+            if parts.iter().all(|p| p.sha256.is_some()) {
+                let fetched: Result<Vec<_>> = futures::stream::iter(&parts)
+                    .map(|p| part_ref::footer(&store, p))
+                    .buffered(io)
+                    .try_collect()
+                    .await;
+                if let Err(e) = fetched {
+                    return Err(part_missing(&store, key, &manifest, io, e).await);
+                }
+            }
+            let mut parts = parts.into_iter();
+            let first = parts.next().ok_or_else(|| Error::ManifestCorrupted {
                 path: child_key(key, crate::dataset::MANIFEST),
                 reason: "the manifest lists no parts".into(),
             })?;
             // The first part's footer checks its schema, the columns and the
             // filter before the caller gets a reader.
-            let first = decode::open_part(&store, &first_key, first_size, &opts)
+            let first = part_ref::open(&store, &first, &opts)
                 .await
                 .map_err(vanished(key))?;
             let rows = RowCheck {
@@ -77,12 +95,12 @@ pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Resul
     spawn(store, first, Vec::new(), opts, 1, None)
 }
 
-/// Stream `first`, then `rest` (key, size) in order, opening up to
+/// Stream `first`, then `rest` in order, opening up to
 /// `parallelism` parts ahead.
 fn spawn(
     store: Arc<StoreHandle>,
     first: PartStream,
-    rest: Vec<(String, u64)>,
+    rest: Vec<PartRef>,
     opts: ReadOptions,
     parallelism: usize,
     rows: Option<RowCheck>,
@@ -90,9 +108,8 @@ fn spawn(
     let schema = first.schema();
     let opts = Arc::new(opts);
     let sources = std::iter::once(Source::Open(Box::new(first)))
-        .chain(rest.into_iter().map(|(key, size)| Source::Pending {
-            key,
-            size,
+        .chain(rest.into_iter().map(|part| Source::Pending {
+            part,
             opts: opts.clone(),
             map: None,
         }))
@@ -167,7 +184,7 @@ mod tests {
             batch_size: Some(7),
             ..Default::default()
         };
-        let stream = scan(store.clone(), "d", opts, 2).unwrap();
+        let stream = scan(store.clone(), "d", opts, 2, 4).unwrap();
         let got: Vec<i64> = stream
             .flat_map(|b| {
                 let b = b.unwrap();
@@ -181,7 +198,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got, (990..1000).collect::<Vec<_>>());
-        let all: usize = scan(store, "d", ReadOptions::default(), 2)
+        let all: usize = scan(store, "d", ReadOptions::default(), 2, 4)
             .unwrap()
             .map(|b| b.unwrap().num_rows())
             .sum();

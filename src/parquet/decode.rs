@@ -96,7 +96,15 @@ pub struct ReadOptions {
     /// `row_groups` and the predicate. Only the pages holding these rows
     /// are decompressed; with a page index loaded, only they are fetched.
     pub rows: Option<std::ops::Range<u64>>,
+    /// Row groups fetched ahead of the decoder where whole column chunks
+    /// are read (see [`crate::parquet::read_ahead`]); `None`:
+    /// [`READ_AHEAD_ROW_GROUPS`]. A read that keeps every batch anyway
+    /// (`read_dataset`) fetches the whole part at once.
+    pub read_ahead: Option<usize>,
 }
+
+/// Row groups a streaming read fetches ahead of its decoder by default.
+pub const READ_AHEAD_ROW_GROUPS: usize = 2;
 
 /// Rows per batch of a scan that streams to a consumer (Python, Spark) when
 /// the caller gives none: large enough that the per-batch cost (the
@@ -657,12 +665,17 @@ fn configure<T>(
     if let Some(row_groups) = &selected {
         builder = builder.with_row_groups(row_groups.clone());
     }
+    let whole_chunks = !row_filtered
+        && opts.selection.is_none()
+        && opts.positions.is_none()
+        && opts.rows.is_none();
     Ok(Configured {
         builder,
         order,
         target,
         row_groups: selected,
         mask: read_mask,
+        whole_chunks,
         post: (kept.is_some() || !late.is_empty()).then(|| PostFilter {
             kept,
             exclude: late,
@@ -681,6 +694,9 @@ struct Configured<T> {
     row_groups: Option<Vec<usize>>,
     /// The leaf columns read (projection and filter).
     mask: ProjectionMask,
+    /// Whole column chunks are read, row group by row group (no row filter
+    /// and no row selection): the requests can be planned ahead.
+    whole_chunks: bool,
     /// Deleted rows dropped from the decoded batches.
     post: Option<PostFilter>,
 }
@@ -948,7 +964,18 @@ impl Footer {
 
 /// Fetch and parse the footer of the part at `key` (`size` bytes).
 pub async fn read_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
-    read_footer_with(store, key, size, Default::default()).await
+    read_footer_with(store, key, size, None, Default::default()).await
+}
+
+/// [`read_footer`] with the size of the file's tail its writer recorded:
+/// the footer then costs one GET whatever its size.
+pub async fn read_footer_hinted(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    hint: Option<u64>,
+) -> Result<Footer> {
+    read_footer_with(store, key, size, hint, Default::default()).await
 }
 
 /// [`read_footer`], with the page index (column and offset indexes) where
@@ -957,10 +984,11 @@ pub async fn read_footer_and_page_index(
     store: &StoreHandle,
     key: &str,
     size: u64,
+    hint: Option<u64>,
 ) -> Result<Footer> {
     let options = ArrowReaderOptions::new()
         .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
-    read_footer_with(store, key, size, options).await
+    read_footer_with(store, key, size, hint, options).await
 }
 
 /// The footer for reading a file in row-range pieces. Each piece fetches
@@ -970,15 +998,20 @@ pub async fn read_footer_and_page_index(
 /// only its pages, is loaded only where the file records page checksums:
 /// single pages of a file that records only chunk checksums would be
 /// decoded unchecked, and the page index itself has no checksum.
-pub async fn read_piece_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
-    let plain = read_footer(store, key, size).await?;
+pub async fn read_piece_footer(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    hint: Option<u64>,
+) -> Result<Footer> {
+    let plain = read_footer_hinted(store, key, size, hint).await?;
     let pages_checked =
         crate::parquet::chunk_crc::ChunkChecksums::from_metadata(plain.metadata.metadata())
             .ok()
             .flatten()
             .is_some_and(|sums| sums.has_pages());
     if pages_checked {
-        read_footer_and_page_index(store, key, size).await
+        read_footer_and_page_index(store, key, size, hint).await
     } else {
         Ok(plain)
     }
@@ -988,9 +1021,10 @@ async fn read_footer_with(
     store: &StoreHandle,
     key: &str,
     size: u64,
+    hint: Option<u64>,
     options: ArrowReaderOptions,
 ) -> Result<Footer> {
-    let builder = open_footer(store, key, size, options.clone()).await?;
+    let builder = open_footer(store, key, size, hint, options.clone()).await?;
     let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)
         .map_err(corrupted(key))?;
     Ok(Footer { metadata, size })
@@ -1033,21 +1067,30 @@ pub async fn open_part_with(
     let opened = crate::error::catch_unwind_future(async {
         let err = corrupted(key);
         let metadata = footer.metadata.clone();
+        let ahead = Arc::new(crate::parquet::read_ahead::ReadAhead::new(
+            opts.read_ahead.unwrap_or(READ_AHEAD_ROW_GROUPS),
+        ));
         let reader = ObjectRangeReader::with_metadata(
             store.object_store().clone(),
             store.path(key)?,
             footer.size,
             metadata.metadata(),
         )
-        .map_err(&err)?;
+        .map_err(&err)?
+        .with_read_ahead(ahead.clone());
         let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
         let Configured {
             builder,
             order,
             target: schema,
             post,
-            ..
+            row_groups,
+            mask,
+            whole_chunks,
         } = configure(builder, &metadata, opts, key)?;
+        if whole_chunks {
+            ahead.plan(metadata.metadata(), row_groups.as_deref(), &mask);
+        }
         let stream = builder.build().map_err(&err)?;
         Ok(PartStream {
             key: key.to_string(),
@@ -1079,9 +1122,11 @@ async fn open_footer(
     store: &StoreHandle,
     key: &str,
     size: u64,
+    hint: Option<u64>,
     options: ArrowReaderOptions,
 ) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
-    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size);
+    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size)
+        .with_footer_hint(hint);
     crate::error::catch_unwind_future(ParquetRecordBatchStreamBuilder::new_with_options(
         reader, options,
     ))
@@ -1098,7 +1143,7 @@ async fn open_footer(
 /// The row count of each row group of a part, from its footer alone.
 pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>> {
     let size = store.head(key).await?.size;
-    Ok(open_footer(store, key, size, Default::default())
+    Ok(open_footer(store, key, size, None, Default::default())
         .await?
         .metadata()
         .row_groups()
@@ -1124,7 +1169,7 @@ pub async fn row_group_plan(
 pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
     let size = store.head(key).await?.size;
     Ok(crate::parquet::chunk_crc::strip(
-        open_footer(store, key, size, Default::default())
+        open_footer(store, key, size, None, Default::default())
             .await?
             .schema(),
     ))

@@ -116,6 +116,9 @@ pub struct PartSummary {
     pub size_bytes: u64,
     pub sha256: String,
     pub row_groups: u64,
+    /// The bytes after the last row group: page indexes, the footer and its
+    /// 8-byte trailer. A reader fetches them with one GET of this size.
+    pub footer_bytes: u64,
     /// Per top-level column min/max/null count (see [`crate::parquet::stats`]).
     pub columns: std::collections::BTreeMap<String, crate::parquet::stats::ColumnStats>,
 }
@@ -381,11 +384,13 @@ impl<W: Write + Send> PartEncoder<W> {
         let flushed = self.writer.flushed_row_groups();
         let row_groups = flushed.len() as u64;
         let columns = crate::parquet::stats::file_stats(flushed, &self.schema);
+        let data_end = self.writer.inner_mut().written;
         let mut hw = self.writer.into_inner()?;
         hw.flush()?;
         let summary = PartSummary {
             row_count: rows,
             size_bytes: hw.written,
+            footer_bytes: hw.written.saturating_sub(data_end),
             sha256: hex::encode(hw.hasher.finalize()),
             row_groups,
             columns,

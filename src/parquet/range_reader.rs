@@ -18,6 +18,7 @@ use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
 use crate::parquet::chunk_crc::ChunkChecksums;
+use crate::parquet::read_ahead::ReadAhead;
 
 /// Bytes fetched from the end of a file on the first request. Most footers
 /// fit, so the metadata costs one GET.
@@ -31,6 +32,10 @@ pub struct ObjectRangeReader {
     size: u64,
     /// The footer's column-chunk checksums, once the footer is read.
     checksums: Option<Arc<ChunkChecksums>>,
+    /// Bytes fetched from the end by the footer's first request.
+    prefetch: usize,
+    /// The row groups' chunks requested ahead of the decoder, if planned.
+    ahead: Option<Arc<ReadAhead>>,
 }
 
 impl ObjectRangeReader {
@@ -40,7 +45,27 @@ impl ObjectRangeReader {
             path,
             size,
             checksums: None,
+            prefetch: FOOTER_PREFETCH,
+            ahead: None,
         }
+    }
+
+    /// Serve planned requests through `ahead` (see [`crate::parquet::read_ahead`]).
+    pub fn with_read_ahead(mut self, ahead: Arc<ReadAhead>) -> Self {
+        self.ahead = Some(ahead);
+        self
+    }
+
+    /// Fetch exactly the file's last `hint` bytes for its footer (what its
+    /// writer recorded: page indexes, footer and trailer), so that the footer
+    /// costs one GET whatever its size. A wrong hint costs a second GET,
+    /// never a wrong read.
+    pub fn with_footer_hint(mut self, hint: Option<u64>) -> Self {
+        if let Some(hint) = hint {
+            let hint = hint.clamp(8, self.size.max(8));
+            self.prefetch = usize::try_from(hint).unwrap_or(FOOTER_PREFETCH);
+        }
+        self
     }
 
     /// A reader of a file whose footer was read already: its chunk
@@ -59,6 +84,8 @@ impl ObjectRangeReader {
             path,
             size,
             checksums,
+            prefetch: FOOTER_PREFETCH,
+            ahead: None,
         })
     }
 
@@ -124,7 +151,19 @@ impl AsyncFileReader for ObjectRangeReader {
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         async move {
-            let data = match self.store.get_ranges(&self.path, &ranges).await {
+            let ahead = self
+                .ahead
+                .as_ref()
+                .and_then(|a| a.request(&ranges, &self.store, &self.path));
+            let fetched = match ahead {
+                Some(fetch) => match fetch.await {
+                    Ok(got) => got,
+                    // Cancelled (it cannot be: it was taken before) or panicked: ask again.
+                    Err(_) => self.store.get_ranges(&self.path, &ranges).await,
+                },
+                None => self.store.get_ranges(&self.path, &ranges).await,
+            };
+            let data = match fetched {
                 Ok(d) => d,
                 Err(e) => return Err(self.explain(e).await),
             };
@@ -144,7 +183,7 @@ impl AsyncFileReader for ObjectRangeReader {
             let size = self.size;
             let metadata = ParquetMetaDataReader::new()
                 .with_arrow_reader_options(options)
-                .with_prefetch_hint(Some(FOOTER_PREFETCH))
+                .with_prefetch_hint(Some(self.prefetch))
                 .load_and_finish(&mut *self, size)
                 .await?;
             self.checksums = ChunkChecksums::from_metadata(&metadata)

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 use crate::parquet::decode::{self, PartStream, ReadOptions};
+use crate::parquet::part_ref::{self, PartRef};
 use crate::store::StoreHandle;
 
 /// Batches buffered between the scan task and the consumer.
@@ -54,12 +55,11 @@ impl RecordBatchReader for BatchStream {
 /// Applied to every batch of one source (e.g. to add constant columns).
 pub type BatchMap = Arc<dyn Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync>;
 
-/// One file to stream: already open, or its key, size and read options.
+/// One file to stream: already open, or where it is and its read options.
 pub enum Source {
     Open(Box<PartStream>),
     Pending {
-        key: String,
-        size: u64,
+        part: PartRef,
         opts: Arc<ReadOptions>,
         map: Option<BatchMap>,
     },
@@ -67,21 +67,19 @@ pub enum Source {
     /// other pieces of the same file decode on others. Only the piece that
     /// starts at row 0 reports the file's rows (see [`EndCheck`]).
     Piece {
-        key: String,
-        size: u64,
+        part: PartRef,
         opts: Arc<ReadOptions>,
         footer: SharedFooter,
     },
 }
 
 impl Source {
-    /// `key` (of `size` bytes, `rows` rows by the caller's record) read as
+    /// `part` (`rows` rows by the caller's record) read as
     /// `opts` in up to `pieces` pieces of at least `min_rows` rows each, in
     /// row order. The last piece runs to the file's end whatever `rows`
     /// says, so a wrong record can cost parallelism but never rows.
     pub fn split(
-        key: String,
-        size: u64,
+        part: PartRef,
         opts: ReadOptions,
         rows: u64,
         pieces: usize,
@@ -90,8 +88,7 @@ impl Source {
         let n = (pieces as u64).min(rows / min_rows.max(1)).max(1);
         if n == 1 || opts.rows.is_some() {
             return vec![Source::Pending {
-                key,
-                size,
+                part,
                 opts: Arc::new(opts),
                 map: None,
             }];
@@ -106,8 +103,7 @@ impl Source {
                     rows / n * (i + 1)
                 };
                 Source::Piece {
-                    key: key.clone(),
-                    size,
+                    part: part.clone(),
                     opts: Arc::new(ReadOptions {
                         rows: Some(start..end),
                         ..opts.clone()
@@ -122,7 +118,7 @@ impl Source {
 /// The footer of a file several [`Source::Piece`]s read, fetched by the
 /// first piece to open and shared by the others (see
 /// [`decode::read_piece_footer`]).
-pub type SharedFooter = Arc<tokio::sync::OnceCell<decode::Footer>>;
+pub type SharedFooter = Arc<tokio::sync::OnceCell<Arc<decode::Footer>>>;
 
 /// Maps an error of one file (e.g. a vanished part) to the caller's.
 pub type ErrorMap = Arc<dyn Fn(Error) -> Error + Send + Sync>;
@@ -192,30 +188,16 @@ async fn decode_source(
 ) {
     let opened = match source {
         Source::Open(part) => Ok((*part, None, true)),
-        Source::Pending {
-            key,
-            size,
-            opts,
-            map,
-        } => decode::open_part(&store, &key, size, &opts)
+        Source::Pending { part, opts, map } => part_ref::open(&store, &part, &opts)
             .await
             .map(|p| (p, map, true)),
-        Source::Piece {
-            key,
-            size,
-            opts,
-            footer,
-        } => {
+        Source::Piece { part, opts, footer } => {
             let read = footer
-                .get_or_try_init(|| async {
-                    crate::error::catch_unwind_future(decode::read_piece_footer(&store, &key, size))
-                        .await
-                        .unwrap_or_else(|payload| Err(decode::footer_panic(&key, payload.as_ref())))
-                })
+                .get_or_try_init(|| part_ref::piece_footer(&store, &part))
                 .await;
             let first = opts.rows.as_ref().is_none_or(|r| r.start == 0);
             match read {
-                Ok(f) => decode::open_part_with(&store, &key, f, &opts)
+                Ok(f) => decode::open_part_with(&store, &part.key, f, &opts)
                     .await
                     .map(|p| (p, None, first)),
                 Err(e) => Err(e),

@@ -41,7 +41,7 @@ pub async fn read_pages_holding(
     column: &str,
     values: &ArrayRef,
 ) -> Result<Option<Decoded>> {
-    let footer = read_footer_and_page_index(store, key, size).await?;
+    let footer = read_footer_and_page_index(store, key, size, None).await?;
     let selection = contain(
         |msg| Error::PartCorrupted {
             path: key.to_string(),
@@ -220,7 +220,7 @@ mod tests {
 
     /// Byte ranges of the data pages of column `k`, and their first rows.
     fn pages(store: &StoreHandle, size: u64) -> Vec<(u64, u64, i64)> {
-        let footer = block_on(read_footer_and_page_index(store, "f.parquet", size))
+        let footer = block_on(read_footer_and_page_index(store, "f.parquet", size, None))
             .unwrap()
             .unwrap();
         let md = footer.metadata().metadata();

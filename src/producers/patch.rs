@@ -513,6 +513,7 @@ mod tests {
             &env.store,
             &path,
             part.size_bytes,
+            None,
         ))
         .unwrap()
         .unwrap();

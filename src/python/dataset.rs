@@ -89,9 +89,12 @@ pub fn write_dataset(
     manifest.to_json().py_err()
 }
 
+/// What `write_parts` reports of one part: name, rows, bytes, SHA-256, footer bytes.
+type WrittenPart = (String, u64, u64, String, u64);
+
 /// Encode and upload `data` as parts `part-<prefix>-NNNNN.parquet` under
 /// `key` without committing (for Spark tasks). Returns
-/// `(name, row_count, size_bytes, sha256)` per part.
+/// `(name, row_count, size_bytes, sha256, footer_bytes)` per part.
 #[pyfunction]
 #[pyo3(signature = (store, key, data, *, part_prefix, compression, row_group_size, max_rows_per_file, parallelism))]
 #[allow(clippy::too_many_arguments)]
@@ -105,7 +108,7 @@ pub fn write_parts(
     row_group_size: Option<usize>,
     max_rows_per_file: Option<usize>,
     parallelism: usize,
-) -> PyResult<Vec<(String, u64, u64, String)>> {
+) -> PyResult<Vec<WrittenPart>> {
     let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
     let reader = data.into_reader()?;
     let req = WriteRequest {
@@ -121,27 +124,26 @@ pub fn write_parts(
         .names
         .into_iter()
         .zip(parts.summaries)
-        .map(|(n, s)| (n, s.row_count, s.size_bytes, s.sha256))
+        .map(|(n, s)| (n, s.row_count, s.size_bytes, s.sha256, s.footer_bytes))
         .collect())
 }
 
 /// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C stream).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, verify, parallelism, filter = None))]
+#[pyo3(signature = (store, key, *, columns, verify, filter = None, io_concurrency = None))]
 pub fn read_dataset<'py>(
     py: Python<'py>,
     store: &PyRustStore,
     key: &str,
     columns: Option<Vec<String>>,
     verify: bool,
-    parallelism: usize,
     filter: Option<FilterArg>,
+    io_concurrency: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, None)?;
-    let decoded = super::detach(py, || {
-        dataset::read_dataset(handle, key, opts, verify, parallelism)
-    })?;
+    let io = io_concurrency.unwrap_or_else(|| handle.default_io_concurrency());
+    let decoded = super::detach(py, || dataset::read_dataset(handle, key, opts, verify, io))?;
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
 }
 
@@ -169,7 +171,8 @@ pub fn read_part<'py>(
 /// Stream the dataset under `key` as a `pyarrow.RecordBatchReader`.
 /// `_SUCCESS`, the manifest and every part are checked before it returns.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, filter, batch_size, parallelism))]
+#[pyo3(signature = (store, key, *, columns, filter, batch_size, parallelism, io_concurrency = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn scan_dataset<'py>(
     py: Python<'py>,
     store: &PyRustStore,
@@ -178,11 +181,13 @@ pub fn scan_dataset<'py>(
     filter: Option<FilterArg>,
     batch_size: Option<usize>,
     parallelism: usize,
+    io_concurrency: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, batch_size)?;
+    let io = io_concurrency.unwrap_or_else(|| handle.default_io_concurrency());
     stream_to_py(py, || {
-        crate::dataset::scan::scan(handle, key, opts, parallelism)
+        crate::dataset::scan::scan(handle, key, opts, parallelism, io)
     })
 }
 

@@ -2,6 +2,7 @@
 //! the two conditional puts (create-only and compare-and-swap) that dataset
 //! and table commits are built from.
 
+pub mod cache;
 pub mod config;
 pub mod keys;
 mod local_cas;
@@ -67,7 +68,13 @@ pub struct Listing {
 pub struct StoreHandle {
     url: String,
     built: config::Built,
+    /// Parsed immutable objects (footers) kept for the handle's life.
+    cache: cache::ObjectCache,
 }
+
+/// Requests in flight by default on a remote store (S3 and alike): a read
+/// there waits on round trips, not on cores.
+pub const REMOTE_IO_CONCURRENCY: usize = 32;
 
 impl std::fmt::Debug for StoreHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,6 +91,7 @@ impl StoreHandle {
         Ok(Self {
             url: url.to_string(),
             built: config::build(url, options)?,
+            cache: cache::ObjectCache::default(),
         })
     }
 
@@ -97,6 +105,7 @@ impl StoreHandle {
                 prefix: keys::segments(prefix)?,
                 local: None,
             },
+            cache: cache::ObjectCache::default(),
         })
     }
 
@@ -106,6 +115,25 @@ impl StoreHandle {
 
     pub fn scheme(&self) -> Scheme {
         self.built.scheme
+    }
+
+    /// The handle's cache of parsed immutable objects.
+    pub fn cache(&self) -> &cache::ObjectCache {
+        &self.cache
+    }
+
+    /// How many requests to keep in flight when the caller did not say:
+    /// [`REMOTE_IO_CONCURRENCY`] on a remote store; on memory and local
+    /// files, where a request costs CPU rather than waiting, the cores (at
+    /// least 2).
+    pub fn default_io_concurrency(&self) -> usize {
+        match self.built.scheme {
+            Scheme::S3 => REMOTE_IO_CONCURRENCY,
+            Scheme::Memory | Scheme::File => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2),
+        }
     }
 
     /// The underlying object_store, for range readers and multipart writers.

@@ -140,7 +140,6 @@ async fn version_sources(
         return Ok(out);
     }
     let path = manifest_key(table, m.version);
-    let key_of = |f: &DataFile| format!("{}/{}", table.trim_end_matches('/'), f.path);
     let before: BTreeSet<&str> = prev
         .map(|p| p.data_files.iter().map(|f| f.path.as_str()).collect())
         .unwrap_or_default();
@@ -169,8 +168,7 @@ async fn version_sources(
                     file_read_options(p, f, output, None, deletes.get(&f.path), None, &prev_path)?;
                 if let Some(opts) = opts {
                     out.push(Source::Pending {
-                        key: key_of(f),
-                        size: f.size_bytes,
+                        part: f.part_ref(table),
                         opts: Arc::new(opts),
                         map: Some(tag(feed.clone(), "delete", m.version)),
                     });
@@ -231,8 +229,7 @@ async fn version_sources(
             newly.iter().map(u64::from).collect(),
         )));
         out.push(Source::Pending {
-            key: key_of(f),
-            size: f.size_bytes,
+            part: f.part_ref(table),
             opts: Arc::new(opts),
             map: Some(tag(feed.clone(), removed_kind, m.version)),
         });
@@ -249,8 +246,7 @@ async fn version_sources(
                 Added::ByKey((pk, set)) => tag_by_key(feed.clone(), pk, set.clone(), m.version),
             };
             out.push(Source::Pending {
-                key: key_of(f),
-                size: f.size_bytes,
+                part: f.part_ref(table),
                 opts: Arc::new(opts),
                 map: Some(map),
             });
@@ -287,8 +283,7 @@ async fn replaced_keys(
         opts.positions = Some(Positions::Keep(Arc::new(
             newly.iter().map(u64::from).collect(),
         )));
-        let key = format!("{}/{}", table.trim_end_matches('/'), f.path);
-        let decoded = crate::parquet::decode::read_part(store, &key, f.size_bytes, &opts).await?;
+        let decoded = crate::parquet::part_ref::read(store, &f.part_ref(table), &opts).await?;
         for b in decoded.batches {
             parts.push(arrow_cast::cast(b.column(0), &key_type)?);
         }

@@ -732,6 +732,7 @@ mod tests {
             columns: BTreeMap::new(),
             sha256: "ab".repeat(32),
             schema: None,
+            footer_bytes: None,
         }
     }
 

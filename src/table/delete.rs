@@ -116,7 +116,7 @@ async fn plan_file(
             .is_some_and(|s| s.field_with_name(&c.column).is_ok())
     });
     // One footer read serves the plan and the read.
-    let footer = decode::read_footer(store, &key, file.size_bytes).await?;
+    let footer = crate::parquet::part_ref::footer(store, &file.part_ref(table)).await?;
     let (groups, pruned) = (footer.row_group_rows(), footer.prune(Some(&local))?);
     let dead_groups = deletes.map(|d| d.row_groups.clone()).unwrap_or_default();
     let read: Vec<usize> = pruned
@@ -360,7 +360,7 @@ async fn key_match(
         return Ok(false);
     };
     let key = format!("{}/{}", table.trim_end_matches('/'), file.path);
-    let footer = decode::read_footer(store, &key, file.size_bytes).await?;
+    let footer = crate::parquet::part_ref::footer(store, &file.part_ref(table)).await?;
     let groups = footer.row_group_rows();
     let dead = deletes.map(|d| d.row_groups.clone()).unwrap_or_default();
     let candidates: Vec<usize> = footer

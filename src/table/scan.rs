@@ -555,8 +555,7 @@ pub fn scan(
             continue;
         };
         sources.extend(Source::split(
-            format!("{}/{}", table.trim_end_matches('/'), file.path),
-            file.size_bytes,
+            file.part_ref(table),
             read,
             file.total_rows,
             pieces,
@@ -635,7 +634,7 @@ pub async fn deleted_positions(
     if deletes.row_groups.is_empty() && deletes.pk_ranges.is_empty() {
         return Ok(out);
     }
-    let footer = crate::parquet::decode::read_footer(store, &key, file.size_bytes).await?;
+    let footer = crate::parquet::part_ref::footer(store, &file.part_ref(table)).await?;
     let groups = footer.row_group_rows();
     let starts = crate::parquet::decode::group_starts(&groups);
     for &rg in &deletes.row_groups {

@@ -45,6 +45,24 @@ pub struct DataFile {
     /// `file_schemas`; absent when it is the version's schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+    /// The bytes after the file's last row group (page indexes, footer,
+    /// trailer): its footer is then one GET of that size. Absent in
+    /// manifests of earlier pds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footer_bytes: Option<u64>,
+}
+
+impl DataFile {
+    /// The file as a part to read, under the table at `table`: its footer
+    /// is one GET, and is cached by the store handle under its SHA-256.
+    pub fn part_ref(&self, table: &str) -> crate::parquet::part_ref::PartRef {
+        crate::parquet::part_ref::PartRef {
+            key: format!("{}/{}", table.trim_end_matches('/'), self.path),
+            size: self.size_bytes,
+            footer_hint: self.footer_bytes,
+            sha256: Some(self.sha256.clone()),
+        }
+    }
 }
 
 /// One column of the readable schema list.
@@ -566,6 +584,12 @@ pub fn check_file_list(
         if !is_sha256(&f.sha256) {
             return Err(format!("data file {:?} has no valid sha256", f.path));
         }
+        if f.footer_bytes.is_some_and(|b| b < 12 || b > f.size_bytes) {
+            return Err(format!(
+                "data file {:?} states a footer larger than the file, or too small",
+                f.path
+            ));
+        }
         if let Some(id) = &f.schema {
             if !file_schemas.contains_key(id) {
                 return Err(format!(
@@ -641,6 +665,7 @@ pub(crate) mod tests {
                 )]),
                 sha256: "ab".repeat(32),
                 schema: None,
+                footer_bytes: None,
             }],
             tombstones: vec![],
             segments: vec![],

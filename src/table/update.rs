@@ -37,7 +37,7 @@ use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, Tombstone};
 use super::write;
 use crate::error::{Error, Result};
-use crate::parquet::decode::{self, Positions};
+use crate::parquet::decode::Positions;
 use crate::parquet::filter::Predicate;
 use crate::store::StoreHandle;
 
@@ -139,9 +139,10 @@ fn round(
             continue;
         };
         read.positions = Some(Positions::Keep(Arc::new(positions.clone())));
-        let key = format!("{}/{}", table.trim_end_matches('/'), file.path);
+        let part = file.part_ref(table);
+        let key = part.key.clone();
         let decoded =
-            crate::runtime::block_on(decode::read_part(store, &key, file.size_bytes, &read))??;
+            crate::runtime::block_on(crate::parquet::part_ref::read(store, &part, &read))??;
         let mut at = 0usize;
         let mut hit = RoaringBitmap::new();
         for batch in decoded.batches {

@@ -154,13 +154,8 @@ pub fn upsert_files(
             batch_size: Some(crate::parquet::decode::SCAN_BATCH_ROWS),
             ..Default::default()
         };
-        let key = format!("{root}/{}", f.path);
-        let read = crate::runtime::block_on(crate::parquet::decode::read_part(
-            &store,
-            &key,
-            f.size_bytes,
-            &opts,
-        ));
+        let part = f.part_ref(root);
+        let read = crate::runtime::block_on(crate::parquet::part_ref::read(&store, &part, &opts));
         match read.and_then(|r| r) {
             Ok(d) => batches.extend(d.batches),
             Err(e) => {

@@ -227,6 +227,7 @@ pub fn upload(
             columns: s.columns,
             sha256: s.sha256,
             schema: None,
+            footer_bytes: Some(s.footer_bytes),
         })
         .collect())
 }

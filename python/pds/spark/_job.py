@@ -410,7 +410,9 @@ class WriteJob(StoreJob):
             max_rows_per_file=self.settings.max_rows_per_file,
             parallelism=self.settings.parallelism or max(2, cpus),
         )
-        parts = tuple(PartInfo(name=n, row_count=r, size_bytes=s, sha256=h) for n, r, s, h in written)
+        parts = tuple(
+            PartInfo(name=n, row_count=r, size_bytes=s, sha256=h, footer_bytes=f) for n, r, s, h, f in written
+        )
         return TaskParts(partition_id, attempt, attempt_id, parts)
 
     # -- driver side ------------------------------------------------------------------
@@ -438,7 +440,7 @@ class WriteJob(StoreJob):
             max_rows_per_file=None,
             parallelism=1,
         )
-        return [PartInfo(name=n, row_count=r, size_bytes=s, sha256=h) for n, r, s, h in written]
+        return [PartInfo(name=n, row_count=r, size_bytes=s, sha256=h, footer_bytes=f) for n, r, s, h, f in written]
 
     def _list(self) -> list[str]:
         """Keys of every object under the dataset folder (backend-relative)."""

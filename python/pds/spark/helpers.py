@@ -43,6 +43,7 @@ _PARTS_SCHEMA = StructType(
         StructField("row_count", LongType(), nullable=False),
         StructField("size_bytes", LongType(), nullable=False),
         StructField("sha256", StringType(), nullable=False),
+        StructField("footer_bytes", LongType(), nullable=True),
         StructField("partition_id", IntegerType(), nullable=False),
         StructField("attempt_number", IntegerType(), nullable=False),
         StructField("task_attempt_id", LongType(), nullable=False),
@@ -100,6 +101,7 @@ def _parts_batch(task: TaskParts) -> pa.RecordBatch:
             "row_count": [p.row_count for p in parts],
             "size_bytes": [p.size_bytes for p in parts],
             "sha256": [p.sha256 for p in parts],
+            "footer_bytes": [p.footer_bytes for p in parts],
             "partition_id": [task.partition_id] * n,
             "attempt_number": [task.attempt_number] * n,
             "task_attempt_id": [task.task_attempt_id] * n,
@@ -124,7 +126,14 @@ def _task_results(rows: Sequence[Any]) -> list[TaskParts]:
     for (partition_id, attempt_id), group in sorted(by_attempt.items()):
         group.sort(key=lambda r: r.name)
         parts = tuple(
-            PartInfo(name=r.name, row_count=r.row_count, size_bytes=r.size_bytes, sha256=r.sha256) for r in group
+            PartInfo(
+                name=r.name,
+                row_count=r.row_count,
+                size_bytes=r.size_bytes,
+                sha256=r.sha256,
+                footer_bytes=r.footer_bytes,
+            )
+            for r in group
         )
         results.append(TaskParts(partition_id, group[0].attempt_number, attempt_id, parts))
     return results

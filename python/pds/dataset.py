@@ -763,17 +763,16 @@ class ParquetDatasetStore:
             "_SUCCESS marker missing: the dataset was never committed (a write is in progress, failed, or was killed)"
         )
 
-    def _read_part_bytes(self, key: str, part: str, manifest: DatasetManifest | None = None) -> bytes:
+    def _read_part_bytes(self, key: str, part: str, recorded: Mapping[str, int] | None = None) -> bytes:
         """A part's bytes; a part that vanished after the existence check makes the dataset incomplete,
-        and one of another size than *manifest* records is corrupted (as on the fast path)."""
+        and one of another size than *recorded* (part sizes by name) is corrupted (as on the fast path)."""
         try:
             data: bytes = self._store.read_bytes(f"{key}/{part}")
         except NotFound:
             raise DatasetIncomplete(
                 f"Dataset at {key!r} is incomplete: part {part!r} disappeared while it was being read", path=key
             ) from None
-        recorded = {p.name: p.size_bytes for p in (manifest.part_info or [])} if manifest is not None else {}
-        if part in recorded and recorded[part] != len(data):
+        if recorded is not None and part in recorded and recorded[part] != len(data):
             path = f"{key}/{part}"
             raise PartCorrupted(
                 f"part {path!r} is corrupted: the object holds {len(data)} bytes, not the {recorded[part]} "
@@ -796,7 +795,8 @@ class ParquetDatasetStore:
     ) -> pa.Table:
         manifest, checksums = self._open_portable(key, columns, verify)
         with ThreadPoolExecutor(max_workers=_parallelism() * 2) as pool:
-            payloads = list(pool.map(lambda p: self._read_part_bytes(key, p, manifest), manifest.parts))
+            sizes = _recorded_sizes(manifest)
+            payloads = list(pool.map(lambda p: self._read_part_bytes(key, p, sizes), manifest.parts))
         named = [(f"{key}/{p}", b) for p, b in zip(manifest.parts, payloads, strict=True)]
         schema = self._expected_schema(key, manifest, payloads[0])
         table, rows = _core.decode_parts(named, columns=columns, checksums=checksums, filter=conditions, schema=schema)
@@ -807,7 +807,8 @@ class ParquetDatasetStore:
         self, key: str, columns: list[str] | None, conditions: _Conditions | None, batch_size: int | None
     ) -> pa.RecordBatchReader:
         manifest, _ = self._open_portable(key, columns, verify=False)
-        data = self._read_part_bytes(key, manifest.parts[0], manifest)
+        sizes = _recorded_sizes(manifest)
+        data = self._read_part_bytes(key, manifest.parts[0], sizes)
         schema = self._expected_schema(key, manifest, data)
         first, first_rows = _core.decode_parts(
             [(f"{key}/{manifest.parts[0]}", data)], columns=columns, filter=conditions, schema=schema
@@ -818,7 +819,7 @@ class ParquetDatasetStore:
             yield from first.to_batches(max_chunksize=batch_size)
             for part in manifest.parts[1:]:
                 table, part_rows = _core.decode_parts(
-                    [(f"{key}/{part}", self._read_part_bytes(key, part, manifest))],
+                    [(f"{key}/{part}", self._read_part_bytes(key, part, sizes))],
                     columns=columns,
                     filter=conditions,
                     schema=schema,
@@ -958,6 +959,11 @@ def _filtered(
             yield kept if columns is None else kept.select(columns)
 
     return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _recorded_sizes(manifest: DatasetManifest) -> dict[str, int]:
+    """Each part's size as the manifest records it (none in remote-store's manifests)."""
+    return {p.name: p.size_bytes for p in manifest.part_info or []}
 
 
 def _missing_parts(missing: list[str], total: int, named: int = 5) -> str:

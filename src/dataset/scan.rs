@@ -45,8 +45,9 @@ pub fn scan(
             // caller gets a reader. They stay in the handle's cache, where the
             // scan finds them (parts without a recorded SHA-256 were HEADed).
             if parts.iter().all(|p| p.sha256.is_some()) {
-                let fetched: Result<Vec<_>> = futures::stream::iter(&parts)
-                    .map(|p| part_ref::footer(&store, p))
+                // Each footer is dropped once checked: the cache keeps what fits.
+                let fetched: Result<()> = futures::stream::iter(&parts)
+                    .map(|p| async { part_ref::footer(&store, p).await.map(drop) })
                     .buffered(io)
                     .try_collect()
                     .await;

@@ -1165,16 +1165,6 @@ pub async fn row_group_plan(
     Ok((footer.row_group_rows(), footer.prune(predicate)?))
 }
 
-/// The Arrow schema of a part, from its footer alone.
-pub async fn read_part_schema(store: &StoreHandle, key: &str) -> Result<SchemaRef> {
-    let size = store.head(key).await?.size;
-    Ok(crate::parquet::chunk_crc::strip(
-        open_footer(store, key, size, None, Default::default())
-            .await?
-            .schema(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,10 @@ use crate::parquet::read_ahead::ReadAhead;
 /// fit, so the metadata costs one GET.
 const FOOTER_PREFETCH: usize = 64 * 1024;
 
+/// The largest footer fetched in one GET on a writer's word; a larger
+/// footer costs a second GET.
+const MAX_FOOTER_HINT: u64 = 16 * 1024 * 1024;
+
 /// Reads one Parquet object of known size through range requests.
 #[derive(Debug, Clone)]
 pub struct ObjectRangeReader {
@@ -62,7 +66,9 @@ impl ObjectRangeReader {
     /// never a wrong read.
     pub fn with_footer_hint(mut self, hint: Option<u64>) -> Self {
         if let Some(hint) = hint {
-            let hint = hint.clamp(8, self.size.max(8));
+            // A manifest is untrusted: a hint as large as the file must not
+            // make every footer read fetch it whole.
+            let hint = hint.clamp(8, self.size.clamp(8, MAX_FOOTER_HINT));
             self.prefetch = usize::try_from(hint).unwrap_or(FOOTER_PREFETCH);
         }
         self

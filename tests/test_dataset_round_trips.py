@@ -106,10 +106,14 @@ def test_a_read_takes_three_round_trips_and_a_second_one_two(faulty: Any) -> Non
         # Its two row groups' chunks: one GET each, none fetched twice.
         assert len([s for s in spans if s[3].endswith(f"/d/{name}")]) == 3, timed.show()
 
-    # The same handle again: the footers come from its cache.
+    # The same handle again: the footers come from its cache. A cached
+    # footer is no existence check: each part gets one HEAD, sent with its
+    # chunk GETs, not before them.
     timed.clear()
     assert reader.read_dataset("d", columns=["x"]).equals(table.select(["x"]))
     assert timed.depth() == 2, timed.show()
+    heads = sorted(s[3].rsplit("/", 1)[-1] for s in timed.spans if s[2] == "HEAD" and s[3].endswith(".parquet"))
+    assert heads == sorted(footers), timed.show()
 
     # A streaming scan: the same two round trips to open (every part's
     # footer is fetched before it returns), then the parts' chunks as it
@@ -195,3 +199,23 @@ def test_a_part_replaced_under_a_warm_footer_cache_is_corruption(kind: str, tmp_
             reader.read_dataset("d")
         with pytest.raises(pds.PartCorrupted, match="part-00001"):
             pa.Table.from_batches(list(reader.iter_batches("d")))
+
+
+@pytest.mark.spec("G-1")
+def test_a_part_deleted_under_a_warm_footer_cache_is_reported(tmp_path: Any) -> None:
+    """A footer from the handle's cache does not stand for the part: a part
+    deleted since is named even by a read that fetches none of its chunks
+    (every row group pruned by the filter)."""
+    store = pds.open_store((tmp_path / "lake").as_uri())
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=1_000)
+    table = _table(3_000)
+    ds.write_dataset(table, "d")
+    assert ds.read_dataset("d").equals(table)  # warms the cache
+    store.delete("d/part-00001.parquet")
+    only_first = [("id", "<", 10)]
+    for read in (
+        lambda: ds.read_dataset("d", filter=only_first),
+        lambda: list(ds.iter_batches("d", filter=only_first)),
+    ):
+        with pytest.raises(pds.DatasetIncomplete, match=r"missing 1 of 3 parts: .part-00001.parquet."):
+            read()

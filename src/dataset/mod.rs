@@ -895,10 +895,14 @@ pub async fn expected_schema(
         path: child_key(dataset_key, MANIFEST),
         reason: "the manifest lists no parts".into(),
     })?;
-    let footer = part_ref::footer(store, first)
-        .await
-        .map_err(vanished(dataset_key))?;
-    Ok(crate::parquet::chunk_crc::strip(footer.metadata().schema()))
+    match part_ref::footer(store, first).await {
+        Ok(footer) => Ok(crate::parquet::chunk_crc::strip(footer.metadata().schema())),
+        // Sizes from the manifest: no part was HEADed yet. Name every missing one.
+        Err(e) => {
+            let io = store.default_io_concurrency();
+            Err(part_missing(store, dataset_key, manifest, io, e).await)
+        }
+    }
 }
 
 /// Read a dataset (fast path): `_SUCCESS` and the manifest together, then
@@ -945,14 +949,17 @@ pub fn read_dataset(
         )?;
         let opts = Arc::new(ReadOptions {
             expected: Some(expected),
-            // Every batch is kept: fetch each part's chunks at once.
+            // Every batch is kept: fetch each part's chunks at once, with at
+            // most `io` read-aheads in flight over all the parts read.
             read_ahead: Some(opts.read_ahead.unwrap_or(WHOLE_PART_READ_AHEAD)),
+            io_permits: Some(Arc::new(tokio::sync::Semaphore::new(io))),
             ..opts
         });
         let jobs = parts.into_iter().map(|part| {
             let store = store.clone();
             let opts = opts.clone();
-            tokio::spawn(async move {
+            // Aborted if the read fails first: no part task outlives it.
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 match part.sha256.clone().filter(|_| verify) {
                     None => part_ref::read(&store, &part, &opts).await,
                     Some(expected) => {
@@ -964,7 +971,7 @@ pub fn read_dataset(
                         .await?
                     }
                 }
-            })
+            }))
         });
         let read: Result<Vec<decode::Decoded>> = futures::stream::iter(jobs)
             .buffered(io)

@@ -44,10 +44,11 @@ pub fn scan(
             // Every part's footer, at once: the existence check before the
             // caller gets a reader. They stay in the handle's cache, where the
             // scan finds them (parts without a recorded SHA-256 were HEADed).
+            // A footer already cached is followed by a HEAD.
             if parts.iter().all(|p| p.sha256.is_some()) {
                 // Each footer is dropped once checked: the cache keeps what fits.
                 let fetched: Result<()> = futures::stream::iter(&parts)
-                    .map(|p| async { part_ref::footer(&store, p).await.map(drop) })
+                    .map(|p| async { part_ref::checked_footer(&store, p).await.map(drop) })
                     .buffered(io)
                     .try_collect()
                     .await;

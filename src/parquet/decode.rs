@@ -101,6 +101,9 @@ pub struct ReadOptions {
     /// [`READ_AHEAD_ROW_GROUPS`]. A read that keeps every batch anyway
     /// (`read_dataset`) fetches the whole part at once.
     pub read_ahead: Option<usize>,
+    /// A bound on the read-aheads in flight, shared by every part of one
+    /// read (`read_dataset`: its `io` requests); `None`: each part's window.
+    pub io_permits: Option<crate::parquet::read_ahead::IoPermits>,
 }
 
 /// Row groups a streaming read fetches ahead of its decoder by default.
@@ -1069,6 +1072,7 @@ pub async fn open_part_with(
         let metadata = footer.metadata.clone();
         let ahead = Arc::new(crate::parquet::read_ahead::ReadAhead::new(
             opts.read_ahead.unwrap_or(READ_AHEAD_ROW_GROUPS),
+            opts.io_permits.clone(),
         ));
         let reader = ObjectRangeReader::with_metadata(
             store.object_store().clone(),

@@ -6,10 +6,15 @@
 //! reply states the object's size; another size is corruption). With the
 //! SHA-256 known, the parsed footer is kept for the handle's life under the
 //! part's key and digest: a rewritten part has another digest and misses.
+//!
+//! A footer from the cache says nothing of the part's presence now: where
+//! the read depends on it, a HEAD checks the part is still there at its
+//! recorded size ([`checked_footer`]), alongside the chunk fetches in
+//! [`read`], so that a warm read stays one round trip shorter than a cold one.
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::parquet::decode::{self, Footer, PartStream, ReadOptions};
 use crate::store::StoreHandle;
 
@@ -46,12 +51,49 @@ impl PartRef {
     }
 }
 
-/// The footer of `part` (without the page index): cached, or one GET.
+/// The footer of `part` (without the page index): cached, or one GET. A
+/// cached footer is not a check that the part is still there: see
+/// [`checked_footer`].
 pub async fn footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> {
     cached(store, part, false, || {
         decode::read_footer_hinted(store, &part.key, part.size, part.footer_hint)
     })
     .await
+}
+
+/// [`footer`], and the check that `part` is still there at its recorded
+/// size: the footer's GET is that check, and a footer from the cache is
+/// followed by one HEAD.
+pub async fn checked_footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> {
+    match cached_footer(store, part, false) {
+        Some(hit) => {
+            still_there(store, part).await?;
+            Ok(hit)
+        }
+        None => footer(store, part).await,
+    }
+}
+
+/// One HEAD: `part` is there, at its recorded size (`NotFound` if it is
+/// gone, `PartCorrupted` if it is another size).
+pub async fn still_there(store: &StoreHandle, part: &PartRef) -> Result<()> {
+    let meta = store.head(&part.key).await?;
+    if meta.size != part.size {
+        return Err(Error::PartCorrupted {
+            path: part.key.clone(),
+            reason: format!(
+                "the object holds {} bytes, not the {} recorded for it (truncated, grown or \
+                 replaced)",
+                meta.size, part.size
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn cached_footer(store: &StoreHandle, part: &PartRef, page_index: bool) -> Option<Arc<Footer>> {
+    let key = part.cache_key(page_index)?;
+    store.cache().get::<Footer>(&key)
 }
 
 /// The footer for reading `part` in row-range pieces (see
@@ -73,10 +115,10 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Footer>>,
 {
-    let key = part.cache_key(page_index);
-    if let Some(hit) = key.as_deref().and_then(|k| store.cache().get::<Footer>(k)) {
+    if let Some(hit) = cached_footer(store, part, page_index) {
         return Ok(hit);
     }
+    let key = part.cache_key(page_index);
     let footer = crate::error::catch_unwind_future(read())
         .await
         .unwrap_or_else(|payload| Err(decode::footer_panic(&part.key, payload.as_ref())))?;
@@ -95,11 +137,95 @@ pub async fn open(store: &StoreHandle, part: &PartRef, opts: &ReadOptions) -> Re
     decode::open_part_with(store, &part.key, &footer, opts).await
 }
 
-/// Read `part` whole (see [`open`]).
+/// Read `part` whole (see [`open`]). With its footer cached, a HEAD checks
+/// that the part is still there while its chunks are fetched: a part whose
+/// row groups are all pruned, or a read of no column, fetches no chunk.
 pub async fn read(
     store: &StoreHandle,
     part: &PartRef,
     opts: &ReadOptions,
 ) -> Result<decode::Decoded> {
-    open(store, part, opts).await?.read_all().await
+    match cached_footer(store, part, false) {
+        None => open(store, part, opts).await?.read_all().await,
+        Some(footer) => {
+            let decode = async {
+                decode::open_part_with(store, &part.key, &footer, opts)
+                    .await?
+                    .read_all()
+                    .await
+            };
+            let ((), decoded) = futures::try_join!(still_there(store, part), decode)?;
+            Ok(decoded)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
+    use crate::store::PutMode;
+
+    /// A footer from the cache is not taken as proof that the part is still
+    /// there: a read of no chunk, and the stream's check, find it gone or
+    /// resized.
+    #[test]
+    fn a_cached_footer_still_checks_the_part() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..1_000))],
+        )
+        .unwrap();
+        let opts = EncodeOptions::new("zstd", Some(100), None).unwrap();
+        let (bytes, summary) = encode_to_bytes(&[batch], schema, &opts).unwrap();
+        let store = StoreHandle::open("memory://", &BTreeMap::new()).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let put = |b: Bytes| {
+            rt.block_on(store.put("p.parquet", b, PutMode::Overwrite))
+                .unwrap()
+        };
+        put(bytes.clone());
+        let part = PartRef {
+            key: "p.parquet".into(),
+            size: bytes.len() as u64,
+            footer_hint: Some(summary.footer_bytes),
+            sha256: Some("ab".repeat(32)),
+        };
+        // No row group kept: no chunk is fetched.
+        let none = ReadOptions {
+            row_groups: Some(vec![]),
+            ..Default::default()
+        };
+        let read = |o: &ReadOptions| rt.block_on(read(&store, &part, o));
+        assert_eq!(read(&none).unwrap().file_rows, 1_000); // cold: the footer's GET
+        assert!(cached_footer(&store, &part, false).is_some());
+        assert_eq!(read(&none).unwrap().file_rows, 1_000); // warm: a HEAD
+        rt.block_on(store.delete("p.parquet")).unwrap();
+        assert!(cached_footer(&store, &part, false).is_some());
+        assert!(matches!(read(&none), Err(Error::NotFound { .. })));
+        assert!(matches!(
+            rt.block_on(checked_footer(&store, &part)),
+            Err(Error::NotFound { .. })
+        ));
+        // The unchecked footer is the cache's: callers that check otherwise.
+        assert!(rt.block_on(footer(&store, &part)).is_ok());
+        let mut grown = bytes.to_vec();
+        grown.extend_from_slice(b"more");
+        put(Bytes::from(grown));
+        assert!(matches!(read(&none), Err(Error::PartCorrupted { .. })));
+        assert!(matches!(
+            rt.block_on(checked_footer(&store, &part)),
+            Err(Error::PartCorrupted { .. })
+        ));
+        put(bytes);
+        assert_eq!(read(&ReadOptions::default()).unwrap().file_rows, 1_000);
+    }
 }

@@ -9,7 +9,8 @@
 //! chunks cost one round trip when `window` covers it. A request that is
 //! not one planned is served directly, and unused read-aheads are cancelled
 //! when the reader is dropped. At most `window` row groups of the projected
-//! columns are held ahead of the decoder.
+//! columns are held ahead of the decoder, and a read of many parts can share
+//! one bound on the read-aheads in flight over all of them ([`IoPermits`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -21,7 +22,15 @@ use object_store::ObjectStore;
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
 
-type Fetch = tokio::task::JoinHandle<object_store::Result<Vec<Bytes>>>;
+use tokio::sync::Semaphore;
+use tokio_util::task::AbortOnDropHandle;
+
+/// A fetch started ahead; cancelled when dropped unused.
+type Fetch = AbortOnDropHandle<object_store::Result<Vec<Bytes>>>;
+
+/// Requests a read may have in flight ahead of its decoders, over all the
+/// parts it reads at once (a permit per row group fetch).
+pub type IoPermits = Arc<Semaphore>;
 
 /// The planned requests of one read, and those in flight ahead of it.
 #[derive(Debug)]
@@ -31,25 +40,18 @@ pub struct ReadAhead {
     /// Row groups fetched ahead, by their place in the plan.
     pending: Mutex<BTreeMap<usize, Fetch>>,
     window: usize,
-}
-
-impl Drop for ReadAhead {
-    fn drop(&mut self) {
-        if let Ok(mut pending) = self.pending.lock() {
-            for (_, fetch) in std::mem::take(&mut *pending) {
-                fetch.abort();
-            }
-        }
-    }
+    permits: Option<IoPermits>,
 }
 
 impl ReadAhead {
-    /// A read-ahead of up to `window` row groups (0: none).
-    pub fn new(window: usize) -> Self {
+    /// A read-ahead of up to `window` row groups (0: none), each fetch
+    /// holding one of `permits` (if given) while it is in flight.
+    pub fn new(window: usize, permits: Option<IoPermits>) -> Self {
         Self {
             plan: OnceLock::new(),
             pending: Mutex::new(BTreeMap::new()),
             window,
+            permits,
         }
     }
 
@@ -104,9 +106,7 @@ impl ReadAhead {
         let mut pending = self.pending.lock().ok()?;
         let mine = pending.remove(&at);
         let later = pending.split_off(&at);
-        for (_, skipped) in std::mem::replace(&mut *pending, later) {
-            skipped.abort();
-        }
+        drop(std::mem::replace(&mut *pending, later)); // skipped: cancelled
         if self.window > 0 {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let ahead = plan.iter().enumerate().skip(at + 1).take(self.window);
@@ -115,9 +115,16 @@ impl ReadAhead {
                         continue;
                     }
                     let (store, path, ranges) = (store.clone(), path.clone(), planned.clone());
-                    let fetch =
-                        runtime.spawn(async move { store.get_ranges(&path, &ranges).await });
-                    pending.insert(next, fetch);
+                    let permits = self.permits.clone();
+                    let fetch = runtime.spawn(async move {
+                        // A closed semaphore (never closed here) only drops the bound.
+                        let _permit = match permits {
+                            Some(p) => p.acquire_owned().await.ok(),
+                            None => None,
+                        };
+                        store.get_ranges(&path, &ranges).await
+                    });
+                    pending.insert(next, AbortOnDropHandle::new(fetch));
                 }
             }
         }
@@ -198,6 +205,13 @@ mod tests {
                 (0..10_000).collect::<Vec<_>>(),
                 "window {window}"
             );
+            // One permit shared for every read-ahead: the same rows.
+            let bounded = read(ReadOptions {
+                read_ahead: Some(window),
+                io_permits: Some(Arc::new(tokio::sync::Semaphore::new(1))),
+                ..Default::default()
+            });
+            assert_eq!(values(&bounded, 0), values(&all, 0));
             let b = read(ReadOptions {
                 columns: Some(vec!["b".into()]),
                 read_ahead: Some(window),

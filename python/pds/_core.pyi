@@ -115,9 +115,11 @@ def write_dataset(
     metadata: Mapping[str, str] | None,
     total_rows: int | None,
     parallelism: int,
+    io_concurrency: int | None = None,
 ) -> str:
     """Stream *data* into parts under *key*, then manifest.json, then _SUCCESS.
-    Returns the manifest JSON. Preconditions (exists/overwrite) are the caller's."""
+    Returns the manifest JSON. Preconditions (exists/overwrite) are the caller's.
+    *io_concurrency*: uploads in flight over the write (None: the store's default)."""
 
 def write_parts(
     store: RustStore,

@@ -299,10 +299,12 @@ class ParquetDatasetStore:
             this many rows; ``None`` writes one ``data.parquet``.
         storage_options: Options for :class:`pds.ObjectStoreBackend` when
             *store* is a URL or path (``endpoint``, ``region``, ...).
-        io_concurrency: Requests kept in flight by reads of a
+        io_concurrency: Requests kept in flight by reads and writes of a
             :class:`pds.ObjectStoreBackend` store, apart from the cores that
-            decode. ``None``: 32 on S3 (reads wait on round trips there), the
-            number of cores on memory and local files.
+            decode and encode. ``None``: 32 on S3 (requests wait on round
+            trips there), the number of cores on memory and local files. A
+            write shares it among the parts it encodes at once: 2 to 8
+            uploads of 8 MiB chunks in flight per part.
 
     Raises:
         TypeError: *store* is neither a ``remote_store.Store`` nor a URL or
@@ -466,6 +468,7 @@ class ParquetDatasetStore:
                     metadata=meta,
                     total_rows=total_rows,
                     parallelism=_parallelism(),
+                    io_concurrency=self._io_concurrency,
                 )
                 return DatasetManifest.from_json(text)
             return self._write_portable(data, schema, key, run_id, meta)

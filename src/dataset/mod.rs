@@ -59,8 +59,21 @@ const NAMED_MISSING: usize = 5;
 /// Bytes handed from an encoder to its uploader at a time, and the size
 /// above which a part becomes a multipart upload.
 const CHUNK: usize = 8 * 1024 * 1024;
-/// Concurrent part uploads within one multipart upload.
-const UPLOAD_CONCURRENCY: usize = 4;
+/// Bytes of a part held while its name is unknown (the first part of a
+/// stream without a row count, which is `data.parquet` only if no second
+/// part follows). Beyond them it is uploaded as `part-00000.parquet` and
+/// renamed if it turns out to be the only part.
+const HOLD_UNNAMED: usize = 2 * CHUNK;
+/// Bounds on one part's chunk uploads in flight (each holds a chunk).
+const MIN_UPLOADS_PER_PART: usize = 2;
+const MAX_UPLOADS_PER_PART: usize = 8;
+
+/// Chunk uploads in flight for each of `parallelism` parts written at once,
+/// out of `io` requests for the whole write: at least 2 (the encoder never
+/// waits on one upload), at most 8 (64 MiB of chunks per part).
+pub fn uploads_per_part(io: usize, parallelism: usize) -> usize {
+    (io / parallelism.max(1)).clamp(MIN_UPLOADS_PER_PART, MAX_UPLOADS_PER_PART)
+}
 
 /// Join a dataset key and a file name.
 pub fn child_key(dataset_key: &str, name: &str) -> String {
@@ -84,6 +97,9 @@ pub struct WriteRequest {
     pub total_rows: Option<u64>,
     /// Parts encoded and uploaded at once.
     pub parallelism: usize,
+    /// Requests in flight for the whole write (see [`uploads_per_part`]);
+    /// `None`: the store's default ([`StoreHandle::default_io_concurrency`]).
+    pub io: Option<usize>,
     /// If set, parts are named `part-<prefix>-NNNNN.parquet` (unique per
     /// writer, e.g. per Spark task attempt) instead of RFC-0008's names.
     pub part_prefix: Option<String>,
@@ -282,46 +298,98 @@ fn encode_part(
     Ok(summary)
 }
 
+/// How a part's uploader learns its name.
+struct PartName {
+    name: oneshot::Receiver<String>,
+    /// The name to upload under if the part grows past [`HOLD_UNNAMED`]
+    /// before its name is known.
+    provisional: String,
+    /// Chunk uploads in flight.
+    uploads: usize,
+}
+
+fn unnamed() -> Error {
+    Error::Task("part aborted before it was named".into())
+}
+
 /// Upload the chunks of one part to `dataset_key/<name>`. The name arrives
-/// separately: chunks are held until it does.
+/// separately: chunks are held until it does, up to [`HOLD_UNNAMED`] bytes;
+/// then the part goes up under its provisional name and is renamed once its
+/// name is known, if that is another.
 async fn upload_part(
     store: Arc<StoreHandle>,
     dataset_key: String,
-    name: oneshot::Receiver<String>,
+    name: PartName,
     mut chunks: mpsc::Receiver<Bytes>,
 ) -> Result<String> {
+    let PartName {
+        name: mut named,
+        provisional,
+        uploads,
+    } = name;
     let mut held = Vec::new();
-    let mut name = name;
-    let name = loop {
+    let mut held_bytes = 0usize;
+    // `Some(receiver)`: uploading under the provisional name, the real one to come.
+    let (upload_as, pending) = loop {
         tokio::select! {
-            n = &mut name => break n.map_err(|_| Error::Task("part aborted before it was named".into()))?,
+            n = &mut named => break (n.map_err(|_| unnamed())?, None),
             c = chunks.recv() => match c {
-                Some(c) => held.push(c),
-                None => break name.await.map_err(|_| Error::Task("part aborted before it was named".into()))?,
+                Some(c) => {
+                    held_bytes += c.len();
+                    held.push(c);
+                    if held_bytes >= HOLD_UNNAMED {
+                        break (provisional.clone(), Some(named));
+                    }
+                }
+                None => break (named.await.map_err(|_| unnamed())?, None),
             },
         }
     };
-    let key = child_key(&dataset_key, &name);
+    let key = child_key(&dataset_key, &upload_as);
     let mut writer =
         BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
-            .with_max_concurrency(UPLOAD_CONCURRENCY);
-    let result: Result<()> = async {
+            .with_max_concurrency(uploads);
+    let result: Result<Option<String>> = async {
         for c in held {
             writer.put(c).await?;
         }
         while let Some(c) = chunks.recv().await {
             writer.put(c).await?;
         }
-        Ok(())
+        // The encoder is done: the name was sent before its last batch, or
+        // never (an aborted part, which must not land).
+        match pending {
+            Some(named) => Ok(Some(named.await.map_err(|_| unnamed())?)),
+            None => Ok(None),
+        }
     }
     .await;
-    if let Err(e) = result {
-        let _ = writer.abort().await;
-        return Err(e);
-    }
+    let named = match result {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = writer.abort().await;
+            return Err(e);
+        }
+    };
     // Completes the single PUT or the multipart upload: the object appears whole.
     writer.shutdown().await?;
-    Ok(name)
+    match named {
+        Some(name) if name != upload_as => {
+            let to = child_key(&dataset_key, &name);
+            match store.rename(&key, &to, true).await {
+                Ok(()) => Ok(name),
+                // A copy the store refuses (S3 copies at most 5 GiB in one
+                // request): the part keeps its provisional name, which the
+                // manifest lists. Readers follow the manifest.
+                Err(_) if store.try_head(&key).await.ok().flatten().is_some() => {
+                    let _ = store.delete(&to).await;
+                    Ok(upload_as)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        _ => Ok(upload_as),
+    }
 }
 
 /// Encode + upload of one part: `(name, summary)` once the object is in place.
@@ -331,7 +399,7 @@ async fn run_part(
     schema: SchemaRef,
     opts: EncodeOptions,
     batches: std::sync::mpsc::Receiver<PartMsg>,
-    name: oneshot::Receiver<String>,
+    name: PartName,
 ) -> Result<(String, PartSummary)> {
     let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
     let encoder = tokio::task::spawn_blocking(move || {
@@ -489,6 +557,10 @@ fn write_parts_claimed(
     let runtime = crate::runtime::get()?;
     let handle = runtime.handle().clone();
     let parallelism = req.parallelism.max(1);
+    let uploads = uploads_per_part(
+        req.io.unwrap_or_else(|| store.default_io_concurrency()),
+        parallelism,
+    );
     let max_rows = opts.max_rows_per_file;
     let known_single = match (max_rows, req.total_rows) {
         _ if prefix.is_some() => Some(false),
@@ -541,7 +613,11 @@ fn write_parts_claimed(
                 schema.clone(),
                 opts.clone(),
                 brx,
-                nrx,
+                PartName {
+                    name: nrx,
+                    provisional: name_for(prefix, index, false),
+                    uploads,
+                },
             );
             tasks.push(handle.spawn(async move {
                 let r = fut.await;
@@ -1155,6 +1231,105 @@ mod tests {
         let all = arrow_select::concat::concat_batches(&d.schema, &d.batches).unwrap();
         let col = all.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(col.values().to_vec(), (0..95).collect::<Vec<_>>());
+    }
+
+    /// A first part larger than [`HOLD_UNNAMED`], of a stream without a row
+    /// count: uploaded before its name is known, then renamed if it is the
+    /// only part. Nothing else is left, and every row reads back.
+    #[test]
+    fn a_large_first_part_is_uploaded_before_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path())
+            .unwrap()
+            .to_string();
+        let file = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
+        // Incompressible: 3M rows are 24 MB, more than HOLD_UNNAMED (16 MiB).
+        let rows = 4_000_000i64;
+        let values = || {
+            (0..rows).map(|i| {
+                // splitmix64: no run, delta or dictionary to compress.
+                let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (z ^ (z >> 31)) as i64
+            })
+        };
+        for store in [memory(), file] {
+            let rt = crate::runtime::get().unwrap();
+            for (key, max, parts) in [
+                ("one", 5_000_000usize, vec!["data.parquet"]),
+                (
+                    "two",
+                    3_000_000,
+                    vec!["part-00000.parquet", "part-00001.parquet"],
+                ),
+            ] {
+                let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+                let batches: Vec<RecordBatch> = values()
+                    .collect::<Vec<_>>()
+                    .chunks(100_000)
+                    .map(|c| {
+                        RecordBatch::try_new(
+                            schema.clone(),
+                            vec![Arc::new(Int64Array::from(c.to_vec()))],
+                        )
+                        .unwrap()
+                    })
+                    .collect();
+                let reader = Box::new(RecordBatchIterator::new(
+                    batches.into_iter().map(Ok),
+                    schema,
+                ));
+                let opts = EncodeOptions::new("none", None, Some(max)).unwrap();
+                let req = WriteRequest {
+                    location: key.into(),
+                    dataset_key: key.into(),
+                    schema_hash: "h".into(),
+                    parallelism: 2,
+                    ..Default::default()
+                };
+                let m = write_dataset(store.clone(), reader, opts, req).unwrap();
+                assert_eq!(m.parts, parts, "{:?}", store.scheme());
+                let first = m.part_info.as_ref().unwrap()[0].size_bytes;
+                assert!(first > HOLD_UNNAMED as u64, "{first} {:?}", m.part_info);
+                let mut left: Vec<String> = rt
+                    .block_on(store.list(key, true))
+                    .unwrap()
+                    .objects
+                    .into_iter()
+                    .map(|o| o.key.rsplit('/').next().unwrap().to_string())
+                    .collect();
+                left.sort_unstable();
+                let mut expected: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
+                expected.extend(["_SUCCESS".into(), "manifest.json".into()]);
+                expected.sort_unstable();
+                assert_eq!(left, expected);
+                let read =
+                    read_dataset(store.clone(), key, ReadOptions::default(), true, 2).unwrap();
+                let got: Vec<i64> = read
+                    .batches
+                    .iter()
+                    .flat_map(|b| {
+                        b.column(0)
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .unwrap()
+                            .values()
+                            .to_vec()
+                    })
+                    .collect();
+                assert_eq!(got, values().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn uploads_per_part_stay_within_bounds() {
+        assert_eq!(uploads_per_part(32, 2), 8);
+        assert_eq!(uploads_per_part(2, 2), 2);
+        assert_eq!(uploads_per_part(12, 2), 6);
+        assert_eq!(uploads_per_part(1, 0), 2);
+        assert_eq!(uploads_per_part(usize::MAX, 1), 8);
     }
 
     #[test]

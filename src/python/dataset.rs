@@ -54,7 +54,7 @@ pub fn read_options(
 #[pyfunction]
 #[pyo3(signature = (
     store, key, data, *, dataset_key, compression, row_group_size, max_rows_per_file,
-    schema_hash, run_id, metadata, total_rows, parallelism
+    schema_hash, run_id, metadata, total_rows, parallelism, io_concurrency=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_dataset(
@@ -71,6 +71,7 @@ pub fn write_dataset(
     metadata: Option<BTreeMap<String, String>>,
     total_rows: Option<u64>,
     parallelism: usize,
+    io_concurrency: Option<usize>,
 ) -> PyResult<String> {
     let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
     let reader = data.into_reader()?;
@@ -82,6 +83,7 @@ pub fn write_dataset(
         metadata,
         total_rows,
         parallelism,
+        io: io_concurrency,
         part_prefix: None,
     };
     let handle = store.inner.clone();

@@ -9,8 +9,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 use parquet::arrow::arrow_writer::{
-    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
-    ArrowRowGroupWriterFactory,
+    compute_leaves, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory,
 };
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
 use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
@@ -164,12 +163,22 @@ impl<W: Write> Write for HashingWriter<W> {
 /// Rows per row group when none is set (pyarrow's and parquet-rs's default).
 pub const DEFAULT_ROW_GROUP_ROWS: usize = 1024 * 1024;
 
+/// Rows buffered (zero-copy) before they are encoded into the open row
+/// group's column writers: what a part holds of its input, whatever its row
+/// group size.
+pub const ENCODE_SLICE_ROWS: usize = 64 * 1024;
+
+/// One leaf column's writer of the open row group, and its slices to encode.
+type ColumnJob = (usize, ArrowColumnWriter, Vec<ArrowLeafColumn>);
+
 /// Encodes one part file into a sink, batch by batch.
 ///
-/// Batches are buffered (zero-copy) until a row group is full; the row group's
-/// columns are then encoded in parallel, one leaf column per task on up to one
-/// thread per core, so a single file also uses every core. Complete row groups
-/// go to the sink in file order.
+/// Batches are buffered (zero-copy) up to [`ENCODE_SLICE_ROWS`] rows, then
+/// encoded into the open row group's column writers in parallel, one leaf
+/// column per task on up to one thread per core, so a single file also uses
+/// every core. A part thus holds at most a slice of its input and the
+/// encoded (compressed) pages of one row group, not the row group's Arrow
+/// data. Complete row groups go to the sink in file order.
 pub struct PartEncoder<W: Write + Send> {
     writer: SerializedFileWriter<HashingWriter<W>>,
     factory: ArrowRowGroupWriterFactory,
@@ -181,6 +190,9 @@ pub struct PartEncoder<W: Write + Send> {
     row_group_rows: usize,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
+    /// The open row group's column writers (by leaf), and its rows so far.
+    open: Option<Vec<ArrowColumnWriter>>,
+    open_rows: usize,
     row_groups: usize,
     rows: u64,
     threads: usize,
@@ -219,6 +231,8 @@ impl<W: Write + Send> PartEncoder<W> {
             row_group_rows: opts.row_group_size.unwrap_or(DEFAULT_ROW_GROUP_ROWS),
             pending: Vec::new(),
             pending_rows: 0,
+            open: None,
+            open_rows: 0,
             row_groups: 0,
             rows: 0,
             threads: std::thread::available_parallelism()
@@ -252,29 +266,39 @@ impl<W: Write + Send> PartEncoder<W> {
         } else {
             batch
         };
+        let slice_rows = self.row_group_rows.min(ENCODE_SLICE_ROWS);
         let mut offset = 0;
         while offset < batch.num_rows() {
-            let take = (self.row_group_rows - self.pending_rows).min(batch.num_rows() - offset);
+            let room = self.row_group_rows - self.open_rows - self.pending_rows;
+            let take = room
+                .min(slice_rows.saturating_sub(self.pending_rows).max(1))
+                .min(batch.num_rows() - offset);
             self.pending.push(batch.slice(offset, take));
             self.pending_rows += take;
             offset += take;
-            if self.pending_rows == self.row_group_rows {
+            if self.open_rows + self.pending_rows == self.row_group_rows {
                 self.flush_row_group()?;
+            } else if self.pending_rows >= slice_rows {
+                self.encode_pending()?;
             }
         }
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
 
-    fn flush_row_group(&mut self) -> Result<()> {
+    /// Encode the buffered slices into the open row group (opened if none).
+    fn encode_pending(&mut self) -> Result<()> {
         if self.pending_rows == 0 {
             return Ok(());
         }
         let batches = std::mem::take(&mut self.pending);
-        self.pending_rows = 0;
+        let rows = std::mem::take(&mut self.pending_rows);
+        let writers = match self.open.take() {
+            Some(w) => w,
+            None => self.factory.create_column_writers(self.row_groups)?,
+        };
         // One job per leaf column: its writer and its slices of every batch.
-        let writers = self.factory.create_column_writers(self.row_groups)?;
-        let mut jobs: Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)> = writers
+        let mut jobs: Vec<ColumnJob> = writers
             .into_iter()
             .enumerate()
             .map(|(i, w)| (i, w, Vec::new()))
@@ -291,27 +315,37 @@ impl<W: Write + Send> PartEncoder<W> {
             }
             leaf += width;
         }
+        let mut written = self.in_lanes(jobs, |(i, mut w, leaves)| {
+            for l in &leaves {
+                w.write(l)?;
+            }
+            Ok((i, w))
+        })?;
+        written.sort_by_key(|(i, _)| *i);
+        self.open = Some(written.into_iter().map(|(_, w)| w).collect());
+        self.open_rows += rows;
+        Ok(())
+    }
+
+    /// Run `work` on each job, the jobs spread over up to one thread per
+    /// core (a panic in one is the typed error).
+    fn in_lanes<J: Send, T: Send>(
+        &self,
+        jobs: Vec<J>,
+        work: impl Fn(J) -> Result<T> + Sync,
+    ) -> Result<Vec<T>> {
         let threads = self.threads.min(jobs.len()).max(1);
-        let mut lanes: Vec<Vec<(usize, ArrowColumnWriter, Vec<ArrowLeafColumn>)>> =
-            (0..threads).map(|_| Vec::new()).collect();
+        let mut lanes: Vec<Vec<J>> = (0..threads).map(|_| Vec::new()).collect();
         for (n, job) in jobs.into_iter().enumerate() {
             lanes[n % threads].push(job);
         }
-        let encoded: Vec<Result<Vec<(usize, ArrowColumnChunk)>>> = std::thread::scope(|scope| {
+        let work = &work;
+        let done: Vec<Result<Vec<T>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = lanes
                 .into_iter()
                 .map(|lane| {
                     scope.spawn(move || {
-                        crate::error::contained(|| {
-                            lane.into_iter()
-                                .map(|(i, mut w, leaves)| {
-                                    for l in &leaves {
-                                        w.write(l)?;
-                                    }
-                                    Ok((i, w.close()?))
-                                })
-                                .collect::<Result<Vec<_>>>()
-                        })
+                        crate::error::contained(|| lane.into_iter().map(work).collect())
                     })
                 })
                 .collect();
@@ -324,10 +358,22 @@ impl<W: Write + Send> PartEncoder<W> {
                 })
                 .collect()
         });
-        let mut chunks = Vec::new();
-        for lane in encoded {
-            chunks.extend(lane?);
+        let mut out = Vec::new();
+        for lane in done {
+            out.extend(lane?);
         }
+        Ok(out)
+    }
+
+    /// Encode what is buffered, close the open row group and write it out.
+    fn flush_row_group(&mut self) -> Result<()> {
+        self.encode_pending()?;
+        let Some(writers) = self.open.take() else {
+            return Ok(());
+        };
+        self.open_rows = 0;
+        let jobs: Vec<(usize, ArrowColumnWriter)> = writers.into_iter().enumerate().collect();
+        let mut chunks = self.in_lanes(jobs, |(i, w)| Ok((i, w.close()?)))?;
         chunks.sort_by_key(|(i, _)| *i);
         // The chunks land back to back from here on: plan their checksums.
         let mut at = self.writer.bytes_written() as u64;

@@ -515,6 +515,35 @@ mod tests {
         assert!(EncodeOptions::new("zstd", Some(0), None).is_err());
     }
 
+    /// Large row groups are encoded slice by slice: the encoder never holds
+    /// more than a slice of input rows, and the file is the same rows in
+    /// the same row groups, whatever the batch sizes.
+    #[test]
+    fn input_is_held_a_slice_at_a_time() {
+        let opts = EncodeOptions::new("zstd", Some(300_000), None).unwrap();
+        let big = sample(700_000);
+        for step in [1_000usize, 50_000, 100_000, 700_000] {
+            let mut enc = PartEncoder::new(Vec::new(), big.schema(), &opts).unwrap();
+            let mut at = 0;
+            while at < big.num_rows() {
+                let n = step.min(big.num_rows() - at);
+                enc.write(&big.slice(at, n)).unwrap();
+                assert!(enc.pending_rows < ENCODE_SLICE_ROWS, "step {step}");
+                assert!(enc.open_rows < 300_000);
+                at += n;
+            }
+            let (summary, buf) = enc.finish().unwrap();
+            assert_eq!((summary.row_count, summary.row_groups), (700_000, 3));
+            let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(buf))
+                .unwrap()
+                .build()
+                .unwrap();
+            let read: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+            let read = arrow_select::concat::concat_batches(&big.schema(), &read).unwrap();
+            assert_eq!(read, big, "step {step}");
+        }
+    }
+
     #[test]
     fn summary_matches_bytes_and_rows() {
         let b = sample(1000);

@@ -174,7 +174,8 @@ fn bench_open(c: &mut Criterion) {
         parallelism: 2,
         ..Default::default()
     };
-    let opts = EncodeOptions::new("zstd", None, Some(ROWS / 4 / 64)).expect("valid options");
+    let opts =
+        EncodeOptions::new("zstd", None, Some((ROWS / 4).div_ceil(64))).expect("valid options");
     let written = write_dataset(handle(), reader, opts, req).expect("write");
     assert_eq!(written.parts.len(), 64);
     let one_column = || ReadOptions {

@@ -60,7 +60,25 @@ def test_a_first_part_of_unknown_length_uploads_before_it_is_named(faulty: Any) 
 
 
 @pytest.mark.spec("G-2")
-def test_a_stream_of_two_parts_keeps_the_provisional_name(faulty: Any) -> None:
+def test_a_refused_rename_keeps_the_provisional_name(faulty: Any) -> None:
+    """The store refuses to copy the part to ``data.parquet`` (as S3 does
+    above 5 GiB): the part keeps ``part-00000.parquet``, which the manifest
+    lists, and nothing is left under the other name."""
+    batches = _batches(3)
+    faulty.proxy.fail("PUT", r"/d/data\.parquet$", status=400, times=None)
+    ds = pds.ParquetDatasetStore(faulty.store, compression="none", max_rows_per_file=5_000_000)
+    reader = pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
+    manifest = ds.write_dataset(reader, "d")
+    assert faulty.proxy.requests("PUT", r"/d/data\.parquet$")  # the copy was tried
+    faulty.proxy.clear()
+    assert manifest.parts == ["part-00000.parquet"]
+    assert sorted(f.name for f in faulty.direct.list_files("d")) == ["_SUCCESS", "manifest.json", "part-00000.parquet"]
+    got = pds.ParquetDatasetStore(faulty.open()).read_dataset("d", verify=True)
+    assert got.equals(pa.Table.from_batches(batches))
+
+
+@pytest.mark.spec("G-2")
+def test_a_stream_of_two_parts_is_named_as_before(faulty: Any) -> None:
     batches = _batches(2)
     seen: list[bool] = []
     ds = pds.ParquetDatasetStore(faulty.store, compression="none", max_rows_per_file=3_000_000)

@@ -419,8 +419,13 @@ class ParquetDatasetStore:
         wins. ``overwrite=True`` deletes everything under *key* first (PDS-011's
         delete-then-write), including a killed writer's claim.
 
-        Cost: on the fast path, memory is about row group size x parts in
-        flight (one per core), and one PUT (or multipart upload) per part plus
+        Cost: on the fast path, memory per part in flight (one per core) is
+        the compressed pages of one row group, 64Ki rows of input and its
+        chunk uploads (8 MiB each, 2 to 8 in flight: *io_concurrency* shared
+        among the parts); one PUT (or multipart upload) per part, plus a copy
+        and a DELETE for the first part of a stream of unknown length with
+        *max_rows_per_file* that grows past 16 MiB and proves the only part
+        (uploaded as ``part-00000.parquet`` before its name is known), plus
         two small PUTs; the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
         after the first); and the exclusivity check: 5 HEADs per level of
         *key* (``a/b``: 10, at once),
@@ -595,7 +600,9 @@ class ParquetDatasetStore:
         parts: ``_SUCCESS`` + manifest, the footers (one GET each, sized by
         what the manifest records; a missing part fails here, before any data
         is fetched, naming every missing part), then the column chunks. A
-        footer read before through the same store handle is not fetched again.
+        footer read before through the same store handle is not fetched again:
+        each such part gets a HEAD instead (the existence and size check),
+        sent together with its chunk GETs, so such a read takes 2.
         Manifests written by remote-store record no part sizes: one more round
         trip then (a HEAD of every part).
 

@@ -114,6 +114,7 @@ pub struct WrittenParts {
 }
 
 /// A writer's hold on a dataset key: the `_WRITING` object it created.
+#[derive(Clone)]
 pub struct Claim {
     key: String,
     token: Bytes,
@@ -306,6 +307,8 @@ struct PartName {
     provisional: String,
     /// Chunk uploads in flight.
     uploads: usize,
+    /// The writer's claim, checked before a provisional name is changed.
+    claim: Option<Claim>,
 }
 
 fn unnamed() -> Error {
@@ -326,19 +329,27 @@ async fn upload_part(
         name: mut named,
         provisional,
         uploads,
+        claim,
     } = name;
     let mut held = Vec::new();
     let mut held_bytes = 0usize;
     // `Some(receiver)`: uploading under the provisional name, the real one to come.
     let (upload_as, pending) = loop {
         tokio::select! {
+            biased; // a name already sent wins over a chunk
             n = &mut named => break (n.map_err(|_| unnamed())?, None),
             c = chunks.recv() => match c {
                 Some(c) => {
                     held_bytes += c.len();
                     held.push(c);
                     if held_bytes >= HOLD_UNNAMED {
-                        break (provisional.clone(), Some(named));
+                        match named.try_recv() {
+                            Ok(n) => break (n, None),
+                            Err(oneshot::error::TryRecvError::Empty) => {
+                                break (provisional.clone(), Some(named))
+                            }
+                            Err(oneshot::error::TryRecvError::Closed) => return Err(unnamed()),
+                        }
                     }
                 }
                 None => break (named.await.map_err(|_| unnamed())?, None),
@@ -349,11 +360,14 @@ async fn upload_part(
     let mut writer =
         BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
             .with_max_concurrency(uploads);
+    let mut size = 0u64;
     let result: Result<Option<String>> = async {
         for c in held {
+            size += c.len() as u64;
             writer.put(c).await?;
         }
         while let Some(c) = chunks.recv().await {
+            size += c.len() as u64;
             writer.put(c).await?;
         }
         // The encoder is done: the name was sent before its last batch, or
@@ -376,19 +390,60 @@ async fn upload_part(
     match named {
         Some(name) if name != upload_as => {
             let to = child_key(&dataset_key, &name);
-            match store.rename(&key, &to, true).await {
-                Ok(()) => Ok(name),
-                // A copy the store refuses (S3 copies at most 5 GiB in one
-                // request): the part keeps its provisional name, which the
-                // manifest lists. Readers follow the manifest.
-                Err(_) if store.try_head(&key).await.ok().flatten().is_some() => {
-                    let _ = store.delete(&to).await;
-                    Ok(upload_as)
-                }
-                Err(e) => Err(e),
+            if rename_part(&store, claim.as_ref(), &key, &to, size).await? {
+                Ok(name)
+            } else {
+                Ok(upload_as)
             }
         }
         _ => Ok(upload_as),
+    }
+}
+
+/// Move a part uploaded under its provisional name `from` to its name `to`
+/// (`size` bytes). Only while the writer's claim holds: after an overwrite
+/// took the key, both names are the new writer's. Never replaces an object.
+///
+/// `Ok(true)`: moved. `Ok(false)`: the store refused the move (S3 copies at
+/// most 5 GiB in one request; an object left at `to` by a killed writer),
+/// and the part keeps its provisional name, which the manifest lists. A move
+/// that completed but whose reply was lost is `Ok(true)`. Whatever fails,
+/// exactly one of the two names holds the part, or the error says so and
+/// neither does.
+async fn rename_part(
+    store: &StoreHandle,
+    claim: Option<&Claim>,
+    from: &str,
+    to: &str,
+    size: u64,
+) -> Result<bool> {
+    if let Some(claim) = claim {
+        claim.check(store).await?;
+    }
+    let refused = match store.rename(from, to, false).await {
+        Ok(()) => return Ok(true),
+        Err(e) => e,
+    };
+    let (src, dst) = futures::join!(store.try_head(from), store.try_head(to));
+    match (src, dst) {
+        (Ok(None), Ok(Some(m))) if m.size == size => Ok(true),
+        (Ok(Some(_)), Ok(dst)) => {
+            // `to` is this writer's copy only if the copy itself succeeded.
+            if dst.is_some() && !matches!(refused, Error::AlreadyExists { .. }) {
+                if let Err(e) = store.delete(to).await {
+                    let _ = store.delete(from).await;
+                    return Err(e);
+                }
+            }
+            Ok(false)
+        }
+        _ => {
+            let _ = store.delete(from).await;
+            if !matches!(refused, Error::AlreadyExists { .. }) {
+                let _ = store.delete(to).await;
+            }
+            Err(refused)
+        }
     }
 }
 
@@ -617,6 +672,7 @@ fn write_parts_claimed(
                     name: nrx,
                     provisional: name_for(prefix, index, false),
                     uploads,
+                    claim: claim.cloned(),
                 },
             );
             tasks.push(handle.spawn(async move {
@@ -963,6 +1019,7 @@ pub async fn expected_schema(
     dataset_key: &str,
     manifest: &Manifest,
     parts: &[PartRef],
+    io: usize,
 ) -> Result<SchemaRef> {
     if let Some(schema) = manifest.schema(&child_key(dataset_key, MANIFEST))? {
         return Ok(schema);
@@ -974,10 +1031,7 @@ pub async fn expected_schema(
     match part_ref::footer(store, first).await {
         Ok(footer) => Ok(crate::parquet::chunk_crc::strip(footer.metadata().schema())),
         // Sizes from the manifest: no part was HEADed yet. Name every missing one.
-        Err(e) => {
-            let io = store.default_io_concurrency();
-            Err(part_missing(store, dataset_key, manifest, io, e).await)
-        }
+        Err(e) => Err(part_missing(store, dataset_key, manifest, io, e).await),
     }
 }
 
@@ -1000,7 +1054,7 @@ pub fn read_dataset(
     crate::runtime::block_on(async move {
         let (manifest, parts) = open_dataset(&store, &dataset_key, io).await?;
         let mpath = child_key(&dataset_key, MANIFEST);
-        let expected = expected_schema(&store, &dataset_key, &manifest, &parts).await?;
+        let expected = expected_schema(&store, &dataset_key, &manifest, &parts, io).await?;
         if let Some(cols) = &opts.columns {
             decode::column_indices(&expected, cols)?; // Unknown columns fail before any part is read.
         }
@@ -1110,6 +1164,7 @@ pub fn read_schema(store: Arc<StoreHandle>, dataset_key: &str) -> Result<SchemaR
             &dataset_key,
             &manifest,
             &[PartRef::sized(first, size)],
+            store.default_io_concurrency(),
         )
         .await
     })?

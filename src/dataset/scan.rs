@@ -36,7 +36,7 @@ pub fn scan(
         async move {
             let io = io.max(1);
             let (manifest, parts) = open_dataset(&store, key, io).await?;
-            let expected = expected_schema(&store, key, &manifest, &parts).await?;
+            let expected = expected_schema(&store, key, &manifest, &parts, io).await?;
             let opts = ReadOptions {
                 expected: Some(expected),
                 ..opts

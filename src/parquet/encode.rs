@@ -534,10 +534,15 @@ mod tests {
             }
             let (summary, buf) = enc.finish().unwrap();
             assert_eq!((summary.row_count, summary.row_groups), (700_000, 3));
-            let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(buf))
-                .unwrap()
-                .build()
-                .unwrap();
+            let builder = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(buf)).unwrap();
+            let sizes: Vec<i64> = builder
+                .metadata()
+                .row_groups()
+                .iter()
+                .map(|g| g.num_rows())
+                .collect();
+            assert_eq!(sizes, [300_000, 300_000, 100_000], "step {step}");
+            let reader = builder.build().unwrap();
             let read: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
             let read = arrow_select::concat::concat_batches(&big.schema(), &read).unwrap();
             assert_eq!(read, big, "step {step}");

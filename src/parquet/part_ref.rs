@@ -55,6 +55,11 @@ impl PartRef {
 /// cached footer is not a check that the part is still there: see
 /// [`checked_footer`].
 pub async fn footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> {
+    Ok(footer_or_hit(store, part).await?.0)
+}
+
+/// [`footer`], and whether it came from the cache (`true`: no request made).
+async fn footer_or_hit(store: &StoreHandle, part: &PartRef) -> Result<(Arc<Footer>, bool)> {
     cached(store, part, false, || {
         decode::read_footer_hinted(store, &part.key, part.size, part.footer_hint)
     })
@@ -65,13 +70,11 @@ pub async fn footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> 
 /// size: the footer's GET is that check, and a footer from the cache is
 /// followed by one HEAD.
 pub async fn checked_footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> {
-    match cached_footer(store, part, false) {
-        Some(hit) => {
-            still_there(store, part).await?;
-            Ok(hit)
-        }
-        None => footer(store, part).await,
+    let (footer, hit) = footer_or_hit(store, part).await?;
+    if hit {
+        still_there(store, part).await?;
     }
+    Ok(footer)
 }
 
 /// One HEAD: `part` is there, at its recorded size (`NotFound` if it is
@@ -103,6 +106,7 @@ pub async fn piece_footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Foo
         decode::read_piece_footer(store, &part.key, part.size, part.footer_hint)
     })
     .await
+    .map(|(footer, _)| footer)
 }
 
 async fn cached<F, Fut>(
@@ -110,13 +114,13 @@ async fn cached<F, Fut>(
     part: &PartRef,
     page_index: bool,
     read: F,
-) -> Result<Arc<Footer>>
+) -> Result<(Arc<Footer>, bool)>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Footer>>,
 {
     if let Some(hit) = cached_footer(store, part, page_index) {
-        return Ok(hit);
+        return Ok((hit, true));
     }
     let key = part.cache_key(page_index);
     let footer = crate::error::catch_unwind_future(read())
@@ -127,7 +131,7 @@ where
         let bytes = footer.metadata().metadata().memory_size();
         store.cache().insert(key, footer.clone(), bytes);
     }
-    Ok(footer)
+    Ok((footer, false))
 }
 
 /// Open `part` for reading as `opts` asks: its footer (cached, or one GET),
@@ -145,19 +149,18 @@ pub async fn read(
     part: &PartRef,
     opts: &ReadOptions,
 ) -> Result<decode::Decoded> {
-    match cached_footer(store, part, false) {
-        None => open(store, part, opts).await?.read_all().await,
-        Some(footer) => {
-            let decode = async {
-                decode::open_part_with(store, &part.key, &footer, opts)
-                    .await?
-                    .read_all()
-                    .await
-            };
-            let ((), decoded) = futures::try_join!(still_there(store, part), decode)?;
-            Ok(decoded)
-        }
+    let (footer, hit) = footer_or_hit(store, part).await?;
+    let decode = async {
+        decode::open_part_with(store, &part.key, &footer, opts)
+            .await?
+            .read_all()
+            .await
+    };
+    if !hit {
+        return decode.await; // the footer's GET was the check
     }
+    let ((), decoded) = futures::try_join!(still_there(store, part), decode)?;
+    Ok(decoded)
 }
 
 #[cfg(test)]

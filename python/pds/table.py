@@ -670,10 +670,14 @@ class Table:
         ``polars.from_arrow`` and DuckDB take it through the Arrow
         PyCapsule interface without a copy.
 
-        Cost: 1 GET for another version's manifest, the tombstones not yet
-        read by this process, then per surviving file its footer and the
-        projected column chunks (range GETs; once per piece for a file read
-        in pieces).
+        Cost: 1 GET for a version's manifest this handle has not read,
+        1 per segment not yet read by this process, the tombstones not yet
+        read by this process together with the footers of the surviving
+        files (one suffix GET each, fetched ahead of their files' turns,
+        32 at once on S3), then the projected column chunks (range GETs;
+        once per piece for a file read in pieces). In round trips: 3 in a
+        new process for up to ``cores`` files, one more per further
+        ``cores`` files.
         """
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)

@@ -110,11 +110,10 @@ fn spawn(
     let schema = first.schema();
     let opts = Arc::new(opts);
     let sources = std::iter::once(Source::Open(Box::new(first)))
-        .chain(rest.into_iter().map(|part| Source::Pending {
-            part,
-            opts: opts.clone(),
-            map: None,
-        }))
+        .chain(
+            rest.into_iter()
+                .map(|part| Source::pending(part, opts.clone(), None)),
+        )
         .collect();
     let hooks = match rows {
         None => ScanHooks::default(),
@@ -126,6 +125,7 @@ fn spawn(
                     let path = child_key(&check.dataset_key, crate::dataset::MANIFEST);
                     check.manifest.check_rows(file_rows, &path)
                 })),
+                ..ScanHooks::default()
             }
         }
     };

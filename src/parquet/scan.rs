@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::error::{Error, Result};
 use crate::parquet::decode::{self, PartStream, ReadOptions};
@@ -58,10 +59,13 @@ pub type BatchMap = Arc<dyn Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync
 /// One file to stream: already open, or where it is and its read options.
 pub enum Source {
     Open(Box<PartStream>),
+    /// A whole file; its footer is fetched into `footer` (ahead of its turn,
+    /// see [`fetch_footer`]).
     Pending {
         part: PartRef,
         opts: Arc<ReadOptions>,
         map: Option<BatchMap>,
+        footer: SharedFooter,
     },
     /// The rows `opts.rows` of a file, decoded on a task of their own while
     /// other pieces of the same file decode on others. Only the piece that
@@ -74,26 +78,54 @@ pub enum Source {
 }
 
 impl Source {
+    /// The whole file `part`, read as `opts`, each batch mapped by `map`.
+    pub fn pending(part: PartRef, opts: Arc<ReadOptions>, map: Option<BatchMap>) -> Self {
+        Source::Pending {
+            part,
+            opts,
+            map,
+            footer: SharedFooter::default(),
+        }
+    }
+
+    /// The file, footer cell and footer kind (pieces or not) of a source
+    /// not yet open.
+    fn footer_cell(&self) -> Option<(PartRef, SharedFooter, bool)> {
+        match self {
+            Source::Open(_) => None,
+            Source::Pending { part, footer, .. } => Some((part.clone(), footer.clone(), false)),
+            Source::Piece { part, footer, .. } => Some((part.clone(), footer.clone(), true)),
+        }
+    }
+
+    /// How many pieces [`Source::split`] makes of a file of `rows` rows.
+    pub fn piece_count(rows: u64, pieces: usize, min_rows: u64) -> u64 {
+        (pieces as u64).min(rows / min_rows.max(1)).max(1)
+    }
+
     /// `part` (`rows` rows by the caller's record) read as
     /// `opts` in up to `pieces` pieces of at least `min_rows` rows each, in
-    /// row order. The last piece runs to the file's end whatever `rows`
-    /// says, so a wrong record can cost parallelism but never rows.
+    /// row order, all sharing `footer` (which the caller may be fetching
+    /// already: see [`fetch_footer`], with `pieces` as `piece_count` says).
+    /// The last piece runs to the file's end whatever `rows` says, so a
+    /// wrong record can cost parallelism but never rows.
     pub fn split(
         part: PartRef,
         opts: ReadOptions,
         rows: u64,
         pieces: usize,
         min_rows: u64,
+        footer: SharedFooter,
     ) -> Vec<Source> {
-        let n = (pieces as u64).min(rows / min_rows.max(1)).max(1);
+        let n = Self::piece_count(rows, pieces, min_rows);
         if n == 1 || opts.rows.is_some() {
             return vec![Source::Pending {
                 part,
                 opts: Arc::new(opts),
                 map: None,
+                footer,
             }];
         }
-        let footer = SharedFooter::default();
         (0..n)
             .map(|i| {
                 let start = rows / n * i;
@@ -115,10 +147,53 @@ impl Source {
     }
 }
 
-/// The footer of a file several [`Source::Piece`]s read, fetched by the
-/// first piece to open and shared by the others (see
+/// The footer of a file: fetched ahead of the file's turn, or by the first
+/// of its [`Source::Piece`]s to open, and shared by the others (see
 /// [`decode::read_piece_footer`]).
 pub type SharedFooter = Arc<tokio::sync::OnceCell<Arc<decode::Footer>>>;
+
+/// Fetch `part`'s footer into `cell` unless it is there already (or being
+/// fetched: then wait for that). `pieces`: the footer for reading in
+/// row-range pieces, with its page index. A failure leaves `cell` empty, so
+/// the file's own turn fetches it again and reports the error in order.
+pub async fn fetch_footer(
+    store: &StoreHandle,
+    part: &PartRef,
+    cell: &SharedFooter,
+    pieces: bool,
+) -> Result<Arc<decode::Footer>> {
+    cell.get_or_try_init(|| async {
+        match pieces {
+            true => part_ref::piece_footer(store, part).await,
+            false => part_ref::footer(store, part).await,
+        }
+    })
+    .await
+    .cloned()
+}
+
+/// Start fetching the footer of `part` into `cell` on its own task, aborted
+/// when the handle is dropped (see [`fetch_footer`]).
+pub fn prefetch_footer(
+    store: &Arc<StoreHandle>,
+    part: &PartRef,
+    cell: &SharedFooter,
+    pieces: bool,
+) -> AbortOnDropHandle<()> {
+    let (store, part, cell) = (store.clone(), part.clone(), cell.clone());
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        let _ = fetch_footer(&store, &part, &cell, pieces).await;
+    }))
+}
+
+/// Footers fetched ahead of their file's turn, beyond those open: the
+/// store's request concurrency (see
+/// [`StoreHandle::default_io_concurrency`]), so that on a remote store a
+/// file's footer is in hand by the time its turn comes and opening it costs
+/// only the chunk fetches.
+fn footers_ahead(store: &StoreHandle) -> usize {
+    store.default_io_concurrency().max(1)
+}
 
 /// Maps an error of one file (e.g. a vanished part) to the caller's.
 pub type ErrorMap = Arc<dyn Fn(Error) -> Error + Send + Sync>;
@@ -131,6 +206,9 @@ pub type EndCheck = Box<dyn FnOnce(u64) -> Result<()> + Send>;
 pub struct ScanHooks {
     pub map_err: ErrorMap,
     pub at_end: Option<EndCheck>,
+    /// Tasks the caller started for the scan (footer fetches, see
+    /// [`prefetch_footer`]): kept while it runs, aborted when it ends.
+    pub ahead: Vec<AbortOnDropHandle<()>>,
 }
 
 impl Default for ScanHooks {
@@ -138,6 +216,7 @@ impl Default for ScanHooks {
         Self {
             map_err: Arc::new(|e| e),
             at_end: None,
+            ahead: Vec::new(),
         }
     }
 }
@@ -168,6 +247,10 @@ pub fn spawn(
     Ok(BatchStream { schema, rx })
 }
 
+fn same_cell(prev: &Option<(PartRef, SharedFooter, bool)>, cell: &SharedFooter) -> bool {
+    prev.as_ref().is_some_and(|(_, c, _)| Arc::ptr_eq(c, cell))
+}
+
 /// Decoded batches buffered ahead of the consumer, in all parts together.
 const AHEAD_BYTES: usize = 256 * 1024 * 1024;
 
@@ -188,16 +271,21 @@ async fn decode_source(
 ) {
     let opened = match source {
         Source::Open(part) => Ok((*part, None, true)),
-        Source::Pending { part, opts, map } => part_ref::open(&store, &part, &opts)
-            .await
-            .map(|p| (p, map, true)),
+        Source::Pending {
+            part,
+            opts,
+            map,
+            footer,
+        } => match fetch_footer(&store, &part, &footer, false).await {
+            Ok(f) => decode::open_part_with(&store, &part.key, &f, &opts)
+                .await
+                .map(|p| (p, map, true)),
+            Err(e) => Err(e),
+        },
         Source::Piece { part, opts, footer } => {
-            let read = footer
-                .get_or_try_init(|| part_ref::piece_footer(&store, &part))
-                .await;
             let first = opts.rows.as_ref().is_none_or(|r| r.start == 0);
-            match read {
-                Ok(f) => decode::open_part_with(&store, &part.key, f, &opts)
+            match fetch_footer(&store, &part, &footer, true).await {
+                Ok(f) => decode::open_part_with(&store, &part.key, &f, &opts)
                     .await
                     .map(|p| (p, None, first)),
                 Err(e) => Err(e),
@@ -253,10 +341,31 @@ async fn stream_sources(
     let slots = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
     let (parts_tx, mut parts_rx) = mpsc::channel(parallelism.max(1));
     let budgets: Arc<std::sync::Mutex<Vec<Arc<tokio::sync::Semaphore>>>> = Arc::default();
+    // Footer fetches ahead of the files' turns, aborted when the scan ends.
+    let ahead = Arc::new(std::sync::Mutex::new(hooks.ahead));
     let launcher = {
         let budgets = budgets.clone();
+        let ahead = ahead.clone();
         tokio::spawn(async move {
-            for source in sources {
+            let window = footers_ahead(&store);
+            let footers: Vec<Option<(PartRef, SharedFooter, bool)>> =
+                sources.iter().map(Source::footer_cell).collect();
+            let mut next = 0;
+            for (i, source) in sources.into_iter().enumerate() {
+                while next < footers.len() && next <= i + window {
+                    if let Some((part, cell, pieces)) = &footers[next] {
+                        // Several pieces share one cell: fetch it once.
+                        if cell.get().is_none()
+                            && (next == 0 || !same_cell(&footers[next - 1], cell))
+                        {
+                            if let Ok(mut all) = ahead.lock() {
+                                all.retain(|h| !h.is_finished());
+                                all.push(prefetch_footer(&store, part, cell, *pieces));
+                            }
+                        }
+                    }
+                    next += 1;
+                }
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
@@ -298,6 +407,9 @@ async fn stream_sources(
     }
     if failed {
         launcher.abort();
+        if let Ok(mut all) = ahead.lock() {
+            all.clear();
+        }
         // Wake decode tasks waiting for memory: they stop.
         if let Ok(all) = budgets.lock() {
             all.iter().for_each(|b| b.close());

@@ -3,8 +3,15 @@
 //!
 //! Only what cannot change under its key goes in: a part's footer keyed by
 //! the part's path *and* the SHA-256 its manifest records (a rewritten part
-//! has another digest, so it misses). Entries are weighed in bytes; the
+//! has another digest, so it misses), and the bodies of objects that are
+//! only ever created, never replaced (a table's version manifests; see
+//! `table::commit::read_version_at`). Entries are weighed in bytes; the
 //! oldest go first once the cache holds more than its limit.
+//!
+//! A write or delete through the same handle forgets the body cached under
+//! that key, so a handle never reads back a body it has itself replaced or
+//! removed. Another process's delete is not seen: a version vacuumed there
+//! still reads from here (its data files may then be missing).
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
@@ -75,6 +82,47 @@ impl ObjectCache {
         }
     }
 
+    /// The body of the object `key`, if cached (see [`Self::keep_object`]).
+    pub fn object(&self, key: &str) -> Option<bytes::Bytes> {
+        self.get::<bytes::Bytes>(&object_key(key))
+            .map(|b| (*b).clone())
+    }
+
+    /// Keep the body of the object `key`, which is never replaced once written.
+    pub fn keep_object(&self, key: &str, body: bytes::Bytes) {
+        let bytes = body.len();
+        self.insert(object_key(key), Arc::new(body), bytes);
+    }
+
+    /// Forget the body of `key` (written or deleted through this handle), or
+    /// with `under`, of every object whose key starts with `key`.
+    pub fn forget_object(&self, key: &str, under: bool) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let wanted = object_key(key);
+        let gone: Vec<String> = if under {
+            inner
+                .map
+                .keys()
+                .filter(|k| k.starts_with(&wanted))
+                .cloned()
+                .collect()
+        } else if inner.map.contains_key(&wanted) {
+            vec![wanted]
+        } else {
+            return;
+        };
+        for k in &gone {
+            if let Some((_, size)) = inner.map.remove(k) {
+                inner.bytes -= size;
+            }
+        }
+        if !gone.is_empty() {
+            inner.order.retain(|k| !gone.contains(k));
+        }
+    }
+
     /// Entries and bytes held (for tests and diagnostics).
     pub fn usage(&self) -> (usize, usize) {
         self.inner
@@ -82,6 +130,10 @@ impl ObjectCache {
             .map(|i| (i.map.len(), i.bytes))
             .unwrap_or_default()
     }
+}
+
+fn object_key(key: &str) -> String {
+    format!("object\0{key}")
 }
 
 #[cfg(test)]
@@ -104,5 +156,33 @@ mod tests {
         cache.insert("huge".into(), Arc::new(0u32), 101);
         assert!(cache.get::<u32>("huge").is_none());
         assert_eq!(cache.usage(), (2, 50));
+    }
+
+    #[test]
+    fn forgets_objects_by_key_and_under_a_prefix() {
+        let cache = ObjectCache::new(1_000);
+        for k in ["t/_manifest/v1.json", "t/_manifest/v2.json", "u/v1.json"] {
+            cache.keep_object(k, bytes::Bytes::from(k.to_string()));
+        }
+        cache.insert("footer".into(), Arc::new(1u32), 10);
+        assert_eq!(
+            cache.object("u/v1.json").as_deref(),
+            Some(&b"u/v1.json"[..])
+        );
+        cache.forget_object("t/_manifest/v1.json", false);
+        assert!(cache.object("t/_manifest/v1.json").is_none());
+        assert!(cache.object("t/_manifest/v2.json").is_some());
+        cache.forget_object("t/", true);
+        assert!(cache.object("t/_manifest/v2.json").is_none());
+        assert!(cache.object("u/v1.json").is_some());
+        assert_eq!(cache.get::<u32>("footer").as_deref(), Some(&1));
+        assert_eq!(
+            cache.usage(),
+            (2, 19),
+            "the forgotten bodies are no longer weighed"
+        );
+        // Forgetting an absent key changes nothing.
+        cache.forget_object("nothing", false);
+        assert_eq!(cache.usage(), (2, 19));
     }
 }

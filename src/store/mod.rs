@@ -220,6 +220,7 @@ impl StoreHandle {
     /// PUT an object atomically, in the given mode.
     pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> Result<PutOutcome> {
         let path = self.path(key)?;
+        self.cache.forget_object(key, false);
         let size = data.len() as u64;
         if let (PutMode::Update { e_tag, .. }, Some(fs)) = (&mode, &self.built.local) {
             let expected = e_tag.clone().ok_or_else(|| {
@@ -305,6 +306,7 @@ impl StoreHandle {
     /// (S3 semantics); callers that need `NotFound` HEAD first.
     pub async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
+        self.cache.forget_object(key, false);
         match self.built.store.delete(&path).await {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -353,6 +355,7 @@ impl StoreHandle {
     /// writes that were killed (`name#<digits>`), and the emptied folders.
     pub async fn delete_prefix(&self, key: &str) -> Result<usize> {
         let prefix = self.prefix_path(key)?;
+        self.cache.forget_object(key, true);
         let store = self.built.store.clone();
         let locations = store.list(prefix.as_ref()).map_ok(|m| m.location).boxed();
         let mut results = store.delete_stream(locations);
@@ -407,6 +410,7 @@ impl StoreHandle {
     pub async fn delete_many(&self, keys: &[String]) -> Result<()> {
         let paths: Vec<Result<Path>> = keys.iter().map(|k| self.path(k)).collect();
         let paths: Vec<Path> = paths.into_iter().collect::<Result<_>>()?;
+        keys.iter().for_each(|k| self.cache.forget_object(k, false));
         let stream = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
         let mut results = self.built.store.delete_stream(stream);
         while let Some(r) = results.next().await {
@@ -422,6 +426,7 @@ impl StoreHandle {
     /// if `dst` exists (natively where the store can, else by HEAD first).
     pub async fn copy(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
+        self.cache.forget_object(dst, false);
         if overwrite {
             return Ok(self.built.store.copy(&from, &to).await?);
         }
@@ -441,6 +446,8 @@ impl StoreHandle {
     /// Move `src` to `dst` (a rename on file://, copy + delete elsewhere).
     pub async fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
+        self.cache.forget_object(src, false);
+        self.cache.forget_object(dst, false);
         if overwrite {
             self.built.store.rename(&from, &to).await?;
             if self.built.local.is_some() && self.try_head(src).await?.is_some() {

@@ -167,11 +167,11 @@ async fn version_sources(
                 let opts =
                     file_read_options(p, f, output, None, deletes.get(&f.path), None, &prev_path)?;
                 if let Some(opts) = opts {
-                    out.push(Source::Pending {
-                        part: f.part_ref(table),
-                        opts: Arc::new(opts),
-                        map: Some(tag(feed.clone(), "delete", m.version)),
-                    });
+                    out.push(Source::pending(
+                        f.part_ref(table),
+                        Arc::new(opts),
+                        Some(tag(feed.clone(), "delete", m.version)),
+                    ));
                 }
             }
         }
@@ -228,11 +228,11 @@ async fn version_sources(
         opts.positions = Some(Positions::Keep(Arc::new(
             newly.iter().map(u64::from).collect(),
         )));
-        out.push(Source::Pending {
-            part: f.part_ref(table),
-            opts: Arc::new(opts),
-            map: Some(tag(feed.clone(), removed_kind, m.version)),
-        });
+        out.push(Source::pending(
+            f.part_ref(table),
+            Arc::new(opts),
+            Some(tag(feed.clone(), removed_kind, m.version)),
+        ));
     }
     for f in m
         .data_files
@@ -245,11 +245,11 @@ async fn version_sources(
                 Added::Every(kind) => tag(feed.clone(), kind, m.version),
                 Added::ByKey((pk, set)) => tag_by_key(feed.clone(), pk, set.clone(), m.version),
             };
-            out.push(Source::Pending {
-                part: f.part_ref(table),
-                opts: Arc::new(opts),
-                map: Some(map),
-            });
+            out.push(Source::pending(
+                f.part_ref(table),
+                Arc::new(opts),
+                Some(map),
+            ));
         }
     }
     Ok(out)

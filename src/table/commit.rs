@@ -326,7 +326,8 @@ pub async fn read_version_of<M: Versioned>(
 }
 
 /// [`read_version_of`], loading the manifest to `depth` (a table's root
-/// alone is 1 GET; its whole file list a GET per segment not cached).
+/// alone is 1 GET, none if this handle has read it; its whole file list a
+/// GET per segment not cached).
 pub async fn read_version_at<M: Versioned>(
     store: &StoreHandle,
     table: &str,
@@ -334,8 +335,17 @@ pub async fn read_version_at<M: Versioned>(
     depth: Depth,
 ) -> Result<M> {
     let key = manifest_key(table, version);
-    let raw = store.get(&key).await?;
+    // A version's manifest is created once and never replaced: a body this
+    // handle has read and parsed is kept for its life (see `store::cache`).
+    let cached = store.cache().object(&key);
+    let raw = match &cached {
+        Some(body) => body.clone(),
+        None => store.get(&key).await?,
+    };
     let mut m = M::from_json(&raw, &key, version)?;
+    if cached.is_none() {
+        store.cache().keep_object(&key, raw);
+    }
     m.load(store, table, depth).await?;
     Ok(m)
 }

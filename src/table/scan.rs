@@ -27,7 +27,7 @@ use super::{manifest_key, manifest_name};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{column_indices, Positions, ReadOptions, SCAN_BATCH_ROWS};
 use crate::parquet::filter::{Condition, Op, Predicate, UnitStats};
-use crate::parquet::scan::{BatchStream, ScanHooks, Source};
+use crate::parquet::scan::{prefetch_footer, BatchStream, ScanHooks, SharedFooter, Source};
 use crate::parquet::stats;
 use crate::store::StoreHandle;
 
@@ -79,7 +79,8 @@ pub async fn resolve_at(
 /// statistics can match (every segment when there is no predicate, or when
 /// `whole` asks for the full file list).
 ///
-/// Cost: 1 GET for the root and 1 per segment read that is not cached.
+/// Cost: 1 GET for the root (none if this handle has read it) and 1 per
+/// segment read that is not cached.
 pub async fn for_scan(
     store: &StoreHandle,
     table: &str,
@@ -462,8 +463,10 @@ pub fn file_read_options(
 
 /// Stream the rows of `manifest`'s version (see the module docs).
 ///
-/// Cost: the tombstones not yet cached (one GET each, at once), then per
-/// file that survives pruning its footer and the projected column chunks.
+/// Cost: the tombstones not yet cached (one GET each, at once), and at the
+/// same time the footers of the first files that survive pruning (the
+/// store's request concurrency of them; the stream fetches the rest ahead
+/// of their turns), then per file the projected column chunks.
 pub fn scan(
     store: Arc<StoreHandle>,
     table: &str,
@@ -522,6 +525,25 @@ pub fn scan(
         }
         files.push(file);
     }
+    // Fewer files than cores: each is decoded in row-range pieces at once.
+    let parallelism = opts.parallelism.max(1);
+    let pieces = parallelism.div_ceil(files.len().max(1));
+    // The first files' footers are fetched while the tombstones load (the
+    // scan fetches the rest ahead of their turns).
+    let footers: Vec<SharedFooter> = files.iter().map(|_| SharedFooter::default()).collect();
+    let runtime = crate::runtime::get()?;
+    let ahead: Vec<_> = {
+        let _in_runtime = runtime.enter();
+        files
+            .iter()
+            .zip(&footers)
+            .take(store.default_io_concurrency().max(1))
+            .map(|(f, cell)| {
+                let split = Source::piece_count(f.total_rows, pieces, MIN_PIECE_ROWS) > 1;
+                prefetch_footer(&store, &f.part_ref(table), cell, split)
+            })
+            .collect()
+    };
     // Only the tombstones of the files read.
     let read: std::collections::BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let refs: Vec<_> = manifest
@@ -537,11 +559,8 @@ pub fn scan(
     let tombstones =
         crate::runtime::block_on(tombstone::load_scoped(&store, table, &refs, scope.as_ref()))??;
     let deletes = tombstone::fold(&tombstones)?;
-    let parallelism = opts.parallelism.max(1);
-    // Fewer files than cores: each is decoded in row-range pieces at once.
-    let pieces = parallelism.div_ceil(files.len().max(1));
     let mut sources = Vec::new();
-    for file in files {
+    for (file, footer) in files.into_iter().zip(footers) {
         let Some(read) = file_read_options(
             manifest,
             file,
@@ -560,6 +579,7 @@ pub fn scan(
             file.total_rows,
             pieces,
             MIN_PIECE_ROWS,
+            footer,
         ));
     }
     let version = manifest_name(manifest.version);
@@ -573,6 +593,7 @@ pub fn scan(
             other => other,
         }),
         at_end: None,
+        ahead,
     };
     crate::parquet::scan::spawn(store, output, sources, parallelism, hooks)
 }

@@ -149,7 +149,8 @@ fn bench_protocol(c: &mut Criterion) {
     });
     g.bench_function("read_1M_rows_4_parts", |b| {
         b.iter(|| {
-            read_dataset(store.clone(), "w/1", ReadOptions::default(), false, 2).expect("read")
+            read_dataset(store.clone(), "w/1", ReadOptions::default(), false, 2, None)
+                .expect("read")
         })
     });
     g.finish();
@@ -185,12 +186,12 @@ fn bench_open(c: &mut Criterion) {
     let mut g = c.benchmark_group("dataset_open");
     g.sample_size(20);
     g.bench_function("read_1_column_64_parts_new_handle", |b| {
-        b.iter(|| read_dataset(handle(), "d", one_column(), false, 32).expect("read"))
+        b.iter(|| read_dataset(handle(), "d", one_column(), false, 32, None).expect("read"))
     });
     let warm = handle();
-    read_dataset(warm.clone(), "d", one_column(), false, 32).expect("read");
+    read_dataset(warm.clone(), "d", one_column(), false, 32, None).expect("read");
     g.bench_function("read_1_column_64_parts_cached_footers", |b| {
-        b.iter(|| read_dataset(warm.clone(), "d", one_column(), false, 32).expect("read"))
+        b.iter(|| read_dataset(warm.clone(), "d", one_column(), false, 32, None).expect("read"))
     });
     g.finish();
 }

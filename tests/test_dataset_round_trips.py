@@ -219,3 +219,30 @@ def test_a_part_deleted_under_a_warm_footer_cache_is_reported(tmp_path: Any) -> 
     ):
         with pytest.raises(pds.DatasetIncomplete, match=r"missing 1 of 3 parts: .part-00001.parquet."):
             read()
+
+
+@pytest.mark.spec("G-1")
+def test_a_filtered_read_takes_no_more_round_trips(faulty: Any) -> None:
+    """Filter tuples are made exact against the schema the manifest records:
+    that manifest, read with ``_SUCCESS``, is the one the read uses, not
+    read a second time."""
+    table = _table(4_000)
+    pds.ParquetDatasetStore(faulty.store, max_rows_per_file=1_000).write_dataset(table, "d")
+    expected = table.filter(pa.compute.less(table["id"], 1_500))
+    # 4 round trips: _SUCCESS and the manifest; the footers; then, for the
+    # 2 parts that can match, the filter column's chunks, and the other
+    # columns' chunks for the rows that passed (the decoder's row filter).
+    for read, depth in (
+        (lambda s: s.read_dataset("d", filter=[("id", "<", 1_500)]), 4),
+        (lambda s: pa.Table.from_batches(list(s.iter_batches("d", filter=[("id", "<", 1_500)]))), 4),
+    ):
+        timed = Timed(faulty.proxy)
+        assert read(pds.ParquetDatasetStore(faulty.open())).equals(expected)
+        manifests = [s for s in timed.spans if s[3].endswith("/d/manifest.json")]
+        assert len(manifests) == 1, timed.show()
+        assert timed.depth() == depth, timed.show()
+        faulty.proxy.clear()
+    # Errors are those of an unfiltered read: no _SUCCESS is DatasetIncomplete.
+    faulty.direct.delete("d/_SUCCESS")
+    with pytest.raises(pds.DatasetIncomplete):
+        pds.ParquetDatasetStore(faulty.open()).read_dataset("d", filter=[("id", "<", 1_500)])

@@ -137,6 +137,12 @@ def write_parts(
 
 Condition = tuple[str, str, pa.Array | None]
 
+def committed_manifest(store: RustStore, key: str) -> str:
+    """The text of the committed dataset's manifest: ``_SUCCESS`` and the
+    manifest requested together (``DatasetIncomplete`` without ``_SUCCESS``).
+    Passed back as ``manifest=`` to :func:`read_dataset` or
+    :func:`scan_dataset`, it saves their first round trip."""
+
 def read_dataset(
     store: RustStore,
     key: str,
@@ -145,11 +151,13 @@ def read_dataset(
     verify: bool,
     filter: Sequence[Condition] | None = None,
     io_concurrency: int | None = None,
+    manifest: str | None = None,
 ) -> pa.Table:
     """Checked, concurrent, projected read of the dataset under *key*; row groups
     pruned by *filter*'s statistics before they are fetched. *io_concurrency*
     parts are read at once (``None``: 32 on S3, the cores locally); decoding
-    uses every core. Three sequential round trips on pds manifests."""
+    uses every core. Three sequential round trips on pds manifests (two with
+    *manifest*, the text :func:`committed_manifest` returned)."""
 
 def scan_dataset(
     store: RustStore,
@@ -160,9 +168,11 @@ def scan_dataset(
     batch_size: int | None,
     parallelism: int,
     io_concurrency: int | None = None,
+    manifest: str | None = None,
 ) -> pa.RecordBatchReader:
     """Streaming read: checks first (every part's footer, *io_concurrency* at
-    once), then batches in part order with bounded memory."""
+    once), then batches in part order with bounded memory. *manifest*: as
+    :func:`read_dataset`."""
 
 def read_part(
     store: RustStore,

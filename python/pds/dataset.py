@@ -604,7 +604,9 @@ class ParquetDatasetStore:
         each such part gets a HEAD instead (the existence and size check),
         sent together with its chunk GETs, so such a read takes 2.
         Manifests written by remote-store record no part sizes: one more round
-        trip then (a HEAD of every part).
+        trip then (a HEAD of every part). Filter tuples cost one more: the
+        filter columns' chunks are fetched first, then the other columns'
+        for the rows that pass (the manifest is read once).
 
         Args:
             key: The dataset key.
@@ -632,7 +634,7 @@ class ParquetDatasetStore:
         key = _check_key(key)
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)
-        conditions = self._exact_conditions(key, raw)
+        conditions, manifest = self._exact_conditions(key, raw)
         # An Expression may reference columns outside the projection: decode all, then select.
         read_cols = None if expression is not None else cols
         if self._native is not None:
@@ -643,6 +645,7 @@ class ParquetDatasetStore:
                 verify=bool(verify),
                 filter=conditions,
                 io_concurrency=self._io_concurrency,
+                manifest=manifest,
             )
         else:
             table = self._read_portable(key, read_cols, bool(verify), conditions)
@@ -685,7 +688,7 @@ class ParquetDatasetStore:
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)
         size = _check_batch_size(batch_size)
-        conditions = self._exact_conditions(key, raw)
+        conditions, manifest = self._exact_conditions(key, raw)
         read_cols = None if expression is not None else cols
         if self._native is not None:
             reader: pa.RecordBatchReader = _core.scan_dataset(
@@ -696,6 +699,7 @@ class ParquetDatasetStore:
                 batch_size=size,
                 parallelism=_parallelism(),
                 io_concurrency=self._io_concurrency,
+                manifest=manifest,
             )
         else:
             reader = self._scan_portable(key, read_cols, conditions, size)
@@ -733,16 +737,25 @@ class ParquetDatasetStore:
             )
         return manifest, [p.sha256 for p in manifest.part_info]
 
-    def _exact_conditions(self, key: str, raw: _RawConditions | None) -> _Conditions | None:
-        """The filter tuples made exact against the dataset's schema (one
-        manifest read), as :mod:`pds._filters` defines; before any part is read.
+    def _exact_conditions(self, key: str, raw: _RawConditions | None) -> tuple[_Conditions | None, str | None]:
+        """The filter tuples made exact against the dataset's schema, as
+        :mod:`pds._filters` defines; before any part is read. On pds's
+        backend, also the manifest's text, read with ``_SUCCESS`` in one round
+        trip, for the read to reuse (so a filtered read costs no more round
+        trips than another).
 
         Raises:
             TypeError: a value does not compare with its column's type.
             ValueError: an unknown column.
         """
         if raw is None:
-            return None
+            return None, None
+        if self._native is not None:
+            text = _core.committed_manifest(self._native, self._store.native_path(key))
+            schema = DatasetManifest.from_json(text).schema()
+            if schema is None:  # a manifest without one (remote-store's): a part's footer
+                schema = _core.read_schema(self._native, self._store.native_path(key))
+            return core_conditions(raw, schema), text
         try:
             schema = self.read_schema(key)
         except NotFound:
@@ -751,7 +764,7 @@ class ParquetDatasetStore:
                     f"Dataset at {key!r} is incomplete: {self._absent_reason(key)}", path=key
                 ) from None
             raise
-        return core_conditions(raw, schema)
+        return core_conditions(raw, schema), None
 
     def _other_kind(self, key: str) -> str | None:
         """What is at, around or below *key* instead of a dataset, in words

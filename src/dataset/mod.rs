@@ -856,6 +856,27 @@ pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Man
     Manifest::from_json(&raw, &key)
 }
 
+/// The manifest of a committed dataset, and its text: `_SUCCESS` and
+/// `manifest.json` requested together (one round trip). `DatasetIncomplete`
+/// without `_SUCCESS`.
+pub async fn read_committed_manifest(
+    store: &StoreHandle,
+    dataset_key: &str,
+) -> Result<(Manifest, bytes::Bytes)> {
+    crate::store::keys::object_segments(dataset_key)?;
+    let success = child_key(dataset_key, SUCCESS);
+    let key = child_key(dataset_key, MANIFEST);
+    let (marker, raw) = tokio::join!(store.try_head(&success), store.get(&key));
+    if marker?.is_none() {
+        return Err(Error::DatasetIncomplete {
+            key: dataset_key.to_string(),
+            reason: absent_reason(store, dataset_key).await,
+        });
+    }
+    let raw = raw?;
+    Ok((Manifest::from_json(&raw, &key)?, raw))
+}
+
 /// Open a committed dataset: `_SUCCESS` and `manifest.json` requested
 /// together (one round trip), then where each part is.
 ///
@@ -865,22 +886,22 @@ pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Man
 /// if one fails). A manifest without it (remote-store's) costs one more round
 /// trip: a HEAD of every part at once, `io` at a time, which fails with
 /// `DatasetIncomplete` naming the missing ones.
+///
+/// `read`: the manifest's text as [`read_committed_manifest`] returned it
+/// (the caller read it to prepare the read), which saves the first round trip.
 pub async fn open_dataset(
     store: &StoreHandle,
     dataset_key: &str,
     io: usize,
+    read: Option<&[u8]>,
 ) -> Result<(Manifest, Vec<PartRef>)> {
-    crate::store::keys::object_segments(dataset_key)?;
-    let success = child_key(dataset_key, SUCCESS);
-    let (marker, manifest) =
-        tokio::join!(store.try_head(&success), read_manifest(store, dataset_key));
-    if marker?.is_none() {
-        return Err(Error::DatasetIncomplete {
-            key: dataset_key.to_string(),
-            reason: absent_reason(store, dataset_key).await,
-        });
-    }
-    let manifest = manifest?;
+    let manifest = match read {
+        None => read_committed_manifest(store, dataset_key).await?.0,
+        Some(raw) => {
+            crate::store::keys::object_segments(dataset_key)?;
+            Manifest::from_json(raw, &child_key(dataset_key, MANIFEST))?
+        }
+    };
     if let Some(info) = &manifest.part_info {
         let parts = info
             .iter()
@@ -1048,11 +1069,12 @@ pub fn read_dataset(
     opts: ReadOptions,
     verify: bool,
     io: usize,
+    read: Option<&[u8]>,
 ) -> Result<Decoded> {
     let io = io.max(1);
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {
-        let (manifest, parts) = open_dataset(&store, &dataset_key, io).await?;
+        let (manifest, parts) = open_dataset(&store, &dataset_key, io, read).await?;
         let mpath = child_key(&dataset_key, MANIFEST);
         let expected = expected_schema(&store, &dataset_key, &manifest, &parts, io).await?;
         if let Some(cols) = &opts.columns {
@@ -1219,13 +1241,21 @@ mod tests {
         Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap())
     }
 
-    #[test]
-    fn delete_own_removes_the_dataset_and_no_nested_key() {
+    /// A store on a new temporary folder, removed when the `TempDir` drops.
+    fn file_store() -> (Arc<StoreHandle>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let url = url::Url::from_directory_path(dir.path())
             .unwrap()
             .to_string();
-        let file = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
+        (
+            Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap()),
+            dir,
+        )
+    }
+
+    #[test]
+    fn delete_own_removes_the_dataset_and_no_nested_key() {
+        let (file, _dir) = file_store();
         for store in [memory(), file] {
             let rt = crate::runtime::get().unwrap();
             write(&store, "ds", 50, Some(20), None).unwrap();
@@ -1258,9 +1288,15 @@ mod tests {
             ];
             expected.sort_unstable();
             assert_eq!(left, expected, "{:?}", store.scheme());
-            assert!(
-                read_dataset(store.clone(), "ds/inner", ReadOptions::default(), true, 2).is_ok()
-            );
+            assert!(read_dataset(
+                store.clone(),
+                "ds/inner",
+                ReadOptions::default(),
+                true,
+                2,
+                None
+            )
+            .is_ok());
         }
         for (name, own) in [
             ("_SUCCESS", true),
@@ -1282,7 +1318,7 @@ mod tests {
         assert_eq!(m.parts.len(), 5);
         assert_eq!(m.parts[0], "part-00000.parquet");
         assert_eq!(m.row_count, 95);
-        let d = read_dataset(store.clone(), "ds", ReadOptions::default(), true, 2).unwrap();
+        let d = read_dataset(store.clone(), "ds", ReadOptions::default(), true, 2, None).unwrap();
         let all = arrow_select::concat::concat_batches(&d.schema, &d.batches).unwrap();
         let col = all.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(col.values().to_vec(), (0..95).collect::<Vec<_>>());
@@ -1293,11 +1329,7 @@ mod tests {
     /// only part. Nothing else is left, and every row reads back.
     #[test]
     fn a_large_first_part_is_uploaded_before_it_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = url::Url::from_directory_path(dir.path())
-            .unwrap()
-            .to_string();
-        let file = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
+        let (file, _dir) = file_store();
         // Incompressible: 3M rows are 24 MB, more than HOLD_UNNAMED (16 MiB).
         let rows = 4_000_000i64;
         let values = || {
@@ -1359,8 +1391,8 @@ mod tests {
                 expected.extend(["_SUCCESS".into(), "manifest.json".into()]);
                 expected.sort_unstable();
                 assert_eq!(left, expected);
-                let read =
-                    read_dataset(store.clone(), key, ReadOptions::default(), true, 2).unwrap();
+                let read = read_dataset(store.clone(), key, ReadOptions::default(), true, 2, None)
+                    .unwrap();
                 let got: Vec<i64> = read
                     .batches
                     .iter()
@@ -1409,7 +1441,7 @@ mod tests {
             write(&store, "d", 0, None, None).unwrap().parts,
             ["data.parquet"]
         );
-        let d = read_dataset(store, "d", ReadOptions::default(), false, 2).unwrap();
+        let d = read_dataset(store, "d", ReadOptions::default(), false, 2, None).unwrap();
         assert_eq!(d.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
     }
 
@@ -1419,10 +1451,10 @@ mod tests {
         write(&store, "ds", 50, Some(20), None).unwrap();
         let rt = crate::runtime::get().unwrap();
         rt.block_on(store.delete("ds/part-00001.parquet")).unwrap();
-        let r = read_dataset(store.clone(), "ds", ReadOptions::default(), false, 2);
+        let r = read_dataset(store.clone(), "ds", ReadOptions::default(), false, 2, None);
         assert!(matches!(r, Err(Error::DatasetIncomplete { .. })), "{r:?}");
         rt.block_on(store.delete("ds/_SUCCESS")).unwrap();
-        let r = read_dataset(store, "ds", ReadOptions::default(), false, 2);
+        let r = read_dataset(store, "ds", ReadOptions::default(), false, 2, None);
         assert!(matches!(r, Err(Error::DatasetIncomplete { .. })));
     }
 
@@ -1434,7 +1466,7 @@ mod tests {
         let other = rt.block_on(store.get("ds/part-00000.parquet")).unwrap();
         rt.block_on(store.put("ds/part-00001.parquet", other, PutMode::Overwrite))
             .unwrap();
-        let r = read_dataset(store, "ds", ReadOptions::default(), true, 2);
+        let r = read_dataset(store, "ds", ReadOptions::default(), true, 2, None);
         assert!(matches!(r, Err(Error::PartCorrupted { .. })), "{r:?}");
     }
 

@@ -30,12 +30,13 @@ pub fn scan(
     opts: ReadOptions,
     parallelism: usize,
     io: usize,
+    read: Option<&[u8]>,
 ) -> Result<DatasetStream> {
     let (first, rest, opts, rows) = crate::runtime::block_on({
         let store = store.clone();
         async move {
             let io = io.max(1);
-            let (manifest, parts) = open_dataset(&store, key, io).await?;
+            let (manifest, parts) = open_dataset(&store, key, io, read).await?;
             let expected = expected_schema(&store, key, &manifest, &parts, io).await?;
             let opts = ReadOptions {
                 expected: Some(expected),
@@ -186,7 +187,7 @@ mod tests {
             batch_size: Some(7),
             ..Default::default()
         };
-        let stream = scan(store.clone(), "d", opts, 2, 4).unwrap();
+        let stream = scan(store.clone(), "d", opts, 2, 4, None).unwrap();
         let got: Vec<i64> = stream
             .flat_map(|b| {
                 let b = b.unwrap();
@@ -200,7 +201,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got, (990..1000).collect::<Vec<_>>());
-        let all: usize = scan(store, "d", ReadOptions::default(), 2, 4)
+        let all: usize = scan(store, "d", ReadOptions::default(), 2, 4, None)
             .unwrap()
             .map(|b| b.unwrap().num_rows())
             .sum();

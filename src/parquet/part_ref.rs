@@ -84,11 +84,7 @@ pub async fn still_there(store: &StoreHandle, part: &PartRef) -> Result<()> {
     if meta.size != part.size {
         return Err(Error::PartCorrupted {
             path: part.key.clone(),
-            reason: format!(
-                "the object holds {} bytes, not the {} recorded for it (truncated, grown or \
-                 replaced)",
-                meta.size, part.size
-            ),
+            reason: crate::parquet::range_reader::wrong_size(meta.size, part.size),
         });
     }
     Ok(())

@@ -107,6 +107,15 @@ fn external(e: object_store::Error) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
+/// Why an object that holds `actual` bytes is not the part recorded as
+/// `recorded` bytes long.
+pub fn wrong_size(actual: u64, recorded: u64) -> String {
+    format!(
+        "the object holds {actual} bytes, not the {recorded} recorded for it (truncated, grown \
+         or replaced)"
+    )
+}
+
 impl ObjectRangeReader {
     /// A range read failed: if the object is not the size its reader was
     /// told (a truncated or replaced file, a 0-byte file), that is the
@@ -122,11 +131,7 @@ impl ObjectRangeReader {
     }
 
     fn wrong_size(&self, actual: u64) -> ParquetError {
-        ParquetError::General(format!(
-            "the object holds {actual} bytes, not the {} recorded for it (truncated, grown or \
-             replaced)",
-            self.size
-        ))
+        ParquetError::General(wrong_size(actual, self.size))
     }
 }
 

@@ -130,9 +130,30 @@ pub fn write_parts(
         .collect())
 }
 
-/// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C stream).
+/// The text of a committed dataset's manifest: `_SUCCESS` and the manifest
+/// requested together (`DatasetIncomplete` without `_SUCCESS`). Passed back
+/// as `manifest=` to a read, it saves that read's first round trip.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, verify, filter = None, io_concurrency = None))]
+pub fn committed_manifest(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<String> {
+    let handle = store.inner.clone();
+    let raw = super::detach(py, || {
+        crate::runtime::block_on(dataset::read_committed_manifest(&handle, key))?
+            .map(|(_, raw)| raw)
+    })?;
+    // Parsed above, so it is UTF-8 JSON.
+    String::from_utf8(raw.to_vec()).map_err(|e| {
+        super::errors::to_py(crate::error::Error::ManifestCorrupted {
+            path: format!("{key}/{}", dataset::MANIFEST),
+            reason: format!("it is not UTF-8: {e}"),
+        })
+    })
+}
+
+/// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C
+/// stream). `manifest`: its text from [`committed_manifest`].
+#[pyfunction]
+#[pyo3(signature = (store, key, *, columns, verify, filter = None, io_concurrency = None, manifest = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn read_dataset<'py>(
     py: Python<'py>,
     store: &PyRustStore,
@@ -141,11 +162,15 @@ pub fn read_dataset<'py>(
     verify: bool,
     filter: Option<FilterArg>,
     io_concurrency: Option<usize>,
+    manifest: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, None)?;
     let io = io_concurrency.unwrap_or_else(|| handle.default_io_concurrency());
-    let decoded = super::detach(py, || dataset::read_dataset(handle, key, opts, verify, io))?;
+    let read = manifest.as_deref().map(str::as_bytes);
+    let decoded = super::detach(py, || {
+        dataset::read_dataset(handle, key, opts, verify, io, read)
+    })?;
     PyTable::try_new(decoded.batches, decoded.schema)?.into_pyarrow(py)
 }
 
@@ -173,7 +198,7 @@ pub fn read_part<'py>(
 /// Stream the dataset under `key` as a `pyarrow.RecordBatchReader`.
 /// `_SUCCESS`, the manifest and every part are checked before it returns.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, filter, batch_size, parallelism, io_concurrency = None))]
+#[pyo3(signature = (store, key, *, columns, filter, batch_size, parallelism, io_concurrency = None, manifest = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn scan_dataset<'py>(
     py: Python<'py>,
@@ -184,12 +209,14 @@ pub fn scan_dataset<'py>(
     batch_size: Option<usize>,
     parallelism: usize,
     io_concurrency: Option<usize>,
+    manifest: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let opts = read_options(columns, filter, batch_size)?;
     let io = io_concurrency.unwrap_or_else(|| handle.default_io_concurrency());
+    let read = manifest.as_deref().map(str::as_bytes);
     stream_to_py(py, || {
-        crate::dataset::scan::scan(handle, key, opts, parallelism, io)
+        crate::dataset::scan::scan(handle, key, opts, parallelism, io, read)
     })
 }
 

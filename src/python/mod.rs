@@ -63,6 +63,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(dataset::write_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::write_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::committed_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_schema, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::read_part, m)?)?;

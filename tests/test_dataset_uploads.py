@@ -88,3 +88,113 @@ def test_a_stream_of_two_parts_is_named_as_before(faulty: Any) -> None:
     assert seen == [True]
     got = pds.ParquetDatasetStore(faulty.open()).read_dataset("d", verify=True)
     assert got.equals(pa.Table.from_batches(batches))
+
+
+def _single_part(faulty: Any, seed: int, *, overwrite: bool = False) -> tuple[Any, pa.Table]:
+    """Write one part of unknown length, big enough to go up under its
+    provisional name first; the manifest and the rows."""
+    batches = _batches(seed)
+    ds = pds.ParquetDatasetStore(faulty.store, compression="none", max_rows_per_file=5_000_000)
+    reader = pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
+    return ds.write_dataset(reader, "d", overwrite=overwrite), pa.Table.from_batches(batches)
+
+
+def _only_listed_parts(faulty: Any, manifest: Any, rows: pa.Table) -> None:
+    """The manifest's parts, and nothing else, are under the key, and they
+    read back exactly."""
+    faulty.proxy.clear()
+    names = sorted(f.name for f in faulty.direct.list_files("d"))
+    assert names == sorted(["_SUCCESS", "manifest.json", *manifest.parts]), names
+    assert pds.ParquetDatasetStore(faulty.open()).read_dataset("d", verify=True).equals(rows)
+
+
+@pytest.mark.spec("G-2")
+@pytest.mark.parametrize(
+    ("method", "path", "query"),
+    [
+        ("PUT", r"/d/data\.parquet$", None),  # the copy
+        # The delete of the provisional name (S3 deletes in bulk: the first
+        # delete of the write is that one).
+        ("POST", r"^/[^/]+$", "delete"),
+    ],
+)
+def test_a_lost_reply_of_the_rename_leaves_one_name(faulty: Any, method: str, path: str, query: str | None) -> None:
+    """The store applies a step of the move but its reply is lost: the part
+    ends under exactly one name, which the manifest lists."""
+    rule = faulty.proxy.drop_reply(method, path, query=query)
+    manifest, rows = _single_part(faulty, 4)
+    assert rule.exhausted, "the reply was not lost"
+    assert len(manifest.parts) == 1
+    _only_listed_parts(faulty, manifest, rows)
+
+
+@pytest.mark.spec("G-2")
+def test_a_failing_delete_of_the_provisional_name_keeps_it(faulty: Any) -> None:
+    """The copy succeeds but the provisional name cannot be deleted (every
+    try fails): the copy is removed instead, and the part keeps
+    ``part-00000.parquet``."""
+    tries = 1 + int(faulty.options["max_retries"])
+    rule = faulty.proxy.fail("POST", r"^/[^/]+$", query="delete", status=503, times=tries)
+    manifest, rows = _single_part(faulty, 5)
+    assert rule.exhausted
+    assert manifest.parts == ["part-00000.parquet"]
+    _only_listed_parts(faulty, manifest, rows)
+
+
+@pytest.mark.spec("G-2")
+def test_an_overwrite_of_a_single_part_dataset_renames_over_nothing_old(faulty: Any) -> None:
+    """A dataset of one ``data.parquet`` overwritten by another of one part
+    of unknown length: the new part takes the name, and the old rows are
+    gone."""
+    _single_part(faulty, 6)
+    manifest, rows = _single_part(faulty, 7, overwrite=True)
+    assert len(manifest.parts) == 1
+    _only_listed_parts(faulty, manifest, rows)
+
+
+KILLED_WRITER = r"""
+import json, sys
+import numpy as np, pyarrow as pa, pds
+url, options = sys.argv[1], json.loads(sys.argv[2])
+rng = np.random.default_rng(9)
+batches = [pa.record_batch({"v": pa.array(rng.integers(-(2**62), 2**62, 100_000), pa.int64())}) for _ in range(40)]
+ds = pds.ParquetDatasetStore(pds.open_store(url, **options), compression="none", max_rows_per_file=5_000_000)
+ds.write_dataset(pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches)), "d")
+"""
+
+
+@pytest.mark.spec("G-2")
+def test_a_writer_killed_between_the_copy_and_the_delete(faulty: Any) -> None:
+    """SIGKILL while the part is under both names (the copy done, the delete
+    of the provisional name in flight and never applied): nothing is
+    committed, readers see no dataset, and the next writer's dataset holds
+    only its own rows."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold(_entry: Any) -> None:
+        held.set()
+        release.wait(60)
+
+    rule = faulty.proxy.fail("POST", r"^/[^/]+$", query="delete", status=503, times=1, before=hold)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, faulty.url, json.dumps(faulty.options)])
+    try:
+        assert held.wait(120), "the writer never reached the rename's delete"
+        names = {f.name for f in faulty.direct.list_files("d")}
+        assert {"data.parquet", "part-00000.parquet"} <= names, names
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        release.set()
+        proc.kill()
+    assert rule.exhausted
+    faulty.proxy.clear()
+    with pytest.raises(pds.DatasetIncomplete):
+        pds.ParquetDatasetStore(faulty.open()).read_dataset("d")
+    manifest, rows = _single_part(faulty, 8, overwrite=True)
+    _only_listed_parts(faulty, manifest, rows)

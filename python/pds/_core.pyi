@@ -137,6 +137,11 @@ def write_parts(
 
 Condition = tuple[str, str, pa.Array | None]
 
+def is_secret_option(key: str) -> bool:
+    """Whether the store option *key* holds a secret (hidden from ``repr``):
+    secrets, tokens, passwords, SAS, connection strings, and any ``*key``
+    but an ``*_id``."""
+
 def committed_manifest(store: RustStore, key: str) -> str:
     """The text of the committed dataset's manifest: ``_SUCCESS`` and the
     manifest requested together (``DatasetIncomplete`` without ``_SUCCESS``).

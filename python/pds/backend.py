@@ -62,8 +62,6 @@ _COMMON = {
     Capability.WRITE_RESULT_NATIVE,
 }
 
-_SECRET_WORDS = ("secret", "token", "password")
-
 
 def _option_text(value: object) -> str:
     if isinstance(value, bool):
@@ -86,11 +84,21 @@ class ObjectStoreBackend(Backend):
     """A remote_store backend on Rust's ``object_store``.
 
     Args:
-        url: ``memory://``, ``file:///abs/path`` or ``s3://bucket[/prefix]``.
+        url: ``memory://``, ``file:///abs/path``, ``s3://bucket[/prefix]``,
+            ``gs://bucket[/prefix]`` or ``az://container[/prefix]`` (also
+            ``abfs://``, ``abfss://``).
         **options: For S3: ``endpoint``, ``region``, ``access_key_id``,
             ``secret_access_key``, ``session_token``, ``allow_http``, or any
-            of object_store's ``aws_*`` keys. ``AWS_*`` environment variables
-            are read first; options win. Values may be str, int or bool.
+            of object_store's ``aws_*`` keys. For GCS:
+            ``service_account_key`` (the key JSON), ``service_account`` (a
+            key file's path), ``token``, ``anonymous``, ``endpoint``, or any
+            ``google_*`` key. For Azure: ``account``, ``key``, ``sas``,
+            ``token``, ``connection_string``, ``endpoint``, ``use_emulator``,
+            ``anonymous``, or any ``azure_*`` key. Every remote store takes
+            ``max_retries``, ``retry_timeout_secs``, ``allow_http`` and
+            ``timeout``. The service's environment variables (``AWS_*``,
+            ``GOOGLE_*``, ``AZURE_*``) are read first; options win. Values
+            may be str, int or bool.
 
     Raises:
         ValueError: an unsupported URL or an unknown option (no I/O is done).
@@ -135,7 +143,7 @@ class ObjectStoreBackend(Backend):
 
     @property
     def scheme(self) -> str:
-        """``"memory"``, ``"file"`` or ``"s3"``."""
+        """``"memory"``, ``"file"``, ``"s3"``, ``"gs"`` or ``"az"``."""
         return self._rs.scheme
 
     @property
@@ -147,7 +155,7 @@ class ObjectStoreBackend(Backend):
         return (_rebuild, (self._url, dict(self._options)))
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in self._options.items()}
+        shown = {k: ("***" if _core.is_secret_option(k) else v) for k, v in self._options.items()}
         return f"ObjectStoreBackend({self._url!r}, **{shown!r})"
 
     def unwrap(self, type_hint: type[T]) -> T:
@@ -367,12 +375,16 @@ def open_store(url: str | os.PathLike[str], **options: object) -> Store:
 
     ``open_store("file:///data/lake")`` or ``open_store("/data/lake")`` (an
     absolute folder path, ``~`` expanded, or a ``pathlib.Path``),
-    ``open_store("memory://")``, or ``open_store("s3://bucket/prefix",
-    endpoint=..., region=..., access_key_id=..., secret_access_key=...)``.
+    ``open_store("memory://")``, ``open_store("s3://bucket/prefix",
+    endpoint=..., region=..., access_key_id=..., secret_access_key=...)``,
+    ``open_store("gs://bucket/prefix", service_account_key=...)`` or
+    ``open_store("az://container/prefix", account=..., key=...)`` (see
+    :class:`ObjectStoreBackend` for every option).
 
     Raises:
         ValueError: a relative path, or a URL pds cannot open.
-        PermissionDenied: (on the first S3 request) no credentials were found.
+        PermissionDenied: (on the first request to a cloud store) no
+            credentials were found.
     """
     return Store(ObjectStoreBackend(url, **options))
 

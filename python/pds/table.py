@@ -72,7 +72,7 @@ def _native(store: Store | str, options: Mapping[str, object]) -> tuple[Store, _
         raise CapabilityNotSupported(
             "pds tables commit with conditional writes (create-only and compare-and-swap PUTs); "
             "this Store's backend offers neither. Use a Store over pds.ObjectStoreBackend "
-            "(pds.open_store(url)) for memory://, file:// or s3://",
+            "(pds.open_store(url)) for memory://, file://, s3://, gs:// or az://",
             capability="conditional_write",
         )
     return store, handle

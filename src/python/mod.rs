@@ -57,6 +57,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::error::install_panic_hook();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<store::PyRustStore>()?;
+    m.add_function(wrap_pyfunction!(store::is_secret_option, m)?)?;
     m.add_class::<store::PyObjectMeta>()?;
     m.add_class::<store::PyPutResult>()?;
     m.add_class::<parts::PyEncodedParts>()?;

@@ -219,3 +219,9 @@ impl PyRustStore {
         run(py, s.rename(src, dst, overwrite))
     }
 }
+
+/// Whether a store option's value is a secret (hidden from `repr` and logs).
+#[pyfunction]
+pub fn is_secret_option(key: &str) -> bool {
+    config::is_secret(key)
+}

@@ -1,6 +1,8 @@
 //! Building an object_store from a URL plus options.
 //!
-//! Supported URLs: `memory://`, `file:///abs/path`, `s3://bucket[/prefix]`.
+//! Supported URLs: `memory://`, `file:///abs/path`, `s3://bucket[/prefix]`,
+//! `gs://bucket[/prefix]` (see [`super::gcs`]) and `az://container[/prefix]`
+//! (also `abfs://`, `abfss://`; see [`super::azure`]).
 //! S3 options: `endpoint`, `region`, `access_key_id`, `secret_access_key`,
 //! `session_token`, `allow_http`, `max_retries`, `retry_timeout_secs`, and any
 //! of object_store's own `aws_*` keys and client keys (`timeout`, ...).
@@ -26,6 +28,8 @@ pub enum Scheme {
     Memory,
     File,
     S3,
+    Gcs,
+    Azure,
 }
 
 impl Scheme {
@@ -34,7 +38,14 @@ impl Scheme {
             Scheme::Memory => "memory",
             Scheme::File => "file",
             Scheme::S3 => "s3",
+            Scheme::Gcs => "gs",
+            Scheme::Azure => "az",
         }
+    }
+
+    /// A store reached over the network, where requests wait on round trips.
+    pub fn is_remote(self) -> bool {
+        matches!(self, Scheme::S3 | Scheme::Gcs | Scheme::Azure)
     }
 }
 
@@ -59,10 +70,22 @@ fn s3_alias(key: &str) -> &str {
     }
 }
 
-/// Keys whose values are secrets: never printed, never logged.
+/// Keys whose values are secrets: never printed, never logged. Besides
+/// secrets, tokens and passwords: Azure's account key, SAS and connection
+/// string, and GCS's service-account key JSON (any `*key` but an `*_id`).
 pub fn is_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    k.contains("secret") || k.contains("token") || k.contains("password")
+    [
+        "secret",
+        "token",
+        "password",
+        "sas",
+        "connection_string",
+        "credential",
+    ]
+    .iter()
+    .any(|w| k.contains(w))
+        || (k.contains("key") && !k.ends_with("_id"))
 }
 
 /// Parse `url` and build the store it names.
@@ -82,7 +105,10 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
         }
         "file" => {
             reject_options("file://", options)?;
-            if parsed.host_str().is_some_and(|h| !h.is_empty() && h != "localhost") {
+            if parsed
+                .host_str()
+                .is_some_and(|h| !h.is_empty() && h != "localhost")
+            {
                 return Err(Error::InvalidArgument(format!(
                     "file URLs must be absolute (file:///abs/path), got {url:?}"
                 )));
@@ -91,7 +117,8 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                 Error::InvalidArgument(format!("file URL {url:?} is not an absolute path"))
             })?;
             std::fs::create_dir_all(&root)?;
-            let fs = Arc::new(LocalFileSystem::new_with_prefix(&root)?.with_automatic_cleanup(true));
+            let fs =
+                Arc::new(LocalFileSystem::new_with_prefix(&root)?.with_automatic_cleanup(true));
             Ok(Built {
                 scheme: Scheme::File,
                 store: fs.clone(),
@@ -109,38 +136,24 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
             let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
             let mut retry = RetryConfig::default();
             for (key, value) in options {
-                let name = s3_alias(key);
-                match name {
-                    "max_retries" => {
-                        retry.max_retries = value.parse().map_err(|_| {
-                            Error::InvalidArgument(format!("max_retries must be an integer, got {value:?}"))
-                        })?;
-                        continue;
-                    }
-                    "retry_timeout_secs" => {
-                        let secs: f64 = value.parse().map_err(|_| {
-                            Error::InvalidArgument(format!("retry_timeout_secs must be a number, got {value:?}"))
-                        })?;
-                        retry.retry_timeout = std::time::Duration::from_secs_f64(secs.max(0.0));
-                        continue;
-                    }
-                    _ => {}
+                if super::cloud::retry_option(key, value, &mut retry)? {
+                    continue;
                 }
                 // AmazonS3ConfigKey also parses the client keys (allow_http, timeout, ...).
-                if let Ok(k) = AmazonS3ConfigKey::from_str(name) {
-                    builder = builder.with_config(k, value);
-                } else {
-                    return Err(Error::InvalidArgument(format!(
-                        "unknown S3 option {key:?}; use endpoint, region, access_key_id, \
-                         secret_access_key, session_token, allow_http, max_retries, \
-                         retry_timeout_secs or an aws_* key"
-                    )));
-                }
+                let k = AmazonS3ConfigKey::from_str(s3_alias(key)).map_err(|_| {
+                    super::cloud::unknown_option(
+                        "S3",
+                        key,
+                        "endpoint, region, access_key_id, secret_access_key, session_token, \
+                         allow_http, max_retries, retry_timeout_secs or an aws_* key",
+                    )
+                })?;
+                builder = builder.with_config(k, value);
             }
             let store = builder
                 .with_retry(retry)
                 .build()
-                .map_err(|e| Error::InvalidArgument(format!("cannot configure S3 store: {e}")))?;
+                .map_err(|e| super::cloud::cannot_configure("S3", e))?;
             Ok(Built {
                 scheme: Scheme::S3,
                 store: Arc::new(store),
@@ -148,8 +161,11 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                 local: None,
             })
         }
+        "gs" | "gcs" => super::gcs::build(&parsed, options),
+        "az" | "abfs" | "abfss" | "azure" | "adl" => super::azure::build(&parsed, options),
         other => Err(Error::InvalidArgument(format!(
-            "unsupported store URL scheme {other:?}; use memory://, file:///abs/path or s3://bucket/prefix"
+            "unsupported store URL scheme {other:?}; use memory://, file:///abs/path, \
+             s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
         ))),
     }
 }
@@ -157,7 +173,7 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
 /// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
 /// `%20` is a space in the object names, as for file:// paths), then
 /// validated like a key.
-fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
+pub(super) fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
     let decoded = percent_encoding::percent_decode_str(url.path())
         .decode_utf8()
         .map_err(|_| Error::InvalidArgument(format!("store URL path is not UTF-8: {url}")))?;
@@ -210,5 +226,44 @@ mod tests {
         opts.insert("bogus".into(), "1".into());
         assert!(build("s3://b", &opts).is_err());
         assert!(build("memory://", &opts).is_err());
+    }
+
+    #[test]
+    fn secrets_are_told_apart_from_names() {
+        for k in [
+            "secret_access_key",
+            "session_token",
+            "aws_secret_access_key",
+            "service_account_key",
+            "google_service_account_key",
+            "key",
+            "account_key",
+            "azure_storage_account_key",
+            "access_key",
+            "master_key",
+            "sas",
+            "sas_token",
+            "azure_storage_sas_key",
+            "connection_string",
+            "token",
+            "client_secret",
+            "password",
+            "application_credentials",
+        ] {
+            assert!(is_secret(k), "{k}");
+        }
+        for k in [
+            "access_key_id",
+            "aws_access_key_id",
+            "account",
+            "client_id",
+            "endpoint",
+            "region",
+            "service_account",
+            "anonymous",
+            "allow_http",
+        ] {
+            assert!(!is_secret(k), "{k}");
+        }
     }
 }

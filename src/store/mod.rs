@@ -2,8 +2,11 @@
 //! the two conditional puts (create-only and compare-and-swap) that dataset
 //! and table commits are built from.
 
+pub mod azure;
 pub mod cache;
+mod cloud;
 pub mod config;
+pub mod gcs;
 pub mod keys;
 mod local_cas;
 pub mod local_leftovers;
@@ -127,13 +130,13 @@ impl StoreHandle {
     /// files, where a request costs CPU rather than waiting, the cores (at
     /// least 2).
     pub fn default_io_concurrency(&self) -> usize {
-        match self.built.scheme {
-            Scheme::S3 => REMOTE_IO_CONCURRENCY,
-            Scheme::Memory | Scheme::File => std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .max(2),
+        if self.built.scheme.is_remote() {
+            return REMOTE_IO_CONCURRENCY;
         }
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2)
     }
 
     /// The underlying object_store, for range readers and multipart writers.

@@ -131,7 +131,8 @@ def check_dataset_key(key: object) -> str:
 def spark_store(store: object, **options: object) -> Store:
     """A ``remote_store.Store`` Spark executors can share.
 
-    *store* is a URL (``file:///abs/dir`` or ``s3://bucket/prefix``; *options*
+    *store* is a URL (``file:///abs/dir``, ``s3://bucket/prefix``,
+    ``gs://bucket/prefix`` or ``az://container/prefix``; *options*
     go to :class:`pds.ObjectStoreBackend`) or a ``remote_store.Store`` over an
     ObjectStoreBackend. The Store pickles as URL + options (+ its root), so
     each executor opens its own Rust handle.
@@ -157,7 +158,9 @@ def spark_store(store: object, **options: object) -> Store:
             f"got one over {type(result).__name__} backend {result!r}"
         ) from None
     if backend.scheme == "memory":
-        raise ValueError("memory:// stores live inside one process; Spark executors need file:// or s3://")
+        raise ValueError(
+            "memory:// stores live inside one process; Spark executors need file://, s3://, gs:// or az://"
+        )
     return result
 
 
@@ -563,7 +566,9 @@ def store_from_options(options: Mapping[str, str]) -> Store:
     """
     url = options.get("store")
     if not url:
-        raise ValueError('the pds data source needs .option("store", "<url>") (file:///abs/dir or s3://bucket/prefix)')
+        raise ValueError(
+            'the pds data source needs .option("store", "<url>") (file:///abs/dir, s3://, gs:// or az://bucket/prefix)'
+        )
     return spark_store(url, **storage_options(options))
 
 

@@ -1,0 +1,255 @@
+//! Azure Blob Storage stores: `az://container[/prefix]`, `abfs://` and
+//! `abfss://` (also `abfss://container@account.dfs.core.windows.net/prefix`),
+//! `azure://` and `adl://`.
+//!
+//! Options (object_store's `azure_*` keys work too, and `AZURE_*`
+//! environment variables are read first; options win):
+//! - `account` (`account_name`), with `key` (`account_key`, `access_key`),
+//!   `sas` (`sas_token`), `token` (a bearer token), or the service
+//!   principal keys (`client_id`, `client_secret`, `tenant_id`);
+//! - `connection_string`: Azure's `AccountName=...;AccountKey=...` form
+//!   (also `SharedAccessSignature`, `BlobEndpoint`, `UseDevelopmentStorage`);
+//! - `endpoint`: another endpoint, e.g. an Azurite emulator; `use_emulator`;
+//! - `anonymous=true`: unsigned requests;
+//! - `max_retries`, `retry_timeout_secs`, and the client keys.
+//!
+//! Conditional writes map to ETag preconditions: a create-only PUT is
+//! `If-None-Match: *`, a compare-and-swap PUT `If-Match` on the ETag read.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::RetryConfig;
+
+use super::cloud::{built, cannot_configure, flag, retry_option, unknown_option};
+use super::config::{Built, Scheme};
+use crate::error::{Error, Result};
+
+const KNOWN: &str = "account, key, sas, token, connection_string, endpoint, use_emulator, \
+                     anonymous, client_id, client_secret, tenant_id, max_retries, \
+                     retry_timeout_secs, allow_http, timeout or an azure_* key";
+
+/// Short option names, mapped to object_store's config keys.
+fn alias(key: &str) -> &str {
+    match key {
+        "account" => "azure_storage_account_name",
+        "key" => "azure_storage_account_key",
+        "sas" => "azure_storage_sas_token",
+        "anonymous" => "azure_skip_signature",
+        other => other,
+    }
+}
+
+/// The object_store settings a connection string stands for, in order.
+/// Parts other stores use (`QueueEndpoint`, ...) are ignored.
+pub fn connection_string(text: &str) -> Result<Vec<(AzureConfigKey, String)>> {
+    let bad = |why: &str| {
+        // Never echo the string: it holds the account key.
+        Error::InvalidArgument(format!(
+            "connection_string is not an Azure connection string: {why}"
+        ))
+    };
+    let mut out = Vec::new();
+    let mut protocol_http = false;
+    let mut account = None;
+    let mut suffix = None;
+    let mut endpoint = None;
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| bad("a part has no '='"))?;
+        let value = value.trim().to_string();
+        match name.trim() {
+            "AccountName" => {
+                account = Some(value.clone());
+                out.push((AzureConfigKey::AccountName, value));
+            }
+            "AccountKey" => out.push((AzureConfigKey::AccessKey, value)),
+            "SharedAccessSignature" => out.push((AzureConfigKey::SasKey, value)),
+            "BlobEndpoint" => endpoint = Some(value),
+            "EndpointSuffix" => suffix = Some(value),
+            "DefaultEndpointsProtocol" => protocol_http = value.eq_ignore_ascii_case("http"),
+            "UseDevelopmentStorage" => {
+                if flag("UseDevelopmentStorage", &value)? {
+                    out.push((AzureConfigKey::UseEmulator, "true".into()));
+                }
+            }
+            "QueueEndpoint" | "TableEndpoint" | "FileEndpoint" | "DfsEndpoint" => {}
+            other => return Err(bad(&format!("unknown part {other:?}"))),
+        }
+    }
+    let scheme = if protocol_http { "http" } else { "https" };
+    let endpoint = match (endpoint, suffix, &account) {
+        (Some(e), _, _) => Some(e),
+        (None, Some(s), Some(a)) if s != "core.windows.net" => {
+            Some(format!("{scheme}://{a}.blob.{s}"))
+        }
+        _ => None,
+    };
+    if let Some(e) = endpoint {
+        if e.starts_with("http://") {
+            out.push((
+                AzureConfigKey::Client(object_store::ClientConfigKey::AllowHttp),
+                "true".into(),
+            ));
+        }
+        out.push((AzureConfigKey::Endpoint, e));
+    }
+    if out.is_empty() {
+        return Err(bad("it names no account, key, signature or endpoint"));
+    }
+    Ok(out)
+}
+
+/// Build the Azure store `url` names (already parsed).
+pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built> {
+    let container_given = !url.host_str().unwrap_or_default().is_empty();
+    if !container_given {
+        return Err(Error::InvalidArgument(format!(
+            "Azure URLs need a container (az://container/prefix), got {:?}",
+            url.as_str()
+        )));
+    }
+    // object_store reads the container (and, in the account form, the
+    // account) from the URL itself.
+    let mut builder = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+    let mut retry = RetryConfig::default();
+    for (key, value) in options {
+        if retry_option(key, value, &mut retry)? {
+            continue;
+        }
+        if key == "connection_string" {
+            for (k, v) in connection_string(value)? {
+                builder = builder.with_config(k, v);
+            }
+            continue;
+        }
+        let parsed = AzureConfigKey::from_str(alias(key))
+            .map_err(|_| unknown_option("Azure", key, KNOWN))?;
+        if matches!(parsed, AzureConfigKey::ContainerName) {
+            return Err(Error::InvalidArgument(
+                "the container comes from the URL (az://container/prefix), not an option".into(),
+            ));
+        }
+        let value = match parsed {
+            AzureConfigKey::SkipSignature | AzureConfigKey::UseEmulator => {
+                flag(key, value)?.to_string()
+            }
+            _ => value.clone(),
+        };
+        builder = builder.with_config(parsed, value);
+    }
+    let store = builder
+        .with_retry(retry)
+        .build()
+        .map_err(|e| cannot_configure("Azure", e))?;
+    built(Scheme::Azure, Arc::new(store), url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cloud::testing::{open, refused};
+    use super::*;
+
+    /// Azurite's published development account (not a secret).
+    const DEV_KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    #[test]
+    fn builds_from_a_url_and_options_without_io() {
+        let account = [("account", "devstoreaccount1"), ("key", DEV_KEY)];
+        let b = open("az://container/lake/t", &account).unwrap();
+        assert_eq!(b.scheme, Scheme::Azure);
+        assert_eq!(b.prefix, vec!["lake", "t"]);
+        assert!(b.scheme.is_remote());
+        for url in [
+            "abfs://container/lake",
+            "abfss://container/lake",
+            "azure://container/lake",
+        ] {
+            assert_eq!(open(url, &account).unwrap().prefix, vec!["lake"], "{url}");
+        }
+        // The Hadoop form names the account in the URL.
+        let b = open(
+            "abfss://fs@devstoreaccount1.dfs.core.windows.net/a/b",
+            &[("key", DEV_KEY)],
+        )
+        .unwrap();
+        assert_eq!(b.prefix, vec!["a", "b"]);
+        // A SAS, a bearer token, an emulator endpoint, anonymous reads.
+        for extra in [
+            ("sas", "sv=2021-01-01&sig=abc"),
+            ("token", "eyJ0"),
+            ("anonymous", "true"),
+        ] {
+            let pairs = [("account", "a"), extra];
+            assert!(open("az://c", &pairs).is_ok(), "{extra:?}");
+        }
+        let azurite = [
+            ("account", "devstoreaccount1"),
+            ("key", DEV_KEY),
+            ("endpoint", "http://127.0.0.1:10000/devstoreaccount1"),
+            ("allow_http", "true"),
+        ];
+        assert!(open("az://c", &azurite).is_ok());
+    }
+
+    #[test]
+    fn reads_connection_strings() {
+        let text = format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};\
+             BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;QueueEndpoint=http://x;"
+        );
+        let got = connection_string(&text).unwrap();
+        let find = |k: AzureConfigKey| got.iter().find(|(x, _)| *x == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            find(AzureConfigKey::AccountName).as_deref(),
+            Some("devstoreaccount1")
+        );
+        assert_eq!(find(AzureConfigKey::AccessKey).as_deref(), Some(DEV_KEY));
+        assert_eq!(
+            find(AzureConfigKey::Endpoint).as_deref(),
+            Some("http://127.0.0.1:10000/devstoreaccount1")
+        );
+        assert!(open("az://c", &[("connection_string", &text)]).is_ok());
+        // Another cloud's suffix makes the endpoint; a SAS stands for the key.
+        let got = connection_string(
+            "AccountName=a;SharedAccessSignature=sv=1&sig=2;EndpointSuffix=core.chinacloudapi.cn",
+        )
+        .unwrap();
+        assert!(got.contains(&(AzureConfigKey::SasKey, "sv=1&sig=2".into())));
+        assert!(got.contains(&(
+            AzureConfigKey::Endpoint,
+            "https://a.blob.core.chinacloudapi.cn".into()
+        )));
+        let dev = connection_string("UseDevelopmentStorage=true").unwrap();
+        assert_eq!(dev, vec![(AzureConfigKey::UseEmulator, "true".into())]);
+        // Malformed strings are refused without echoing them.
+        for bad in [
+            "AccountKey",
+            "Bogus=1;AccountKey=HIDDEN-42",
+            ";;",
+            "UseDevelopmentStorage=false",
+        ] {
+            match connection_string(bad) {
+                Err(Error::InvalidArgument(m)) => assert!(!m.contains("HIDDEN-42"), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_bad_urls_and_options_naming_no_secret() {
+        let e = refused;
+        assert!(e("az://", &[("account", "a")]).contains("need a container"));
+        assert!(e("az://c", &[("account", "a"), ("bogus", "1")]).contains("unknown Azure option"));
+        assert!(e("az://c", &[("account", "a"), ("container_name", "d")]).contains("from the URL"));
+        // No account at all: object_store cannot build it.
+        assert!(e("az://c", &[]).contains("cannot configure Azure store"));
+        // A key that is not base64: refused, without its text.
+        let m = e("az://c", &[("account", "a"), ("key", "HIDDEN-42!")]);
+        assert!(!m.contains("HIDDEN-42"), "{m}");
+    }
+}

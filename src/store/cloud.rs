@@ -1,0 +1,95 @@
+//! Options shared by the remote stores (S3, GCS, Azure): retries, and the
+//! error for an option no store knows.
+
+use std::sync::Arc;
+
+use object_store::{ObjectStore, RetryConfig};
+
+use super::config::{url_prefix, Built, Scheme};
+use crate::error::{Error, Result};
+
+/// A remote store built from `url`, rooted at its path.
+pub fn built(scheme: Scheme, store: Arc<dyn ObjectStore>, url: &url::Url) -> Result<Built> {
+    Ok(Built {
+        scheme,
+        store,
+        prefix: url_prefix(url)?,
+        local: None,
+    })
+}
+
+/// Apply `name = value` to `retry` if it is one of pds's retry options
+/// (`max_retries`, `retry_timeout_secs`); `Ok(false)` if it is not.
+pub fn retry_option(name: &str, value: &str, retry: &mut RetryConfig) -> Result<bool> {
+    match name {
+        "max_retries" => {
+            retry.max_retries = value.parse().map_err(|_| {
+                Error::InvalidArgument(format!("max_retries must be an integer, got {value:?}"))
+            })?;
+            Ok(true)
+        }
+        "retry_timeout_secs" => {
+            let secs: f64 = value.parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "retry_timeout_secs must be a number, got {value:?}"
+                ))
+            })?;
+            if !secs.is_finite() {
+                return Err(Error::InvalidArgument(format!(
+                    "retry_timeout_secs must be finite, got {value:?}"
+                )));
+            }
+            retry.retry_timeout = std::time::Duration::from_secs_f64(secs.max(0.0));
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// `InvalidArgument` for an option `store` does not take, naming the ones it does.
+pub fn unknown_option(store: &str, key: &str, known: &str) -> Error {
+    Error::InvalidArgument(format!("unknown {store} option {key:?}; use {known}"))
+}
+
+/// `InvalidArgument` for a store object_store refuses to configure (its
+/// message never holds an option's value).
+pub fn cannot_configure(store: &str, e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("cannot configure {store} store: {e}"))
+}
+
+/// `value` as a boolean option (`true`/`false`, `1`/`0`, `yes`/`no`).
+pub fn flag(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(Error::InvalidArgument(format!(
+            "{key} must be true or false, got {value:?}"
+        ))),
+    }
+}
+
+/// For the stores' tests: open `url` with `pairs`, or the message of the
+/// `InvalidArgument` it fails with.
+#[cfg(test)]
+pub mod testing {
+    use std::collections::BTreeMap;
+
+    use super::super::config::{build, Built};
+    use crate::error::{Error, Result};
+
+    pub fn open(url: &str, pairs: &[(&str, &str)]) -> Result<Built> {
+        let options: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        build(url, &options)
+    }
+
+    pub fn refused(url: &str, pairs: &[(&str, &str)]) -> String {
+        match open(url, pairs) {
+            Err(Error::InvalidArgument(m)) => m,
+            Err(other) => panic!("{url} {pairs:?}: {other:?}"),
+            Ok(_) => panic!("{url} {pairs:?} was accepted"),
+        }
+    }
+}

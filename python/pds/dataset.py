@@ -752,7 +752,12 @@ class ParquetDatasetStore:
             return None, None
         if self._native is not None:
             text = _core.committed_manifest(self._native, self._store.native_path(key))
-            schema = DatasetManifest.from_json(text).schema()
+            try:
+                schema = DatasetManifest.from_json(text).schema()
+            except ManifestCorrupted as exc:
+                if exc.path is None:
+                    exc.path = f"{key}/{_MANIFEST}"
+                raise
             if schema is None:  # a manifest without one (remote-store's): a part's footer
                 schema = _core.read_schema(self._native, self._store.native_path(key))
             return core_conditions(raw, schema), text

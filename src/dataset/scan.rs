@@ -74,7 +74,14 @@ pub fn scan(
             Ok::<_, Error>((first, parts.collect::<Vec<_>>(), opts, rows))
         }
     })??;
-    spawn(store, first, rest, opts, parallelism, Some(rows))
+    spawn(
+        store,
+        first,
+        rest,
+        opts,
+        (parallelism, Some(io)),
+        Some(rows),
+    )
 }
 
 /// What the end of a dataset scan checks: that the parts' footers held the
@@ -95,7 +102,7 @@ pub fn scan_part(store: Arc<StoreHandle>, key: &str, opts: ReadOptions) -> Resul
             decode::open_part(&store, key, size, &opts).await
         }
     })??;
-    spawn(store, first, Vec::new(), opts, 1, None)
+    spawn(store, first, Vec::new(), opts, (1, None), None)
 }
 
 /// Stream `first`, then `rest` in order, opening up to
@@ -105,7 +112,7 @@ fn spawn(
     first: PartStream,
     rest: Vec<PartRef>,
     opts: ReadOptions,
-    parallelism: usize,
+    (parallelism, io): (usize, Option<usize>),
     rows: Option<RowCheck>,
 ) -> Result<DatasetStream> {
     let schema = first.schema();
@@ -117,7 +124,10 @@ fn spawn(
         )
         .collect();
     let hooks = match rows {
-        None => ScanHooks::default(),
+        None => ScanHooks {
+            io,
+            ..ScanHooks::default()
+        },
         Some(check) => {
             let key = check.dataset_key.clone();
             ScanHooks {
@@ -126,6 +136,7 @@ fn spawn(
                     let path = child_key(&check.dataset_key, crate::dataset::MANIFEST);
                     check.manifest.check_rows(file_rows, &path)
                 })),
+                io,
                 ..ScanHooks::default()
             }
         }

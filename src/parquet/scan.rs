@@ -209,6 +209,9 @@ pub struct ScanHooks {
     /// Tasks the caller started for the scan (footer fetches, see
     /// [`prefetch_footer`]): kept while it runs, aborted when it ends.
     pub ahead: Vec<AbortOnDropHandle<()>>,
+    /// Requests in flight the caller allows: how many footers are fetched
+    /// ahead (`None`: the store's default).
+    pub io: Option<usize>,
 }
 
 impl Default for ScanHooks {
@@ -217,6 +220,7 @@ impl Default for ScanHooks {
             map_err: Arc::new(|e| e),
             at_end: None,
             ahead: Vec::new(),
+            io: None,
         }
     }
 }
@@ -245,10 +249,6 @@ pub fn spawn(
         }
     });
     Ok(BatchStream { schema, rx })
-}
-
-fn same_cell(prev: &Option<(PartRef, SharedFooter, bool)>, cell: &SharedFooter) -> bool {
-    prev.as_ref().is_some_and(|(_, c, _)| Arc::ptr_eq(c, cell))
 }
 
 /// Decoded batches buffered ahead of the consumer, in all parts together.
@@ -343,26 +343,29 @@ async fn stream_sources(
     let budgets: Arc<std::sync::Mutex<Vec<Arc<tokio::sync::Semaphore>>>> = Arc::default();
     // Footer fetches ahead of the files' turns, aborted when the scan ends.
     let ahead = Arc::new(std::sync::Mutex::new(hooks.ahead));
+    let window = hooks.io.unwrap_or_else(|| footers_ahead(&store)).max(1);
     let launcher = {
         let budgets = budgets.clone();
         let ahead = ahead.clone();
         tokio::spawn(async move {
-            let window = footers_ahead(&store);
-            let footers: Vec<Option<(PartRef, SharedFooter, bool)>> =
+            // Each entry is taken once its fetch is started: only the
+            // window's footers (and the files open) are held at once.
+            let mut footers: Vec<Option<(PartRef, SharedFooter, bool)>> =
                 sources.iter().map(Source::footer_cell).collect();
+            let mut last: Option<SharedFooter> = None;
             let mut next = 0;
             for (i, source) in sources.into_iter().enumerate() {
                 while next < footers.len() && next <= i + window {
-                    if let Some((part, cell, pieces)) = &footers[next] {
+                    if let Some((part, cell, pieces)) = footers[next].take() {
                         // Several pieces share one cell: fetch it once.
-                        if cell.get().is_none()
-                            && (next == 0 || !same_cell(&footers[next - 1], cell))
-                        {
+                        let repeat = last.as_ref().is_some_and(|c| Arc::ptr_eq(c, &cell));
+                        if cell.get().is_none() && !repeat {
                             if let Ok(mut all) = ahead.lock() {
                                 all.retain(|h| !h.is_finished());
-                                all.push(prefetch_footer(&store, part, cell, *pieces));
+                                all.push(prefetch_footer(&store, &part, &cell, pieces));
                             }
                         }
+                        last = Some(cell);
                     }
                     next += 1;
                 }

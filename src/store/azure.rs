@@ -77,7 +77,14 @@ pub fn connection_string(text: &str) -> Result<Vec<(AzureConfigKey, String)>> {
                 }
             }
             "QueueEndpoint" | "TableEndpoint" | "FileEndpoint" | "DfsEndpoint" => {}
-            other => return Err(bad(&format!("unknown part {other:?}"))),
+            // Never echo the name either: a bare key splits at its first '='.
+            _ => {
+                return Err(bad(
+                    "a part is none of AccountName, AccountKey, SharedAccessSignature, \
+                     BlobEndpoint, EndpointSuffix, DefaultEndpointsProtocol, \
+                     UseDevelopmentStorage",
+                ))
+            }
         }
     }
     let scheme = if protocol_http { "http" } else { "https" };
@@ -86,6 +93,7 @@ pub fn connection_string(text: &str) -> Result<Vec<(AzureConfigKey, String)>> {
         (None, Some(s), Some(a)) if s != "core.windows.net" => {
             Some(format!("{scheme}://{a}.blob.{s}"))
         }
+        (None, Some(_), None) => return Err(bad("EndpointSuffix needs AccountName")),
         _ => None,
     };
     if let Some(e) = endpoint {
@@ -115,15 +123,15 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
     // object_store reads the container (and, in the account form, the
     // account) from the URL itself.
     let mut builder = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+    // A connection string first: the options given one by one win over it.
+    if let Some(text) = options.get("connection_string") {
+        for (k, v) in connection_string(text)? {
+            builder = builder.with_config(k, v);
+        }
+    }
     let mut retry = RetryConfig::default();
     for (key, value) in options {
-        if retry_option(key, value, &mut retry)? {
-            continue;
-        }
-        if key == "connection_string" {
-            for (k, v) in connection_string(value)? {
-                builder = builder.with_config(k, v);
-            }
+        if key == "connection_string" || retry_option(key, value, &mut retry)? {
             continue;
         }
         let parsed = AzureConfigKey::from_str(alias(key))
@@ -232,6 +240,8 @@ mod tests {
             "Bogus=1;AccountKey=HIDDEN-42",
             ";;",
             "UseDevelopmentStorage=false",
+            "HIDDEN-42abc=",
+            "EndpointSuffix=core.chinacloudapi.cn",
         ] {
             match connection_string(bad) {
                 Err(Error::InvalidArgument(m)) => assert!(!m.contains("HIDDEN-42"), "{m}"),

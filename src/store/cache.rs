@@ -28,6 +28,8 @@ struct Inner {
     map: HashMap<String, (Value, usize)>,
     order: VecDeque<String>,
     bytes: usize,
+    /// Counts forgets: a body read before one may be stale, and is not kept.
+    forgets: u64,
 }
 
 /// Parsed immutable objects by key, at most `limit` bytes of them.
@@ -60,12 +62,21 @@ impl ObjectCache {
     /// Keep `value` (about `bytes` in memory) under `key`. A value larger
     /// than the whole cache is not kept.
     pub fn insert<T: Any + Send + Sync>(&self, key: String, value: Arc<T>, bytes: usize) {
+        if let Ok(mut inner) = self.inner.lock() {
+            self.insert_locked(&mut inner, key, value, bytes);
+        }
+    }
+
+    fn insert_locked<T: Any + Send + Sync>(
+        &self,
+        inner: &mut Inner,
+        key: String,
+        value: Arc<T>,
+        bytes: usize,
+    ) {
         if bytes > self.limit {
             return;
         }
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
         if let Some((_, old)) = inner.map.insert(key.clone(), (value, bytes)) {
             inner.bytes -= old;
         } else {
@@ -88,18 +99,35 @@ impl ObjectCache {
             .map(|b| (*b).clone())
     }
 
-    /// Keep the body of the object `key`, which is never replaced once written.
-    pub fn keep_object(&self, key: &str, body: bytes::Bytes) {
+    /// A mark to take before reading an object's body, for
+    /// [`Self::keep_object`].
+    pub fn mark(&self) -> u64 {
+        self.inner.lock().map(|i| i.forgets).unwrap_or(u64::MAX)
+    }
+
+    /// Keep the body of the object `key`, which is never replaced once
+    /// written, read after [`Self::mark`] returned `mark`: unless a write or
+    /// delete through this handle forgot anything since (the body may then
+    /// be older than it).
+    pub fn keep_object(&self, key: &str, body: bytes::Bytes, mark: u64) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if inner.forgets != mark {
+            return;
+        }
         let bytes = body.len();
-        self.insert(object_key(key), Arc::new(body), bytes);
+        self.insert_locked(&mut inner, object_key(key), Arc::new(body), bytes);
     }
 
     /// Forget the body of `key` (written or deleted through this handle), or
-    /// with `under`, of every object whose key starts with `key`.
+    /// with `under`, of every object whose key starts with `key`. Bodies read
+    /// before this are not kept afterwards (see [`Self::keep_object`]).
     pub fn forget_object(&self, key: &str, under: bool) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        inner.forgets = inner.forgets.wrapping_add(1);
         let wanted = object_key(key);
         let gone: Vec<String> = if under {
             inner
@@ -132,7 +160,12 @@ impl ObjectCache {
     }
 }
 
+/// The cache key of object `key`, normalised as the store normalises keys
+/// (`a//b/` and `a/b` are one object).
 fn object_key(key: &str) -> String {
+    let key = super::keys::segments(key)
+        .map(|s| s.join("/"))
+        .unwrap_or_else(|_| key.to_string());
     format!("object\0{key}")
 }
 
@@ -162,7 +195,7 @@ mod tests {
     fn forgets_objects_by_key_and_under_a_prefix() {
         let cache = ObjectCache::new(1_000);
         for k in ["t/_manifest/v1.json", "t/_manifest/v2.json", "u/v1.json"] {
-            cache.keep_object(k, bytes::Bytes::from(k.to_string()));
+            cache.keep_object(k, bytes::Bytes::from(k.to_string()), cache.mark());
         }
         cache.insert("footer".into(), Arc::new(1u32), 10);
         assert_eq!(
@@ -181,8 +214,18 @@ mod tests {
             (2, 19),
             "the forgotten bodies are no longer weighed"
         );
-        // Forgetting an absent key changes nothing.
+        // Forgetting an absent key changes nothing held.
         cache.forget_object("nothing", false);
         assert_eq!(cache.usage(), (2, 19));
+        // A key is one object however it is spelled.
+        cache.forget_object("u//v1.json/", false);
+        assert!(cache.object("u/v1.json").is_none());
+        // A body read before a forget is not kept: it may be the old one.
+        let mark = cache.mark();
+        cache.forget_object("elsewhere", false);
+        cache.keep_object("t/v3.json", bytes::Bytes::from_static(b"old"), mark);
+        assert!(cache.object("t/v3.json").is_none());
+        cache.keep_object("t/v3.json", bytes::Bytes::from_static(b"new"), cache.mark());
+        assert_eq!(cache.object("t/v3.json").as_deref(), Some(&b"new"[..]));
     }
 }

@@ -34,12 +34,15 @@ pub fn retry_option(name: &str, value: &str, retry: &mut RetryConfig) -> Result<
                     "retry_timeout_secs must be a number, got {value:?}"
                 ))
             })?;
-            if !secs.is_finite() {
-                return Err(Error::InvalidArgument(format!(
-                    "retry_timeout_secs must be finite, got {value:?}"
-                )));
-            }
-            retry.retry_timeout = std::time::Duration::from_secs_f64(secs.max(0.0));
+            let timeout = secs
+                .is_finite()
+                .then(|| std::time::Duration::try_from_secs_f64(secs.max(0.0)).ok())
+                .flatten();
+            retry.retry_timeout = timeout.ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "retry_timeout_secs must be a finite number of seconds, got {value:?}"
+                ))
+            })?;
             Ok(true)
         }
         _ => Ok(false),
@@ -83,6 +86,15 @@ pub mod testing {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         build(url, &options)
+    }
+
+    #[test]
+    fn retry_timeouts_out_of_range_are_refused() {
+        for bad in ["1e20", "inf", "NaN", "x"] {
+            let m = refused("s3://b", &[("retry_timeout_secs", bad)]);
+            assert!(m.contains("retry_timeout_secs"), "{m}");
+        }
+        assert!(open("s3://b", &[("retry_timeout_secs", "-1")]).is_ok());
     }
 
     pub fn refused(url: &str, pairs: &[(&str, &str)]) -> String {

@@ -189,6 +189,59 @@ impl StoreHandle {
         }
     }
 
+    /// Run `op`, which writes or deletes `keys` (with `under`, everything
+    /// under them), forgetting their cached bodies before and after it, so
+    /// that no body read meanwhile is kept (see [`cache::ObjectCache::keep_object`]).
+    async fn forgetting<T>(
+        &self,
+        keys: &[&str],
+        under: bool,
+        op: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        keys.iter().for_each(|k| self.cache.forget_object(k, under));
+        let done = op.await;
+        keys.iter().for_each(|k| self.cache.forget_object(k, under));
+        done
+    }
+
+    /// PUT an object atomically, in the given mode.
+    pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> Result<PutOutcome> {
+        self.forgetting(&[key], false, self.put_now(key, data, mode))
+            .await
+    }
+
+    /// Delete one object. Deleting an absent object is not an error here
+    /// (S3 semantics); callers that need `NotFound` HEAD first.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        self.forgetting(&[key], false, self.delete_now(key)).await
+    }
+
+    /// Delete every object under the folder key `key`; the number deleted.
+    pub async fn delete_prefix(&self, key: &str) -> Result<usize> {
+        self.forgetting(&[key], true, self.delete_prefix_now(key))
+            .await
+    }
+
+    /// Delete the given object keys concurrently, ignoring absent ones.
+    pub async fn delete_many(&self, keys: &[String]) -> Result<()> {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.forgetting(&names, false, self.delete_many_now(keys))
+            .await
+    }
+
+    /// Copy `src` to `dst`. With `overwrite=false`, fails with `AlreadyExists`
+    /// if `dst` exists (natively where the store can, else by HEAD first).
+    pub async fn copy(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+        self.forgetting(&[dst], false, self.copy_now(src, dst, overwrite))
+            .await
+    }
+
+    /// Move `src` to `dst` (a rename on file://, copy + delete elsewhere).
+    pub async fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+        self.forgetting(&[src, dst], false, self.rename_now(src, dst, overwrite))
+            .await
+    }
+
     /// GET a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key)?;
@@ -221,9 +274,8 @@ impl StoreHandle {
     }
 
     /// PUT an object atomically, in the given mode.
-    pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> Result<PutOutcome> {
+    async fn put_now(&self, key: &str, data: Bytes, mode: PutMode) -> Result<PutOutcome> {
         let path = self.path(key)?;
-        self.cache.forget_object(key, false);
         let size = data.len() as u64;
         if let (PutMode::Update { e_tag, .. }, Some(fs)) = (&mode, &self.built.local) {
             let expected = e_tag.clone().ok_or_else(|| {
@@ -307,9 +359,8 @@ impl StoreHandle {
 
     /// Delete one object. Deleting an absent object is not an error here
     /// (S3 semantics); callers that need `NotFound` HEAD first.
-    pub async fn delete(&self, key: &str) -> Result<()> {
+    async fn delete_now(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
-        self.cache.forget_object(key, false);
         match self.built.store.delete(&path).await {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -356,9 +407,8 @@ impl StoreHandle {
     /// An object that a concurrent delete removed first is not an error. On
     /// `file://`, what listings cannot show goes too: staging files of
     /// writes that were killed (`name#<digits>`), and the emptied folders.
-    pub async fn delete_prefix(&self, key: &str) -> Result<usize> {
+    async fn delete_prefix_now(&self, key: &str) -> Result<usize> {
         let prefix = self.prefix_path(key)?;
-        self.cache.forget_object(key, true);
         let store = self.built.store.clone();
         let locations = store.list(prefix.as_ref()).map_ok(|m| m.location).boxed();
         let mut results = store.delete_stream(locations);
@@ -410,10 +460,9 @@ impl StoreHandle {
     }
 
     /// Delete the given object keys concurrently, ignoring absent ones.
-    pub async fn delete_many(&self, keys: &[String]) -> Result<()> {
+    async fn delete_many_now(&self, keys: &[String]) -> Result<()> {
         let paths: Vec<Result<Path>> = keys.iter().map(|k| self.path(k)).collect();
         let paths: Vec<Path> = paths.into_iter().collect::<Result<_>>()?;
-        keys.iter().for_each(|k| self.cache.forget_object(k, false));
         let stream = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
         let mut results = self.built.store.delete_stream(stream);
         while let Some(r) = results.next().await {
@@ -427,9 +476,8 @@ impl StoreHandle {
 
     /// Copy `src` to `dst`. With `overwrite=false`, fails with `AlreadyExists`
     /// if `dst` exists (natively where the store can, else by HEAD first).
-    pub async fn copy(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+    async fn copy_now(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
-        self.cache.forget_object(dst, false);
         if overwrite {
             return Ok(self.built.store.copy(&from, &to).await?);
         }
@@ -447,10 +495,8 @@ impl StoreHandle {
     }
 
     /// Move `src` to `dst` (a rename on file://, copy + delete elsewhere).
-    pub async fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
+    async fn rename_now(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
-        self.cache.forget_object(src, false);
-        self.cache.forget_object(dst, false);
         if overwrite {
             self.built.store.rename(&from, &to).await?;
             if self.built.local.is_some() && self.try_head(src).await?.is_some() {

@@ -338,13 +338,14 @@ pub async fn read_version_at<M: Versioned>(
     // A version's manifest is created once and never replaced: a body this
     // handle has read and parsed is kept for its life (see `store::cache`).
     let cached = store.cache().object(&key);
+    let mark = store.cache().mark();
     let raw = match &cached {
         Some(body) => body.clone(),
         None => store.get(&key).await?,
     };
     let mut m = M::from_json(&raw, &key, version)?;
     if cached.is_none() {
-        store.cache().keep_object(&key, raw);
+        store.cache().keep_object(&key, raw, mark);
     }
     m.load(store, table, depth).await?;
     Ok(m)

@@ -594,6 +594,7 @@ pub fn scan(
         }),
         at_end: None,
         ahead,
+        io: None,
     };
     crate::parquet::scan::spawn(store, output, sources, parallelism, hooks)
 }

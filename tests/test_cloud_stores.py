@@ -6,7 +6,7 @@ Azure has no emulator that installs from the registries this suite may
 reach (Azurite is an npm package), so its server-side behaviour is tested
 only on request: set ``PDS_TEST_AZURE_URL`` (``az://container/prefix``) and
 ``PDS_TEST_AZURE_OPTIONS`` (a JSON object of store options, e.g.
-``{"account": ..., "key": ...}`` or an Azurite ``connection_string``) to run
+``{"account": ..., "account_key": ...}`` or an Azurite ``connection_string``) to run
 ``test_azure_*_against_a_server`` on your own account or Azurite.
 """
 
@@ -45,10 +45,10 @@ def test_gcs_urls_and_options_open_without_io() -> None:
 @pytest.mark.spec("H-1")
 def test_azure_urls_and_options_open_without_io() -> None:
     for url in ("az://container/lake", "abfs://container/lake", "abfss://container/lake"):
-        backend = pds.ObjectStoreBackend(url, account="devstoreaccount1", key=DEV_KEY)
+        backend = pds.ObjectStoreBackend(url, account="devstoreaccount1", account_key=DEV_KEY)
         assert backend.scheme == "az"
         assert DEV_KEY not in repr(backend), repr(backend)
-    account_url = pds.ObjectStoreBackend("abfss://fs@devstoreaccount1.dfs.core.windows.net/lake", key=DEV_KEY)
+    account_url = pds.ObjectStoreBackend("abfss://fs@devstoreaccount1.dfs.core.windows.net/lake", account_key=DEV_KEY)
     assert account_url.scheme == "az"
     conn = (
         f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
@@ -70,7 +70,7 @@ def test_azure_urls_and_options_open_without_io() -> None:
         ("gs://b", {"service_account_key": '{"private_key": "' + HIDDEN + '"}'}, "cannot configure GCS"),
         ("az://", {"account": "a"}, "need a container"),
         ("az://c", {"account": "a", "bogus": "1"}, "unknown Azure option"),
-        ("az://c", {"account": "a", "key": HIDDEN + "!"}, "cannot configure Azure"),
+        ("az://c", {"account": "a", "account_key": HIDDEN + "!"}, "cannot configure Azure"),
         ("az://c", {"connection_string": "AccountKey"}, "not an Azure connection string"),
         ("az://c", {"connection_string": "Bogus=1;AccountKey=" + HIDDEN}, "not an Azure connection string"),
     ],

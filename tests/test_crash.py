@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import REMOTE, remote_url
 
 import pds
 
@@ -79,8 +80,7 @@ def test_sigkill_mid_write_on_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_write_on_s3(seaweed) -> None:  # type: ignore[no-untyped-def]
-    import uuid
-
-    seen = _run(f"s3://pds-tests/{uuid.uuid4().hex}", seaweed.store_options(), [0.05, 0.3, 0.8, 1.5, 30.0])
+@pytest.mark.parametrize("kind", REMOTE)
+def test_sigkill_mid_write_on_a_server(kind: str, request: pytest.FixtureRequest) -> None:
+    seen = _run(*remote_url(kind, request), [0.05, 0.3, 0.8, 1.5, 30.0])
     assert seen[-1] == "new", seen

@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import REMOTE
 from remote_store import RemoteStoreError, Store
 
 import pds
@@ -504,7 +505,7 @@ def test_a_tombstone_deleting_rows_its_reference_does_not_name_is_corrupted(kind
 
 
 @pytest.mark.spec("S-4")
-@pytest.mark.parametrize("kind", [*KINDS, "s3"])
+@pytest.mark.parametrize("kind", [*KINDS, *REMOTE])
 def test_short_empty_and_resized_data_files_are_part_corrupted(
     kind: str, store_factory: Callable[[str], Store]
 ) -> None:

@@ -14,13 +14,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import REMOTE, lake_url
 from remote_store import AlreadyExists, CapabilityNotSupported, NotFound, Store
 from remote_store.backends import MemoryBackend
 
@@ -420,15 +421,11 @@ print("done", flush=True)
 
 
 @pytest.mark.spec("E-3")
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_a_crash_leaves_the_previous_version_intact_and_vacuum_removes_the_garbage(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if kind == "file":
-        url, options = (tmp_path / "lake").as_uri(), {}
-    else:
-        make: Callable[[], tuple[str, dict[str, str]]] = request.getfixturevalue("s3_url")
-        url, options = make()
+    url, options = lake_url(kind, tmp_path, request)
     p = Pipeline.create(url, "p", **options)
     s = p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
 

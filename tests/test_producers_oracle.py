@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import REMOTE
 from remote_store import Store
 
 import pds
@@ -315,8 +316,8 @@ def test_random_pipelines_match_a_from_scratch_build_after_every_update(seed: in
 
 @pytest.mark.spec("E-6")
 @pytest.mark.spec("S-5")
-@pytest.mark.parametrize("kind", ["file", "s3"])
-def test_the_oracle_on_file_and_seaweedfs(kind: str, store_factory: Callable[[str], Store]) -> None:
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
+def test_the_oracle_on_file_and_servers(kind: str, store_factory: Callable[[str], Store]) -> None:
     run_oracle(store_factory(kind), 100 + len(kind), updates=10, nkeys=25)
 
 

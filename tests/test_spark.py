@@ -8,10 +8,12 @@ compared, rows sorted, with the data written.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import io
 import json
+import subprocess
 import sys
 import threading
 import uuid
@@ -23,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import remote_store.ext.parquet as rsp
+from conftest import REMOTE
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import datasource as sds
@@ -60,23 +63,6 @@ def spark(spark_session: SparkSession) -> SparkSession:
     """The run's local Spark (conftest), with a data source whose tasks fail on demand."""
     spark_session.dataSource.register(FlakyPdsDataSource)
     return spark_session
-
-
-@pytest.fixture
-def file_store(tmp_path: Path) -> tuple[str, dict[str, str], Store]:
-    """A ``file://`` store URL, its (no) options, and the Store."""
-    root = tmp_path / "lake"
-    root.mkdir()
-    url = root.as_uri()
-    return url, {}, pds.open_store(url)
-
-
-@pytest.fixture
-def s3_store(seaweed: Any) -> tuple[str, dict[str, str], Store]:
-    """An ``s3://`` prefix on SeaweedFS, its options, and the Store."""
-    url = f"s3://{BUCKET}/spark-{uuid.uuid4().hex[:12]}"
-    options = seaweed.store_options()
-    return url, options, pds.open_store(url, **options)
 
 
 # -- data and checks ----------------------------------------------------------------
@@ -239,9 +225,11 @@ def test_format_roundtrip_on_file(spark: SparkSession, file_store: tuple[str, di
 
 @pytest.mark.spec("SPARK-001")
 @pytest.mark.s3
-def test_format_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
-    """Executors write to S3 through the Rust core alone (no hadoop-aws jars)."""
-    url, options, store = s3_store
+@pytest.mark.parametrize("kind", REMOTE)
+def test_format_roundtrip_on_a_server(spark: SparkSession, kind: str, request: pytest.FixtureRequest) -> None:
+    """Executors write to S3 and GCS through the Rust core alone (no hadoop-aws
+    or gcs-connector jars)."""
+    url, options, store = request.getfixturevalue(f"{kind}_store")
     table = rich_table(200)
     df = spark_df(spark, table)
     df.write.format("pds").option("store", url).options(**options).mode("append").save("orders")
@@ -807,8 +795,9 @@ def test_a_single_part_is_read_one_row_group_per_partition(spark: SparkSession, 
 
 @pytest.mark.spec("SPARK-008")
 @pytest.mark.s3
-def test_helpers_roundtrip_on_s3(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
-    url, options, store = s3_store
+@pytest.mark.parametrize("kind", REMOTE)
+def test_helpers_roundtrip_on_a_server(spark: SparkSession, kind: str, request: pytest.FixtureRequest) -> None:
+    url, options, store = request.getfixturevalue(f"{kind}_store")
     table = rich_table(180)
     df = spark_df(spark, table)
     manifest = pds.spark.write_dataset(df, url, "h", max_rows_per_file=40, run_id="r1", **options)
@@ -1003,18 +992,104 @@ def test_credentials_are_not_in_reprs_or_errors(spark: SparkSession) -> None:
     assert secret not in repr(s.unwrap(pds.ObjectStoreBackend))
 
 
+def _with_marked_secrets(kind: str, options: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """*options* with secrets that carry unique markers, and the markers: on
+    S3 the secret key; on GCS a bearer token and the key JSON's private key
+    (the emulator reads neither)."""
+    if kind == "s3":
+        return options, [options["secret_access_key"]]
+    markers = ["tok-" + uuid.uuid4().hex, "pk-" + uuid.uuid4().hex]
+    key = {**json.loads(options["service_account_key"]), "private_key": markers[1]}
+    return {**options, "token": markers[0], "service_account_key": json.dumps(key)}, markers
+
+
 @pytest.mark.s3
-def test_credentials_are_not_in_spark_plans(spark: SparkSession, s3_store: tuple[str, dict[str, str], Store]) -> None:
+@pytest.mark.spec("H-5")
+@pytest.mark.parametrize("kind", REMOTE)
+def test_credentials_are_not_in_spark_plans(spark: SparkSession, kind: str, request: pytest.FixtureRequest) -> None:
     """Spark's plans (what the UI and event log record) do not carry the source's secret options."""
-    url, options, _ = s3_store
-    secret = options["secret_access_key"]
+    url, options, _ = request.getfixturevalue(f"{kind}_store")
+    options, secrets = _with_marked_secrets(kind, options)
     spark.range(4).write.format("pds").option("store", url).options(**options).mode("append").save("r")
     df = spark.read.format("pds").option("store", url).options(**options).load("r").where("id > 1")
     assert df.count() == 2
     qe = df._jdf.queryExecution()
     plans = [qe.toString(), qe.executedPlan().toString(), qe.analyzed().toString()]
     assert all("RelationV2" in text for text in plans[::2])
-    assert all(secret not in text for text in plans)
+    assert all(secret not in text for text in plans for secret in secrets)
+
+
+EVENT_LOGGED_JOB = r"""
+import json, sys
+from pyspark.sql import SparkSession
+import pds.spark
+
+log_dir, jobs = sys.argv[1], json.loads(sys.argv[2])
+spark = (
+    SparkSession.builder.master("local[2]").appName("pds-event-log")
+    .config("spark.ui.enabled", "false").config("spark.eventLog.enabled", "true")
+    .config("spark.eventLog.dir", log_dir).config("spark.eventLog.compress", "false")
+    .getOrCreate()
+)
+for url, options in jobs:
+    spark.range(5).write.format("pds").option("store", url).options(**options).mode("append").save("d")
+    df = spark.read.format("pds").option("store", url).options(**options).load("d").where("id > 1")
+    assert df.count() == 3
+    df.explain("formatted")
+    pds.spark.write_dataset(spark.range(3), url, "h", **options)
+    assert pds.spark.read_dataset(spark, url, "h", **options).count() == 3
+spark.stop()
+print("done")
+"""
+
+
+@pytest.mark.s3
+@pytest.mark.spec("H-5")
+def test_credentials_are_not_in_the_event_log(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A Spark application with its event log on (what the history server
+    shows: plans, SQL metrics, job and stage descriptions) writes and reads
+    through ``format("pds")`` and the helpers on S3 and GCS: the log names
+    the stores and holds none of their secrets."""
+    jobs, secrets = [], []
+    for kind in REMOTE:
+        url, options, _ = request.getfixturevalue(f"{kind}_store")
+        options, marked = _with_marked_secrets(kind, options)
+        jobs.append((url, options))
+        secrets += marked
+    log_dir = tmp_path / "events"
+    log_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", EVENT_LOGGED_JOB, log_dir.as_uri(), json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]
+    logged = "".join(p.read_text(errors="replace") for p in log_dir.rglob("*") if p.is_file())
+    assert "SparkListenerSQLExecutionStart" in logged and "BatchScan pds" in logged
+    assert all(secret not in logged for secret in secrets)
+    assert all(secret not in done.stdout + done.stderr for secret in secrets)
+
+
+@pytest.mark.spec("H-5")
+def test_azure_store_urls_reach_the_rust_store_from_spark(spark: SparkSession) -> None:
+    """``format("pds")`` and the helpers take ``az://`` / ``abfss://`` URLs
+    with Azure options (no Azure server here: a refused option, and a
+    connection refused by an empty port, show where they went), and never
+    echo the account key."""
+    key = base64.b64encode(uuid.uuid4().bytes * 4).decode()
+    options = {"account": "devstoreaccount1", "account_key": key, "endpoint": "http://127.0.0.1:9/devstoreaccount1"}
+    options |= {"allow_http": "true", "max_retries": "0"}
+    with pytest.raises(Exception, match="unknown Azure option") as refused:
+        spark.range(3).write.format("pds").option("store", "az://lake/x").options(**options).option("bogus", "1").mode(
+            "append"
+        ).save("a")
+    with pytest.raises(Exception, match=r"127\.0\.0\.1:9") as unreachable:
+        spark.read.format("pds").option("store", "abfss://lake/x").options(**options).load("a").count()
+    with pytest.raises(Exception, match=r"127\.0\.0\.1:9") as helper:
+        pds.spark.read_dataset(spark, "az://lake/x", "a", **options)
+    for caught in (refused, unreachable, helper):
+        assert key not in str(caught.value)
 
 
 # -- discovery and translation (no Spark job) ------------------------------------------------------
@@ -1178,7 +1253,7 @@ def _read_ids(spark: SparkSession, url: str, options: dict[str, str], key: str, 
 
 @pytest.mark.spec("D-12")
 @pytest.mark.spec("S-5")
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_spark_creates_appends_overwrites_and_time_travels_a_table(
     spark: SparkSession, kind: str, request: pytest.FixtureRequest
 ) -> None:

@@ -4,13 +4,12 @@ Spark, against what ``Pipeline.read`` returns, on file and S3."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import BUCKET
+from conftest import REMOTE, lake_url
 from pyspark.sql import SparkSession
 
 import pds
@@ -23,12 +22,9 @@ def spark(spark_session: SparkSession) -> SparkSession:
     return spark_session
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", *REMOTE])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
-    if request.param == "file":
-        return (tmp_path / "lake").as_uri(), {}
-    server: Any = request.getfixturevalue("seaweed")
-    return f"s3://{BUCKET}/spark-pipelines-{uuid.uuid4().hex[:12]}", server.store_options()
+    return lake_url(request.param, tmp_path, request)
 
 
 def build(url: str, options: dict[str, str]) -> pds.Pipeline:

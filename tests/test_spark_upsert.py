@@ -5,12 +5,9 @@ real local Spark; bad keys are refused before anything is written.
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-from typing import Any
-
 import pyarrow as pa
 import pytest
+from conftest import REMOTE
 from pyspark.sql import SparkSession
 from remote_store import Store
 
@@ -24,25 +21,11 @@ pytestmark = pytest.mark.spec("T-1")
 BUCKET = "pds-tests"  # the session SeaweedFS bucket (conftest)
 
 
-@pytest.fixture
-def file_store(tmp_path: Path) -> tuple[str, dict[str, str], Store]:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root.as_uri(), {}, pds.open_store(root.as_uri())
-
-
-@pytest.fixture
-def s3_store(seaweed: Any) -> tuple[str, dict[str, str], Store]:
-    url = f"s3://{BUCKET}/spark-upsert-{uuid.uuid4().hex[:12]}"
-    options = seaweed.store_options()
-    return url, options, pds.open_store(url, **options)
-
-
 def _rows(ids: list[int], tag: str) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "tag": pa.array([f"{tag}{i}" for i in ids], pa.string())})
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_spark_upsert_replaces_keys_and_inserts_the_rest_in_one_commit(
     spark_session: SparkSession, kind: str, request: pytest.FixtureRequest
 ) -> None:

@@ -13,12 +13,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import REMOTE, lake_url
 
 import pds
 from pds import Table
@@ -62,10 +62,7 @@ print("done", flush=True)
 
 
 def _urls(tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> tuple[str, dict[str, str]]:
-    if kind == "file":
-        return (tmp_path / "lake").as_uri(), {}
-    make: Callable[[], tuple[str, dict[str, str]]] = request.getfixturevalue("s3_url")
-    return make()
+    return lake_url(kind, tmp_path, request)
 
 
 def _schema() -> pa.Schema:
@@ -73,7 +70,7 @@ def _schema() -> pa.Schema:
 
 
 @pytest.mark.spec("D-9")
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_eight_processes_appending_all_land_in_contiguous_versions(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -113,7 +110,7 @@ def _content(t: Table) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.spec("D-9")
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_sigkill_at_random_moments_leaves_a_committed_version_and_vacuumable_garbage(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -177,7 +174,7 @@ def test_sigkill_at_random_moments_leaves_a_committed_version_and_vacuumable_gar
 
 
 @pytest.mark.spec("D-9")
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_readers_racing_commits_see_whole_snapshots(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     url, options = _urls(tmp_path, request, kind)
     Table.create(url, "t", _schema(), row_group_size=50, **options)

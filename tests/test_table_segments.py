@@ -10,12 +10,12 @@ import json
 import random
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import REMOTE, lake_url
 from remote_store import Store
 
 import pds
@@ -150,13 +150,10 @@ else:
 
 
 def _urls(tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> tuple[str, dict[str, str]]:
-    if kind == "file":
-        return (tmp_path / "lake").as_uri(), {}
-    make: Callable[[], tuple[str, dict[str, str]]] = request.getfixturevalue("s3_url")
-    return make()
+    return lake_url(kind, tmp_path, request)
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_a_damaged_or_missing_segment_is_manifest_corrupted_where_it_is_read(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -200,7 +197,7 @@ for i in range(6):
 """
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_processes_appending_to_a_segmented_table_all_land(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

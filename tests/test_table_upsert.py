@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import REMOTE, lake_url
 from remote_store import Store
 
 import pds
@@ -296,13 +297,10 @@ print(json.dumps(done), flush=True)
 
 
 def _urls(tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> tuple[str, dict[str, str]]:
-    if kind == "file":
-        return (tmp_path / "lake").as_uri(), {}
-    make: Callable[[], tuple[str, dict[str, str]]] = request.getfixturevalue("s3_url")
-    return make()
+    return lake_url(kind, tmp_path, request)
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
 def test_processes_upserting_overlapping_keys_and_updating_end_serially(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from conftest import REMOTE
 from remote_store import AlreadyExists, NotFound, RemoteStoreError, Store
 
 import pds
@@ -213,10 +214,12 @@ def test_appends_racing_vacuum_above_the_floor_keep_every_row(racing_store: Stor
 
 
 @pytest.mark.spec("S-2")
-def test_appends_racing_vacuum_on_s3(store_factory: Callable[[str], Store]) -> None:
-    """As above on SeaweedFS, whose object times are whole seconds and whose
-    contended appends (retrying their commit) take up to a few seconds."""
-    store = store_factory("s3")
+@pytest.mark.parametrize("kind", REMOTE)
+def test_appends_racing_vacuum_on_a_server(kind: str, store_factory: Callable[[str], Store]) -> None:
+    """As above on SeaweedFS and the GCS emulator, whose object times are
+    whole seconds and whose contended appends (retrying their commit) take up
+    to a few seconds."""
+    store = store_factory(kind)
     t = Table.create(store, "t", data=rows(0, 10))
     floor = datetime.timedelta(seconds=6)
     raced = race(store, lambda: t.vacuum(retain=floor, min_age=floor, dry_run=False), seconds=10, writers=2)

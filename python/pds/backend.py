@@ -378,7 +378,7 @@ def open_store(url: str | os.PathLike[str], **options: object) -> Store:
     ``open_store("memory://")``, ``open_store("s3://bucket/prefix",
     endpoint=..., region=..., access_key_id=..., secret_access_key=...)``,
     ``open_store("gs://bucket/prefix", service_account_key=...)`` or
-    ``open_store("az://container/prefix", account=..., key=...)`` (see
+    ``open_store("az://container/prefix", account=..., account_key=...)`` (see
     :class:`ObjectStoreBackend` for every option).
 
     Raises:

@@ -4,9 +4,11 @@
 //!
 //! Options (object_store's `azure_*` keys work too, and `AZURE_*`
 //! environment variables are read first; options win):
-//! - `account` (`account_name`), with `key` (`account_key`, `access_key`),
-//!   `sas` (`sas_token`), `token` (a bearer token), or the service
-//!   principal keys (`client_id`, `client_secret`, `tenant_id`);
+//! - `account` (`account_name`), with `account_key` (`access_key`), `sas`
+//!   (`sas_token`), `token` (a bearer token), or the service principal keys
+//!   (`client_id`, `client_secret`, `tenant_id`). There is no bare `key`:
+//!   pds's calls take a `key` argument (the dataset's or table's), and a
+//!   storage option of that name could not be passed beside it;
 //! - `connection_string`: Azure's `AccountName=...;AccountKey=...` form
 //!   (also `SharedAccessSignature`, `BlobEndpoint`, `UseDevelopmentStorage`);
 //! - `endpoint`: another endpoint, e.g. an Azurite emulator; `use_emulator`;
@@ -27,7 +29,7 @@ use super::cloud::{built, cannot_configure, flag, retry_option, unknown_option};
 use super::config::{Built, Scheme};
 use crate::error::{Error, Result};
 
-const KNOWN: &str = "account, key, sas, token, connection_string, endpoint, use_emulator, \
+const KNOWN: &str = "account, account_key, sas, token, connection_string, endpoint, use_emulator, \
                      anonymous, client_id, client_secret, tenant_id, max_retries, \
                      retry_timeout_secs, allow_http, timeout or an azure_* key";
 
@@ -35,7 +37,6 @@ const KNOWN: &str = "account, key, sas, token, connection_string, endpoint, use_
 fn alias(key: &str) -> &str {
     match key {
         "account" => "azure_storage_account_name",
-        "key" => "azure_storage_account_key",
         "sas" => "azure_storage_sas_token",
         "anonymous" => "azure_skip_signature",
         other => other,
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn builds_from_a_url_and_options_without_io() {
-        let account = [("account", "devstoreaccount1"), ("key", DEV_KEY)];
+        let account = [("account", "devstoreaccount1"), ("account_key", DEV_KEY)];
         let b = open("az://container/lake/t", &account).unwrap();
         assert_eq!(b.scheme, Scheme::Azure);
         assert_eq!(b.prefix, vec!["lake", "t"]);
@@ -182,7 +183,7 @@ mod tests {
         // The Hadoop form names the account in the URL.
         let b = open(
             "abfss://fs@devstoreaccount1.dfs.core.windows.net/a/b",
-            &[("key", DEV_KEY)],
+            &[("account_key", DEV_KEY)],
         )
         .unwrap();
         assert_eq!(b.prefix, vec!["a", "b"]);
@@ -197,7 +198,7 @@ mod tests {
         }
         let azurite = [
             ("account", "devstoreaccount1"),
-            ("key", DEV_KEY),
+            ("account_key", DEV_KEY),
             ("endpoint", "http://127.0.0.1:10000/devstoreaccount1"),
             ("allow_http", "true"),
         ];
@@ -259,7 +260,11 @@ mod tests {
         // No account at all: object_store cannot build it.
         assert!(e("az://c", &[]).contains("cannot configure Azure store"));
         // A key that is not base64: refused, without its text.
-        let m = e("az://c", &[("account", "a"), ("key", "HIDDEN-42!")]);
+        let m = e("az://c", &[("account", "a"), ("account_key", "HIDDEN-42!")]);
         assert!(!m.contains("HIDDEN-42"), "{m}");
+        // No bare `key` (it would collide with the calls' own `key`): named, not echoed.
+        let m = e("az://c", &[("account", "a"), ("key", "HIDDEN-42")]);
+        assert!(m.contains("unknown Azure option \"key\""), "{m}");
+        assert!(m.contains("account_key") && !m.contains("HIDDEN-42"), "{m}");
     }
 }

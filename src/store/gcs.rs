@@ -21,7 +21,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
-use object_store::{RetryConfig, StaticCredentialProvider};
+use object_store::{CopyMode, RetryConfig, StaticCredentialProvider};
 
 use super::cloud::{built, cannot_configure, flag, retry_option, unknown_option};
 use super::config::{Built, Scheme};
@@ -36,6 +36,29 @@ fn alias(key: &str) -> &str {
         "endpoint" | "endpoint_url" => "google_base_url",
         "anonymous" => "google_skip_signature",
         other => other,
+    }
+}
+
+/// The copy mode to ask object_store for, so that a copy (or a rename, which
+/// copies) on a store of `scheme` overwrites exactly when `overwrite` says.
+///
+/// object_store 0.13's GCS client sends the two modes the wrong way round:
+/// `CopyMode::Overwrite` goes out with `x-goog-if-generation-match: 0` and
+/// `CopyMode::Create` with no precondition (apache/arrow-rs-object-store#712,
+/// fixed after 0.13.2, the last 0.13 release). Asked as is, a create-only
+/// copy or rename would silently replace the target. Every other store gets
+/// the mode it asks for. `tests/test_backend.py::test_move_and_copy` runs on
+/// the GCS emulator and fails if either mode ever copies the wrong way.
+pub fn copy_mode(scheme: Scheme, overwrite: bool) -> CopyMode {
+    let asked_to_overwrite = if scheme == Scheme::Gcs {
+        !overwrite
+    } else {
+        overwrite
+    };
+    if asked_to_overwrite {
+        CopyMode::Overwrite
+    } else {
+        CopyMode::Create
     }
 }
 
@@ -109,6 +132,16 @@ mod tests {
             ],
         );
         assert!(b.is_ok());
+    }
+
+    #[test]
+    fn copies_ask_gcs_for_the_opposite_mode() {
+        assert!(matches!(copy_mode(Scheme::Gcs, true), CopyMode::Create));
+        assert!(matches!(copy_mode(Scheme::Gcs, false), CopyMode::Overwrite));
+        for scheme in [Scheme::S3, Scheme::Azure, Scheme::File, Scheme::Memory] {
+            assert!(matches!(copy_mode(scheme, true), CopyMode::Overwrite));
+            assert!(matches!(copy_mode(scheme, false), CopyMode::Create));
+        }
     }
 
     #[test]

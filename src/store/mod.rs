@@ -20,7 +20,8 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
-    ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion,
+    CopyMode, CopyOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
+    RenameOptions, RenameTargetMode, UpdateVersion,
 };
 
 pub use config::Scheme;
@@ -478,17 +479,23 @@ impl StoreHandle {
     /// if `dst` exists (natively where the store can, else by HEAD first).
     async fn copy_now(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
+        let copy = |overwrite: bool| {
+            let mode = gcs::copy_mode(self.built.scheme, overwrite);
+            self.built
+                .store
+                .copy_opts(&from, &to, CopyOptions::new().with_mode(mode))
+        };
         if overwrite {
-            return Ok(self.built.store.copy(&from, &to).await?);
+            return Ok(copy(true).await?);
         }
-        match self.built.store.copy_if_not_exists(&from, &to).await {
+        match copy(false).await {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotSupported { .. })
             | Err(object_store::Error::NotImplemented { .. }) => {
                 if self.try_head(dst).await?.is_some() {
                     return Err(Error::AlreadyExists { path: dst.into() });
                 }
-                Ok(self.built.store.copy(&from, &to).await?)
+                Ok(copy(true).await?)
             }
             Err(e) => Err(e.into()),
         }
@@ -497,8 +504,17 @@ impl StoreHandle {
     /// Move `src` to `dst` (a rename on file://, copy + delete elsewhere).
     async fn rename_now(&self, src: &str, dst: &str, overwrite: bool) -> Result<()> {
         let (from, to) = (self.path(src)?, self.path(dst)?);
+        let target = match gcs::copy_mode(self.built.scheme, overwrite) {
+            CopyMode::Overwrite => RenameTargetMode::Overwrite,
+            CopyMode::Create => RenameTargetMode::Create,
+        };
+        let renamed = self
+            .built
+            .store
+            .rename_opts(&from, &to, RenameOptions::new().with_target_mode(target))
+            .await;
         if overwrite {
-            self.built.store.rename(&from, &to).await?;
+            renamed?;
             if self.built.local.is_some() && self.try_head(src).await?.is_some() {
                 // LocalFileSystem copies by hard link, and POSIX rename() is a
                 // no-op when both names link the same inode: finish the move.
@@ -506,7 +522,7 @@ impl StoreHandle {
             }
             return Ok(());
         }
-        match self.built.store.rename_if_not_exists(&from, &to).await {
+        match renamed {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotSupported { .. })
             | Err(object_store::Error::NotImplemented { .. }) => {

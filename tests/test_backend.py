@@ -235,6 +235,26 @@ def test_compare_and_swap_race_has_one_winner(fast_store: Store) -> None:
     assert rs.get("race") == f"w{results.index(True)}".encode()
 
 
+@pytest.mark.spec("STORE-CAS")
+def test_create_only_race_has_one_winner(fast_store: Store) -> None:
+    """Sixteen threads create one name at once: exactly one put lands, and its bytes stay."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rs = fast_store.unwrap(_core.RustStore)
+
+    def attempt(i: int) -> bool:
+        try:
+            rs.put("claim", f"w{i}".encode(), mode="create")
+            return True
+        except AlreadyExists:
+            return False
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(attempt, range(16)))
+    assert results.count(True) == 1
+    assert rs.get("claim") == f"w{results.index(True)}".encode()
+
+
 def test_capabilities_are_truthful(fast_store: Store) -> None:
     for cap in (Capability.READ, Capability.WRITE, Capability.DELETE, Capability.LIST, Capability.ATOMIC_WRITE):
         assert fast_store.supports(cap)

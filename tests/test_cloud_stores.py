@@ -81,6 +81,53 @@ def test_bad_cloud_urls_and_options_fail_before_any_io(url: str, options: dict[s
     assert HIDDEN not in str(caught.value)
 
 
+# -- GCS: the emulator (tests/fake_gcs.py) ---------------------------------------
+
+
+@pytest.mark.spec("H-2")
+def test_gcs_compare_and_swap_follows_the_generation(gcs_store: Any) -> None:
+    """A compare-and-swap on GCS matches the generation read, not the bytes: a
+    rewrite with the same bytes (same MD5, same ETag) still makes the old
+    generation stale, so no writer commits over a change it did not see."""
+    url, options, store = gcs_store
+    rs = store.unwrap(pds._core.RustStore)
+    first = rs.put("p", b"same", mode="create")
+    head = rs.head("p")
+    assert head is not None and head.version == first.version and head.version
+    again = rs.put("p", b"same")  # another writer rewrites the same bytes
+    assert again.version != first.version and again.e_tag == first.e_tag
+    with pytest.raises(pds.PreconditionFailed):
+        rs.put("p", b"mine", mode="update", e_tag=head.e_tag, version=head.version)
+    won = rs.put("p", b"mine", mode="update", e_tag=again.e_tag, version=again.version)
+    assert rs.get("p") == b"mine" and won.version not in (first.version, again.version)
+    # The emulator decides: the generation a put reports is the one a read sees.
+    latest = pds.open_store(url, **options).unwrap(pds._core.RustStore).head("p")
+    assert latest is not None and latest.version == won.version
+
+
+@pytest.mark.spec("H-2")
+def test_gcs_copies_and_renames_keep_their_modes(gcs_store: Any) -> None:
+    """object_store 0.13 sends GCS copies' modes the wrong way round; pds
+    corrects them: a create-only copy or rename never replaces its target,
+    an overwriting one does."""
+    _, _, store = gcs_store
+    rs = store.unwrap(pds._core.RustStore)
+    rs.put("a", b"A")
+    rs.put("b", b"B")
+    with pytest.raises(AlreadyExists):
+        rs.copy("a", "b", overwrite=False)
+    with pytest.raises(AlreadyExists):
+        rs.rename("a", "b", overwrite=False)
+    assert (rs.get("a"), rs.get("b")) == (b"A", b"B")
+    rs.copy("a", "b", overwrite=True)
+    assert rs.get("b") == b"A"
+    rs.put("c", b"C")
+    rs.rename("c", "b", overwrite=True)
+    assert rs.get("b") == b"C" and rs.head("c") is None
+    rs.rename("b", "d", overwrite=False)
+    assert rs.get("d") == b"C" and rs.head("b") is None
+
+
 # -- opt-in: a real Azure account or Azurite -----------------------------------
 
 AZURE_URL = os.environ.get("PDS_TEST_AZURE_URL")

@@ -92,7 +92,7 @@ class ObjectStoreBackend(Backend):
             of object_store's ``aws_*`` keys. For GCS:
             ``service_account_key`` (the key JSON), ``service_account`` (a
             key file's path), ``token``, ``anonymous``, ``endpoint``, or any
-            ``google_*`` key. For Azure: ``account``, ``key``, ``sas``,
+            ``google_*`` key. For Azure: ``account``, ``account_key``, ``sas``,
             ``token``, ``connection_string``, ``endpoint``, ``use_emulator``,
             ``anonymous``, or any ``azure_*`` key. Every remote store takes
             ``max_retries``, ``retry_timeout_secs``, ``allow_http`` and

@@ -484,7 +484,9 @@ class PdsDataSource(DataSource):
 
     Options (case-insensitive):
 
-    - ``store`` (required): ``file:///abs/dir`` or ``s3://bucket[/prefix]``.
+    - ``store`` (required): ``file:///abs/dir``, ``s3://bucket[/prefix]``,
+      ``gs://bucket[/prefix]``, ``az://container[/prefix]`` (any URL
+      :class:`pds.ObjectStoreBackend` opens but ``memory://``).
     - writing: ``compression``, ``row_group_size``, ``max_rows_per_file``,
       ``run_id``, ``metadata`` (a JSON object of strings), ``parallelism``.
     - reading: ``columns`` (JSON list or comma-separated names),
@@ -498,8 +500,11 @@ class PdsDataSource(DataSource):
       read), ``version`` (default: the latest); one input partition per
       stored key-range part.
     - any other option is a storage option for :class:`pds.ObjectStoreBackend`
-      (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
-      ``session_token``, ``allow_http``, ``aws_*`` ...).
+      (S3: ``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
+      ``session_token``, ``aws_*``; GCS: ``service_account_key``, ``token``,
+      ``google_*``; Azure: ``account``, ``account_key``, ``sas``,
+      ``connection_string``, ``azure_*``; ``allow_http`` ...). Spark's plans
+      do not show them.
 
     Save modes: ``append`` creates the dataset and raises ``AlreadyExists``
     if one exists (datasets are write-once); ``overwrite`` replaces it.

@@ -173,7 +173,8 @@ def write_dataset(
 
     Args:
         df: The DataFrame to write.
-        store: A URL (``file:///abs/dir``, ``s3://bucket/prefix``) with
+        store: A URL (``file:///abs/dir``, ``s3://bucket/prefix``,
+            ``gs://bucket/prefix``, ``az://container/prefix``) with
             *storage_options* for :class:`pds.ObjectStoreBackend`, or a
             ``remote_store.Store`` over an ObjectStoreBackend.
         key: The dataset key.
@@ -387,7 +388,7 @@ def delete(store: Store | str, key: str, filter: Sequence[FilterTuple], **option
     driver; return the version after it. No data file is rewritten: see
     :meth:`pds.Table.delete` for what it reads and writes (3 PUTs).
 
-    *store* is a URL (``file:///abs/dir``, ``s3://bucket/prefix``, with
+    *store* is a URL (``file:///abs/dir``, ``s3://``, ``gs://``, ``az://``, with
     storage *options*) or a Store over ``pds.ObjectStoreBackend``.
 
     Raises:

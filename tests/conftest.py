@@ -181,12 +181,27 @@ def fault_proxy(seaweed: Any) -> Iterator[Any]:
 FAULTY_RETRIES = {"max_retries": "2", "retry_timeout_secs": "10"}
 
 
+@pytest.fixture(scope="session")
+def gcs_fault_proxy(fake_gcs: Any) -> Iterator[Any]:
+    """A fault-injecting proxy in front of the GCS emulator's front; it
+    matches rules on decoded paths (object_store's GCS client sends an
+    object's name as one percent-encoded segment)."""
+    from fault_proxy import FaultProxy
+
+    proxy = FaultProxy(fake_gcs.url, decode_paths=True)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 @dataclass
 class Faulty:
-    """A fresh S3 prefix seen through the fault proxy, and straight."""
+    """A fresh S3 or GCS prefix seen through the fault proxy, and straight."""
 
     proxy: Any
-    #: ``s3://bucket/prefix`` and its options through the proxy.
+    #: ``s3://bucket/prefix`` (or ``gs://``) and its options through the proxy.
     url: str
     options: dict[str, str]
     #: The same prefix, through the proxy and straight to SeaweedFS.
@@ -199,17 +214,12 @@ class Faulty:
         return pds.open_store(self.url, **{**self.options, **overrides})
 
 
-@pytest.fixture
-def faulty(fault_proxy: Any, seaweed: Any) -> Iterator[Faulty]:
-    """A fresh prefix through the fault proxy, with no rules and an empty
-    log; rules are cleared again after the test."""
-    fault_proxy.clear()
-    url = f"s3://{BUCKET}/{uuid.uuid4().hex}"
-    direct_options = seaweed.store_options()
-    options = {**direct_options, "endpoint": fault_proxy.url, **FAULTY_RETRIES}
+def _faulty(proxy: Any, url: str, direct_options: dict[str, str]) -> Iterator[Faulty]:
+    proxy.clear()
+    options = {**direct_options, "endpoint": proxy.url, **FAULTY_RETRIES}
     try:
         yield Faulty(
-            proxy=fault_proxy,
+            proxy=proxy,
             url=url,
             options=options,
             store=pds.open_store(url, **options),
@@ -217,7 +227,21 @@ def faulty(fault_proxy: Any, seaweed: Any) -> Iterator[Faulty]:
             direct_options=direct_options,
         )
     finally:
-        fault_proxy.clear()
+        proxy.clear()
+
+
+@pytest.fixture
+def faulty(fault_proxy: Any, seaweed: Any) -> Iterator[Faulty]:
+    """A fresh S3 prefix through the fault proxy, with no rules and an empty
+    log; rules are cleared again after the test."""
+    yield from _faulty(fault_proxy, f"s3://{BUCKET}/{uuid.uuid4().hex}", seaweed.store_options())
+
+
+@pytest.fixture
+def faulty_gcs(gcs_fault_proxy: Any, fake_gcs: Any) -> Iterator[Faulty]:
+    """As ``faulty``, on the GCS emulator: a fresh ``gs://`` prefix through
+    the fault proxy (in front of the emulator's front)."""
+    yield from _faulty(gcs_fault_proxy, f"gs://{BUCKET}/{uuid.uuid4().hex}", fake_gcs.store_options())
 
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:

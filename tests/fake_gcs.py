@@ -42,6 +42,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -82,6 +83,10 @@ def _free_port() -> int:
         return port
 
 
+class UpstreamError(Exception):
+    """The emulator failed a request (not a client hanging up)."""
+
+
 class Upstream:
     """The emulator, over one keep-alive connection per front thread."""
 
@@ -103,11 +108,11 @@ class Upstream:
                 resp = conn.getresponse()
                 data = resp.read()
                 return resp.status, resp.getheaders(), data
-            except (ConnectionError, http.client.HTTPException):
+            except (ConnectionError, http.client.HTTPException) as exc:
                 conn.close()
                 self._local.conn = None
                 if attempt:
-                    raise
+                    raise UpstreamError(f"{method} {target}: {exc!r}") from exc
         raise AssertionError("unreachable")
 
     def upload(
@@ -160,13 +165,15 @@ class Uploads:
             upload[3][number] = data
             return True
 
-    def take(self, upload_id: str) -> tuple[str, str, str, dict[int, bytes]] | None:
+    def get(self, upload_id: str) -> tuple[str, str, str, dict[int, bytes]] | None:
         with self._lock:
-            return self._open.pop(upload_id, None)
+            upload = self._open.get(upload_id)
+            return None if upload is None else (*upload[:3], dict(upload[3]))
 
-    def abort(self, upload_id: str) -> None:
+    def abort(self, upload_id: str) -> bool:
+        """Forget the upload; whether it was open."""
         with self._lock:
-            self._open.pop(upload_id, None)
+            return self._open.pop(upload_id, None) is not None
 
     def count(self) -> int:
         with self._lock:
@@ -193,6 +200,7 @@ class FrontHandler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes | None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True  # the body is left unread
             self._reply(501, b"the GCS test front takes no chunked bodies")
             return None
         length = int(self.headers.get("Content-Length") or 0)
@@ -240,6 +248,9 @@ class FrontHandler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
         headers["Host"] = XML_HOST
         status, reply_headers, data = self.server.upstream.request(self.command, self.path, body, headers)
+        if self.command == "GET" and urlsplit(self.path).path.count("/") == 1 and status == 200:
+            # A listing: GCS quotes ETags there as in GET and HEAD replies; the emulator does not.
+            data = re.sub(rb"<ETag>([^<\"]*)</ETag>", rb'<ETag>"\1"</ETag>', data)
         self._reply(status, data, reply_headers, head=head)
 
     # -- methods -----------------------------------------------------------
@@ -255,8 +266,8 @@ class FrontHandler(BaseHTTPRequestHandler):
         if "uploadId" in query:
             body = self._body()
             if body is not None:
-                self.server.uploads.abort(query["uploadId"][0])
-                self._reply(204)
+                found = self.server.uploads.abort(query["uploadId"][0])
+                self._reply(204 if found else 404, b"" if found else b"NoSuchUpload")
             return
         self._forward()
 
@@ -307,7 +318,7 @@ class FrontHandler(BaseHTTPRequestHandler):
         self._reply(501, b"the GCS test front translates no other POST")
 
     def _complete(self, upload_id: str, body: bytes) -> None:
-        upload = self.server.uploads.take(upload_id)
+        upload = self.server.uploads.get(upload_id)
         if upload is None:
             self._reply(404, b"NoSuchUpload")
             return
@@ -320,8 +331,15 @@ class FrontHandler(BaseHTTPRequestHandler):
         except (ET.ParseError, ValueError):
             self._reply(400, b"MalformedXML")
             return
-        if not listed or any(n not in parts or _part_etag(parts[n]) != tag for n, tag in listed):
+        numbers = [n for n, _ in listed]
+        if not listed or numbers != sorted(set(numbers)):
+            self._reply(400, b"InvalidPartOrder")
+            return
+        if any(n not in parts or _part_etag(parts[n]) != tag for n, tag in listed):
             self._reply(400, b"InvalidPart")
+            return
+        if not self.server.uploads.abort(upload_id):  # completed or aborted meanwhile
+            self._reply(404, b"NoSuchUpload")
             return
         data = b"".join(parts[n] for n, _ in listed)
         status, result = self.server.upstream.upload(bucket, name, data, content_type, None)
@@ -340,6 +358,9 @@ class Front(ThreadingHTTPServer):
     """The XML front: a threaded HTTP server on 127.0.0.1."""
 
     daemon_threads = True
+    #: pds keeps 32 requests in flight; socketserver's default backlog of 5
+    #: would reset connections (which object_store retries silently).
+    request_queue_size = 128
 
     def __init__(self, upstream: Upstream) -> None:
         super().__init__(("127.0.0.1", 0), FrontHandler)
@@ -350,7 +371,7 @@ class Front(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # the client hung up, e.g. a read it abandoned after another failed
+            return  # the client hung up, e.g. a read it abandoned (an UpstreamError is recorded)
         self.errors.append(traceback.format_exc())
         super().handle_error(request, client_address)
 
@@ -405,7 +426,7 @@ class FakeGCS:
                 err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
                 self.stop()
                 raise RuntimeError(f"fake-gcs-server exited during startup: {err[-2000:]}")
-            with contextlib.suppress(OSError, http.client.HTTPException):
+            with contextlib.suppress(UpstreamError):
                 if upstream.request("GET", "/storage/v1/b")[0] == 200:
                     break
             if time.monotonic() > deadline:

@@ -73,6 +73,16 @@ def test_azure_urls_and_options_open_without_io() -> None:
         ("az://c", {"account": "a", "account_key": HIDDEN + "!"}, "cannot configure Azure"),
         ("az://c", {"connection_string": "AccountKey"}, "not an Azure connection string"),
         ("az://c", {"connection_string": "Bogus=1;AccountKey=" + HIDDEN}, "not an Azure connection string"),
+        # Key JSON that serde would quote back: passed as a JSON string, a field of the wrong type.
+        ("gs://b", {"service_account_key": json.dumps(json.dumps({"private_key": HIDDEN}))}, "cannot configure GCS"),
+        (
+            "gs://b",
+            {"service_account_key": json.dumps({"private_key": "k", "client_email": "e", "disable_oauth": HIDDEN})},
+            "cannot configure GCS",
+        ),
+        ("gs://b/x?token=" + HIDDEN, {}, "takes no query string"),
+        ("az://c/x?sv=1&sig=" + HIDDEN, {"account": "a"}, "takes no query string"),
+        (f"s3://AKIA:{HIDDEN}@b/x", {}, "takes no user info"),
     ],
 )
 def test_bad_cloud_urls_and_options_fail_before_any_io(url: str, options: dict[str, str], message: str) -> None:
@@ -82,6 +92,21 @@ def test_bad_cloud_urls_and_options_fail_before_any_io(url: str, options: dict[s
 
 
 # -- GCS: the emulator (tests/fake_gcs.py) ---------------------------------------
+
+
+@pytest.mark.spec("H-1")
+def test_gcs_anonymous_writes_send_no_machine_credentials(fake_gcs: Any) -> None:
+    """``anonymous=True`` reads and writes an emulator with no key at all
+    (object_store signs writes even when told to skip signing; without a key
+    it would ask the metadata server for this machine's token)."""
+    url = f"gs://pds-tests/{uuid.uuid4().hex}"
+    store = pds.open_store(url, endpoint=fake_gcs.url, anonymous=True, allow_http=True, max_retries=0)
+    store.write("k", b"1")
+    with pytest.raises(AlreadyExists):
+        store.write("k", b"2")
+    assert store.read_bytes("k") == b"1"
+    store.delete("k")
+    assert not store.exists("k")
 
 
 @pytest.mark.spec("H-2")

@@ -1048,8 +1048,8 @@ print("done")
 def test_credentials_are_not_in_the_event_log(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A Spark application with its event log on (what the history server
     shows: plans, SQL metrics, job and stage descriptions) writes and reads
-    through ``format("pds")`` and the helpers on S3 and GCS: the log names
-    the stores and holds none of their secrets."""
+    through ``format("pds")`` and the helpers on S3 and GCS: the log holds
+    the scans' plans and none of the stores' secrets."""
     jobs, secrets = [], []
     for kind in REMOTE:
         url, options, _ = request.getfixturevalue(f"{kind}_store")

@@ -54,10 +54,38 @@ pub fn unknown_option(store: &str, key: &str, known: &str) -> Error {
     Error::InvalidArgument(format!("unknown {store} option {key:?}; use {known}"))
 }
 
-/// `InvalidArgument` for a store object_store refuses to configure (its
-/// message never holds an option's value).
+/// `InvalidArgument` for a store object_store refuses to configure. Its
+/// message may quote what it could not decode (serde quotes a value of the
+/// wrong type: a key file's field, a whole key JSON passed as a string), so
+/// every quoted span is replaced by `"***"`; the rest (what was expected,
+/// where) is kept.
 pub fn cannot_configure(store: &str, e: impl std::fmt::Display) -> Error {
-    Error::InvalidArgument(format!("cannot configure {store} store: {e}"))
+    let message = redact_quoted(&e.to_string());
+    Error::InvalidArgument(format!("cannot configure {store} store: {message}"))
+}
+
+/// `text` with each `"..."` span (backslash escapes honoured) and each
+/// `` `...` `` span replaced by `"***"`; an unterminated span runs to the end.
+fn redact_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' && c != '`' {
+            out.push(c);
+            continue;
+        }
+        out.push_str("\"***\"");
+        let mut escaped = false;
+        for inner in chars.by_ref() {
+            match inner {
+                _ if escaped => escaped = false,
+                '\\' if c == '"' => escaped = true,
+                _ if inner == c => break,
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// `value` as a boolean option (`true`/`false`, `1`/`0`, `yes`/`no`).
@@ -68,6 +96,27 @@ pub fn flag(key: &str, value: &str) -> Result<bool> {
         _ => Err(Error::InvalidArgument(format!(
             "{key} must be true or false, got {value:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_quoted;
+
+    #[test]
+    fn quoted_spans_are_redacted() {
+        let msg =
+            r#"invalid type: string "{\"private_key\": \"SECRET\"}", expected struct X at line 1"#;
+        assert_eq!(
+            redact_quoted(msg),
+            r#"invalid type: string "***", expected struct X at line 1"#
+        );
+        assert_eq!(
+            redact_quoted("invalid type: integer `42`, expected a string"),
+            r#"invalid type: integer "***", expected a string"#
+        );
+        assert_eq!(redact_quoted(r#"cut "SECRET"#), r#"cut "***""#);
+        assert_eq!(redact_quoted("nothing quoted"), "nothing quoted");
     }
 }
 

@@ -92,6 +92,7 @@ pub fn is_secret(key: &str) -> bool {
 pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
     let parsed = url::Url::parse(url)
         .map_err(|e| Error::InvalidArgument(format!("invalid store URL {url:?}: {e}")))?;
+    refuse_url_extras(&parsed)?;
     match parsed.scheme() {
         "memory" => {
             reject_options("memory://", options)?;
@@ -173,6 +174,30 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
 /// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
 /// `%20` is a space in the object names, as for file:// paths), then
 /// validated like a key.
+/// A store URL names a place: a query string, a fragment or a password
+/// would be ignored (or, as a SAS or a key, shown wherever the URL is), and
+/// so would a user name, except the container of `abfs[s]://container@account...`.
+/// Refused without echoing the URL.
+fn refuse_url_extras(url: &url::Url) -> Result<()> {
+    let container_as_user = matches!(url.scheme(), "abfs" | "abfss");
+    let extra = if url.query().is_some() {
+        Some("query string")
+    } else if url.fragment().is_some() {
+        Some("fragment")
+    } else if url.password().is_some() || (!url.username().is_empty() && !container_as_user) {
+        Some("user info")
+    } else {
+        None
+    };
+    match extra {
+        Some(what) => Err(Error::InvalidArgument(format!(
+            "a {}:// store URL takes no {what} (give credentials and settings as options)",
+            url.scheme()
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
     let decoded = percent_encoding::percent_decode_str(url.path())
         .decode_utf8()
@@ -226,6 +251,22 @@ mod tests {
         opts.insert("bogus".into(), "1".into());
         assert!(build("s3://b", &opts).is_err());
         assert!(build("memory://", &opts).is_err());
+        // Query strings, fragments and user info: refused, never echoed.
+        for url in [
+            "gs://b/x?token=HIDDEN-42",
+            "az://c/x?sv=1&sig=HIDDEN-42",
+            "s3://AKIA:HIDDEN-42@b/x",
+            "s3://b/x#HIDDEN-42",
+            "file:///tmp/x?HIDDEN-42",
+            "abfss://c:HIDDEN-42@acct.dfs.core.windows.net/x",
+        ] {
+            let m = match build(url, &none) {
+                Err(Error::InvalidArgument(m)) => m,
+                Err(other) => panic!("{url}: {other}"),
+                Ok(_) => panic!("{url}: accepted"),
+            };
+            assert!(m.contains("takes no") && !m.contains("HIDDEN-42"), "{m}");
+        }
     }
 
     #[test]

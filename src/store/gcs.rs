@@ -5,7 +5,8 @@
 //! - `service_account_key`: the key JSON itself; `service_account` (or
 //!   `application_credentials`): the path of a key file;
 //! - `token`: a ready OAuth bearer token (no refresh);
-//! - `anonymous=true`: unsigned requests (public buckets, emulators);
+//! - `anonymous=true`: unsigned requests (public buckets, emulators): no
+//!   credential is looked up, and writes carry an empty bearer token;
 //! - `endpoint` (`base_url`): another endpoint, e.g. an emulator. object_store
 //!   reads no `STORAGE_EMULATOR_HOST`; an emulator also needs a key whose
 //!   JSON says `"disable_oauth": true`, or `anonymous=true`;
@@ -45,7 +46,8 @@ fn alias(key: &str) -> &str {
 /// object_store 0.13's GCS client sends the two modes the wrong way round:
 /// `CopyMode::Overwrite` goes out with `x-goog-if-generation-match: 0` and
 /// `CopyMode::Create` with no precondition (apache/arrow-rs-object-store#712,
-/// fixed after 0.13.2, the last 0.13 release). Asked as is, a create-only
+/// fixed after 0.13.2, the last 0.13 release; Cargo.toml pins `=0.13.2`
+/// so that an upgrade comes with this function's removal). Asked as is, a create-only
 /// copy or rename would silently replace the target. Every other store gets
 /// the mode it asks for. `tests/test_backend.py::test_move_and_copy` runs on
 /// the GCS emulator and fails if either mode ever copies the wrong way.
@@ -73,16 +75,14 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
     }
     let mut builder = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
     let mut retry = RetryConfig::default();
+    let (mut token, mut anonymous) = (None, false);
     for (key, value) in options {
         if retry_option(key, value, &mut retry)? {
             continue;
         }
         let name = alias(key);
         if name == "token" {
-            let token = GcpCredential {
-                bearer: value.clone(),
-            };
-            builder = builder.with_credentials(Arc::new(StaticCredentialProvider::new(token)));
+            token = Some(value.clone());
             continue;
         }
         let parsed =
@@ -93,10 +93,21 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
             ));
         }
         let value = match parsed {
-            GoogleConfigKey::SkipSignature => flag(key, value)?.to_string(),
+            GoogleConfigKey::SkipSignature => {
+                anonymous = flag(key, value)?;
+                anonymous.to_string()
+            }
             _ => value.clone(),
         };
         builder = builder.with_config(parsed, value);
+    }
+    // object_store skips signing reads only: its writes and deletes still ask
+    // the credential provider, which without a key would fetch the machine's
+    // own token (from the metadata server) and send it to `endpoint`. An
+    // anonymous store sends an empty bearer instead.
+    if let Some(bearer) = token.or_else(|| anonymous.then(String::new)) {
+        let credential = GcpCredential { bearer };
+        builder = builder.with_credentials(Arc::new(StaticCredentialProvider::new(credential)));
     }
     let store = builder
         .with_retry(retry)
@@ -135,16 +146,6 @@ mod tests {
     }
 
     #[test]
-    fn copies_ask_gcs_for_the_opposite_mode() {
-        assert!(matches!(copy_mode(Scheme::Gcs, true), CopyMode::Create));
-        assert!(matches!(copy_mode(Scheme::Gcs, false), CopyMode::Overwrite));
-        for scheme in [Scheme::S3, Scheme::Azure, Scheme::File, Scheme::Memory] {
-            assert!(matches!(copy_mode(scheme, true), CopyMode::Overwrite));
-            assert!(matches!(copy_mode(scheme, false), CopyMode::Create));
-        }
-    }
-
-    #[test]
     fn refuses_bad_urls_and_options_naming_no_secret() {
         let e = refused;
         assert!(e("gs://", &[]).contains("need a bucket"));
@@ -158,5 +159,17 @@ mod tests {
         );
         assert!(m.contains("cannot configure GCS store"), "{m}");
         assert!(!m.contains("HIDDEN-42"), "{m}");
+        // Keys whose values serde would quote back: a key JSON passed as a
+        // JSON string, a field of the wrong type.
+        let key = r#"{"private_key": "HIDDEN-42", "private_key_id": "i", "client_email": "e"}"#;
+        for bad in [
+            serde_json::to_string(key).unwrap(),
+            key.replace("\"i\"", "7142"),
+            key.replace("}", r#", "disable_oauth": "HIDDEN-42"}"#),
+        ] {
+            let m = e("gs://b", &[("service_account_key", bad.as_str())]);
+            assert!(m.contains("cannot configure GCS store"), "{m}");
+            assert!(!m.contains("HIDDEN-42") && !m.contains("7142"), "{m}");
+        }
     }
 }

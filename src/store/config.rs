@@ -171,9 +171,6 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
     }
 }
 
-/// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
-/// `%20` is a space in the object names, as for file:// paths), then
-/// validated like a key.
 /// A store URL names a place: a query string, a fragment or a password
 /// would be ignored (or, as a SAS or a key, shown wherever the URL is), and
 /// so would a user name, except the container of `abfs[s]://container@account...`.
@@ -198,6 +195,9 @@ fn refuse_url_extras(url: &url::Url) -> Result<()> {
     }
 }
 
+/// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
+/// `%20` is a space in the object names, as for file:// paths), then
+/// validated like a key.
 pub(super) fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
     let decoded = percent_encoding::percent_decode_str(url.path())
         .decode_utf8()

@@ -1,4 +1,4 @@
-"""Shared fixtures: stores on every backend, and a real SeaweedFS server.
+"""Shared fixtures: stores on every backend, a real SeaweedFS server and a GCS emulator.
 
 Every dataset test runs on six stores:
 
@@ -204,7 +204,7 @@ class Faulty:
     #: ``s3://bucket/prefix`` (or ``gs://``) and its options through the proxy.
     url: str
     options: dict[str, str]
-    #: The same prefix, through the proxy and straight to SeaweedFS.
+    #: The same prefix, through the proxy and straight to the server.
     store: Store
     direct: Store
     direct_options: dict[str, str] = field(default_factory=dict)

@@ -292,7 +292,10 @@ class Pipeline:
         Row form: ``fn(key, values)`` (one lazy, single-use sequence of dicts
         per source for a join) yields ``(target_key, value)`` pairs, the
         value a dict of the value columns (or the bare value if there is
-        one). Batched form (``batched=True``): ``fn(groups)`` (one
+        one). Each pair is stored as it is at its yield: ``Produce`` may
+        change or reuse a dict or list after yielding it (what can change
+        is copied at the yield; ints, floats, str, bytes, dates and the
+        like are not). Batched form (``batched=True``): ``fn(groups)`` (one
         ``pyarrow.Table`` per source) gets whole groups sorted by key and
         returns a table of the target key, value and source key columns.
         A single-source group larger than 524,288 rows (8 chunks of 65,536) comes

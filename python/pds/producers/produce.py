@@ -17,6 +17,9 @@ with or without pandas).
 
 from __future__ import annotations
 
+import copy
+import datetime
+import decimal
 import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -142,6 +145,38 @@ def _chunk_keys(stage: Node, keys: pa.RecordBatch) -> list[Any] | None:
 
 #: Value types that are never a ``Mapping`` (checked without the ABC).
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
+#: Value types that cannot change after a yield: kept as they are. Every
+#: other value is copied at its yield (:func:`_snapshot`).
+_IMMUTABLE = _PLAIN | {
+    decimal.Decimal,
+    datetime.date,
+    datetime.datetime,
+    datetime.time,
+    datetime.timedelta,
+    datetime.timezone,
+}
+
+
+def _snapshot(value: Any) -> Any:
+    """*value* as it is now, for a pair to hold what it held at its yield
+    (the pairs are converted a buffer at a time, and ``Produce`` may change
+    an object after yielding it): lists, dicts, tuples and other mappings
+    rebuilt, element by element; any other object not known to be
+    immutable deep-copied (kept as is if it cannot be copied: its
+    conversion then refuses it, or takes it as it is at the flush)."""
+    t = type(value)
+    if t in _IMMUTABLE:
+        return value
+    if t is list:
+        return [_snapshot(v) for v in value]
+    if t is tuple:
+        return tuple([_snapshot(v) for v in value])
+    if t is dict or isinstance(value, Mapping):
+        return {k: _snapshot(v) for k, v in value.items()}
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - an object that cannot be copied is converted as it is
+        return value
 
 
 class _Emitter:
@@ -173,19 +208,30 @@ class _Emitter:
         targets, values = self.targets, self.values
         single, value_set = self.single_value, self.value_set
         name = self.value_names[0]
+        immutable = _IMMUTABLE
         base = len(targets)  # this call's first row in the buffer
         for pair in result:
             if type(pair) is tuple and len(pair) == 2:
                 target, value = pair
             else:
                 target, value = self._pair(pair, key)
+            # Each pair is kept as it is at its yield: what can change is copied.
             tv = type(value)
             if single and tv in _PLAIN:
                 values.append(value)
             elif tv is dict and value.keys() == value_set:
-                values.append(value[name] if single else value)
+                if single:
+                    value = value[name]
+                    values.append(value if type(value) in immutable else _snapshot(value))
+                elif immutable.issuperset(map(type, value.values())):
+                    values.append(value.copy())
+                else:
+                    values.append(_snapshot(value))
             else:
-                values.append(self._value(value, key))
+                values.append(_snapshot(self._value(value, key)))
+            tt = type(target)
+            if tt not in immutable and not (tt is tuple and immutable.issuperset(map(type, target))):
+                target = _snapshot(target)
             targets.append(target)
             if len(targets) >= ROW_CHUNK:
                 self._sources(keys, index, len(targets) - base)

@@ -1,0 +1,134 @@
+"""Pipelines at their seams with user code (issue S2): what a row-form
+``Produce`` yields is stored as it was at its yield; batched and row-form
+output and source changes that do not fit are refused, naming what; errors
+name a batched call's keys as a range and keep an input stream's own
+exception; pipeline keys are checked as dataset and table keys are."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import pds
+from pds import Pipeline
+from pds.producers import produce
+
+# -- 1.5: each pair is what it was at its yield ---------------------------------------
+
+
+def _source(p: Pipeline) -> Any:
+    return p.source("s", key={"k": pa.int64()}, value={"x": pa.int64()})
+
+
+def _inputs() -> pa.Table:
+    """Key 1 with x = 10, 20, 30; key 2 with x = 40, 50."""
+    return pa.table({"k": [1, 1, 1, 2, 2], "x": [10, 20, 30, 40, 50]})
+
+
+#: Flush after every pair, every two, every three, and once at the end.
+_CHUNKS = [1, 2, 3, produce.ROW_CHUNK]
+
+
+@pytest.mark.spec("S2-1.5")
+@pytest.mark.parametrize("chunk", _CHUNKS)
+def test_a_reused_dict_is_stored_as_it_was_at_each_yield(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(produce, "ROW_CHUNK", chunk)
+    p = Pipeline.create(pds.open_store("memory://"), "reused")
+    src = _source(p)
+    shared: dict[str, Any] = {}  # one dict for every call, changed after each yield
+
+    @p.stage("multi", sources=[src], key={"t": pa.int64()}, value={"x": pa.int64(), "y": pa.string()})
+    def multi(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        for v in values:
+            shared["x"] = v["x"]
+            shared["y"] = f"y{v['x']}"
+            yield v["x"], shared
+
+    single_dict: dict[str, Any] = {}
+
+    @p.stage("single", sources=[src], key={"t": pa.int64()}, value={"x": pa.int64()})
+    def single(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        for v in values:
+            single_dict["x"] = v["x"]
+            yield v["x"], single_dict
+
+    p.update({"s": _inputs()})
+    xs = [10, 20, 30, 40, 50]
+    assert p.read("multi").to_pylist() == [{"t": x, "x": x, "y": f"y{x}"} for x in xs]
+    assert p.read("single").to_pylist() == [{"t": x, "x": x} for x in xs]
+
+
+@pytest.mark.spec("S2-1.5")
+@pytest.mark.parametrize("chunk", _CHUNKS)
+def test_a_growing_list_is_stored_as_it_was_at_each_yield(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh dict (or the bare list) holding one list that grows, and a
+    struct whose inner dict is reused: nested values are kept as yielded."""
+    monkeypatch.setattr(produce, "ROW_CHUNK", chunk)
+    p = Pipeline.create(pds.open_store("memory://"), "growing")
+    src = _source(p)
+    ints = pa.list_(pa.int64())
+
+    @p.stage("bare", sources=[src], key={"t": pa.int64()}, value={"xs": ints})
+    def bare(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, list[int]]]:
+        acc: list[int] = []
+        for v in values:
+            acc.append(v["x"])
+            yield v["x"], acc
+
+    @p.stage("in_dict", sources=[src], key={"t": pa.int64()}, value={"xs": ints})
+    def in_dict(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        acc: list[int] = []
+        for v in values:
+            acc.append(v["x"])
+            yield v["x"], {"xs": acc}
+
+    nested = pa.list_(ints)
+
+    @p.stage("multi", sources=[src], key={"t": pa.int64()}, value={"xs": nested, "n": pa.int64()})
+    def multi(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        acc: list[list[int]] = [[]]
+        for v in values:
+            acc[0].append(v["x"])
+            yield v["x"], {"xs": acc, "n": len(acc[0])}
+
+    point = pa.struct([("a", pa.int64()), ("b", pa.list_(pa.int64()))])
+
+    @p.stage("struct", sources=[src], key={"t": pa.int64()}, value={"p": point, "n": pa.int64()})
+    def struct(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        inner: dict[str, Any] = {"a": 0, "b": []}
+        for v in values:
+            inner["a"] = v["x"]
+            inner["b"].append(v["x"])
+            yield v["x"], {"p": inner, "n": 0}
+
+    p.update({"s": _inputs()})
+    want = {10: [10], 20: [10, 20], 30: [10, 20, 30], 40: [40], 50: [40, 50]}
+    assert p.read("bare").to_pylist() == [{"t": t, "xs": xs} for t, xs in want.items()]
+    assert p.read("in_dict").to_pylist() == [{"t": t, "xs": xs} for t, xs in want.items()]
+    assert p.read("multi").to_pylist() == [{"t": t, "xs": [xs], "n": len(xs)} for t, xs in want.items()]
+    assert p.read("struct").to_pylist() == [{"t": t, "p": {"a": t, "b": xs}, "n": 0} for t, xs in want.items()]
+
+
+@pytest.mark.spec("S2-1.5")
+@pytest.mark.parametrize("chunk", _CHUNKS)
+def test_a_compound_target_key_changed_after_its_yield_is_stored_as_yielded(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(produce, "ROW_CHUNK", chunk)
+    p = Pipeline.create(pds.open_store("memory://"), "target")
+    src = _source(p)
+
+    @p.stage("pairs", sources=[src], key={"a": pa.int64(), "b": pa.int64()}, value={"x": pa.int64()})
+    def pairs(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[Any, int]]:
+        target = [key, 0]  # a list, changed after each yield
+        for v in values:
+            target[1] = v["x"]
+            yield (target, v["x"]) if v["x"] % 20 else ((target[0], target[1]), v["x"])
+
+    p.update({"s": _inputs()})
+    assert p.read("pairs").to_pylist() == [
+        {"a": k, "b": x, "x": x} for k, x in [(1, 10), (1, 20), (1, 30), (2, 40), (2, 50)]
+    ]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import pds
-from pds import Pipeline
+from pds import Pipeline, ProduceError
 from pds.producers import produce
 
 # -- 1.5: each pair is what it was at its yield ---------------------------------------
@@ -132,3 +132,74 @@ def test_a_compound_target_key_changed_after_its_yield_is_stored_as_yielded(
     assert p.read("pairs").to_pylist() == [
         {"a": k, "b": x, "x": x} for k, x in [(1, 10), (1, 20), (1, 30), (2, 40), (2, 50)]
     ]
+
+
+# -- section 3: errors that name what failed ----------------------------------------
+
+
+@pytest.mark.spec("S2-3")
+def test_a_batched_produce_error_names_its_keys_as_a_range() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "batched")
+    src = _source(p)
+
+    @p.stage("b", sources=[src], key={"k": pa.int64()}, value={"x": pa.int64()}, batched=True)
+    def b(groups: pa.Table) -> pa.Table:
+        raise ZeroDivisionError("no")
+
+    with pytest.raises(ProduceError, match=r"stage 'b' failed on keys 1 … 25: ZeroDivisionError: no") as err:
+        p.update({"s": pa.table({"k": list(range(1, 26)), "x": list(range(25))})})
+    assert isinstance(err.value, ZeroDivisionError)
+    assert isinstance(err.value.__cause__, ZeroDivisionError)
+    assert (err.value.key, err.value.last_key) == (1, 25)
+    # One key: named alone.
+    with pytest.raises(ProduceError, match=r"stage 'b' failed on key 7: ZeroDivisionError") as one:
+        p.update({"s": pa.table({"k": [7], "x": [0]})})
+    assert (one.value.key, one.value.last_key) == (7, 7)
+    assert p.refresh() == 0
+
+
+@pytest.mark.spec("S2-3")
+def test_a_compound_keyed_batched_error_is_not_read_as_one_key() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "compound")
+    src = p.source("s", key={"a": pa.int64(), "b": pa.int64()}, value={"x": pa.int64()})
+
+    @p.stage("b", sources=[src], key={"a": pa.int64()}, value={"x": pa.int64()}, batched=True)
+    def b(groups: pa.Table) -> pa.Table:
+        raise KeyError("gone")
+
+    with pytest.raises(ProduceError, match=r"failed on keys \(1, 2\) … \(3, 4\): KeyError") as err:
+        p.update({"s": pa.table({"a": [1, 3], "b": [2, 4], "x": [0, 0]})})
+    assert (err.value.key, err.value.last_key) == ((1, 2), (3, 4))
+
+
+class FeedBroke(Exception):
+    """The user's own input error."""
+
+
+@pytest.mark.spec("S2-3")
+@pytest.mark.parametrize("good_batches", [0, 1, 3])
+def test_an_input_stream_error_keeps_its_class_as_the_cause(good_batches: int) -> None:
+    """Raised before the first row (while the update looks for one) or after
+    some batches (while the engine reads it): a DataError naming the class,
+    the exception its cause, nothing committed."""
+    p = Pipeline.create(pds.open_store("memory://"), "stream")
+    src = _source(p)
+
+    @p.stage("copy", sources=[src], key={"k": pa.int64()}, value={"x": pa.int64()})
+    def copy(key: int, values: Iterator[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+        for v in values:
+            yield key, v["x"]
+
+    schema = pa.schema([("k", pa.int64()), ("x", pa.int64())])
+
+    def feed() -> Iterator[pa.RecordBatch]:
+        for i in range(good_batches):
+            yield pa.record_batch({"k": [i], "x": [i]}, schema=schema)
+        raise FeedBroke("the feed broke")
+
+    with pytest.raises(
+        pds.DataError, match=r"source 's' upserts: the input stream raised FeedBroke: the feed broke"
+    ) as err:
+        p.update({"s": pa.RecordBatchReader.from_batches(schema, feed())})
+    assert isinstance(err.value.__cause__, FeedBroke)
+    assert p.refresh() == 0

@@ -51,7 +51,7 @@ import pyarrow as pa
 from remote_store import NotFound, Store
 
 from pds import _core
-from pds.errors import CommitConflict, CommitUnknown, ManifestCorrupted, SchemaMismatch
+from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch
 from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
@@ -625,7 +625,13 @@ class Pipeline:
         or ``SchemaMismatch`` (a column missing, a null key, a value its
         column cannot hold exactly) before any I/O (for a stream: before
         anything is committed); a ``Produce`` that raises, or output that
-        does not match the stage's schema, commits nothing.
+        does not match the stage's schema, commits nothing: the error is a
+        ``ProduceError`` naming the stage and the key (a batched
+        ``Produce``: the first and last keys of its call) that is also of
+        the exception's class, which is its ``__cause__``. An exception
+        raised by an upserts stream itself (a ``RecordBatchReader`` whose
+        source fails) is a ``DataError`` naming its class, with the
+        exception as its ``__cause__``; nothing is committed.
         ``CommitConflict`` if another update committed since this one
         started (nothing of this one is committed; run it again).
         ``CommitUnknown`` if the store failed so that whether the version
@@ -693,8 +699,9 @@ class Pipeline:
                 self._native, self._root, task.view, change.upserts, change.deletes, **task.opts
             )
         except Exception:
-            if change.failed:  # the stream's own check failed: say why
-                raise change.failed[0] from None
+            if change.failed:  # the stream failed (its check, or its own error): say why
+                failed = change.failed[0]
+                raise failed from failed.__cause__
             raise
         created += made
         return str(text)
@@ -1010,13 +1017,24 @@ def _conform_stream(
     """*reader*'s batches conformed to *schema* as they are read (columns
     checked now, from the reader's schema). A batch that does not conform
     ends the stream; its ``SchemaMismatch`` is put in *failed* (the engine
-    reading the stream sees only that it failed)."""
+    reading the stream sees only that it failed). So does an exception of
+    *reader* itself: as a ``DataError`` naming its class, with the
+    exception as its ``__cause__``."""
     check_columns(reader.schema.names, schema, what)
 
     not_null = [i for i, f in enumerate(schema) if not f.nullable]
 
+    def read() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except Exception as e:
+            error = DataError(f"{what}: the input stream raised {type(e).__name__}: {e}")
+            error.__cause__ = e
+            failed.append(error)
+            raise error from e
+
     def batches() -> Iterator[pa.RecordBatch]:
-        for b in reader:
+        for b in read():
             if b.schema.equals(schema) and not any(b.column(i).null_count for i in not_null):
                 yield b  # already conforming: passed through as is
                 continue

@@ -499,8 +499,10 @@ def _batched_call(stage: Node, run: _core.StageRun, keys: pa.RecordBatch, tables
         out = fn(*tables)
     except Exception as e:
         first = _key_values(stage, keys.slice(0, 1))[0]
+        if keys.num_rows == 1:
+            raise produce_error(e, stage.name, first) from e
         last = _key_values(stage, keys.slice(keys.num_rows - 1, 1))[0]
-        raise produce_error(e, stage.name, (first, last) if keys.num_rows > 1 else first) from e
+        raise produce_error(e, stage.name, first, last) from e
     if out is None:
         return
     if isinstance(out, pa.RecordBatch):

@@ -7,10 +7,12 @@ exception; pipeline keys are checked as dataset and table keys are."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from remote_store import InvalidPath
 
 import pds
 from pds import Pipeline, ProduceError
@@ -203,3 +205,24 @@ def test_an_input_stream_error_keeps_its_class_as_the_cause(good_batches: int) -
         p.update({"s": pa.RecordBatchReader.from_batches(schema, feed())})
     assert isinstance(err.value.__cause__, FeedBroke)
     assert p.refresh() == 0
+
+
+# -- section 4: pipeline keys are checked as dataset and table keys are ---------------
+
+
+@pytest.mark.spec("S2-4")
+@pytest.mark.parametrize("key", ["\ud800x", "//", "", "/", "a/../b", "a\x00b", "k" * 1025])
+@pytest.mark.parametrize("entry", ["create", "open"])
+def test_a_bad_pipeline_key_is_invalid_path_before_any_io(key: str, entry: str, tmp_path: Path) -> None:
+    store = pds.open_store(tmp_path.as_uri())
+    with pytest.raises(InvalidPath):
+        getattr(Pipeline, entry)(store, key)
+    with pytest.raises(InvalidPath):  # the same key is refused for a table alike
+        pds.Table.create(store, key, schema=pa.schema([("a", pa.int64())]))
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+@pytest.mark.spec("S2-4")
+def test_a_pipeline_key_that_is_not_a_str_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="must be a str"):
+        Pipeline.create(pds.open_store("memory://"), 7)  # type: ignore[arg-type]

@@ -51,6 +51,7 @@ import pyarrow as pa
 from remote_store import NotFound, Store
 
 from pds import _core
+from pds.dataset import _check_key as check_key
 from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch
 from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
@@ -155,6 +156,10 @@ class Pipeline:
         Raises:
             ValueError: *workers* (or *sort_budget*, *target_rows*) below 1,
                 before any I/O.
+            remote_store.InvalidPath: a bad *key* (empty, the store root,
+                ``..``, NUL, a lone surrogate, over 1,024 UTF-8 bytes), as
+                for datasets and tables, before any I/O; ``TypeError`` if
+                it is not a str.
             remote_store.AlreadyExists: a pipeline is at *key* (unless
                 *exist_ok*, which opens it); or a dataset or table is at
                 *key*, or a dataset, table or pipeline lies at an ancestor
@@ -166,8 +171,8 @@ class Pipeline:
         pipeline found), then 1 GET + 1 HEAD + 2 PUTs.
         """
         opts = cls._options(sort_budget, target_rows, compression, workers)
-        store, handle = _native(store, storage_options)
         key = _check_key(key)
+        store, handle = _native(store, storage_options)
         root = store.native_path(key)
         manifest = {
             "format": "pds-pipeline/1",
@@ -202,10 +207,12 @@ class Pipeline:
         outside its node, a graph that does not match the nodes' states,
         ...) or is a table's (the message says how to open it);
         ``ValueError`` before any I/O for *workers* (or *sort_budget*,
-        *target_rows*) below 1. The options are :meth:`create`'s."""
+        *target_rows*) below 1, and ``remote_store.InvalidPath`` (a
+        ``TypeError`` for a non-str) for a bad *key*, as :meth:`create`.
+        The options are :meth:`create`'s."""
         opts = cls._options(sort_budget, target_rows, compression, workers)
-        store, handle = _native(store, storage_options)
         key = _check_key(key)
+        store, handle = _native(store, storage_options)
         text = _core.pipeline_latest(handle, store.native_path(key))
         if text is None:
             raise NotFound(f"no pipeline at {key!r}", path=key)
@@ -999,9 +1006,11 @@ def _discard(handle: _core.RustStore, keys: Iterable[str]) -> None:
 
 
 def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key.strip("/"):
-        raise ValueError(f"a pipeline key must be a non-empty str, got {key!r}")
-    return key.strip("/")
+    """*key* checked before any I/O as dataset and table keys are
+    (``TypeError`` for a non-str, ``remote_store.InvalidPath`` for an empty
+    key, the store root, ``..``, NUL, a lone surrogate or more than 1,024
+    UTF-8 bytes), without its outer slashes."""
+    return check_key(key).strip("/")
 
 
 def check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from remote_store import InvalidPath
 
 import pds
-from pds import Pipeline, ProduceError
+from pds import Changes, Pipeline, ProduceError, SchemaMismatch
 from pds.producers import produce
 
 # -- 1.5: each pair is what it was at its yield ---------------------------------------
@@ -226,3 +226,68 @@ def test_a_bad_pipeline_key_is_invalid_path_before_any_io(key: str, entry: str, 
 def test_a_pipeline_key_that_is_not_a_str_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="must be a str"):
         Pipeline.create(pds.open_store("memory://"), 7)  # type: ignore[arg-type]
+
+
+# -- section 4: output and changes that do not fit are refused, naming what -----------
+
+
+@pytest.mark.spec("S2-4")
+def test_a_batched_produces_extra_column_is_refused_naming_it() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "extra")
+    src = _source(p)
+
+    @p.stage("b", sources=[src], key={"t": pa.int64()}, value={"x": pa.int64()}, batched=True)
+    def b(groups: pa.Table) -> pa.Table:
+        return pa.table({"t": groups["k"], "x": groups["x"], "k": groups["k"], "note": ["kept?"] * groups.num_rows})
+
+    with pytest.raises(SchemaMismatch, match=r"stage 'b'.*extra columns \['note'\]"):
+        p.update({"s": _inputs()})
+    assert p.refresh() == 0
+
+
+@pytest.mark.spec("S2-4")
+def test_a_batched_produce_whose_value_is_named_like_its_key_is_not_extra() -> None:
+    """Declared columns are never extra: a value column named like the
+    target key, and a source key column named like either."""
+    p = Pipeline.create(pds.open_store("memory://"), "named")
+    src = _source(p)
+
+    @p.stage("b", sources=[src], key={"k": pa.int64()}, value={"k": pa.int64(), "x": pa.int64()}, batched=True)
+    def b(groups: pa.Table) -> pa.Table:
+        return groups.select(["k", "x"])
+
+    p.update({"s": _inputs()})
+    assert p.read("b").num_rows == 5
+
+
+@pytest.mark.spec("S2-4")
+@pytest.mark.parametrize("single", [True, False])
+def test_a_two_element_list_is_not_a_pair(single: bool) -> None:
+    """Only tuples are (key, value) pairs: a yielded list is refused,
+    naming it (with one value column, [key, value] could be a value)."""
+    p = Pipeline.create(pds.open_store("memory://"), "lists")
+    src = _source(p)
+    value = {"x": pa.int64()} if single else {"x": pa.int64(), "y": pa.int64()}
+
+    @p.stage("r", sources=[src], key={"t": pa.int64()}, value=value)
+    def r(key: int, values: Iterator[dict[str, Any]]) -> Iterator[Any]:
+        for v in values:
+            yield [v["x"], v["x"] if single else {"x": v["x"], "y": 0}]
+
+    with pytest.raises(SchemaMismatch, match=r"stage 'r'.*\(2-tuples\); key 1 yielded \[10, .*\] \(list\)"):
+        p.update({"s": _inputs()})
+    assert p.refresh() == 0
+
+
+@pytest.mark.spec("S2-4")
+def test_deletes_with_a_column_that_is_not_a_key_are_refused_naming_it() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "deletes")
+    _source(p)
+    p.update({"s": _inputs()})
+    with pytest.raises(SchemaMismatch, match=r"source 's' deletes: extra columns \['x'\]"):
+        p.update({"s": Changes(deletes=pa.table({"k": [1], "x": [99]}))})
+    assert p.refresh() == 1
+    assert p.read("s").num_rows == 5
+    # Only the key columns: deleted.
+    p.update({"s": Changes(deletes=pa.table({"k": [1]}))})
+    assert p.read("s").column("k").to_pylist() == [2, 2]

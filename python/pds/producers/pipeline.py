@@ -297,14 +297,16 @@ class Pipeline:
         function stands for its stage in later ``sources=[...]``).
 
         Row form: ``fn(key, values)`` (one lazy, single-use sequence of dicts
-        per source for a join) yields ``(target_key, value)`` pairs, the
+        per source for a join) yields ``(target_key, value)`` pairs (tuples:
+        anything else, a 2-element list too, is ``SchemaMismatch``), the
         value a dict of the value columns (or the bare value if there is
         one). Each pair is stored as it is at its yield: ``Produce`` may
         change or reuse a dict or list after yielding it (what can change
         is copied at the yield; ints, floats, str, bytes, dates and the
         like are not). Batched form (``batched=True``): ``fn(groups)`` (one
         ``pyarrow.Table`` per source) gets whole groups sorted by key and
-        returns a table of the target key, value and source key columns.
+        returns a table of the target key, value and source key columns
+        (a missing or extra column is ``SchemaMismatch`` naming it).
         A single-source group larger than 524,288 rows (8 chunks of 65,536) comes
         over several calls, in key order, each table holding a slice of it
         (its key repeating from one call to the next), so memory stays
@@ -601,9 +603,15 @@ class Pipeline:
                 ch = Changes(upserts=as_arrow(ch, f"changes[{name!r}]"))
             # A Spark DataFrame kept by Changes is read here, through its Arrow stream.
             given = as_arrow(ch.upserts, f"changes[{name!r}] upserts")
-            dels = conform_table(
-                as_table(ch.deletes, f"changes[{name!r}] deletes"), node.key, f"source {name!r} deletes"
-            )
+            dels = as_table(ch.deletes, f"changes[{name!r}] deletes")
+            if dels is not None:
+                extra = [c for c in dels.column_names if c not in node.key_names]
+                if extra:
+                    raise SchemaMismatch(
+                        f"source {name!r} deletes: extra columns {extra}; deletes hold only the key "
+                        f"columns {node.key_names}"
+                    )
+            dels = conform_table(dels, node.key, f"source {name!r} deletes")
             failed: list[BaseException] = []
             ups: Upserts
             if isinstance(given, pa.RecordBatchReader):
@@ -630,7 +638,8 @@ class Pipeline:
         and rewrites only the key-range parts the change lands in. Raises
         ``ValueError`` (a key both upserted and deleted, an unknown source)
         or ``SchemaMismatch`` (a column missing, a null key, a value its
-        column cannot hold exactly) before any I/O (for a stream: before
+        column cannot hold exactly, deletes with a column that is not a
+        key column) before any I/O (for a stream: before
         anything is committed); a ``Produce`` that raises, or output that
         does not match the stage's schema, commits nothing: the error is a
         ``ProduceError`` naming the stage and the key (a batched

@@ -249,8 +249,9 @@ class _Emitter:
         self.seg_index += [index] * n
 
     def _pair(self, pair: Any, key: Any) -> tuple[Any, Any]:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            # Not unpacked blindly: "ab" would become key "a", value "b".
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            # Not unpacked blindly: "ab" would become key "a", value "b", and
+            # a list [k, v] may be a value the yield forgot to pair.
             raise _mismatch(
                 self.stage, f"Produce must yield (key, value) pairs (2-tuples); key {key!r} yielded {show(pair)}"
             )
@@ -527,6 +528,14 @@ def _batched_call(stage: Node, run: _core.StageRun, keys: pa.RecordBatch, tables
             stage,
             f"missing columns {missing}; a batched Produce returns the target key, the value columns, "
             f"and the source key columns {src_names} (which source key produced each row)",
+        )
+    declared = {*stage.key.names, *stage.value.names, *src_names}
+    extra = [c for c in out.column_names if c not in declared]
+    if extra:
+        raise _mismatch(
+            stage,
+            f"extra columns {extra}; a batched Produce returns only the target key {stage.key.names}, "
+            f"the value columns {stage.value.names} and the source key columns {src_names}",
         )
     # Each row's source key must be one of this call's keys.
     src = [arrays[len(stage.key) + j] for j in range(len(src_names))]

@@ -55,8 +55,10 @@ class Changes:
     appears there loses all of its earlier rows and gets exactly these. A
     stream (``RecordBatchReader``) is read once, sorted within the
     pipeline's sort budget: it need not fit in memory.
-    *deletes* holds keys (the key columns) that lose all their rows. A key
-    may be upserted or deleted, not both (``ValueError``). Keys not
+    *deletes* holds keys (the key columns, and only those: another column
+    is a ``SchemaMismatch`` naming it when the update checks the changes)
+    that lose all their rows. A key may be upserted or deleted, not both
+    (``ValueError``). Keys not
     mentioned keep their rows.
 
     A Spark DataFrame is kept as it is, unread: ``pds.spark.update_pipeline``

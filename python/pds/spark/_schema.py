@@ -8,14 +8,24 @@ Spark records exactly that Arrow schema.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.types as pat
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-__all__ = ["arrow_to_spark", "conform_batches", "spark_read_target", "spark_readable", "spark_to_arrow"]
+from pds.errors import SchemaMismatch
+
+__all__ = [
+    "arrow_to_spark",
+    "check_write_schema",
+    "conform_batches",
+    "spark_read_target",
+    "spark_readable",
+    "spark_to_arrow",
+]
 
 SPARK_TIMEZONE = "UTC"
 """The zone of ``TimestampType`` columns in Arrow, as Spark's Python data source expects."""
@@ -54,7 +64,17 @@ def _readable_type(t: pa.DataType) -> pa.DataType:
         return pa.float32()
     if pat.is_date64(t):
         return pa.date32()
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
+    if pat.is_string_view(t):
+        return pa.string()
+    if pat.is_binary_view(t):
+        return pa.binary()
+    if (
+        pat.is_list(t)
+        or pat.is_large_list(t)
+        or pat.is_fixed_size_list(t)
+        or pat.is_list_view(t)
+        or pat.is_large_list_view(t)
+    ):
         return pa.list_(_readable_field(t.value_field))
     if pat.is_map(t):
         return pa.map_(_readable_field(t.key_field), _readable_field(t.item_field))
@@ -70,7 +90,8 @@ def _readable_field(f: pa.Field) -> pa.Field:
 
 
 def spark_readable(schema: pa.Schema) -> pa.Schema:
-    """*schema* with unsigned ints, float16 and date64 widened to types Spark has."""
+    """*schema* with unsigned ints, float16 and date64 widened to types Spark
+    has, and view types (``string_view``, ...) as their plain variants."""
     return pa.schema([_readable_field(f) for f in schema], metadata=schema.metadata)
 
 
@@ -78,7 +99,8 @@ def arrow_to_spark(schema: pa.Schema) -> StructType:
     """The Spark schema a dataset of Arrow *schema* reads as; nullability is kept.
 
     Unsigned ints widen (uint64 to ``DECIMAL(20,0)``), float16 to float,
-    date64 to a date. Naive timestamps read as ``TimestampNTZType``.
+    date64 to a date; view types read as their plain variants. Naive
+    timestamps read as ``TimestampNTZType``.
 
     Raises:
         pyspark.errors.PySparkTypeError: a type Spark cannot represent.
@@ -87,26 +109,118 @@ def arrow_to_spark(schema: pa.Schema) -> StructType:
     return spark_schema
 
 
-def conform_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """*batches* cast, column by column, to *schema*; empty batches are dropped.
+def _spark_type(t: pa.DataType) -> DataType | None:
+    """The Spark type a column of Arrow type *t* reads as (:func:`arrow_to_spark`);
+    ``None`` if Spark has none."""
+    try:
+        return arrow_to_spark(pa.schema([pa.field("c", t)])).fields[0].dataType
+    except (TypeError, ValueError, NotImplementedError):  # PySparkTypeError is a TypeError
+        return None
 
-    Zero-copy where the types already match (Spark's batches usually do, up
-    to the time zone label of timestamps).
+
+def _type_key(t: DataType) -> object:
+    """*t* without nullability, struct fields by name: two Spark types with
+    one key hold the same values."""
+    if isinstance(t, StructType):
+        return ("struct", tuple(sorted((f.name, _type_key(f.dataType)) for f in t.fields)))
+    if isinstance(t, ArrayType):
+        return ("array", _type_key(t.elementType))
+    if isinstance(t, MapType):
+        return ("map", _type_key(t.keyType), _type_key(t.valueType))
+    return t.simpleString()
+
+
+def _casts(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether pyarrow casts *source* to *target* (tried on no value)."""
+    try:
+        pa.array([], type=source).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+    return True
+
+
+def _shown(spark: DataType | None, arrow: pa.DataType) -> str:
+    return spark.simpleString() if spark is not None else f"{arrow} (a type Spark lacks)"
+
+
+def check_write_schema(data: pa.Schema, table: pa.Schema, key: str) -> None:
+    """Check, before any Spark job, that a DataFrame of Arrow schema *data*
+    (:func:`spark_to_arrow` of its Spark schema) may be written to the
+    table of schema *table*: the same column names, in any order (they are
+    matched by name), each column of the type Spark reads the table's
+    column as (:func:`arrow_to_spark`: ``bigint`` for int64 and uint32,
+    ``string`` for every string variant, ``timestamp`` for any unit and
+    zone ...), up to nullability and the order of struct fields. Such a
+    column is cast to the table's type as the tasks write it, so a
+    DataFrame read from the table can always be written back. Any other type
+    is refused, as ``pds.Table.append`` refuses it in ``schema_mode="strict"``
+    (an int column for a bigint table, too: cast it first).
 
     Raises:
-        ValueError: a batch with another number of columns.
-        pyarrow.ArrowInvalid: a value the target type cannot hold.
+        pds.SchemaMismatch: naming every column that is missing, not in the
+            table, or of another type (Spark's names for both types).
     """
+    problems: list[str] = []
+    for field in table:
+        name = json.dumps(field.name)
+        index = data.get_field_index(field.name)
+        if index < 0:
+            problems.append(f"{name} is missing")
+            continue
+        given = data.field(index).type
+        if given == field.type:
+            continue
+        mine, theirs = _spark_type(given), _spark_type(field.type)
+        if (
+            mine is not None
+            and theirs is not None
+            and _type_key(mine) == _type_key(theirs)
+            and _casts(given, field.type)
+        ):
+            continue
+        shown = f"{name} is {_shown(mine, given)} in the DataFrame, {_shown(theirs, field.type)} in the table"
+        if _shown(mine, given) == _shown(theirs, field.type):
+            shown += f" (Arrow {given} cannot become {field.type})"
+        problems.append(shown)
+    problems.extend(f"{json.dumps(f.name)} is not in the table" for f in data if table.get_field_index(f.name) < 0)
+    if problems:
+        raise SchemaMismatch(
+            f"schema mismatch on table {json.dumps(key)}: {'; '.join(problems)} "
+            "(a Spark write matches columns by name; cast or rename the DataFrame's columns to the table's: "
+            f"{', '.join(f'{f.name} {_shown(_spark_type(f.type), f.type)}' for f in table)})",
+            path=key,
+        )
+
+
+def conform_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """*batches* with *schema*'s columns, matched by name and cast to its
+    types; empty batches are dropped.
+
+    Zero-copy where the names and types already match (Spark's batches
+    usually do, up to the time zone label of timestamps).
+
+    Raises:
+        pds.SchemaMismatch: a batch whose column names are not *schema*'s,
+            or a value its column's type cannot hold (naming the column).
+    """
+    names = sorted(schema.names)
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        if batch.num_columns != len(schema):
-            raise ValueError(f"a batch has {batch.num_columns} columns, the dataset schema {len(schema)}")
         if batch.schema.equals(schema):
             yield batch
             continue
-        arrays = [
-            col if col.type == field.type else col.cast(field.type)
-            for col, field in zip(batch.columns, schema, strict=True)
-        ]
+        if sorted(batch.schema.names) != names:
+            raise SchemaMismatch(f"a batch has the columns {batch.schema.names}, the schema {schema.names}")
+        arrays = []
+        for field in schema:
+            col = batch.column(field.name)
+            if col.type != field.type:
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                    raise SchemaMismatch(
+                        f"column {field.name!r} ({col.type}) cannot become {field.type}: {exc}"
+                    ) from None
+            arrays.append(col)
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -29,7 +29,7 @@ import pyarrow as pa
 from remote_store import NotFound, RemoteStoreError, Store
 
 from pds import _core
-from pds.errors import CommitUnknown, SchemaMismatch
+from pds.errors import CommitUnknown
 from pds.spark._job import (
     ABORT_SETTLE_SECONDS,
     StoreJob,
@@ -37,7 +37,7 @@ from pds.spark._job import (
     check_dataset_key,
     remove_until_settled,
 )
-from pds.spark._schema import conform_batches
+from pds.spark._schema import check_write_schema, conform_batches
 from pds.table import MAX_VERSION, Table, is_table
 
 __all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
@@ -106,11 +106,16 @@ class TableWriteJob(StoreJob):
     ) -> TableWriteJob:
         """Check the job against the table (driver side); nothing is written.
 
-        Appends to an existing table must have its columns (any order; the
-        table's types are used); an overwrite sets the DataFrame's schema.
+        An append to an existing table must have its columns, in any
+        order: the tasks match them by name and cast them to the table's
+        types, which they must have as Spark reads them
+        (:func:`pds.spark._schema.check_write_schema`: an int column for a
+        bigint one is refused, as ``Table.append`` refuses int32 for int64).
+        An overwrite sets the DataFrame's schema (its column order too).
 
         Raises:
-            SchemaMismatch: an append whose columns are not the table's.
+            SchemaMismatch: an append whose columns are not the table's, or
+                of other types (naming each).
             remote_store.AlreadyExists: a dataset or pipeline is at *key*, or
                 a dataset, table or pipeline lies at an ancestor of *key* or
                 below it (keys are exclusive), before any task runs.
@@ -130,10 +135,7 @@ class TableWriteJob(StoreJob):
         if table is not None:
             current = table.schema
             if not overwrite:
-                if sorted(current.names) != sorted(schema.names):
-                    raise SchemaMismatch(
-                        f"the DataFrame has columns {schema.names}, the table {current.names}", path=key
-                    )
+                check_write_schema(schema, current, key)
                 target = current
             props = table.manifest.get("properties", {})
             settings_used = dataclasses.replace(

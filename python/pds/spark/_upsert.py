@@ -5,10 +5,13 @@ Spark's writer API has no upsert mode (``mode("upsert")`` is refused), so
 this is a call. Its steps:
 
 1. Driver, before any write: the table must declare a primary key that the
-   DataFrame holds, with the table's columns; one Spark job then looks for
+   DataFrame holds, with the table's columns (matched by name, in any
+   order) and their types (as Spark reads them; checked from the
+   DataFrame's schema before any Spark job); one Spark job then looks for
    a null, NaN or repeated key (``groupBy(key).count()``), and any is a
    ``ValueError`` naming a few. Nothing is written then.
-2. Tasks (``mapInArrow``): each uploads its rows as uncommitted data files.
+2. Tasks (``mapInArrow``): each uploads its rows as uncommitted data files,
+   its columns matched to the table's by name.
 3. Driver: the files of the one successful attempt per partition are
    committed in one version that also tombstones the rows of their keys
    (``pds.Table.upsert``'s plan: the key column of candidate files only),
@@ -87,7 +90,10 @@ def upsert(df: DataFrame, store: str | Store, key: str, *, parallelism: int | No
         ValueError: the table declares no primary key, or *df* lacks it, or
             holds a null, NaN or repeated key (before anything is written).
         remote_store.NotFound: no table at *key*.
-        pds.SchemaMismatch: *df*'s columns are not the table's.
+        pds.SchemaMismatch: *df*'s columns are not the table's (matched by
+            name, in any order), or one is of another type than Spark reads
+            the table's column as (an int key for a bigint one: cast it),
+            before any Spark job; the message names each.
         pds.CommitConflict / pds.CommitUnknown: as :meth:`pds.Table.upsert`.
         pyspark.errors.PySparkException: a Spark job failed (its files are
             removed, nothing is committed).
@@ -99,11 +105,11 @@ def upsert(df: DataFrame, store: str | Store, key: str, *, parallelism: int | No
         raise ValueError(f"upsert replaces rows by primary key, and the table {key!r} declares none")
     if pk not in df.columns:
         raise ValueError(f"the DataFrame lacks the primary-key column {pk!r}")
-    check_workers(df.sparkSession)
-    _check_keys(df, pk)
     job = TableWriteJob.start(
         target, key, spark_to_arrow(df.schema), TableSettings(parallelism=parallelism), overwrite=False
     )
+    check_workers(df.sparkSession)
+    _check_keys(df, pk)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = job.write_task(batches)

@@ -356,7 +356,7 @@ def test_the_cli_vacuums_tables_and_pipelines_with_the_same_modes(tmp_path: Path
     store.write("p/nodes/s/update/killed-00000.parquet", b"x")
     runner = CliRunner()
     out = runner.invoke(main, ["vacuum", lake, "t", "--retain", "0s"])
-    assert out.exit_code == 1 and "min_age" in out.output, out.output
+    assert out.exit_code == 2 and "--min-age" in out.output, out.output  # a usage error
     now = ["--retain", "0s", "--min-age", "0s", "--json"]
     out = runner.invoke(main, ["vacuum", lake, "p", "--keep-versions", "--apply", *now])
     assert out.exit_code == 0, out.output

@@ -17,7 +17,9 @@ key=value`` (repeatable) and, for S3, the ``AWS_*`` environment variables.
 ``--json`` prints strict JSON (RFC 8259) instead of tables.
 
 Exit codes: 0 success, 1 a store or data error (one line on stderr), 2 a
-usage error. No traceback unless ``PDS_DEBUG=1``.
+usage error (a bad option value, filter, key, limit or duration). No
+traceback unless ``PDS_DEBUG=1``. No error, title or traceback shows an
+``--option`` value or a URL's user info or query string.
 """
 
 from __future__ import annotations

@@ -24,11 +24,18 @@ syntax: column op value   (repeat --filter: all must hold)
   value    5  -2.5  1e3  'text'  "text"  bare_word  true  false
            lists: [1, 2]  or  ('DE', 'FR')
   values take the column's type: id == '5' is 5 on an int column;
+  numbers use the digits 0-9 and are exact on integer and decimal columns;
   dates and times are quoted ISO text: ts >= '2024-01-01T08:00:00Z'
 examples: 'id >= 100'  "country in ('DE','FR')"  'name == "Ann"'  'v is not null'"""
 
 _COMPARE = {"==": "==", "=": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# Numbers are written with ASCII digits only (Python's int() and Decimal()
+# would take any script's digits: ``id == \u0661`` must not mean 1).
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?")
+_FLOAT_WORDS = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+# |x| beyond 10**100 or below 10**-100 (not 0) compares with every integer
+# and decimal column (at most 76 digits, scale at most 76) as its clamp does.
+_CLAMP = 100
 _TOKEN = re.compile(
     r"""(?P<ws>\s+)
     |(?P<sq>'(?:[^']|'')*')
@@ -175,7 +182,8 @@ class _Parser:
             return _Literal(None, t.text, False)
         if _NUMBER.fullmatch(t.text):
             is_int = not any(c in t.text for c in ".eE")
-            return _Literal(int(t.text) if is_int else float(t.text), t.text, False)
+            # int(Decimal) rather than int(str): no limit on digits.
+            return _Literal(int(decimal.Decimal(t.text)) if is_int else float(t.text), t.text, False)
         return _Literal(t.text, t.text, False)
 
     def values(self, op: str) -> list[_Literal]:
@@ -215,6 +223,29 @@ def parse_filter(text: str) -> tuple[str, str, Any]:
     return column, op, _plain(value)
 
 
+def _exact(text: str) -> decimal.Decimal | None:
+    """*text*, a number in ASCII digits (:data:`_NUMBER`), as an exact
+    ``Decimal``; one too large or too small for any integer or decimal
+    column clamped to ±10**101 or ±10**-101, which compare alike (so that
+    ``1e999999999`` costs no giant integer); ``None`` if *text* is no such
+    number."""
+    m = _NUMBER.fullmatch(text)
+    if m is None:
+        return None
+    exponent = (m.group(1) or "0").lstrip("+-").lstrip("0")
+    if len(exponent) > 9:  # beyond what Decimal parses
+        d = decimal.Decimal(text[: m.start(1) - 1] or "0")
+        if d == 0:
+            return d
+        large = not m.group(1).startswith("-")
+    else:
+        d = decimal.Decimal(text)
+        if d == 0 or -_CLAMP <= d.adjusted() <= _CLAMP:
+            return d
+        large = d.adjusted() > _CLAMP
+    return decimal.Decimal(1).scaleb(_CLAMP + 1 if large else -_CLAMP - 1).copy_sign(d)
+
+
 def _as_type(column: str, t: pa.DataType, lit: _Literal) -> Any:
     """*lit* as a value of the column's type *t* (a dictionary's value type)."""
     v = lit.value
@@ -234,23 +265,19 @@ def _as_type(column: str, t: pa.DataType, lit: _Literal) -> Any:
         bad(" (true or false)")
     if isinstance(v, bool):
         bad()
+    text = lit.raw if not lit.quoted else str(v).strip()
     if pat.is_integer(t) or pat.is_decimal(t):
-        if isinstance(v, int | float) and not pat.is_decimal(t):
-            return v
-        try:
-            d = decimal.Decimal(lit.raw if not lit.quoted else str(v).strip())
-        except decimal.InvalidOperation:
-            bad()
-        if not d.is_finite():
-            bad()
+        # Exactly as written (3.0000000000000000001 is not 3.0): the
+        # library's exact filters then compare it with the column's values.
+        d = _exact(text)
+        if d is None:
+            bad(" (a number in the digits 0-9, e.g. 42, -2.5 or 1e3)")
         return int(d) if pat.is_integer(t) and d == d.to_integral_value() else d
     if pat.is_floating(t):
-        if isinstance(v, int | float):
-            return v
-        try:
-            return float(str(v).strip())
-        except ValueError:
-            bad()
+        # The nearest double, as a float literal is in SQL and Python.
+        if _NUMBER.fullmatch(text) is None and _FLOAT_WORDS.fullmatch(text) is None:
+            bad(" (a number in the digits 0-9, e.g. 42, -2.5 or 1e3, or nan, inf)")
+        return float(text)
     if not isinstance(v, str):
         if pat.is_temporal(t):
             bad(" (write dates and times as quoted ISO text, e.g. '2024-01-31')")

@@ -1,40 +1,63 @@
-"""The ``pds`` click group and its error handling: one line on stderr, exit 1."""
+"""The ``pds`` click group and its error handling: one line on stderr, exit 1
+for a store or data error, 2 for a usage error; no option value ever shown."""
 
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any
 
 import click
 import pyarrow as pa
-from remote_store import RemoteStoreError
+from remote_store import InvalidPath, RemoteStoreError
+
+from pds.cli._secrets import redact
 
 # Store and data errors: one line on stderr, no hint to re-run with PDS_DEBUG=1.
 _DATA_ERRORS = (RemoteStoreError, ValueError, TypeError, KeyError, OSError, pa.ArrowException)
 
 
+# Usage errors the library raises for what the command line gave (a key pds
+# cannot store): exit 2, as click's own usage errors.
+_USAGE_ERRORS = (InvalidPath,)
+
+
 def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    """*e* as one line, option values and URL secrets redacted."""
+    text = redact(" ".join(str(e).split()))
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class _Group(click.Group):
-    """Every command's errors as one line: exit 1 for store and data errors
-    (and anything unexpected), 2 for usage errors (click's own). ``PDS_DEBUG=1``
-    lets the traceback through."""
+    """Every command's errors as one line: exit 2 for usage errors (click's
+    own, and a key pds cannot store), 1 for store and data errors (and
+    anything unexpected). No error shows an ``--option`` value or a URL's
+    user info or query string. ``PDS_DEBUG=1`` prints the traceback (redacted
+    too)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
-            raise
-        except Exception as e:
-            if os.environ.get("PDS_DEBUG", "") not in ("", "0"):
+        except click.exceptions.ClickException as e:
+            shown = e.format_message()
+            if redact(shown) == shown:
                 raise
+            # The same error, its text redacted: a usage error keeps its usage
+            # line and exit 2; click's other errors all exit 1.
+            if isinstance(e, click.exceptions.UsageError):
+                raise click.exceptions.UsageError(redact(shown), e.ctx) from None
+            raise click.exceptions.ClickException(redact(shown)) from None
+        except (click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except Exception as e:  # noqa: BLE001 -- the command's last word: every error as one line
+            code = 2 if isinstance(e, _USAGE_ERRORS) else 1
+            if os.environ.get("PDS_DEBUG", "") not in ("", "0"):
+                click.echo(redact("".join(traceback.format_exception(e))), err=True, nl=False)
+                ctx.exit(code)
             expected = isinstance(e, _DATA_ERRORS)
             hint = "" if expected else " (unexpected; re-run with PDS_DEBUG=1 for the traceback)"
             click.echo(f"error: {_one_line(e)}{hint}", err=True)
-            ctx.exit(1)
+            ctx.exit(code)
 
 
 @click.group(cls=_Group)
@@ -54,5 +77,7 @@ def main() -> None:
     ISO 8601; decimals as strings; maps as [key, value] pairs.
 
     \b
-    Exit codes: 0 ok, 1 a store or data error, 2 a usage error.
+    Exit codes: 0 ok, 1 a store or data error, 2 a usage error (a bad
+    option, filter, key, limit or duration). Errors never show an --option
+    value or a URL's user info or query string.
     """

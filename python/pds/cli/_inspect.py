@@ -11,11 +11,12 @@ import pyarrow as pa
 from remote_store import NotFound
 from rich.text import Text
 
-from pds.cli._args import _check_key, _common, _key, _url
+from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url
 from pds.cli._context import _Context
 from pds.cli._group import _DATA_ERRORS, _one_line, main
 from pds.cli._output import _when
 from pds.cli._pipelines import _changes_text, _node_rows, _nodes, _pipeline_manifest
+from pds.cli._secrets import redact
 from pds.dataset import ParquetDatasetStore
 from pds.producers.pipeline import Pipeline
 from pds.table import Table
@@ -93,7 +94,7 @@ def ls(url: str, prefix: str, options: tuple[str, ...], as_json: bool) -> None:
             if "error" in e:
                 row["error"] = e["error"].partition(":")[0] + " (below)"
             shown.append(row)
-        ctx.emit(shown or f"nothing below {where or 'the root'}", title=f"{url} {where}".strip())
+        ctx.emit(shown or f"nothing below {where or 'the root'}", title=redact(f"{url} {where}".strip()))
         for e in damaged:
             click.echo(f"{e['key']}: {e['error']}")
     if damaged:
@@ -233,7 +234,7 @@ def show(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None:
 @main.command()
 @_url
 @_key
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="The newest N versions.")
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_COUNT), default=None, help="The newest N versions.")
 @_common
 def history(url: str, key: str, limit: int | None, options: tuple[str, ...], as_json: bool) -> None:
     """A table's or pipeline's versions, newest first.

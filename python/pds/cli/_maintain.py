@@ -5,28 +5,61 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress
 
-from pds.cli._args import _check_key, _common, _key, _url, parse_duration
+from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url, check_window
 from pds.cli._context import _Context
 from pds.cli._group import main
 from pds.producers.pipeline import Pipeline
 from pds.table import Table
 
+#: The part codecs pipelines write (the core's names).
+_CODECS = ("none", "uncompressed", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")
+_TABLE_ONLY = ("target_file_size", "min_deleted_fraction")
+_PIPELINE_ONLY = ("target_rows", "compression")
+
+
+def _refuse_options_for(key: str, kind: str, names: tuple[str, ...]) -> None:
+    """A usage error if the command line gave any of the options *names*,
+    which a *kind* does not take (they would be ignored)."""
+    ctx = click.get_current_context()
+    given = [n for n in names if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
+        other = "tables" if kind == "pipeline" else "pipelines"
+        raise click.BadParameter(f"for {other} only: {key!r} is a {kind}", param_hint=flags)
+
 
 @main.command()
 @_url
 @_key
-@click.option("--target-file-size", type=click.IntRange(min=1), default=None, help="Bytes per new file at most.")
-@click.option("--min-deleted-fraction", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option(
+    "--target-file-size",
+    type=click.IntRange(min=1, max=MAX_COUNT),
+    default=None,
+    help="A table's bytes per new file at most.",
+)
+@click.option(
+    "--min-deleted-fraction",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="A table's files with at least this fraction of rows deleted are rewritten.",
+)
 @click.option(
     "--target-rows",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_COUNT),
     default=None,
     help="A pipeline's rows per part (default: pds's, 262144): the value it was built with.",
 )
-@click.option("--compression", default=None, help="A pipeline's part compression (default: zstd).")
+@click.option(
+    "--compression",
+    type=click.Choice(_CODECS, case_sensitive=False),
+    default=None,
+    help="A pipeline's part compression (default: zstd).",
+)
 @_common
 def compact(
     url: str,
@@ -46,10 +79,13 @@ def compact(
     new parts are cut at --target-rows with --compression, which the
     pipeline does not store (give the ones it was built with, or every
     part may count as small). --target-file-size and --min-deleted-fraction
-    apply to tables only."""
+    apply to tables only, --target-rows and --compression to pipelines only:
+    given for the other kind, they are a usage error (exit 2)."""
     key = _check_key(key)
     ctx = _Context(url, options, as_json)
     kind = ctx.need(key)
+    if kind in ("table", "pipeline"):
+        _refuse_options_for(key, kind, _TABLE_ONLY if kind == "pipeline" else _PIPELINE_ONLY)
     if kind == "pipeline":
         opts: dict[str, Any] = {"target_rows": target_rows, "compression": compression}
         _compact_pipeline(ctx, key, as_json, {k: v for k, v in opts.items() if v is not None})
@@ -122,7 +158,7 @@ def vacuum(
     a dataset, table or pipeline stored under KEY. Nothing younger than
     --min-age goes.
     """
-    window, floor = parse_duration(retain), parse_duration(min_age)
+    window, floor = check_window(retain, min_age)
     key = _check_key(key)
     ctx = _Context(url, options, as_json)
     target = Pipeline.open(ctx.store, key) if ctx.kind(key) == "pipeline" else Table.open(ctx.store, key)

@@ -10,7 +10,7 @@ from remote_store import NotFound
 from rich.console import Console
 from rich.progress import Progress
 
-from pds.cli._args import _check_key, _common, _key, _url
+from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url
 from pds.cli._context import _Context
 from pds.cli._filter import _expression, typed_filter
 from pds.cli._group import main
@@ -36,7 +36,9 @@ def _check_columns(cols: list[str] | None, schema: pa.Schema) -> None:
 @_key
 @click.option("--columns", default=None, help="Comma-separated columns.")
 @click.option("--filter", "filters", multiple=True, metavar="CONDITION", help="A condition (repeatable: all hold).")
-@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Rows to print.")
+@click.option(
+    "--limit", type=click.IntRange(min=0, max=MAX_COUNT), default=20, show_default=True, help="Rows to print."
+)
 @click.option(
     "--version",
     "version",

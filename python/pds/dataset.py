@@ -416,8 +416,15 @@ class ParquetDatasetStore:
 
         Concurrency: the key is claimed before the first part (a create-only
         ``_WRITING``), so of writers racing without *overwrite* exactly one
-        wins. ``overwrite=True`` deletes everything under *key* first (PDS-011's
-        delete-then-write), including a killed writer's claim.
+        wins. ``overwrite=True`` takes the key from whoever holds it (a live
+        writer then fails, a killed one's claim is cleared), withdraws the
+        committed dataset (``_SUCCESS`` first) and deletes its files
+        (PDS-011's delete-then-write). On pds's own backend, parts are created
+        create-only and a writer checks, after its ``_SUCCESS``, that every
+        part is still the object it wrote: a writer told ok keeps exactly its
+        rows until a later write replaces them whole, racing overwrites commit
+        one writer's rows or none, and a reader never gets a mix. A lost reply
+        to the claim or to ``_SUCCESS`` is recognised by the writer's token.
 
         Cost: on the fast path, memory per part in flight (one per core) is
         the compressed pages of one row group, 64Ki rows of input and its
@@ -452,7 +459,8 @@ class ParquetDatasetStore:
                 )
             location = self._store.native_path(key)  # validates the key before I/O
             self._check_free(key)  # before the clear: never delete a table, nor what is nested
-            self._clear(key)
+            if self._native is None:
+                self._clear(key)  # the fast path clears once it holds the key
         else:
             location = self._store.native_path(key)
             if self.dataset_exists(key):
@@ -474,6 +482,7 @@ class ParquetDatasetStore:
                     total_rows=total_rows,
                     parallelism=_parallelism(),
                     io_concurrency=self._io_concurrency,
+                    overwrite=overwrite,
                 )
                 return DatasetManifest.from_json(text)
             return self._write_portable(data, schema, key, run_id, meta)
@@ -514,6 +523,7 @@ class ParquetDatasetStore:
             if self._store.exists(f"{key}/{_SUCCESS}"):
                 raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
             claim.check()  # an overwrite may have taken the key during the checks
+            self._remove_leftovers(key)
         except _ClaimLost as exc:
             raise AlreadyExists(str(exc), path=key) from None
         except BaseException:
@@ -550,7 +560,7 @@ class ParquetDatasetStore:
             )
             claim.check()
             self._store.write_atomic(f"{key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
-            self._store.write_atomic(f"{key}/{_SUCCESS}", b"", overwrite=False)
+            _create_own(self._store, f"{key}/{_SUCCESS}", claim.token)
             committed = True
             return manifest
         except BaseException as exc:
@@ -563,6 +573,19 @@ class ParquetDatasetStore:
             claim.release()
             if not committed:
                 self._remove_empty_folder(key)
+
+    def _remove_leftovers(self, key: str) -> None:
+        """Remove what a failed or killed writer left under *key* (parts, a
+        manifest), once this writer holds the key and no dataset is committed."""
+        if not self._store.supports(Capability.DELETE):
+            return
+        try:
+            names = [f.name for f in self._store.list_files(key)]
+        except NotFound:
+            return
+        for name in names:
+            if _own_file(name) and name not in (_SUCCESS, _WRITING):
+                self._store.delete(f"{key}/{name}", missing_ok=True)
 
     def _remove_parts(self, key: str, parts: list[PartInfo]) -> None:
         if not self._store.supports(Capability.DELETE):
@@ -1055,11 +1078,16 @@ class _Claim:
     def __init__(self, store: Store, key: str, token: bytes) -> None:
         self._store, self._key, self._path, self._token = store, key, f"{key}/{_WRITING}", token
 
+    @property
+    def token(self) -> bytes:
+        """What ``_WRITING`` holds while the claim is this writer's."""
+        return self._token
+
     @classmethod
     def take(cls, store: Store, key: str) -> _Claim:
         token = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "started_at": _now_iso()}).encode()
         try:
-            store.write(f"{key}/{_WRITING}", token, overwrite=False)
+            _create_own(store, f"{key}/{_WRITING}", token)
         except AlreadyExists:
             raise AlreadyExists(
                 f"a write to {key!r} is in progress, or a writer was killed before it finished; nothing was "
@@ -1083,3 +1111,18 @@ class _Claim:
         with contextlib.suppress(Exception):
             self.check()
             self._store.delete(self._path, missing_ok=True)
+
+
+def _create_own(store: Store, path: str, token: bytes) -> None:
+    """Create *path* holding *token*, create-only. A create whose reply was
+    lost and that was retried finds the object it made: if it holds
+    *token*, it is this writer's own; anything else is ``AlreadyExists``."""
+    try:
+        store.write(path, token, overwrite=False)
+    except AlreadyExists:
+        try:
+            there = store.read_bytes(path)
+        except NotFound:
+            there = None
+        if there != token:
+            raise

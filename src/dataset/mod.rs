@@ -10,19 +10,40 @@
 //!
 //! **One writer per key.** RFC-0008's part names are fixed (`data.parquet`,
 //! `part-NNNNN.parquet`), so two writers of one key would write the same
-//! objects. Before its first part, a writer creates `_WRITING` under the key
-//! with a create-only put (If-None-Match), holding a token of its own. A
-//! second writer's create fails, and it gets `AlreadyExists` before it
-//! writes anything. The holder checks that the claim is still its own before
-//! each part and before it commits; `_SUCCESS` is created create-only; the
-//! claim is removed after the commit. A writer killed mid-write leaves its
-//! claim: later `overwrite=False` writes refuse the key until
-//! `delete_dataset` or an `overwrite=True` write (which deletes everything
-//! under the key, the claim included, then claims it) clears it. An
-//! overwrite that takes the key from a live writer makes that writer fail at
-//! its next check; a part upload it already started can still land, so
-//! concurrent *overwrites* of one key are not supported (readers with
-//! `verify=True` detect the result).
+//! objects. The protocol below keeps them and still guarantees: a writer
+//! told ok keeps exactly its rows until a later write replaces them whole;
+//! of writers racing on one key (with or without `overwrite`), one commits
+//! its rows or none does; a reader never gets a mix.
+//!
+//! 1. **Claim.** A writer creates `_WRITING` under the key holding a token
+//!    of its own: create-only (If-None-Match) without `overwrite`, so a
+//!    second writer gets `AlreadyExists` before it writes anything; an
+//!    overwrite replaces it, so the writer it took the key from fails at
+//!    its next check. A create whose reply was lost reads the claim back
+//!    and recognises its own token.
+//! 2. **Clear.** Holding the claim, an overwrite removes `_SUCCESS` first
+//!    (readers then see no dataset, never a mix), then every other object
+//!    of the dataset layout under the key; a plain write removes what a
+//!    failed or killed writer left (parts, a manifest), as nothing is
+//!    committed there.
+//! 3. **Parts** are created create-only: a late part of a writer that lost
+//!    the key can never replace a part of the holder. A part larger than
+//!    one chunk goes up as a multipart upload, which object stores cannot
+//!    make create-only: it is completed only after the claim is checked and
+//!    its name found free.
+//! 4. **Commit.** With the claim checked once more, `manifest.json` and then
+//!    `_SUCCESS` (holding the writer's token) are created create-only; a
+//!    lost reply is recognised as the writer's own by its bytes.
+//! 5. **Check.** One LIST then confirms that every part and the manifest
+//!    are still the objects this writer created (size and ETag as their
+//!    PUTs reported them). If another writer's request landed in between,
+//!    the writer withdraws its `_SUCCESS` and fails with `ClaimLost`:
+//!    it is told ok only for a dataset that is exactly its own.
+//!
+//! A writer killed mid-write leaves its claim: later `overwrite=False`
+//! writes refuse the key until `delete_dataset` or an `overwrite=True`
+//! write clears it. A writer that lost the key never deletes anything
+//! there (the names may now be the new holder's).
 
 pub mod manifest;
 pub mod scan;
@@ -34,8 +55,6 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::buffered::BufWriter;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::{Error, Result};
@@ -103,6 +122,10 @@ pub struct WriteRequest {
     /// If set, parts are named `part-<prefix>-NNNNN.parquet` (unique per
     /// writer, e.g. per Spark task attempt) instead of RFC-0008's names.
     pub part_prefix: Option<String>,
+    /// Replace a dataset committed at the key, and take the key from a
+    /// writer that holds it ([`write_dataset`]); without it either is
+    /// `AlreadyExists`.
+    pub overwrite: bool,
 }
 
 /// The parts one writer produced: their names, summaries and schema.
@@ -111,6 +134,9 @@ pub struct WrittenParts {
     pub schema: SchemaRef,
     pub names: Vec<String>,
     pub summaries: Vec<PartSummary>,
+    /// Each part's ETag as its upload reported it (`None`: not reported,
+    /// or the part was renamed after its upload).
+    pub e_tags: Vec<Option<String>>,
 }
 
 /// A writer's hold on a dataset key: the `_WRITING` object it created.
@@ -127,7 +153,17 @@ impl Claim {
     pub async fn take(store: &StoreHandle, location: &str) -> Result<Self> {
         let key = child_key(location, WRITING);
         let token = new_token();
-        match store.put(&key, token.clone(), PutMode::Create).await {
+        // A create whose reply was lost and that was tried again finds the
+        // claim it made itself: that is this writer's claim, not another's.
+        let mut created = store.put_create_own(&key, token.clone()).await;
+        for _ in 0..2 {
+            // Released between the refused create and its read-back: try again.
+            if !matches!(created, Err(Error::NotFound { .. })) {
+                break;
+            }
+            created = store.put_create_own(&key, token.clone()).await;
+        }
+        match created {
             Ok(_) => Ok(Self { key, token }),
             Err(Error::AlreadyExists { .. }) => {
                 let since = store.try_head(&key).await.ok().flatten().map(|m| {
@@ -171,14 +207,19 @@ impl Claim {
     pub async fn check(&self, store: &StoreHandle) -> Result<()> {
         match store.get(&self.key).await {
             Ok(b) if b == self.token => Ok(()),
-            Ok(_) | Err(Error::NotFound { .. }) => Err(Error::ClaimLost {
-                key: self
-                    .key
-                    .trim_end_matches(WRITING)
-                    .trim_end_matches('/')
-                    .to_string(),
-            }),
+            Ok(_) | Err(Error::NotFound { .. }) => Err(self.lost()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The error of a writer whose claim another writer took.
+    fn lost(&self) -> Error {
+        Error::ClaimLost {
+            key: self
+                .key
+                .trim_end_matches(WRITING)
+                .trim_end_matches('/')
+                .to_string(),
         }
     }
 
@@ -324,7 +365,7 @@ async fn upload_part(
     dataset_key: String,
     name: PartName,
     mut chunks: mpsc::Receiver<Bytes>,
-) -> Result<String> {
+) -> Result<(String, Option<String>)> {
     let PartName {
         name: mut named,
         provisional,
@@ -357,18 +398,15 @@ async fn upload_part(
         }
     };
     let key = child_key(&dataset_key, &upload_as);
-    let mut writer =
-        BufWriter::with_capacity(store.object_store().clone(), store.path(&key)?, CHUNK)
-            .with_max_concurrency(uploads);
-    let mut size = 0u64;
+    let mut body = Body {
+        first: held,
+        multipart: None,
+        size: 0,
+    };
+    body.size = body.first.iter().map(|c| c.len() as u64).sum();
     let result: Result<Option<String>> = async {
-        for c in held {
-            size += c.len() as u64;
-            writer.put(c).await?;
-        }
         while let Some(c) = chunks.recv().await {
-            size += c.len() as u64;
-            writer.put(c).await?;
+            body.push(&store, &key, c, uploads).await?;
         }
         // The encoder is done: the name was sent before its last batch, or
         // never (an aborted part, which must not land).
@@ -381,23 +419,133 @@ async fn upload_part(
     let named = match result {
         Ok(n) => n,
         Err(e) => {
-            let _ = writer.abort().await;
+            if let Some(upload) = body.multipart.take() {
+                let _ = upload.abort().await;
+            }
             return Err(e);
         }
     };
-    // Completes the single PUT or the multipart upload: the object appears whole.
-    writer.shutdown().await?;
+    let size = body.size;
+    let e_tag = body.land(&store, &key, claim.as_ref()).await?;
     match named {
         Some(name) if name != upload_as => {
             let to = child_key(&dataset_key, &name);
             if rename_part(&store, claim.as_ref(), &key, &to, size).await? {
-                Ok(name)
+                Ok((name, None))
             } else {
-                Ok(upload_as)
+                Ok((upload_as, e_tag))
             }
         }
-        _ => Ok(upload_as),
+        _ => Ok((upload_as, e_tag)),
     }
+}
+
+/// The bytes of one part on their way up: held while they fit in one chunk
+/// (one create-only PUT), a multipart upload once they do not.
+struct Body {
+    first: Vec<Bytes>,
+    multipart: Option<object_store::WriteMultipart>,
+    size: u64,
+}
+
+impl Body {
+    /// Take one more chunk: a second chunk starts the multipart upload.
+    async fn push(&mut self, store: &StoreHandle, key: &str, c: Bytes, uploads: usize) -> Result<()> {
+        self.size += c.len() as u64;
+        self.first.push(c);
+        if self.multipart.is_none() && self.first.len() < 2 {
+            return Ok(());
+        }
+        let upload = match self.multipart.as_mut() {
+            Some(upload) => upload,
+            None => {
+                let started = store
+                    .object_store()
+                    .put_multipart_opts(&store.path(key)?, Default::default())
+                    .await
+                    .map_err(|e| Error::from(e).at_path(key))?;
+                self.multipart
+                    .insert(object_store::WriteMultipart::new_with_chunk_size(started, CHUNK))
+            }
+        };
+        for c in self.first.drain(..) {
+            upload.wait_for_capacity(uploads).await?;
+            upload.put(c);
+        }
+        Ok(())
+    }
+
+    /// Make the part appear whole at `key`, and return its ETag as the
+    /// store reported it. Under a claim nothing is replaced: a single PUT is
+    /// create-only, and a multipart upload completes only while the claim
+    /// holds and `key` is free (see [`make_room`]).
+    async fn land(self, store: &StoreHandle, key: &str, claim: Option<&Claim>) -> Result<Option<String>> {
+        match (self.multipart, claim) {
+            (Some(mut upload), claim) => {
+                let checked = async {
+                    upload.wait_for_capacity(0).await?;
+                    if let Some(claim) = claim {
+                        make_room(store, key, claim).await?;
+                    }
+                    Ok::<(), Error>(())
+                }
+                .await;
+                if let Err(e) = checked {
+                    let _ = upload.abort().await;
+                    return Err(e);
+                }
+                let done = upload
+                    .finish()
+                    .await
+                    .map_err(|e| Error::from(e).at_path(key))?;
+                Ok(done.e_tag)
+            }
+            (None, Some(claim)) => {
+                let data = Bytes::from(self.first.concat());
+                Ok(put_claimed(store, key, data, claim).await?.e_tag)
+            }
+            (None, None) => {
+                let data = Bytes::from(self.first.concat());
+                Ok(store.put(key, data, PutMode::Overwrite).await?.e_tag)
+            }
+        }
+    }
+}
+
+/// Create `key` with `data` for the holder of `claim`, never replacing
+/// another writer's object: create-only, recognising its own after a lost
+/// reply. An object already there is a leftover of a writer that lost the
+/// key (its request landed late): while the claim holds it is removed and
+/// the create tried once more; otherwise the claim was lost (`ClaimLost`).
+///
+/// Cost: 1 PUT; 1 GET, 1 DELETE and 1 PUT more only when `key` is taken.
+async fn put_claimed(
+    store: &StoreHandle,
+    key: &str,
+    data: Bytes,
+    claim: &Claim,
+) -> Result<crate::store::PutOutcome> {
+    match store.put_create_own(key, data.clone()).await {
+        Err(Error::AlreadyExists { .. }) => {
+            make_room(store, key, claim).await?;
+            store.put_create_own(key, data).await.map_err(|e| match e {
+                Error::AlreadyExists { .. } => claim.lost(),
+                other => other,
+            })
+        }
+        other => other,
+    }
+}
+
+/// Free `key` for the holder of `claim`: `ClaimLost` unless the claim
+/// still holds; then an object found at `key` is removed (a leftover that
+/// landed after the key was cleared). 1 GET, 1 HEAD (+1 DELETE).
+async fn make_room(store: &StoreHandle, key: &str, claim: &Claim) -> Result<()> {
+    claim.check(store).await?;
+    if store.try_head(key).await?.is_some() {
+        store.delete(key).await?;
+    }
+    Ok(())
 }
 
 /// Move a part uploaded under its provisional name `from` to its name `to`
@@ -455,7 +603,7 @@ async fn run_part(
     opts: EncodeOptions,
     batches: std::sync::mpsc::Receiver<PartMsg>,
     name: PartName,
-) -> Result<(String, PartSummary)> {
+) -> Result<(String, PartSummary, Option<String>)> {
     let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
     let encoder = tokio::task::spawn_blocking(move || {
         crate::error::contain(crate::parquet::encode::encoder_panic, || {
@@ -469,12 +617,12 @@ async fn run_part(
         // chunk channel, which it does on success and on failure alike. An
         // encoder failure after its last chunk would leave a complete-looking
         // object behind, so remove it.
-        (Err(e), Ok(name)) => {
+        (Err(e), Ok((name, _))) => {
             let _ = store.delete(&child_key(&dataset_key, &name)).await;
             Err(e)
         }
         (Err(e), Err(_)) | (Ok(_), Err(e)) => Err(e),
-        (Ok(summary), Ok(name)) => Ok((name, summary)),
+        (Ok(summary), Ok((name, e_tag))) => Ok((name, summary, e_tag)),
     }
 }
 
@@ -487,17 +635,24 @@ struct OpenPart {
 
 /// Write a dataset from `reader` (fast path). Returns the manifest written.
 ///
-/// Preconditions (existence, overwrite, capabilities) are the caller's: this
-/// writes parts, then `manifest.json`, then `_SUCCESS`, or, on failure,
-/// neither of the last two.
+/// Capabilities are the caller's: this claims the key, clears it, writes
+/// parts, then `manifest.json`, then `_SUCCESS`, and checks the result (see
+/// the module docs), or, on failure, commits nothing.
 ///
-/// The key is claimed first (see the module docs): `AlreadyExists` if a
-/// dataset is committed there or another writer holds it, before any part
-/// is written. Then the key must be free of tables and pipelines, and of
-/// anything inside or around it ([`occupancy::check_free`]: 5 HEADs per
-/// level of the key and 1 LIST): `KeyOccupied` otherwise. The claim is
-/// checked once more (1 GET) before the first part. Types pds cannot store fail with `UnsupportedType` before any
-/// I/O.
+/// Without `req.overwrite`: `AlreadyExists` if a dataset is committed at
+/// the key or another writer holds it, before any part is written. With
+/// it, the committed dataset is withdrawn (`_SUCCESS` first) and removed,
+/// and a writer holding the key loses it. Either way the key must be free
+/// of tables and pipelines, and of anything inside or around it
+/// ([`occupancy::check_free`]: 5 HEADs per level of the key and 1 LIST):
+/// `KeyOccupied` otherwise. Types pds cannot store fail with
+/// `UnsupportedType` before any I/O.
+///
+/// Cost besides the parts: the claim (1 PUT, 1 GET per check: before the
+/// clear, before each part after the first, before the commit; 1 GET and 1
+/// DELETE to release it), the clear (1 LIST, and a DELETE per object found;
+/// +1 DELETE for `_SUCCESS` with `overwrite`), the commit (2 PUTs) and its
+/// check (1 LIST).
 pub fn write_dataset(
     store: Arc<StoreHandle>,
     reader: Box<dyn RecordBatchReader + Send>,
@@ -507,25 +662,33 @@ pub fn write_dataset(
     crate::store::keys::object_segments(&req.location)?;
     crate::parquet::storage_types::check_writable(&reader.schema())?;
     let location = req.location.clone();
+    let overwrite = req.overwrite;
     let claim = crate::runtime::block_on({
         let store = store.clone();
         async move {
-            let claim = Claim::take(&store, &location).await?;
+            let claim = if overwrite {
+                Claim::take_over(&store, &location).await?
+            } else {
+                Claim::take(&store, &location).await?
+            };
             // Checked once the key is claimed, so that a table or pipeline
             // creator checking after this sees the claim.
             let free = async {
                 occupancy::check_free(store.as_ref(), &location, Kind::Dataset).await?;
-                if store
-                    .try_head(&child_key(&location, SUCCESS))
-                    .await?
-                    .is_some()
+                if !overwrite
+                    && store
+                        .try_head(&child_key(&location, SUCCESS))
+                        .await?
+                        .is_some()
                 {
                     return Err(Error::AlreadyExists {
                         path: location.clone(),
                     });
                 }
-                // An overwrite may have taken the key during the checks: the
-                // first part is written only while the claim still holds.
+                // Another writer may have taken the key during the checks:
+                // nothing is removed unless the claim still holds.
+                claim.check(&store).await?;
+                clear_for_write(&store, &location, overwrite).await?;
                 claim.check(&store).await
             };
             match free.await {
@@ -541,12 +704,8 @@ pub fn write_dataset(
         let parts = write_parts_claimed(store.clone(), reader, &opts, &req, Some(&claim))?;
         let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
         crate::runtime::block_on(async {
-            let mut committed = async {
-                claim.check(&store).await?;
-                commit(&store, &req.location, &manifest).await
-            }
-            .await;
-            // Failing because an overwrite took the key is the lost claim:
+            let mut committed = commit_claimed(&store, &req.location, &manifest, &parts, &claim).await;
+            // Failing because another writer took the key is the lost claim:
             // the key and its part names are the other writer's now.
             if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
                 if let Err(lost @ Error::ClaimLost { .. }) = claim.check(&store).await {
@@ -571,6 +730,120 @@ pub fn write_dataset(
     })();
     let _ = crate::runtime::block_on(claim.release(&store));
     result
+}
+
+/// Make the key ready for the holder of a claim: with `overwrite`, withdraw
+/// the committed dataset (`_SUCCESS` first); then remove every other object
+/// of the dataset layout but the claim (parts and a manifest of an earlier
+/// dataset, or left by a failed or killed writer). 1 LIST, a DELETE per
+/// object found (batched where the store can), +1 DELETE with `overwrite`.
+async fn clear_for_write(store: &StoreHandle, location: &str, overwrite: bool) -> Result<()> {
+    if overwrite {
+        store.delete(&child_key(location, SUCCESS)).await?;
+    }
+    let stale = own_objects(store, location, &[SUCCESS, WRITING]).await?;
+    store.delete_many(&stale).await
+}
+
+/// The keys of the dataset layout's objects directly under `dataset_key`
+/// (see [`is_own_object`]), but those named in `except`. 1 LIST.
+async fn own_objects(store: &StoreHandle, dataset_key: &str, except: &[&str]) -> Result<Vec<String>> {
+    let listing = store.list(dataset_key, false).await?;
+    let root = format!("{}/", dataset_key.trim_end_matches('/'));
+    Ok(listing
+        .objects
+        .into_iter()
+        .filter(|o| {
+            o.key
+                .strip_prefix(&root)
+                .is_some_and(|name| is_own_object(name) && !except.contains(&name))
+        })
+        .map(|o| o.key)
+        .collect())
+}
+
+/// Commit `manifest` for the holder of `claim` whose parts are `parts`:
+/// the claim checked, `manifest.json` and `_SUCCESS` (holding the claim's
+/// token) created create-only, then one LIST to confirm that the parts and
+/// the manifest are still the objects this writer created. If another
+/// writer's request replaced or removed one meanwhile, `_SUCCESS` is
+/// withdrawn and the result is `ClaimLost`; if another writer committed
+/// first, `AlreadyExists`.
+async fn commit_claimed(
+    store: &StoreHandle,
+    key: &str,
+    manifest: &Manifest,
+    parts: &WrittenParts,
+    claim: &Claim,
+) -> Result<()> {
+    claim.check(store).await?;
+    let json = Bytes::from(manifest.to_json()?);
+    let size = json.len() as u64;
+    let put = put_claimed(store, &child_key(key, MANIFEST), json, claim).await?;
+    let marker = child_key(key, SUCCESS);
+    store
+        .put_create_own(&marker, claim.token().clone())
+        .await
+        .map_err(|e| match e {
+            Error::AlreadyExists { .. } => Error::AlreadyExists {
+                path: key.to_string(),
+            },
+            other => other,
+        })?;
+    let mut expected: Vec<(&str, u64, Option<&str>)> = parts
+        .names
+        .iter()
+        .zip(&parts.summaries)
+        .zip(&parts.e_tags)
+        .map(|((n, s), e)| (n.as_str(), s.size_bytes, e.as_deref()))
+        .collect();
+    expected.push((MANIFEST, size, put.e_tag.as_deref()));
+    let landed = match store.list(key, false).await {
+        Ok(listing) => all_landed(key, &listing.objects, &expected),
+        Err(e) => Err(e),
+    };
+    if landed.is_err() {
+        // Ours only while it holds our token: then no other writer's
+        // `_SUCCESS` can be there, as it is created create-only.
+        if store.get(&marker).await.is_ok_and(|b| b == *claim.token()) {
+            let _ = store.delete(&marker).await;
+        }
+    }
+    landed.map_err(|e| match e {
+        Error::ClaimLost { .. } => claim.lost(),
+        other => other,
+    })
+}
+
+/// `Ok` if each of `expected` (name, size, ETag as its PUT reported it) is
+/// among `objects` with that size and ETag (the ETag compared where both
+/// sides know it); `ClaimLost` if one was removed or replaced.
+fn all_landed(key: &str, objects: &[crate::store::Meta], expected: &[(&str, u64, Option<&str>)]) -> Result<()> {
+    let root = format!("{}/", key.trim_end_matches('/'));
+    let found: BTreeMap<&str, &crate::store::Meta> = objects
+        .iter()
+        .filter_map(|o| Some((o.key.strip_prefix(&root)?, o)))
+        .collect();
+    let same_tag = |a: Option<&str>, b: Option<&str>| match (a, b) {
+        (Some(a), Some(b)) => normal_e_tag(a) == normal_e_tag(b),
+        _ => true,
+    };
+    for (name, size, e_tag) in expected {
+        match found.get(name) {
+            Some(o) if o.size == *size && same_tag(o.e_tag.as_deref(), *e_tag) => {}
+            _ => {
+                return Err(Error::ClaimLost {
+                    key: key.to_string(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An ETag without its weak prefix and quotes (stores differ in both).
+fn normal_e_tag(tag: &str) -> &str {
+    tag.trim_start_matches("W/").trim_matches('"')
 }
 
 /// Encode and upload the parts of `reader` under `req.location`, without
@@ -626,7 +899,8 @@ fn write_parts_claimed(
 
     // The splitter runs on this (GIL-free) thread; parts run on the runtime.
     let permits = Arc::new(Semaphore::new(parallelism));
-    let mut tasks: Vec<tokio::task::JoinHandle<Result<(String, PartSummary)>>> = Vec::new();
+    type Landed = (String, PartSummary, Option<String>);
+    let mut tasks: Vec<tokio::task::JoinHandle<Result<Landed>>> = Vec::new();
     let mut open: Option<OpenPart> = None;
     let mut failure: Option<Error> = None;
 
@@ -708,11 +982,13 @@ fn write_parts_claimed(
 
     let mut written = Vec::new();
     let mut summaries = Vec::new();
+    let mut e_tags = Vec::new();
     for t in tasks {
         match handle.block_on(t) {
-            Ok(Ok((name, summary))) => {
+            Ok(Ok((name, summary, e_tag))) => {
                 written.push(name);
                 summaries.push(summary);
+                e_tags.push(e_tag);
             }
             Ok(Err(e)) => {
                 failure.get_or_insert(e);
@@ -744,6 +1020,7 @@ fn write_parts_claimed(
         schema,
         names: written,
         summaries,
+        e_tags,
     })
 }
 
@@ -781,33 +1058,6 @@ pub fn build_manifest(
     })
 }
 
-/// Write `manifest.json`, then `_SUCCESS` (create-only: if another writer
-/// committed meanwhile, `AlreadyExists`): the commit.
-pub async fn commit(store: &StoreHandle, dataset_key: &str, manifest: &Manifest) -> Result<()> {
-    let json = manifest.to_json()?;
-    store
-        .put(
-            &child_key(dataset_key, MANIFEST),
-            Bytes::from(json),
-            PutMode::Overwrite,
-        )
-        .await?;
-    store
-        .put(
-            &child_key(dataset_key, SUCCESS),
-            Bytes::new(),
-            PutMode::Create,
-        )
-        .await
-        .map_err(|e| match e {
-            Error::AlreadyExists { .. } => Error::AlreadyExists {
-                path: dataset_key.to_string(),
-            },
-            other => other,
-        })?;
-    Ok(())
-}
-
 /// Whether `name`, directly under a dataset key, is one of the dataset's
 /// own objects: the commit marker, the manifest, the writer's claim, and
 /// the parts (`data.parquet`, `part-*.parquet`). Anything else, and
@@ -830,18 +1080,7 @@ pub async fn delete_own(store: &StoreHandle, dataset_key: &str) -> Result<()> {
     crate::store::keys::object_segments(dataset_key)?;
     let marker = child_key(dataset_key, SUCCESS);
     store.delete(&marker).await?;
-    let listing = store.list(dataset_key, false).await?;
-    let root = format!("{}/", dataset_key.trim_end_matches('/'));
-    let own: Vec<String> = listing
-        .objects
-        .iter()
-        .filter(|o| {
-            o.key
-                .strip_prefix(&root)
-                .is_some_and(|name| is_own_object(name) && name != SUCCESS)
-        })
-        .map(|o| o.key.clone())
-        .collect();
+    let own = own_objects(store, dataset_key, &[SUCCESS]).await?;
     store.delete_many(&own).await?;
     store.delete(&marker).await?;
     let owns = |rel: &str, folder: bool| !folder && is_own_object(rel);
@@ -1072,6 +1311,14 @@ pub async fn expected_schema(
 ///
 /// With `verify`, every part is fetched whole and its SHA-256 checked against
 /// the manifest before it is decoded.
+///
+/// A dataset overwritten while it is read shows as a part missing, of
+/// another size or failing its checksums. Then the manifest is read again:
+/// if it changed, the read starts over once from the new one; if that
+/// fails the same way too, or the dataset was withdrawn, the error is
+/// `DatasetIncomplete` saying the dataset was replaced while it was read.
+/// If the manifest did not change, the first error stands (the part is
+/// damaged, not replaced).
 pub fn read_dataset(
     store: Arc<StoreHandle>,
     dataset_key: &str,
@@ -1080,6 +1327,63 @@ pub fn read_dataset(
     io: usize,
     read: Option<&[u8]>,
 ) -> Result<Decoded> {
+    crate::store::keys::object_segments(dataset_key)?;
+    let used = match read {
+        Some(raw) => Bytes::copy_from_slice(raw),
+        None => crate::runtime::block_on(read_committed_manifest(&store, dataset_key))??.1,
+    };
+    let first = read_once(store.clone(), dataset_key, opts.clone(), verify, io, &used);
+    let Err(found) = first else { return first };
+    if !may_be_replaced(&found) {
+        return Err(found);
+    }
+    let replaced = |e: &Error| Error::DatasetIncomplete {
+        key: dataset_key.to_string(),
+        reason: format!(
+            "the dataset was replaced or deleted while it was read ({e}); read it again"
+        ),
+    };
+    let now = match crate::runtime::block_on(read_committed_manifest(&store, dataset_key))? {
+        Ok((_, now)) => now,
+        Err(Error::DatasetIncomplete { .. } | Error::NotFound { .. }) => {
+            return Err(replaced(&found))
+        }
+        Err(e) => return Err(e),
+    };
+    if now == used {
+        return Err(found);
+    }
+    read_once(store, dataset_key, opts, verify, io, &now).map_err(|e| {
+        if may_be_replaced(&e) {
+            replaced(&e)
+        } else {
+            e
+        }
+    })
+}
+
+/// Whether a read's error is what a dataset overwritten under the reader
+/// looks like: a part gone, of another size or content, or fewer rows.
+fn may_be_replaced(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::NotFound { .. }
+            | Error::DatasetIncomplete { .. }
+            | Error::PartCorrupted { .. }
+            | Error::ManifestCorrupted { .. }
+    )
+}
+
+/// [`read_dataset`] once, from the manifest text `raw`.
+fn read_once(
+    store: Arc<StoreHandle>,
+    dataset_key: &str,
+    opts: ReadOptions,
+    verify: bool,
+    io: usize,
+    raw: &[u8],
+) -> Result<Decoded> {
+    let read = Some(raw);
     let io = io.max(1);
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {

@@ -894,6 +894,8 @@ impl PartStream {
 pub struct Footer {
     metadata: ArrowReaderMetadata,
     size: u64,
+    /// The ETag of the object it was read from (see [`Footer::e_tag`]).
+    e_tag: Option<String>,
 }
 
 impl Footer {
@@ -1027,16 +1029,25 @@ async fn read_footer_with(
     hint: Option<u64>,
     options: ArrowReaderOptions,
 ) -> Result<Footer> {
-    let builder = open_footer(store, key, size, hint, options.clone()).await?;
+    let (builder, e_tag) = open_footer(store, key, size, hint, options.clone()).await?;
     let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)
         .map_err(corrupted(key))?;
-    Ok(Footer { metadata, size })
+    Ok(Footer {
+        metadata,
+        size,
+        e_tag,
+    })
 }
 
 impl Footer {
     /// The parsed footer (and page index, if it was read).
     pub fn metadata(&self) -> &ArrowReaderMetadata {
         &self.metadata
+    }
+
+    /// The ETag of the object the footer was read from, if the store gave one.
+    pub fn e_tag(&self) -> Option<&str> {
+        self.e_tag.as_deref()
     }
 }
 
@@ -1128,12 +1139,16 @@ async fn open_footer(
     size: u64,
     hint: Option<u64>,
     options: ArrowReaderOptions,
-) -> Result<ParquetRecordBatchStreamBuilder<ObjectRangeReader>> {
+) -> Result<(
+    ParquetRecordBatchStreamBuilder<ObjectRangeReader>,
+    Option<String>,
+)> {
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size)
         .with_footer_hint(hint);
-    crate::error::catch_unwind_future(ParquetRecordBatchStreamBuilder::new_with_options(
-        reader, options,
-    ))
+    let seen = reader.clone();
+    let builder = crate::error::catch_unwind_future(
+        ParquetRecordBatchStreamBuilder::new_with_options(reader, options),
+    )
     .await
     .unwrap_or_else(|payload| {
         Err(ParquetError::General(format!(
@@ -1141,7 +1156,8 @@ async fn open_footer(
             panic_message(payload.as_ref())
         )))
     })
-    .map_err(corrupted(key))
+    .map_err(corrupted(key))?;
+    Ok((builder, seen.seen_e_tag()))
 }
 
 /// The row count of each row group of a part, from its footer alone.
@@ -1149,6 +1165,7 @@ pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>>
     let size = store.head(key).await?.size;
     Ok(open_footer(store, key, size, None, Default::default())
         .await?
+        .0
         .metadata()
         .row_groups()
         .iter()

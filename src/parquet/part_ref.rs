@@ -68,18 +68,21 @@ async fn footer_or_hit(store: &StoreHandle, part: &PartRef) -> Result<(Arc<Foote
 
 /// [`footer`], and the check that `part` is still there at its recorded
 /// size: the footer's GET is that check, and a footer from the cache is
-/// followed by one HEAD.
+/// followed by one HEAD. A cached footer of another version of the object
+/// than the one there now is dropped, and the footer read again.
 pub async fn checked_footer(store: &StoreHandle, part: &PartRef) -> Result<Arc<Footer>> {
     let (footer, hit) = footer_or_hit(store, part).await?;
-    if hit {
-        still_there(store, part).await?;
+    if hit && !still_there(store, part, &footer).await? {
+        return Ok(footer_or_hit(store, part).await?.0);
     }
     Ok(footer)
 }
 
 /// One HEAD: `part` is there, at its recorded size (`NotFound` if it is
-/// gone, `PartCorrupted` if it is another size).
-pub async fn still_there(store: &StoreHandle, part: &PartRef) -> Result<()> {
+/// gone, `PartCorrupted` if it is another size). `Ok(false)`: it is, but
+/// it is not the object `footer` was read from (another ETag): the cached
+/// footer is dropped, as a replaced part may differ whatever its size.
+pub async fn still_there(store: &StoreHandle, part: &PartRef, footer: &Footer) -> Result<bool> {
     let meta = store.head(&part.key).await?;
     if meta.size != part.size {
         return Err(Error::PartCorrupted {
@@ -87,7 +90,18 @@ pub async fn still_there(store: &StoreHandle, part: &PartRef) -> Result<()> {
             reason: crate::parquet::range_reader::wrong_size(meta.size, part.size),
         });
     }
-    Ok(())
+    let same = match (meta.e_tag.as_deref(), footer.e_tag()) {
+        (Some(now), Some(then)) => now == then,
+        _ => true,
+    };
+    if !same {
+        for page_index in [false, true] {
+            if let Some(key) = part.cache_key(page_index) {
+                store.cache().remove(&key);
+            }
+        }
+    }
+    Ok(same)
 }
 
 fn cached_footer(store: &StoreHandle, part: &PartRef, page_index: bool) -> Option<Arc<Footer>> {
@@ -155,8 +169,18 @@ pub async fn read(
     if !hit {
         return decode.await; // the footer's GET was the check
     }
-    let ((), decoded) = futures::try_join!(still_there(store, part), decode)?;
-    Ok(decoded)
+    // A decode through another version's footer may fail as well: whether
+    // the footer was the object's decides which result stands.
+    let (same, decoded) = futures::join!(still_there(store, part, &footer), decode);
+    if same? {
+        return decoded;
+    }
+    // The cached footer was another version's (now dropped): read afresh.
+    let (footer, _) = footer_or_hit(store, part).await?;
+    decode::open_part_with(store, &part.key, &footer, opts)
+        .await?
+        .read_all()
+        .await
 }
 
 #[cfg(test)]

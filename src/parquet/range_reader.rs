@@ -40,6 +40,8 @@ pub struct ObjectRangeReader {
     prefetch: usize,
     /// The row groups' chunks requested ahead of the decoder, if planned.
     ahead: Option<Arc<ReadAhead>>,
+    /// The object's ETag as the first ranged GET's reply stated it.
+    e_tag: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl ObjectRangeReader {
@@ -51,7 +53,14 @@ impl ObjectRangeReader {
             checksums: None,
             prefetch: FOOTER_PREFETCH,
             ahead: None,
+            e_tag: Arc::default(),
         }
+    }
+
+    /// The object's ETag as this reader's (or a clone's) first ranged GET
+    /// saw it: the version of the object its footer was read from.
+    pub fn seen_e_tag(&self) -> Option<String> {
+        self.e_tag.lock().ok().and_then(|t| t.clone())
     }
 
     /// Serve planned requests through `ahead` (see [`crate::parquet::read_ahead`]).
@@ -92,6 +101,7 @@ impl ObjectRangeReader {
             checksums,
             prefetch: FOOTER_PREFETCH,
             ahead: None,
+            e_tag: Arc::default(),
         })
     }
 
@@ -149,6 +159,11 @@ impl AsyncFileReader for ObjectRangeReader {
             };
             if got.meta.size != self.size {
                 return Err(self.wrong_size(got.meta.size));
+            }
+            if let Ok(mut seen) = self.e_tag.lock() {
+                if seen.is_none() {
+                    seen.clone_from(&got.meta.e_tag);
+                }
             }
             let data = match got.bytes().await {
                 Ok(d) => d,

@@ -54,7 +54,7 @@ pub fn read_options(
 #[pyfunction]
 #[pyo3(signature = (
     store, key, data, *, dataset_key, compression, row_group_size, max_rows_per_file,
-    schema_hash, run_id, metadata, total_rows, parallelism, io_concurrency=None
+    schema_hash, run_id, metadata, total_rows, parallelism, io_concurrency=None, overwrite=false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_dataset(
@@ -72,10 +72,12 @@ pub fn write_dataset(
     total_rows: Option<u64>,
     parallelism: usize,
     io_concurrency: Option<usize>,
+    overwrite: bool,
 ) -> PyResult<String> {
     let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
     let reader = data.into_reader()?;
     let req = WriteRequest {
+        overwrite,
         location: key,
         dataset_key,
         schema_hash,

@@ -57,7 +57,7 @@ from remote_store import Capability, RemotePath, Store
 from pds import _core
 from pds.backend import ObjectStoreBackend, open_store
 from pds.dataset import ParquetDatasetStore
-from pds.errors import AlreadyExists, CapabilityNotSupported, DatasetIncomplete, InvalidPath
+from pds.errors import AlreadyExists, CapabilityNotSupported, DatasetIncomplete, InvalidPath, NotFound
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
 from pds.spark._schema import conform_batches
 
@@ -387,15 +387,19 @@ class WriteJob(StoreJob):
     ) -> TaskParts:
         """Encode and upload this task's rows as uncommitted parts (executor side).
 
-        The batches are cast to the job's schema. A task without rows writes
-        nothing. *identity* (partition id, attempt number, task attempt id,
-        cpus) defaults to the running Spark task's.
+        The batches' columns are matched to the job's schema by name and
+        cast to its types (:func:`pds.spark._schema.conform_batches`). A
+        task without rows writes nothing. *identity* (partition id, attempt
+        number, task attempt id, cpus) defaults to the running Spark task's.
 
         Raises:
             RuntimeError: outside a Spark task and no *identity*.
-            DataError: the batches failed while they were read (parts already
-                uploaded by this call are removed).
-            pyarrow.ArrowInvalid: a value the dataset schema cannot hold.
+            pds.SchemaMismatch: the first batch with rows has other column
+                names than the schema's, or a value its column's type cannot
+                hold (naming the column); nothing is uploaded.
+            DataError: the batches failed while they were read, a later
+                batch's ``SchemaMismatch`` included (its message is in the
+                error's); parts already uploaded by this call are removed.
         """
         partition_id, attempt, attempt_id, cpus = identity or _task_identity()
         stream = conform_batches(iter(batches), self.schema)
@@ -510,8 +514,13 @@ class WriteJob(StoreJob):
         _core.dataset_claim_check(rust, location, self.claim)
         self.store.write_atomic(f"{self.key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
         try:
-            rust.put(success, b"", mode="create")
+            # The marker holds the claim's token: a create whose reply was
+            # lost and that was retried recognises its own marker.
+            rust.put(success, self.claim, mode="create")
         except AlreadyExists:
+            if self.claim and _held(rust, success) == self.claim:
+                _core.dataset_claim_release(rust, location, self.claim)
+                return manifest
             raise AlreadyExists(
                 f"another writer committed a dataset at {self.key!r} while this job ran; this job was not committed",
                 path=self.key,
@@ -551,6 +560,14 @@ class WriteJob(StoreJob):
             _log.warning(
                 "pds.spark: could not release the claim of aborted job %s on %r: %s", self.job_id, self.key, exc
             )
+
+
+def _held(rust: _core.RustStore, key: str) -> bytes | None:
+    """What *key* holds, or ``None`` if it is gone."""
+    try:
+        return rust.get(key)
+    except NotFound:
+        return None
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:

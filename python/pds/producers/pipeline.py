@@ -605,12 +605,7 @@ class Pipeline:
             given = as_arrow(ch.upserts, f"changes[{name!r}] upserts")
             dels = as_table(ch.deletes, f"changes[{name!r}] deletes")
             if dels is not None:
-                extra = [c for c in dels.column_names if c not in node.key_names]
-                if extra:
-                    raise SchemaMismatch(
-                        f"source {name!r} deletes: extra columns {extra}; deletes hold only the key "
-                        f"columns {node.key_names}"
-                    )
+                check_delete_columns(dels.column_names, node.key_names, f"source {name!r} deletes")
             dels = conform_table(dels, node.key, f"source {name!r} deletes")
             failed: list[BaseException] = []
             ups: Upserts
@@ -1027,6 +1022,14 @@ def check_columns(names: Sequence[str], schema: pa.Schema, what: str) -> None:
     missing = [f.name for f in schema if f.name not in set(names)]
     if missing:
         raise SchemaMismatch(f"{what}: missing columns {missing} (has {list(names)})")
+
+
+def check_delete_columns(names: Sequence[str], key_names: Sequence[str], what: str) -> None:
+    """``SchemaMismatch`` naming the columns among *names* (a source's
+    deletes') that are not key columns: deletes hold only *key_names*."""
+    extra = [c for c in names if c not in key_names]
+    if extra:
+        raise SchemaMismatch(f"{what}: extra columns {extra}; deletes hold only the key columns {list(key_names)}")
 
 
 def _conform_stream(

@@ -4,7 +4,7 @@ range (see :mod:`pds.spark._pipeline_update` for the whole update).
 
 1. **check** (:meth:`SparkSources.check`, before the update writes
    anything): on the driver, the columns and their types from each
-   DataFrame's schema; then one Spark job per changed source that conforms
+   DataFrame's schema (deletes hold only the key columns); then one Spark job per changed source that conforms
    every Arrow batch as :meth:`pds.Pipeline.update` conforms a table
    (:func:`pds.producers.pipeline.conform_table`: a null key, a value its
    column cannot hold exactly), counts the rows and samples keys; and, for
@@ -44,7 +44,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers.changes import Changes
-from pds.producers.pipeline import SourceTask, check_columns, conform_table
+from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
 from pds.spark._job_group import tagged
 from pds.spark._pipeline_tasks import MAX_RANGES, ROWS, SparkNodes, batches, out, split
 from pds.spark._workers import explain_worker_failure
@@ -261,18 +261,22 @@ class SparkSources(SparkNodes):
 
     def check(self, given: Mapping[str, Frames]) -> dict[str, SourceChange]:
         """Every source's changes checked as :meth:`pds.Pipeline.update`
-        checks them, before any write: an unknown source, a missing
-        column, a type no value of which fits (on the driver, from the
-        schemas); a null key, a value its column cannot hold exactly, a key
-        both upserted and deleted (Spark jobs that write nothing). Sources
-        whose changes hold no row are left out."""
-        checked: dict[str, SourceChange] = {}
-        for name, (ups, dels) in given.items():
+        checks them, before any write: an unknown source, deletes with a
+        column that is not a key column, a missing column, a type no value
+        of which fits (on the driver, from the schemas, for every source
+        before any Spark job); a null key, a value its column cannot hold
+        exactly, a key both upserted and deleted (Spark jobs that write
+        nothing). Sources whose changes hold no row are left out."""
+        for name, (ups, dels) in given.items():  # on the driver, every source before any job
             node = self.p._source_node(name)
             if dels is not None:
+                check_delete_columns(dels.columns, node.key_names, f"source {name!r} deletes")
                 _check_types(dels, node.key, f"source {name!r} deletes")
             if ups is not None:
                 _check_types(ups, node.public_schema, f"source {name!r} upserts")
+        checked: dict[str, SourceChange] = {}
+        for name, (ups, dels) in given.items():
+            node = self.p._source_node(name)
             if ups is None and dels is None:
                 continue
             upserted, deleted, samples = self._check_rows(name, ups, dels)

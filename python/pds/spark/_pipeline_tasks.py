@@ -100,7 +100,12 @@ _TASK_ERROR = re.compile(
     r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[(?P<cls>\w+)\])?|errors\.(?P<schema>SchemaMismatch)): "
     r"(?P<message>[^\n]*)"
 )
-_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on key (?P<key>.*?): (?P<cls>\w+): (?P<error>.*)$")
+#: A ``ProduceError``'s message: ``stage 'n' failed on key K: Class: error``, or
+#: ``failed on keys A … B`` for a batched call (:func:`pds.producers.errors.produce_error`).
+_PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on (?P<keys>keys?) (?P<rest>.*)$")
+#: Where the key or keys may end: before ``: Class: `` (the user's exception).
+_CLASS = re.compile(r": (?=(\w+): )")
+_RANGE = " … "
 #: A store error's last traceback line: ``remote_store._errors.NotFound: message | path='k'``.
 _STORE_ERROR = re.compile(
     r"^(?P<module>(?:remote_store|pds)(?:\.\w+)*)\.(?P<cls>\w+): (?P<message>.*?)"
@@ -131,32 +136,84 @@ def _store_error(text: str) -> RemoteStoreError | None:
     return made
 
 
+def _literal(text: str) -> tuple[bool, Any]:
+    """``(True, value)`` of the Python literal *text* (a key's repr), else
+    ``(False, text)``."""
+    try:
+        return True, ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False, text
+
+
+def _keys(text: str, batched: bool) -> tuple[Any, Any] | tuple[Any] | None:
+    """The key of *text* (``K``: ``(key,)``) or, *batched*, its first and
+    last key (``A … B``: ``(first, last)``), if each is a Python literal;
+    else ``None``."""
+    if not batched:
+        ok, key = _literal(text)
+        return (key,) if ok else None
+    at = text.find(_RANGE)
+    while at >= 0:
+        (ok, first), (ok_last, last) = _literal(text[:at]), _literal(text[at + len(_RANGE) :])
+        if ok and ok_last:
+            return first, last
+        at = text.find(_RANGE, at + 1)
+    return None
+
+
+def _produce_where(message: str) -> tuple[str, tuple[Any, Any] | tuple[Any], str, str] | None:
+    """A ``ProduceError`` message read back: ``(stage, keys, the user's
+    exception class name, its message)``, *keys* ``(key,)`` or, for a
+    batched call, ``(first, last)``; ``None`` if it is not one. A key's
+    repr may hold the message's own separators (``: Name: ``, `` … ``):
+    the first reading whose keys are Python literals is taken, else the
+    first reading, with the keys as text."""
+    found = _PRODUCE.match(message)
+    if found is None:
+        return None
+    rest, batched = found.group("rest"), found.group("keys") == "keys"
+    first_reading: tuple[str, str, str] | None = None
+    for end in _CLASS.finditer(rest):
+        text, cls = rest[: end.start()], end.group(1)
+        error = rest[end.end() + len(cls) + 2 :]
+        keys = _keys(text, batched)
+        if keys is not None:
+            return found.group("stage"), keys, cls, error
+        first_reading = first_reading or (text, cls, error)
+    if first_reading is None:
+        return None
+    text, cls, error = first_reading
+    if not batched:
+        return found.group("stage"), (text,), cls, error
+    first, range_, last = text.partition(_RANGE)
+    return found.group("stage"), (first, last if range_ else first), cls, error
+
+
 def unwrapped(exc: BaseException) -> BaseException:
     """The pds error a task raised, as the local update raises it, when
     Spark's error carries one: ``SchemaMismatch``, or ``ProduceError``
-    naming the stage and the key (the key as Python reads its repr back,
-    else the repr), also an instance of the user's exception class where
-    that is a built-in one (``except ZeroDivisionError`` catches it);
-    a store error (``remote_store.BackendUnavailable``, say) as its own
-    class, with its message and path; else *exc*."""
+    naming the stage and the key (a batched call: its first and last keys,
+    ``key`` and ``last_key``; each as Python reads its repr back, else the
+    repr), also an instance of the user's exception class where that is a
+    built-in one (``except ZeroDivisionError`` catches it); a store error
+    (``remote_store.BackendUnavailable``, say) as its own class, with its
+    message and path; else *exc*."""
     found = _TASK_ERROR.search(str(exc))
     if found is None:
         return _store_error(str(exc)) or exc
     message = found.group("message")
     if found.group("schema"):
         return SchemaMismatch(message)
-    where = _PRODUCE.match(message)
+    where = _produce_where(message)
     if where is None:
         return ProduceError(message)
-    key: Any = where.group("key")
-    with contextlib.suppress(ValueError, SyntaxError):  # else the key's repr, as text
-        key = ast.literal_eval(key)
-    cls = getattr(builtins, where.group("cls"), None)
-    original: BaseException = Exception(where.group("error"))
+    stage, keys, cls_name, error = where
+    cls = getattr(builtins, cls_name, None)
+    original: BaseException = Exception(error)
     if isinstance(cls, type) and issubclass(cls, Exception):
         with contextlib.suppress(Exception):
-            original = cls(where.group("error"))
-    made = produce_error(original, where.group("stage"), key)
+            original = cls(error)
+    made = produce_error(original, stage, *keys)
     made.args = (message,)
     return made
 

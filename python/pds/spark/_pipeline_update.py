@@ -222,12 +222,14 @@ def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]
         changes: Source name -> a DataFrame of upserts, a
             ``(upserts, deletes)`` pair of DataFrames (either may be
             ``None``), or a :class:`pds.Changes` of DataFrames. Deletes hold
-            the source's key columns.
+            the source's key columns only.
 
     Raises what :meth:`pds.Pipeline.update` raises, before any write where
     it does so: ``ValueError`` (a key both upserted and deleted, an unknown
-    source), ``pds.SchemaMismatch``, ``pds.ProduceError`` (naming the stage
-    and the key), ``pds.CommitConflict`` (nothing of this update committed),
+    source), ``pds.SchemaMismatch`` (deletes with a column that is not a
+    key column, before any Spark job), ``pds.ProduceError`` (naming the
+    stage and the key; a batched ``Produce``: the first and last keys of
+    its call, as ``key`` and ``last_key``), ``pds.CommitConflict`` (nothing of this update committed),
     ``pds.CommitUnknown``; and :class:`pds.spark.SparkWorkerError` when the
     workers cannot import pds. A failed job commits nothing and removes what
     its tasks wrote.

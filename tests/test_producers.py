@@ -663,12 +663,12 @@ def test_exact_values_are_accepted_in_both_forms_and_inexact_batched_columns_are
         with pytest.raises(SchemaMismatch, match=rf"stage 'batch'.*column 'n'.*{re.escape(shown)}"):
             p.update({"s": pa.table({"k": [4], "v": [4]})})
     assert p.refresh() == 3
-    # Source upserts follow the same rule.
-    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v'.*2\.5 \(float\)"):
+    # Source upserts take what Table.append takes: the same logical type.
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v' is double in the data, int64"):
         p.update({"s": pa.table({"k": [5], "v": [2.5]})})
-    with pytest.raises(SchemaMismatch, match=r"column 'k'.*True \(bool\)"):
+    with pytest.raises(SchemaMismatch, match=r"column 'k' is bool in the data, int64"):
         p.update({"s": pa.table({"k": [True], "v": [1]})})
-    with pytest.raises(SchemaMismatch, match=r"column 'v'.*'5' \(str\)"):
+    with pytest.raises(SchemaMismatch, match=r"column 'v' is string in the data, int64"):
         p.update({"s": pa.table({"k": [5], "v": ["5"]})})
     assert p.refresh() == 3
 
@@ -788,7 +788,7 @@ def test_a_null_key_in_a_streamed_upsert_or_in_deletes_is_a_schema_mismatch(fast
     # The null comes after rows that were fine: found while the stream is read.
     with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'k' holds nulls"):
         p.update({"s": stream({"k": [4, 5], "v": [4, 5]}, {"k": [6, None], "v": [6, 7]})})
-    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v'.*1\.5 \(float\)"):
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'v' is double in the data, int64"):
         p.update(
             {
                 "s": pa.RecordBatchReader.from_batches(

@@ -291,3 +291,64 @@ def test_deletes_with_a_column_that_is_not_a_key_are_refused_naming_it() -> None
     # Only the key columns: deleted.
     p.update({"s": Changes(deletes=pa.table({"k": [1]}))})
     assert p.read("s").column("k").to_pylist() == [2, 2]
+
+
+# -- section 3: a source takes the types Table.append takes -----------------------------
+
+
+def _typed(p: Pipeline) -> Any:
+    return p.source("s", key={"k": pa.int64()}, value={"f": pa.float64(), "s": pa.string()})
+
+
+@pytest.mark.spec("S2-3")
+@pytest.mark.parametrize(
+    ("data", "column", "given"),
+    [
+        (pa.table({"k": [1], "f": [2], "s": ["a"]}), "f", "int64"),  # int -> float, exact but implicit
+        (pa.table({"k": pa.array([1], pa.int32()), "f": [2.0], "s": ["a"]}), "k", "int32"),
+        (pa.table({"k": [1.0], "f": [2.0], "s": ["a"]}), "k", "double"),
+        (pa.table({"k": [1], "f": [2.0], "s": [b"a"]}), "s", "binary"),
+    ],
+    ids=["int-to-float", "int32-key", "float-key", "bytes-to-str"],
+)
+def test_a_source_refuses_what_a_table_append_refuses(data: pa.Table, column: str, given: str) -> None:
+    store = pds.open_store("memory://")
+    p = Pipeline.create(store, "p")
+    _typed(p)
+    with pytest.raises(SchemaMismatch, match=rf"source 's' upserts: column '{column}' is {given} in the data"):
+        p.update({"s": data})
+    if column == "k":  # deletes take the key's type alike
+        with pytest.raises(SchemaMismatch, match=rf"source 's' deletes: column 'k' is {given} in the data"):
+            p.update({"s": Changes(deletes=data.select(["k"]))})
+    assert p.refresh() == 0
+    # A table of the source's schema refuses the same data.
+    t = pds.Table.create(store, "t", schema=pa.schema([("k", pa.int64()), ("f", pa.float64()), ("s", pa.string())]))
+    with pytest.raises(SchemaMismatch, match=column):
+        t.append(data)
+
+
+@pytest.mark.spec("S2-3")
+def test_a_source_takes_the_physical_variants_a_table_append_takes() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "p")
+    _typed(p)
+    for s_type in (pa.large_string(), pa.string_view()):
+        p.update({"s": pa.table({"k": [1], "f": [2.0], "s": pa.array(["a"], s_type)})})
+    p.update({"s": pa.table({"k": [2], "f": [3.0], "s": pa.array(["b"]).dictionary_encode()})})
+    assert p.read("s").to_pylist() == [{"k": 1, "f": 2.0, "s": "a"}, {"k": 2, "f": 3.0, "s": "b"}]
+    assert p.read("s").schema.field("s").type == pa.string()
+
+
+@pytest.mark.spec("S2-3")
+def test_a_stream_of_another_type_is_refused_before_it_is_read() -> None:
+    p = Pipeline.create(pds.open_store("memory://"), "p")
+    _typed(p)
+    schema = pa.schema([("k", pa.int64()), ("f", pa.int64()), ("s", pa.string())])
+    read: list[int] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        read.append(1)
+        yield pa.record_batch({"k": [1], "f": [2], "s": ["a"]}, schema=schema)
+
+    with pytest.raises(SchemaMismatch, match=r"source 's' upserts: column 'f' is int64 in the data, double"):
+        p.update({"s": pa.RecordBatchReader.from_batches(schema, batches())})
+    assert read == [] and p.refresh() == 0

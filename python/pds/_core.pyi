@@ -116,9 +116,13 @@ def write_dataset(
     total_rows: int | None,
     parallelism: int,
     io_concurrency: int | None = None,
+    overwrite: bool = False,
 ) -> str:
-    """Stream *data* into parts under *key*, then manifest.json, then _SUCCESS.
-    Returns the manifest JSON. Preconditions (exists/overwrite) are the caller's.
+    """Claim *key*, clear it, stream *data* into parts under it (create-only),
+    then manifest.json, then _SUCCESS, and check that every part is still this
+    writer's. Returns the manifest JSON. Without *overwrite* a committed
+    dataset or another writer's claim is AlreadyExists; with it, the dataset
+    is withdrawn and the key taken over. Capabilities are the caller's.
     *io_concurrency*: uploads in flight over the write (None: the store's default)."""
 
 def write_parts(
@@ -295,6 +299,11 @@ class BatchStream(Iterator[pa.RecordBatch]):
 
     def __iter__(self) -> BatchStream: ...
     def __next__(self) -> pa.RecordBatch: ...
+
+def same_logical_type(table: pa.DataType, input: pa.DataType) -> bool:
+    """Whether a column of type *input* may be appended to a column of type
+    *table* under ``Table.append``'s strict rule (the same logical type:
+    the string, binary and list variants are one). No I/O."""
 
 def codecs() -> list[str]:
     """Codec names accepted for ``compression``."""

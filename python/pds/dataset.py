@@ -424,7 +424,7 @@ class ParquetDatasetStore:
         part is still the object it wrote: a writer told ok keeps exactly its
         rows until a later write replaces them whole, racing overwrites commit
         one writer's rows or none, and a reader never gets a mix. A lost reply
-        to the claim or to ``_SUCCESS`` is recognised by the writer's token.
+        to the claim or to ``_SUCCESS`` is recognised as the writer's own.
 
         Cost: on the fast path, memory per part in flight (one per core) is
         the compressed pages of one row group, 64Ki rows of input and its
@@ -433,12 +433,15 @@ class ParquetDatasetStore:
         and a DELETE for the first part of a stream of unknown length with
         *max_rows_per_file* that grows past 16 MiB and proves the only part
         (uploaded as ``part-00000.parquet`` before its name is known), plus
-        two small PUTs; the claim (1 PUT, 2 GETs, 1 DELETE; 1 GET per part
-        after the first); and the exclusivity check: 5 HEADs per level of
-        *key* (``a/b``: 10, at once),
-        1 LIST of at most 1,000 objects below it (markers further down are
-        not seen), and 1-3 GETs per table or pipeline found. An overwrite
-        checks once more before it clears the key.
+        two small PUTs; the claim (1 PUT, 4 GETs, 1 DELETE; 1 GET per part
+        after the first, and a GET and a HEAD before each multipart part
+        completes); clearing the key (1 LIST, a DELETE per object found, and
+        one for ``_SUCCESS`` with *overwrite*); the check after the commit
+        (1 LIST per 1,000 parts); and the exclusivity check: 5 HEADs per
+        level of *key* (``a/b``: 10, at once), 1 LIST of at most 1,000
+        objects below it (markers further down are not seen), and 1-3 GETs
+        per table or pipeline found. An overwrite checks once more before it
+        takes the key.
         """
         key = _check_key(key)
         data, schema, total_rows, guard = _arrow_input(table)
@@ -559,8 +562,9 @@ class ParquetDatasetStore:
                 part_info=written,
             )
             claim.check()
-            self._store.write_atomic(f"{key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
-            _create_own(self._store, f"{key}/{_SUCCESS}", claim.token)
+            text = manifest.to_json().encode("utf-8")
+            self._store.write_atomic(f"{key}/{_MANIFEST}", text, overwrite=True)
+            _commit_marker(self._store, key, text)
             committed = True
             return manifest
         except BaseException as exc:
@@ -1078,11 +1082,6 @@ class _Claim:
     def __init__(self, store: Store, key: str, token: bytes) -> None:
         self._store, self._key, self._path, self._token = store, key, f"{key}/{_WRITING}", token
 
-    @property
-    def token(self) -> bytes:
-        """What ``_WRITING`` holds while the claim is this writer's."""
-        return self._token
-
     @classmethod
     def take(cls, store: Store, key: str) -> _Claim:
         token = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "started_at": _now_iso()}).encode()
@@ -1111,6 +1110,22 @@ class _Claim:
         with contextlib.suppress(Exception):
             self.check()
             self._store.delete(self._path, missing_ok=True)
+
+
+def _commit_marker(store: Store, key: str, manifest: bytes) -> None:
+    """Create the empty ``_SUCCESS`` under *key* over the *manifest* this
+    writer wrote, create-only. Refused because the marker exists, it is this
+    writer's own commit if the manifest there is still its own (a create
+    whose reply was lost, retried); otherwise ``AlreadyExists``."""
+    try:
+        store.write_atomic(f"{key}/{_SUCCESS}", b"", overwrite=False)
+    except AlreadyExists:
+        try:
+            there = store.read_bytes(f"{key}/{_MANIFEST}")
+        except NotFound:
+            there = None
+        if there != manifest:
+            raise
 
 
 def _create_own(store: Store, path: str, token: bytes) -> None:

@@ -32,8 +32,9 @@
 //!    make create-only: it is completed only after the claim is checked and
 //!    its name found free.
 //! 4. **Commit.** With the claim checked once more, `manifest.json` and then
-//!    `_SUCCESS` (holding the writer's token) are created create-only; a
-//!    lost reply is recognised as the writer's own by its bytes.
+//!    the empty `_SUCCESS` are created create-only. A create refused after a
+//!    lost reply is recognised as the writer's own: the manifest by its
+//!    bytes, `_SUCCESS` by the manifest under it being the writer's.
 //! 5. **Check.** One LIST then confirms that every part and the manifest
 //!    are still the objects this writer created (size and ETag as their
 //!    PUTs reported them). If another writer's request landed in between,
@@ -450,7 +451,13 @@ struct Body {
 
 impl Body {
     /// Take one more chunk: a second chunk starts the multipart upload.
-    async fn push(&mut self, store: &StoreHandle, key: &str, c: Bytes, uploads: usize) -> Result<()> {
+    async fn push(
+        &mut self,
+        store: &StoreHandle,
+        key: &str,
+        c: Bytes,
+        uploads: usize,
+    ) -> Result<()> {
         self.size += c.len() as u64;
         self.first.push(c);
         if self.multipart.is_none() && self.first.len() < 2 {
@@ -465,7 +472,9 @@ impl Body {
                     .await
                     .map_err(|e| Error::from(e).at_path(key))?;
                 self.multipart
-                    .insert(object_store::WriteMultipart::new_with_chunk_size(started, CHUNK))
+                    .insert(object_store::WriteMultipart::new_with_chunk_size(
+                        started, CHUNK,
+                    ))
             }
         };
         for c in self.first.drain(..) {
@@ -479,7 +488,12 @@ impl Body {
     /// store reported it. Under a claim nothing is replaced: a single PUT is
     /// create-only, and a multipart upload completes only while the claim
     /// holds and `key` is free (see [`make_room`]).
-    async fn land(self, store: &StoreHandle, key: &str, claim: Option<&Claim>) -> Result<Option<String>> {
+    async fn land(
+        self,
+        store: &StoreHandle,
+        key: &str,
+        claim: Option<&Claim>,
+    ) -> Result<Option<String>> {
         match (self.multipart, claim) {
             (Some(mut upload), claim) => {
                 let checked = async {
@@ -704,7 +718,8 @@ pub fn write_dataset(
         let parts = write_parts_claimed(store.clone(), reader, &opts, &req, Some(&claim))?;
         let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
         crate::runtime::block_on(async {
-            let mut committed = commit_claimed(&store, &req.location, &manifest, &parts, &claim).await;
+            let mut committed =
+                commit_claimed(&store, &req.location, &manifest, &parts, &claim).await;
             // Failing because another writer took the key is the lost claim:
             // the key and its part names are the other writer's now.
             if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
@@ -747,7 +762,11 @@ async fn clear_for_write(store: &StoreHandle, location: &str, overwrite: bool) -
 
 /// The keys of the dataset layout's objects directly under `dataset_key`
 /// (see [`is_own_object`]), but those named in `except`. 1 LIST.
-async fn own_objects(store: &StoreHandle, dataset_key: &str, except: &[&str]) -> Result<Vec<String>> {
+async fn own_objects(
+    store: &StoreHandle,
+    dataset_key: &str,
+    except: &[&str],
+) -> Result<Vec<String>> {
     let listing = store.list(dataset_key, false).await?;
     let root = format!("{}/", dataset_key.trim_end_matches('/'));
     Ok(listing
@@ -763,8 +782,8 @@ async fn own_objects(store: &StoreHandle, dataset_key: &str, except: &[&str]) ->
 }
 
 /// Commit `manifest` for the holder of `claim` whose parts are `parts`:
-/// the claim checked, `manifest.json` and `_SUCCESS` (holding the claim's
-/// token) created create-only, then one LIST to confirm that the parts and
+/// the claim checked, `manifest.json` and `_SUCCESS` created create-only
+/// ([`put_marker`]), then one LIST to confirm that the parts and
 /// the manifest are still the objects this writer created. If another
 /// writer's request replaced or removed one meanwhile, `_SUCCESS` is
 /// withdrawn and the result is `ClaimLost`; if another writer committed
@@ -779,17 +798,9 @@ async fn commit_claimed(
     claim.check(store).await?;
     let json = Bytes::from(manifest.to_json()?);
     let size = json.len() as u64;
-    let put = put_claimed(store, &child_key(key, MANIFEST), json, claim).await?;
+    let put = put_claimed(store, &child_key(key, MANIFEST), json.clone(), claim).await?;
     let marker = child_key(key, SUCCESS);
-    store
-        .put_create_own(&marker, claim.token().clone())
-        .await
-        .map_err(|e| match e {
-            Error::AlreadyExists { .. } => Error::AlreadyExists {
-                path: key.to_string(),
-            },
-            other => other,
-        })?;
+    put_marker(store, key, &json).await?;
     let mut expected: Vec<(&str, u64, Option<&str>)> = parts
         .names
         .iter()
@@ -803,9 +814,9 @@ async fn commit_claimed(
         Err(e) => Err(e),
     };
     if landed.is_err() {
-        // Ours only while it holds our token: then no other writer's
-        // `_SUCCESS` can be there, as it is created create-only.
-        if store.get(&marker).await.is_ok_and(|b| b == *claim.token()) {
+        // A marker over this writer's manifest commits this writer's write:
+        // withdraw it. Over another's manifest, it is that writer's commit.
+        if manifest_is(store, key, &json).await.unwrap_or(false) {
             let _ = store.delete(&marker).await;
         }
     }
@@ -815,10 +826,54 @@ async fn commit_claimed(
     })
 }
 
+/// Create the empty `_SUCCESS` of RFC-0008 over the manifest `json` this
+/// writer created, create-only. A create refused because the marker exists
+/// is the writer's own commit if the manifest there is still its own (its
+/// create whose reply was lost, retried); otherwise another writer
+/// committed first (`AlreadyExists`). A create that fails so that it may
+/// have been applied is tried again, up to 3 times in all.
+///
+/// Cost: 1 PUT; 1 GET more only when the marker exists.
+async fn put_marker(store: &StoreHandle, key: &str, json: &Bytes) -> Result<()> {
+    let marker = child_key(key, SUCCESS);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match store.put(&marker, Bytes::new(), PutMode::Create).await {
+            Ok(_) => return Ok(()),
+            Err(Error::AlreadyExists { .. } | Error::Precondition { .. }) => {
+                return match manifest_is(store, key, json).await? {
+                    true => Ok(()),
+                    false => Err(Error::AlreadyExists {
+                        path: key.to_string(),
+                    }),
+                };
+            }
+            Err(e) if e.may_have_applied() && tries < 3 => {
+                tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `manifest.json` under `key` holds exactly `json`. 1 GET.
+async fn manifest_is(store: &StoreHandle, key: &str, json: &Bytes) -> Result<bool> {
+    match store.get(&child_key(key, MANIFEST)).await {
+        Ok(there) => Ok(there == *json),
+        Err(Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// `Ok` if each of `expected` (name, size, ETag as its PUT reported it) is
 /// among `objects` with that size and ETag (the ETag compared where both
 /// sides know it); `ClaimLost` if one was removed or replaced.
-fn all_landed(key: &str, objects: &[crate::store::Meta], expected: &[(&str, u64, Option<&str>)]) -> Result<()> {
+fn all_landed(
+    key: &str,
+    objects: &[crate::store::Meta],
+    expected: &[(&str, u64, Option<&str>)],
+) -> Result<()> {
     let root = format!("{}/", key.trim_end_matches('/'));
     let found: BTreeMap<&str, &crate::store::Meta> = objects
         .iter()
@@ -1769,6 +1824,99 @@ mod tests {
         rt.block_on(store.delete("ds/_SUCCESS")).unwrap();
         let r = read_dataset(store, "ds", ReadOptions::default(), false, 2, None);
         assert!(matches!(r, Err(Error::DatasetIncomplete { .. })));
+    }
+
+    #[test]
+    fn a_write_clears_what_a_failed_writer_left() {
+        let store = memory();
+        let rt = crate::runtime::get().unwrap();
+        for junk in [
+            "ds/part-00000.parquet",
+            "ds/data.parquet",
+            "ds/manifest.json",
+        ] {
+            rt.block_on(store.put(junk, Bytes::from_static(b"junk"), PutMode::Overwrite))
+                .unwrap();
+        }
+        write(&store, "ds", 50, Some(20), None).unwrap();
+        let read =
+            read_dataset(store.clone(), "ds", ReadOptions::default(), true, 2, None).unwrap();
+        assert_eq!(read.file_rows, 50);
+        let names: Vec<String> = rt
+            .block_on(store.list("ds", false))
+            .unwrap()
+            .objects
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert!(!names.contains(&"ds/data.parquet".to_string()), "{names:?}");
+    }
+
+    #[test]
+    fn the_commit_check_finds_a_replaced_or_missing_object() {
+        let meta = |key: &str, size: u64, e_tag: Option<&str>| crate::store::Meta {
+            key: key.into(),
+            size,
+            last_modified: chrono::Utc::now(),
+            e_tag: e_tag.map(String::from),
+            version: None,
+        };
+        let objects = vec![
+            meta("k/part-00000.parquet", 10, Some("\"a\"")),
+            meta("k/part-00001.parquet", 20, Some("b")),
+        ];
+        let ok = [
+            ("part-00000.parquet", 10, Some("a")),
+            ("part-00001.parquet", 20, None),
+        ];
+        assert!(all_landed("k", &objects, &ok).is_ok());
+        for bad in [
+            ("part-00000.parquet", 10, Some("c")),
+            ("part-00001.parquet", 21, None),
+            ("part-00002.parquet", 10, None),
+        ] {
+            assert!(matches!(
+                all_landed("k", &objects, &[bad]),
+                Err(Error::ClaimLost { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_replaced_dataset_starts_over_from_the_new_manifest() {
+        let store = memory();
+        write(&store, "ds", 50, Some(20), None).unwrap();
+        let rt = crate::runtime::get().unwrap();
+        let old = rt.block_on(store.get("ds/manifest.json")).unwrap();
+        let (schema, b) = batches(30, 7);
+        let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
+        let req = WriteRequest {
+            location: "ds".into(),
+            dataset_key: "ds".into(),
+            schema_hash: "h".into(),
+            parallelism: 2,
+            overwrite: true,
+            ..Default::default()
+        };
+        let opts = EncodeOptions::new("zstd", Some(10), Some(20)).unwrap();
+        write_dataset(store.clone(), reader, opts, req).unwrap();
+        // A reader that took the old manifest finds the parts replaced.
+        let read = read_dataset(
+            store.clone(),
+            "ds",
+            ReadOptions::default(),
+            false,
+            2,
+            Some(&old),
+        );
+        assert_eq!(read.unwrap().file_rows, 30);
+        // With the dataset gone, it says the dataset was replaced.
+        rt.block_on(delete_own(&store, "ds")).unwrap();
+        let read = read_dataset(store, "ds", ReadOptions::default(), false, 2, Some(&old));
+        match read {
+            Err(Error::DatasetIncomplete { reason, .. }) => assert!(reason.contains("replaced")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

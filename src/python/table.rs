@@ -507,3 +507,12 @@ pub fn table_update(
     let done = result?;
     Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
 }
+
+/// Whether a column of type `input` may be appended to a column of type
+/// `table` under the strict rule of `Table.append`: the same logical type
+/// (string, large string and string view are one; so are the binary and
+/// list variants), castable without loss of meaning. No I/O.
+#[pyfunction]
+pub fn same_logical_type(table: pyo3_arrow::PyDataType, input: pyo3_arrow::PyDataType) -> bool {
+    crate::table::schema::same_logical_type(table.as_ref(), input.as_ref())
+}

@@ -56,7 +56,6 @@ from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupt
 from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
-from pds.producers.exact import Inexact, conform
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
 from pds.table import MAX_VERSION, MIN_AGE, _native, vacuum_args
@@ -1041,7 +1040,7 @@ def _conform_stream(
     reading the stream sees only that it failed). So does an exception of
     *reader* itself: as a ``DataError`` naming its class, with the
     exception as its ``__cause__``."""
-    check_columns(reader.schema.names, schema, what)
+    conform_table(reader.schema.empty_table(), schema, what)  # its columns and their types, before any read
 
     not_null = [i for i, f in enumerate(schema) if not f.nullable]
 
@@ -1080,10 +1079,13 @@ def _unless_empty(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
 
 def conform_table(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Table | None:
     """*table* with exactly *schema*'s columns (by name), cast; ``None`` if
-    absent. ``SchemaMismatch`` for a missing column, a value its column
-    cannot hold exactly (:func:`pds.producers.exact.conform`) or a null in
-    a column *schema* declares not null (a key). How every change given to
-    a source is checked, locally and in Spark's tasks."""
+    absent. ``SchemaMismatch`` for a missing column, a column of another
+    type than ``Table.append`` takes for it (the same logical type:
+    ``string``, ``large_string`` and ``string_view`` are one, as are the
+    binary and list variants and a dictionary of strings; see
+    ``_core.same_logical_type``), or a null in a column *schema* declares
+    not null (a key). How every change given to a source is checked,
+    locally and in Spark's tasks."""
     if table is None:
         return None
     check_columns(table.column_names, schema, what)
@@ -1091,10 +1093,12 @@ def conform_table(table: pa.Table | None, schema: pa.Schema, what: str) -> pa.Ta
     for f in schema:
         col = table.column(f.name)
         if not col.type.equals(f.type):
-            try:
-                col = conform(col, f.type)
-            except Inexact as e:
-                raise SchemaMismatch(f"{what}: column {f.name!r} is {col.type}, not {f.type}: {e}") from None
+            if not _core.same_logical_type(f.type, col.type):
+                raise SchemaMismatch(
+                    f"{what}: column {f.name!r} is {col.type} in the data, {f.type} in the source (a source "
+                    "takes the types Table.append takes: the same logical type, no other cast)"
+                )
+            col = col.cast(f.type)  # a physical variant of the same values: exact
         if not f.nullable and col.null_count:
             raise SchemaMismatch(f"{what}: column {f.name!r} holds nulls ({col.null_count}); keys are never null")
         cols.append(col)

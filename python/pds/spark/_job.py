@@ -512,13 +512,14 @@ class WriteJob(StoreJob):
             part_info=parts,
         )
         _core.dataset_claim_check(rust, location, self.claim)
-        self.store.write_atomic(f"{self.key}/{_MANIFEST}", manifest.to_json().encode("utf-8"), overwrite=True)
+        text = manifest.to_json().encode("utf-8")
+        self.store.write_atomic(f"{self.key}/{_MANIFEST}", text, overwrite=True)
         try:
-            # The marker holds the claim's token: a create whose reply was
-            # lost and that was retried recognises its own marker.
-            rust.put(success, self.claim, mode="create")
+            rust.put(success, b"", mode="create")
         except AlreadyExists:
-            if self.claim and _held(rust, success) == self.claim:
+            # A create whose reply was lost and that was retried finds its own
+            # marker: the manifest under it is this job's.
+            if _held(rust, f"{location}/{_MANIFEST}") == text:
                 _core.dataset_claim_release(rust, location, self.claim)
                 return manifest
             raise AlreadyExists(

@@ -117,6 +117,12 @@ pub enum Error {
     )]
     NoCredentials { detail: String },
 
+    /// The bucket (or Azure container) the store URL names does not exist:
+    /// a LIST there was answered 404. `what` is "S3 bucket", "GCS bucket"
+    /// or "Azure container". Python: `NotFound`, with the name as `path`.
+    #[error("the {what} {name:?} does not exist (check the store URL, or create it first)")]
+    BucketNotFound { what: &'static str, name: String },
+
     /// The store does not offer the operation (e.g. a URL scheme pds lacks).
     #[error("not supported: {0}")]
     NotSupported(String),
@@ -269,12 +275,9 @@ impl Error {
             | Error::NotSupported(_)
             | Error::AlreadyExists { .. }
             | Error::Precondition { .. }
-            | Error::NotFound { .. } => false,
-            Error::Store(os) => !matches!(
-                os,
-                object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-            ),
+            | Error::NotFound { .. }
+            | Error::BucketNotFound { .. } => false,
+            Error::Store(os) => !crate::store::failure::is_denied(os),
             _ => true,
         }
     }

@@ -172,9 +172,18 @@ class ObjectStoreBackend(Backend):
     # -- queries ---------------------------------------------------------
 
     def exists(self, path: str) -> bool:
+        """Whether a file or a folder is at *path*: one HEAD, and one LIST if
+        no file is. ``False`` in a bucket that does not exist (nothing is
+        there); other failures (permissions, network) are raised."""
         if is_root(path):
             return True
-        return self._rs.head(path) is not None or self._rs.folder_exists(path)
+        if self._rs.head(path) is not None:
+            return True
+        try:
+            return self._rs.folder_exists(path)
+        except NotFound:
+            # The one NotFound a listing raises: the bucket does not exist.
+            return False
 
     def is_file(self, path: str) -> bool:
         return not is_root(path) and self._rs.head(path) is not None

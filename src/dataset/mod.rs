@@ -1172,6 +1172,7 @@ pub async fn read_committed_manifest(
         read_manifest_text(store, dataset_key)
     );
     if marker?.is_none() {
+        store.check_bucket().await?;
         return Err(Error::DatasetIncomplete {
             key: dataset_key.to_string(),
             reason: absent_reason(store, dataset_key).await,

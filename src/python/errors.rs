@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::error::{chain, Error};
+use crate::store::failure::{is_denied, redact_urls};
 
 fn raise(
     py: Python<'_>,
@@ -21,7 +22,7 @@ fn raise(
         let cls = py.import(module)?.getattr(class)?;
         let kw = PyDict::new(py);
         for (k, v) in kwargs {
-            kw.set_item(k, v)?;
+            kw.set_item(k, redact_urls(v))?;
         }
         let exc = cls.call((message.clone(),), Some(&kw))?;
         Ok(PyErr::from_value(exc))
@@ -33,9 +34,14 @@ fn raise(
 }
 
 /// Convert a core error into the documented Python exception.
+///
+/// Every URL in the message (and in the attributes) loses its query string
+/// and user info: object_store shows the URL of a failed request unless the
+/// request was marked sensitive, and a SAS, a signed URL's signature or an
+/// endpoint's password would be shown with it (see [`redact_urls`]).
 pub fn to_py(err: Error) -> PyErr {
     Python::attach(|py| {
-        let msg = chain(&err);
+        let msg = redact_urls(&chain(&err));
         match &err {
             Error::NotFound { path }
             | Error::VersionNotFound { path, .. }
@@ -83,6 +89,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::SchemaMismatch { key, .. } => {
                 raise(py, "pds.errors", "SchemaMismatch", msg, &[("path", key)])
             }
+            Error::BucketNotFound { name, .. } => {
+                raise(py, "remote_store", "NotFound", msg, &[("path", name)])
+            }
             Error::NotSupported(_) => raise(py, "remote_store", "CapabilityNotSupported", msg, &[]),
             Error::Store(os) => match os {
                 object_store::Error::PermissionDenied { path, .. }
@@ -93,6 +102,11 @@ pub fn to_py(err: Error) -> PyErr {
                     msg,
                     &[("path", path)],
                 ),
+                // A request answered 401 or 403 that object_store reports
+                // as a generic error (LISTs, Azure's batch delete).
+                other if is_denied(other) => {
+                    raise(py, "remote_store", "PermissionDenied", msg, &[])
+                }
                 _ => raise(py, "remote_store", "BackendUnavailable", msg, &[]),
             },
             Error::Io(_) => raise(py, "remote_store", "BackendUnavailable", msg, &[]),

@@ -69,6 +69,9 @@ pub fn connection_string(text: &str) -> Result<Vec<(AzureConfigKey, String)>> {
             }
             "AccountKey" => out.push((AzureConfigKey::AccessKey, value)),
             "SharedAccessSignature" => out.push((AzureConfigKey::SasKey, value)),
+            "BlobEndpoint" if super::failure::has_user_info(&value) => {
+                return Err(bad("BlobEndpoint holds user info (user:password@)"))
+            }
             "BlobEndpoint" => endpoint = Some(value),
             "EndpointSuffix" => suffix = Some(value),
             "DefaultEndpointsProtocol" => protocol_http = value.eq_ignore_ascii_case("http"),

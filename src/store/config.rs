@@ -93,6 +93,7 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
     let parsed = url::Url::parse(url)
         .map_err(|e| Error::InvalidArgument(format!("invalid store URL {url:?}: {e}")))?;
     refuse_url_extras(&parsed)?;
+    refuse_user_info_in_options(options)?;
     match parsed.scheme() {
         "memory" => {
             reject_options("memory://", options)?;
@@ -134,7 +135,7 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                     "S3 URLs need a bucket (s3://bucket/prefix), got {url:?}"
                 )));
             }
-            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            let mut builder = s3_from_env(options).with_bucket_name(bucket);
             let mut retry = RetryConfig::default();
             for (key, value) in options {
                 if super::cloud::retry_option(key, value, &mut retry)? {
@@ -193,6 +194,62 @@ fn refuse_url_extras(url: &url::Url) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+/// An option whose value is a URL with user info (an endpoint given as
+/// `http://user:password@host`) is refused, on every store: the password
+/// would be shown wherever the endpoint is (in every failed request's
+/// error). Refused without echoing the value.
+fn refuse_user_info_in_options(options: &BTreeMap<String, String>) -> Result<()> {
+    match options
+        .iter()
+        .find(|(_, v)| super::failure::has_user_info(v))
+    {
+        Some((key, _)) => Err(Error::InvalidArgument(format!(
+            "the {key} option takes a URL without user info (user:password@); give \
+             credentials as their own options"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// An S3 builder with the `AWS_*` environment variables applied, as
+/// `AmazonS3Builder::from_env` does, except that a key pair given in
+/// `options` (access key id and secret both) is not mixed with the
+/// environment's credentials: its `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` are left out (a session
+/// token given as an option still applies). A stale session token in the
+/// environment would otherwise be sent with the given keys, and refused.
+fn s3_from_env(options: &BTreeMap<String, String>) -> AmazonS3Builder {
+    let given = |wanted: AmazonS3ConfigKey| {
+        options
+            .keys()
+            .any(|k| AmazonS3ConfigKey::from_str(s3_alias(k)).ok() == Some(wanted))
+    };
+    let own_pair =
+        given(AmazonS3ConfigKey::AccessKeyId) && given(AmazonS3ConfigKey::SecretAccessKey);
+    let mut builder = AmazonS3Builder::new();
+    for (name, value) in std::env::vars_os() {
+        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+            continue;
+        };
+        if !name.starts_with("AWS_") {
+            continue;
+        }
+        let Ok(key) = AmazonS3ConfigKey::from_str(&name.to_ascii_lowercase()) else {
+            continue;
+        };
+        let credential_part = matches!(
+            key,
+            AmazonS3ConfigKey::AccessKeyId
+                | AmazonS3ConfigKey::SecretAccessKey
+                | AmazonS3ConfigKey::Token
+        );
+        if !(own_pair && credential_part) {
+            builder = builder.with_config(key, value);
+        }
+    }
+    builder
 }
 
 /// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
@@ -266,6 +323,28 @@ mod tests {
                 Ok(_) => panic!("{url}: accepted"),
             };
             assert!(m.contains("takes no") && !m.contains("HIDDEN-42"), "{m}");
+        }
+    }
+
+    #[test]
+    fn endpoints_with_user_info_are_refused_unechoed() {
+        for (url, key) in [
+            ("s3://b", "endpoint"),
+            ("s3://b", "aws_endpoint_url_sts"),
+            ("gs://b", "endpoint"),
+            ("az://c", "endpoint"),
+        ] {
+            let mut opts = BTreeMap::new();
+            opts.insert("account".to_string(), "a".to_string());
+            opts.retain(|_, _| url.starts_with("az"));
+            opts.insert(key.into(), "http://user:HIDDEN-42@127.0.0.1:1".into());
+            let m = match build(url, &opts) {
+                Err(Error::InvalidArgument(m)) => m,
+                Err(other) => panic!("{url} {key}: {other}"),
+                Ok(_) => panic!("{url} {key}: accepted"),
+            };
+            assert!(m.contains("user info") && m.contains(key), "{m}");
+            assert!(!m.contains("HIDDEN-42"), "{m}");
         }
     }
 

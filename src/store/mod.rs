@@ -6,6 +6,7 @@ pub mod azure;
 pub mod cache;
 mod cloud;
 pub mod config;
+pub mod failure;
 pub mod gcs;
 pub mod keys;
 mod local_cas;
@@ -74,6 +75,8 @@ pub struct StoreHandle {
     built: config::Built,
     /// Parsed immutable objects (footers) kept for the handle's life.
     cache: cache::ObjectCache,
+    /// Whether a LIST showed that the bucket exists (see [`Self::bucket_missing`]).
+    bucket_seen: std::sync::atomic::AtomicBool,
 }
 
 /// Requests in flight by default on a remote store (S3 and alike): a read
@@ -96,6 +99,7 @@ impl StoreHandle {
             url: url.to_string(),
             built: config::build(url, options)?,
             cache: cache::ObjectCache::default(),
+            bucket_seen: Default::default(),
         })
     }
 
@@ -110,6 +114,7 @@ impl StoreHandle {
                 local: None,
             },
             cache: cache::ObjectCache::default(),
+            bucket_seen: Default::default(),
         })
     }
 
@@ -171,6 +176,69 @@ impl StoreHandle {
             e_tag: m.e_tag,
             version: m.version,
         })
+    }
+
+    /// The error for a failed LIST: [`Error::BucketNotFound`] if a remote
+    /// store answered it 404 (a LIST of any prefix of a bucket that exists
+    /// succeeds, empty or not), else the store's error.
+    fn list_failed(&self, err: object_store::Error) -> Error {
+        if self.built.scheme.is_remote() && failure::http_status(&err) == Some(404) {
+            return self.bucket_not_found();
+        }
+        err.into()
+    }
+
+    /// [`Error::BucketNotFound`] for this store's bucket (the URL's host).
+    fn bucket_not_found(&self) -> Error {
+        let what = match self.built.scheme {
+            Scheme::Gcs => "GCS bucket",
+            Scheme::Azure => "Azure container",
+            _ => "S3 bucket",
+        };
+        // `abfss://container@account...` names the container as the user.
+        let name = url::Url::parse(&self.url)
+            .ok()
+            .map(|u| match u.username() {
+                "" => u.host_str().unwrap_or_default().to_string(),
+                container => container.to_string(),
+            })
+            .unwrap_or_default();
+        Error::BucketNotFound { what, name }
+    }
+
+    /// Whether the bucket (or Azure container) the URL names is missing:
+    /// `false` on local and memory stores. Meant for error paths, where an
+    /// object that is absent may be absent because its bucket is.
+    ///
+    /// Cost: one LIST request (its first page) the first time; none once the
+    /// bucket was seen to exist (that is kept for the handle's life; a
+    /// missing bucket is asked again, as it may be created meanwhile).
+    /// Errors: the LIST's error, if it fails otherwise (permissions, network).
+    pub async fn bucket_missing(&self) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        if !self.built.scheme.is_remote() || self.bucket_seen.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let prefix = self.prefix_path("")?;
+        match self.built.store.list(prefix.as_ref()).try_next().await {
+            Ok(_) => {
+                self.bucket_seen.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+            Err(e) => match self.list_failed(e) {
+                Error::BucketNotFound { .. } => Ok(true),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// `Err(BucketNotFound)` naming the bucket if it is missing (see
+    /// [`Self::bucket_missing`], whose cost and errors this shares).
+    pub async fn check_bucket(&self) -> Result<()> {
+        match self.bucket_missing().await? {
+            false => Ok(()),
+            true => Err(self.bucket_not_found()),
+        }
     }
 
     /// HEAD one object. `NotFound` if absent.
@@ -375,7 +443,7 @@ impl StoreHandle {
         let mut out = Listing::default();
         if recursive {
             let mut stream = self.built.store.list(prefix.as_ref());
-            while let Some(m) = stream.try_next().await? {
+            while let Some(m) = stream.try_next().await.map_err(|e| self.list_failed(e))? {
                 out.objects.extend(self.meta(m));
             }
         } else {
@@ -383,7 +451,8 @@ impl StoreHandle {
                 .built
                 .store
                 .list_with_delimiter(prefix.as_ref())
-                .await?;
+                .await
+                .map_err(|e| self.list_failed(e))?;
             out.objects = r.objects.into_iter().filter_map(|m| self.meta(m)).collect();
             out.folders = r
                 .common_prefixes
@@ -400,7 +469,8 @@ impl StoreHandle {
     pub async fn folder_exists(&self, key: &str) -> Result<bool> {
         let prefix = self.prefix_path(key)?;
         let mut stream = self.built.store.list(prefix.as_ref());
-        Ok(stream.try_next().await?.is_some())
+        let first = stream.try_next().await.map_err(|e| self.list_failed(e))?;
+        Ok(first.is_some())
     }
 
     /// Delete every object below the folder `key`; returns how many.
@@ -418,7 +488,7 @@ impl StoreHandle {
             match r {
                 Ok(_) => deleted += 1,
                 Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.list_failed(e)),
             }
         }
         if let (Some(fs), Some(prefix)) = (&self.built.local, prefix.as_ref()) {

@@ -255,7 +255,7 @@ impl Probe for StoreHandle {
                 Ok(None) => break,
                 // An object removed while it was listed (file://) is no marker.
                 Err(object_store::Error::NotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.list_failed(e)),
             }
         }
         Ok(out)

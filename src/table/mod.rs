@@ -91,6 +91,7 @@ pub async fn not_found(store: &crate::store::StoreHandle, key: &str, what: &str)
                 path: key.to_string(),
             },
         },
+        Err(e @ Error::BucketNotFound { .. }) => e,
         Err(_) => Error::NotFound {
             path: key.to_string(),
         },

@@ -1178,7 +1178,18 @@ pub async fn read_committed_manifest(
             reason: absent_reason(store, dataset_key).await,
         });
     }
-    read
+    match read {
+        // An overwrite or a delete withdraws `_SUCCESS` before the manifest:
+        // a manifest gone under a marker seen a moment ago is a withdrawal.
+        Err(Error::NotFound { .. }) if store.try_head(&success).await?.is_none() => {
+            Err(Error::DatasetIncomplete {
+                key: dataset_key.to_string(),
+                reason: "the dataset was withdrawn while it was read (an overwrite or a delete)"
+                    .into(),
+            })
+        }
+        other => other,
+    }
 }
 
 /// Open a committed dataset: `_SUCCESS` and `manifest.json` requested

@@ -21,6 +21,10 @@ use std::sync::{Arc, Mutex};
 /// keeps those of thousands of parts.
 pub const DEFAULT_LIMIT: usize = 64 * 1024 * 1024;
 
+/// Entries the cache holds at most by default, whatever they weigh (each
+/// costs its key and the map's bookkeeping besides its weight).
+pub const DEFAULT_ENTRIES: usize = 100_000;
+
 type Value = Arc<dyn Any + Send + Sync>;
 
 #[derive(Default)]
@@ -32,10 +36,12 @@ struct Inner {
     forgets: u64,
 }
 
-/// Parsed immutable objects by key, at most `limit` bytes of them.
+/// Parsed immutable objects by key, at most `limit` bytes and `entries`
+/// entries of them.
 pub struct ObjectCache {
     inner: Mutex<Inner>,
     limit: usize,
+    entries: usize,
 }
 
 impl Default for ObjectCache {
@@ -45,10 +51,17 @@ impl Default for ObjectCache {
 }
 
 impl ObjectCache {
+    /// A cache of at most `limit` bytes and [`DEFAULT_ENTRIES`] entries.
     pub fn new(limit: usize) -> Self {
+        Self::with_limits(limit, DEFAULT_ENTRIES)
+    }
+
+    /// A cache of at most `limit` bytes and `entries` entries (at least 1).
+    pub fn with_limits(limit: usize, entries: usize) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             limit,
+            entries: entries.max(1),
         }
     }
 
@@ -83,13 +96,33 @@ impl ObjectCache {
             inner.order.push_back(key);
         }
         inner.bytes += bytes;
-        while inner.bytes > self.limit {
+        while inner.bytes > self.limit || inner.map.len() > self.entries {
             let Some(oldest) = inner.order.pop_front() else {
                 break;
             };
             if let Some((_, size)) = inner.map.remove(&oldest) {
                 inner.bytes -= size;
             }
+        }
+    }
+
+    /// Forget the value cached under `key`, if any.
+    pub fn remove(&self, key: &str) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if let Some((_, size)) = inner.map.remove(key) {
+            inner.bytes -= size;
+            inner.order.retain(|k| k != key);
+        }
+    }
+
+    /// Forget every entry.
+    pub fn clear(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.map.clear();
+            inner.order.clear();
+            inner.bytes = 0;
         }
     }
 
@@ -200,6 +233,30 @@ mod tests {
         cache.insert("huge".into(), Arc::new(0u32), 101);
         assert!(cache.get::<u32>("huge").is_none());
         assert_eq!(cache.usage(), (2, 50));
+    }
+
+    #[test]
+    fn holds_at_most_its_entries_however_light_they_are() {
+        let cache = ObjectCache::with_limits(1_000_000, 3);
+        for i in 0..10u32 {
+            cache.insert(format!("k{i}"), Arc::new(i), 1);
+            assert!(cache.usage().0 <= 3);
+        }
+        assert_eq!(cache.usage(), (3, 3));
+        assert!(cache.get::<u32>("k6").is_none(), "the oldest went first");
+        assert_eq!(cache.get::<u32>("k9").as_deref(), Some(&9));
+        cache.remove("k8");
+        assert_eq!(cache.usage(), (2, 2));
+        assert!(cache.get::<u32>("k8").is_none());
+        // The removed key's place in the order is gone too: two more
+        // entries evict only k7.
+        cache.insert("a".into(), Arc::new(0u32), 1);
+        cache.insert("b".into(), Arc::new(0u32), 1);
+        assert!(cache.get::<u32>("k7").is_none());
+        assert_eq!(cache.get::<u32>("k9").as_deref(), Some(&9));
+        cache.clear();
+        assert_eq!(cache.usage(), (0, 0));
+        assert!(cache.get::<u32>("k9").is_none());
     }
 
     #[test]

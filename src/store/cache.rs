@@ -184,17 +184,6 @@ impl ObjectCache {
         }
     }
 
-    /// Drop the value under `key`, if any (an entry found stale).
-    pub fn remove(&self, key: &str) {
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
-        if let Some((_, size)) = inner.map.remove(key) {
-            inner.bytes -= size;
-            inner.order.retain(|k| k != key);
-        }
-    }
-
     /// Entries and bytes held (for tests and diagnostics).
     pub fn usage(&self) -> (usize, usize) {
         self.inner

@@ -56,8 +56,9 @@ def test_objects_under_the_table_key_and_what_a_manifest_holds(fast_store: Store
     assert sum(k.startswith("data/") and k.endswith(".parquet") for k in keys) == 2
     assert sum(k.startswith("tombstone/") and k.endswith(".del") for k in keys) == 1
     pointer = json.loads(fast_store.read_bytes("t/_latest_manifest"))
-    assert pointer == {"version": 2, "manifest": "manifest/v00000002.json"}
     root = json.loads(fast_store.read_bytes("t/manifest/v00000002.json"))
+    # The pointer and every version name the table's identity.
+    assert pointer == {"version": 2, "manifest": "manifest/v00000002.json", "table_id": root["table_id"]}
     assert (root["format"], root["version"], root["previous"], root["operation"]) == ("pds-table/2", 2, 1, "delete")
     assert "data_files" not in root and "tombstones" not in root, "the file list is in segments"
     assert [table_segment(fast_store, "t", r)["format"] for r in root["segments"]] == ["pds-table-segment/1"]

@@ -343,9 +343,14 @@ def table_append(
     schema_mode: Literal["strict", "merge"] | str,
     metadata: Mapping[str, str] | None,
     parallelism: int,
+    table_id: str | None = None,
 ) -> str:
     """Append *data* as new data files and commit; the new version's manifest JSON.
-    SchemaMismatch for nulls in a column the table declares not nullable (nothing committed)."""
+    SchemaMismatch for nulls in a column the table declares not nullable (nothing committed).
+
+    *table_id* (here and in the other commits): commit only to the table with that id (the
+    ``table_id`` of the manifest a handle opened); NotFound, before anything is committed,
+    if that table was dropped, or another table was created at *key*."""
 
 def table_delete(
     store: RustStore,
@@ -353,6 +358,7 @@ def table_delete(
     filter: Sequence[tuple[str, str, pa.Array | None]],
     *,
     parallelism: int,
+    table_id: str | None = None,
 ) -> tuple[str, int | None, bool]:
     """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed).
 
@@ -380,6 +386,7 @@ def table_upsert(
     *,
     schema_mode: str,
     parallelism: int,
+    table_id: str | None = None,
 ) -> tuple[str, int | None, bool]:
     """Upsert *data* by the table's primary key in one commit: (manifest
     JSON, rows replaced or None, committed). ``ValueError`` for a table
@@ -402,6 +409,7 @@ def table_update(
     columns: Sequence[str],
     description: str,
     parallelism: int,
+    table_id: str | None = None,
 ) -> tuple[str, int | None, bool]:
     """Update rows: *filter* picks the candidates (pushed down), *apply*
     (called with the GIL, per batch of candidates) returns which match
@@ -435,14 +443,27 @@ def table_changes(
     rows of the range cannot be read in *to_version*'s schema."""
 
 def table_compact(
-    store: RustStore, key: str, *, target_file_size: int | None, min_deleted_fraction: float, parallelism: int
+    store: RustStore,
+    key: str,
+    *,
+    target_file_size: int | None,
+    min_deleted_fraction: float,
+    parallelism: int,
+    table_id: str | None = None,
 ) -> tuple[str, bool, int, int]:
     """Compact: (manifest JSON, committed, files removed, files added). Also
     commits, rewriting no file, to coalesce more than one tombstone into one.
     PartCorrupted (itself, not wrapped) if a file to rewrite is damaged."""
 
 def table_vacuum(
-    store: RustStore, key: str, *, retain_seconds: float, min_age_seconds: float, keep_versions: bool, dry_run: bool
+    store: RustStore,
+    key: str,
+    *,
+    retain_seconds: float,
+    min_age_seconds: float,
+    keep_versions: bool,
+    dry_run: bool,
+    table_id: str | None = None,
 ) -> list[str]:
     """Keys (relative to the table) removed, or with dry_run to be removed (see ``Table.vacuum``).
 
@@ -451,6 +472,14 @@ def table_vacuum(
     or non-finite duration or *retain_seconds* below *min_age_seconds*; a duration too
     long to hold is clamped (nothing is that old). Cost: 1 LIST, 2 GETs and a HEAD for
     the latest version, a GET per other retained manifest, a DELETE per object removed."""
+
+def table_drop(store: RustStore, key: str) -> list[str]:
+    """Drop the table at *key*; the keys (relative to it) removed. ``manifest/v00000000.json``
+    and the pointer go first (readers then get NotFound), then the other manifests, segments,
+    data files and tombstones; only the table's own layout, never a nested key. NotFound if
+    no table (nor the remains of an interrupted drop) is there, naming a dataset or pipeline
+    found instead. Cost: the occupancy check (5 HEADs per level, 1 LIST, 1 GET), 2 LISTs of
+    the key, a DELETE per object (batched where the store can)."""
 
 def table_write_files(
     store: RustStore,

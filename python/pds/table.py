@@ -29,6 +29,7 @@ all land; a writer killed at any moment leaves only unreferenced objects.
 from __future__ import annotations
 
 import base64
+import collections
 import datetime
 import json
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from remote_store import CapabilityNotSupported, Store
+from remote_store import CapabilityNotSupported, NotFound, Store
 
 from pds import _core
 from pds._filters import core_conditions
@@ -359,9 +360,32 @@ class Table:
 
     def refresh(self) -> int:
         """Move to the latest version and return it (cost and errors as
-        :meth:`open`)."""
-        self._manifest = json.loads(_core.table_manifest(self._native, self._path))
+        :meth:`open`).
+
+        Raises:
+            remote_store.NotFound: also when this table was dropped and
+                another one created at its key (open the key again to use
+                the new one); this object stays as it was.
+        """
+        latest = json.loads(_core.table_manifest(self._native, self._path))
+        opened = self._table_id
+        now = latest.get("table_id")
+        if opened is not None and now is not None and now != opened:
+            raise NotFound(
+                f"not found: {self._path}: the table this handle opened (id {opened}) was dropped, and "
+                f"another table (id {now}) was created at its key. Open the table "
+                "again to use the new one",
+                path=self._path,
+            )
+        self._manifest = latest
         return self.version
+
+    @property
+    def _table_id(self) -> str | None:
+        """The id of the table this object opened (``None`` for a table
+        created by an earlier pds, which has none)."""
+        tid = self._manifest.get("table_id")
+        return tid if isinstance(tid, str) else None
 
     def _latest_version(self) -> int:
         """The latest version, read without moving this object's pin (2 GETs)."""
@@ -432,6 +456,7 @@ class Table:
                 schema_mode=schema_mode,
                 metadata=dict(metadata) if metadata is not None else None,
                 parallelism=_parallelism(),
+                table_id=self._table_id,
             )
         finally:
             if guard is not None:
@@ -481,7 +506,9 @@ class Table:
             raise TypeError("delete takes a non-empty list of (column, op, value) tuples")
         self.refresh()
         conditions = core_conditions(raw, self.schema)
-        text, _rows, _committed = _core.table_delete(self._native, self._path, conditions, parallelism=_parallelism())
+        text, _rows, _committed = _core.table_delete(
+            self._native, self._path, conditions, parallelism=_parallelism(), table_id=self._table_id
+        )
         self._manifest = json.loads(text)
         return self.version
 
@@ -534,7 +561,12 @@ class Table:
         rows = _in_memory(data)
         _check_keys(rows, pk)
         text, _replaced, _committed = _core.table_upsert(
-            self._native, self._path, rows, schema_mode=schema_mode, parallelism=_parallelism()
+            self._native,
+            self._path,
+            rows,
+            schema_mode=schema_mode,
+            parallelism=_parallelism(),
+            table_id=self._table_id,
         )
         self._manifest = json.loads(text)
         return self.version
@@ -571,6 +603,12 @@ class Table:
             pds.SchemaMismatch: an expression gives a value that cannot be
                 stored in its column (a null in a not-null column, say);
                 nothing is committed.
+            ValueError: *set* gives the primary key a value that is null or
+                NaN, or one that another row would then hold too (as
+                :meth:`upsert` refuses such keys); nothing is written. (Set
+                the key, and the table's rows are read first: every row's
+                key and the matched rows whole. A concurrent append of a key
+                is not checked, as appends never are.)
             Any exception an expression raises, as it is; nothing is
                 committed.
             pds.CommitConflict / pds.CommitUnknown: as :meth:`append`.
@@ -584,6 +622,9 @@ class Table:
         schema = self.schema
         values = _set_values(set, schema)
         conditions = core_conditions(raw, schema) if raw else None
+        pk = self.primary_key
+        if pk is not None and pk in values:
+            self._check_key_update(pk, filter, values[pk])
         description = json.dumps(
             [[str(part) for part in item] for item in (raw or [])] if expression is None else str(expression)
         )
@@ -610,9 +651,39 @@ class Table:
             columns=sorted(values),
             description=description,
             parallelism=_parallelism(),
+            table_id=self._table_id,
         )
         self._manifest = json.loads(text)
         return self.version
+
+    def _check_key_update(self, pk: str, filter: Filter | None, new: pc.Expression) -> None:
+        """``ValueError`` unless setting *pk* to *new* on the rows *filter*
+        matches in the latest version keeps one row per key: no null or NaN,
+        and no key that two rows would hold (reads every key, then the
+        matched rows)."""
+        latest = Table(self._store, self._native, self._key, json.loads(_core.table_manifest(self._native, self._path)))
+        every = latest.to_arrow(columns=[pk]).column(pk)
+        matched = latest.to_arrow(filter=filter)
+        if not matched.num_rows:
+            return
+        keys = pa.chunked_array(
+            [_evaluate(b, [new])[0] for b in matched.to_batches() if b.num_rows], type=every.type
+        ).cast(every.type)
+        where = f"update would set primary key {pk!r}"
+        if keys.null_count:
+            raise ValueError(f"{where} to null in {keys.null_count} rows; every row needs a key")
+        if pa.types.is_floating(keys.type) and pc.any(pc.is_nan(keys)).as_py():
+            raise ValueError(f"{where} to NaN; NaN equals no key")
+        # The keys after the update: the unmatched rows' and the new ones.
+        after = collections.Counter(every.to_pylist())
+        after.subtract(matched.column(pk).to_pylist())
+        after.update(keys.to_pylist())
+        before = collections.Counter(every.to_pylist())
+        repeated = sorted((k for k, n in after.items() if n > 1 and n > before.get(k, 0)), key=repr)
+        if repeated:
+            shown = ", ".join(repr(k) for k in repeated[:5])
+            more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+            raise ValueError(f"{where} to keys that other rows hold: {shown}{more}; the table needs one row per key")
 
     # -- reading -------------------------------------------------------------
 
@@ -875,6 +946,7 @@ class Table:
             target_file_size=target,
             min_deleted_fraction=float(min_deleted_fraction),
             parallelism=_parallelism(),
+            table_id=self._table_id,
         )
         self._manifest = json.loads(text)
         return self.version
@@ -941,7 +1013,53 @@ class Table:
         *keep_versions*), then a DELETE per object removed.
         """
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
-        return list(_core.table_vacuum(self._native, self._path, **args))
+        return list(_core.table_vacuum(self._native, self._path, table_id=self._table_id, **args))
+
+    def drop(self) -> list[str]:
+        """Remove this table: every object of its layout under its key. Returns
+        the keys (relative to the table) removed.
+
+        The order lets readers and live handles tell: ``manifest/v00000000.json``
+        and the pointer go first, so from then on opening the key raises
+        ``NotFound``, and a commit through any handle that opened this table
+        (this one, another object, another process) raises ``NotFound``
+        saying the table was dropped, before it writes, also after a new
+        table was created at the key (a handle is bound to the table it
+        opened, not to its key: open the key again to use a new table).
+        Then the other manifests, the segments, data files and tombstones
+        go. Only this table's own objects are touched, never a dataset,
+        table or pipeline stored below its key, nor anything outside it.
+
+        Stop writers first: a commit racing the drop either lands before it
+        (and is dropped) or fails, but one that writes between the drop's
+        LIST and its end may leave objects behind. A drop that was
+        interrupted leaves such objects too; calling ``drop`` again (on a
+        handle, or ``pds drop KEY``) removes them.
+
+        Cost: the key's occupancy check (5 HEADs per level of the key, 1
+        LIST, 1 GET), 2 LISTs of the table key (a request per 1,000
+        objects), then a DELETE per object (batched where the store can).
+
+        Raises:
+            remote_store.NotFound: no table at the key (the message says so if
+                a dataset or pipeline is there instead; nothing is removed).
+        """
+        return drop_table(self._store, self._key)
+
+
+def drop_table(store: Store | str, key: str, **storage_options: object) -> list[str]:
+    """Drop the table at *key* without opening it (as :meth:`Table.drop`,
+    which see): also the remains of a drop that was interrupted, which no
+    longer open as a table. Returns the keys (relative to *key*) removed.
+
+    Raises:
+        remote_store.NotFound: no table, nor the remains of one, at *key*
+            (the message says so if a dataset or pipeline is there).
+        remote_store.InvalidPath / TypeError: a bad key or store, before any I/O.
+    """
+    st, handle = _native(store, storage_options)
+    key = _check_key(key)
+    return list(_core.table_drop(handle, st.native_path(key)))
 
 
 def _in_memory(data: object) -> pa.Table:
@@ -962,6 +1080,11 @@ def _check_keys(rows: pa.Table, pk: str) -> None:
     keys = rows.column(pk)
     if pa.types.is_dictionary(keys.type):
         keys = keys.cast(keys.type.value_type)
+    # Arrow's kernels lack the view types (polars' strings): the same values.
+    if pa.types.is_string_view(keys.type):
+        keys = keys.cast(pa.large_string())
+    elif pa.types.is_binary_view(keys.type):
+        keys = keys.cast(pa.large_binary())
     if keys.null_count:
         raise ValueError(f"the data holds {keys.null_count} null keys in {pk!r}; every row needs a key")
     if pa.types.is_floating(keys.type) and pc.any(pc.is_nan(keys)).as_py():

@@ -98,6 +98,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_changes, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_compact, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_vacuum, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_drop, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_write_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_commit_files, m)?)?;
     m.add_class::<producers::PyStageRun>()?;

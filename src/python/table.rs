@@ -11,6 +11,7 @@ use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::error::Error;
 use crate::table::commit::Depth;
+use crate::table::identity::expecting;
 use crate::table::scan::{At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::TableProperties;
@@ -75,7 +76,8 @@ pub fn table_create(
 
 /// Append `data`; returns the new version's manifest JSON.
 #[pyfunction]
-#[pyo3(signature = (store, key, data, *, schema_mode, metadata, parallelism))]
+#[pyo3(signature = (store, key, data, *, schema_mode, metadata, parallelism, table_id = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn table_append(
     py: Python<'_>,
     store: &PyRustStore,
@@ -84,12 +86,15 @@ pub fn table_append(
     schema_mode: &str,
     metadata: Option<BTreeMap<String, String>>,
     parallelism: usize,
+    table_id: Option<String>,
 ) -> PyResult<String> {
     let mode = SchemaMode::parse(schema_mode).py_err()?;
     let reader = data.into_reader()?;
     let handle = store.inner.clone();
     let m = super::detach(py, || {
-        write::append(handle, &key, reader, mode, metadata, parallelism)
+        expecting(table_id.as_deref(), || {
+            write::append(handle, &key, reader, mode, metadata, parallelism)
+        })
     })?;
     manifest_json(&m)
 }
@@ -97,13 +102,14 @@ pub fn table_append(
 /// Delete rows matching `filter`; returns `(manifest JSON, rows deleted or
 /// None, committed)`.
 #[pyfunction]
-#[pyo3(signature = (store, key, filter, *, parallelism))]
+#[pyo3(signature = (store, key, filter, *, parallelism, table_id = None))]
 pub fn table_delete(
     py: Python<'_>,
     store: &PyRustStore,
     key: String,
     filter: FilterArg,
     parallelism: usize,
+    table_id: Option<String>,
 ) -> PyResult<(String, Option<u64>, bool)> {
     let opts = read_options(None, Some(filter), None)?;
     let predicate = opts
@@ -111,7 +117,11 @@ pub fn table_delete(
         .map(|p| p.as_ref().clone())
         .unwrap_or_default();
     let handle = store.inner.clone();
-    let d = super::detach(py, || delete::delete(handle, &key, predicate, parallelism))?;
+    let d = super::detach(py, || {
+        expecting(table_id.as_deref(), || {
+            delete::delete(handle, &key, predicate, parallelism)
+        })
+    })?;
     Ok((manifest_json(&d.manifest)?, d.rows, d.committed))
 }
 
@@ -254,7 +264,7 @@ pub fn table_changes<'py>(
 
 /// Compact; returns `(manifest JSON, committed, files removed, files added)`.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, target_file_size, min_deleted_fraction, parallelism))]
+#[pyo3(signature = (store, key, *, target_file_size, min_deleted_fraction, parallelism, table_id = None))]
 pub fn table_compact(
     py: Python<'_>,
     store: &PyRustStore,
@@ -262,6 +272,7 @@ pub fn table_compact(
     target_file_size: Option<u64>,
     min_deleted_fraction: f64,
     parallelism: usize,
+    table_id: Option<String>,
 ) -> PyResult<(String, bool, usize, usize)> {
     let handle = store.inner.clone();
     let opts = crate::table::compact::CompactOptions {
@@ -269,7 +280,11 @@ pub fn table_compact(
         min_deleted_fraction,
         parallelism,
     };
-    let c = super::detach(py, || crate::table::compact::compact(handle, &key, opts))?;
+    let c = super::detach(py, || {
+        expecting(table_id.as_deref(), || {
+            crate::table::compact::compact(handle, &key, opts)
+        })
+    })?;
     Ok((
         manifest_json(&c.manifest)?,
         c.committed,
@@ -282,7 +297,8 @@ pub fn table_compact(
 /// `ValueError` for a negative or non-finite duration, or `retain` below
 /// `min_age`, before any I/O; a duration too long to hold is clamped.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, retain_seconds, min_age_seconds, keep_versions, dry_run))]
+#[pyo3(signature = (store, key, *, retain_seconds, min_age_seconds, keep_versions, dry_run, table_id = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn table_vacuum(
     py: Python<'_>,
     store: &PyRustStore,
@@ -291,6 +307,7 @@ pub fn table_vacuum(
     min_age_seconds: f64,
     keep_versions: bool,
     dry_run: bool,
+    table_id: Option<String>,
 ) -> PyResult<Vec<String>> {
     let opts = crate::table::vacuum::VacuumOptions::from_seconds(
         retain_seconds,
@@ -300,10 +317,28 @@ pub fn table_vacuum(
     )
     .py_err()?;
     let handle = store.inner.clone();
-    let v = super::run(py, async move {
-        crate::table::vacuum::vacuum(&handle, &key, &opts, chrono::Utc::now()).await
+    let v = super::detach(py, || {
+        expecting(table_id.as_deref(), || {
+            crate::runtime::block_on(crate::table::vacuum::vacuum(
+                &handle,
+                &key,
+                &opts,
+                chrono::Utc::now(),
+            ))?
+        })
     })?;
     Ok(v.removed)
+}
+
+/// Drop the table at `key`: the keys (relative to it) removed. See
+/// `crate::table::drop`.
+#[pyfunction]
+pub fn table_drop(py: Python<'_>, store: &PyRustStore, key: String) -> PyResult<Vec<String>> {
+    let handle = store.inner.clone();
+    let d = super::run(py, async move {
+        crate::table::drop::drop_table(&handle, &key).await
+    })?;
+    Ok(d.removed)
 }
 
 /// Upload `data` as uncommitted data files of the table at `key` (a Spark
@@ -394,7 +429,7 @@ pub fn table_commit_files(
 /// Upsert `data` by primary key; returns `(manifest JSON, rows replaced or
 /// None, committed)`.
 #[pyfunction]
-#[pyo3(signature = (store, key, data, *, schema_mode, parallelism))]
+#[pyo3(signature = (store, key, data, *, schema_mode, parallelism, table_id = None))]
 pub fn table_upsert(
     py: Python<'_>,
     store: &PyRustStore,
@@ -402,12 +437,15 @@ pub fn table_upsert(
     data: PyRecordBatchReader,
     schema_mode: &str,
     parallelism: usize,
+    table_id: Option<String>,
 ) -> PyResult<(String, Option<u64>, bool)> {
     let mode = SchemaMode::parse(schema_mode).py_err()?;
     let reader = data.into_reader()?;
     let handle = store.inner.clone();
     let done = super::detach(py, || {
-        crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
+        expecting(table_id.as_deref(), || {
+            crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
+        })
     })?;
     Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
 }
@@ -440,7 +478,7 @@ pub fn table_upsert_files(
 /// the GIL; everything else without. An exception it raises is re-raised
 /// as it is, and nothing is committed.
 #[pyfunction]
-#[pyo3(signature = (store, key, filter, apply, *, columns, description, parallelism))]
+#[pyo3(signature = (store, key, filter, apply, *, columns, description, parallelism, table_id = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn table_update(
     py: Python<'_>,
@@ -451,6 +489,7 @@ pub fn table_update(
     columns: Vec<String>,
     description: &str,
     parallelism: usize,
+    table_id: Option<String>,
 ) -> PyResult<(String, Option<u64>, bool)> {
     let predicate = match filter {
         Some(f) => read_options(None, Some(f), None)?
@@ -499,7 +538,9 @@ pub fn table_update(
     };
     let handle = store.inner.clone();
     let result = super::detach(py, || {
-        crate::table::update::update(handle, &key, opts, &mut call)
+        expecting(table_id.as_deref(), || {
+            crate::table::update::update(handle, &key, opts, &mut call)
+        })
     });
     if let Some(e) = raised.lock().ok().and_then(|mut s| s.take()) {
         return Err(e);

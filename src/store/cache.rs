@@ -34,6 +34,8 @@ struct Inner {
     bytes: usize,
     /// Counts forgets: a body read before one may be stale, and is not kept.
     forgets: u64,
+    /// The identity last seen of each table key (see [`ObjectCache::identify`]).
+    identities: HashMap<String, Option<String>>,
 }
 
 /// Parsed immutable objects by key, at most `limit` bytes and `entries`
@@ -184,6 +186,32 @@ impl ObjectCache {
         }
     }
 
+    /// Record that the table at `key` has the identity `id` (as its pointer
+    /// says; `None` for a table of earlier pds). If the key was last seen
+    /// with another identity (the table was dropped and another created
+    /// there), every body cached under the key is forgotten: its version
+    /// manifests share their names with the old table's. One entry per
+    /// table key seen, a few dozen bytes each.
+    pub fn identify(&self, key: &str, id: Option<&str>) {
+        let table = object_key(key).trim_start_matches("object\0").to_string();
+        let changed = match self.inner.lock() {
+            Ok(mut inner) => match inner.identities.get(&table) {
+                Some(seen) if seen.as_deref() == id => false,
+                seen => {
+                    let changed = seen.is_some();
+                    inner
+                        .identities
+                        .insert(table.clone(), id.map(str::to_string));
+                    changed
+                }
+            },
+            Err(_) => return,
+        };
+        if changed {
+            self.forget_object(&format!("{table}/"), true);
+        }
+    }
+
     /// Entries and bytes held (for tests and diagnostics).
     pub fn usage(&self) -> (usize, usize) {
         self.inner
@@ -284,5 +312,34 @@ mod tests {
         assert!(cache.object("t/v3.json").is_none());
         cache.keep_object("t/v3.json", bytes::Bytes::from_static(b"new"), cache.mark());
         assert_eq!(cache.object("t/v3.json").as_deref(), Some(&b"new"[..]));
+    }
+
+    #[test]
+    fn another_identity_at_a_key_forgets_the_bodies_under_it() {
+        let cache = ObjectCache::new(1_000);
+        let keep = |k: &str| cache.keep_object(k, bytes::Bytes::from(k.to_string()), cache.mark());
+        keep("t/manifest/v0.json");
+        keep("tt/manifest/v0.json");
+        cache.identify("t", Some("a"));
+        cache.identify("t/", Some("a"));
+        assert!(
+            cache.object("t/manifest/v0.json").is_some(),
+            "seen first, or again"
+        );
+        cache.identify("t", Some("b"));
+        assert!(
+            cache.object("t/manifest/v0.json").is_none(),
+            "another table at t"
+        );
+        assert!(
+            cache.object("tt/manifest/v0.json").is_some(),
+            "another key is kept"
+        );
+        keep("t/manifest/v0.json");
+        cache.identify("t", None);
+        assert!(
+            cache.object("t/manifest/v0.json").is_none(),
+            "an id-less table too"
+        );
     }
 }

@@ -195,13 +195,17 @@ async fn version_sources(
             Some(d) => deleted_positions(store, table, m, f, &d).await?,
             None => continue,
         };
-        let then = match prev {
-            Some(p) => match file_deletes(store, table, p, name).await? {
-                Some(d) => deleted_positions(store, table, p, f, &d).await?,
+        // The file as `prev` lists it: a schema change since gives it
+        // there a schema of `prev`'s own (`m` names it by an id `prev`
+        // lacks).
+        let then =
+            match prev.and_then(|p| Some((p, p.data_files.iter().find(|pf| pf.path == name)?))) {
+                Some((p, pf)) => match file_deletes(store, table, p, name).await? {
+                    Some(d) => deleted_positions(store, table, p, pf, &d).await?,
+                    None => roaring::RoaringBitmap::new(),
+                },
                 None => roaring::RoaringBitmap::new(),
-            },
-            None => roaring::RoaringBitmap::new(),
-        };
+            };
         let newly = now - then;
         if !newly.is_empty() {
             readable(table, m, f, output, m.version)?;

@@ -79,6 +79,11 @@ pub trait Versioned: Sized {
     fn commit_id(&self) -> Option<&str>;
     /// Set by the commit loop before the manifest is written.
     fn set_commit_id(&mut self, id: &str);
+    /// The id of the table this version belongs to (see
+    /// [`super::identity`]); `None` for other kinds and older tables.
+    fn table_id(&self) -> Option<&str> {
+        None
+    }
     /// Read what a manifest references beyond its own object, as far as
     /// `depth` asks (a table's segments); nothing for other kinds.
     fn load<'a>(
@@ -132,6 +137,9 @@ impl Versioned for TableManifest {
     }
     fn set_commit_id(&mut self, id: &str) {
         self.commit_id = Some(id.to_string());
+    }
+    fn table_id(&self) -> Option<&str> {
+        self.table_id.as_deref()
     }
     fn load<'a>(
         &'a mut self,
@@ -219,14 +227,23 @@ pub async fn latest_at<M: Versioned>(
     roll_forward: bool,
     depth: Depth,
 ) -> Result<Option<Latest<M>>> {
-    let (pointed, pointer) = match store.get_with_meta(&pointer_key(table)).await {
+    let (pointed, pointer, id) = match store.get_with_meta(&pointer_key(table)).await {
         Ok((raw, meta)) => {
             let p = Pointer::from_json(&raw, &pointer_key(table))?;
-            (Some(p.version), Some((meta.e_tag, meta.version)))
+            // Bodies cached from another table once at this key are not
+            // this table's (their names are the same).
+            store.cache().identify(table, p.table_id.as_deref());
+            (
+                Some(p.version),
+                Some((meta.e_tag, meta.version)),
+                Some(p.table_id),
+            )
         }
-        Err(Error::NotFound { .. }) => (None, None),
+        Err(Error::NotFound { .. }) => (None, None, None),
         Err(e) => return Err(e),
     };
+    // With a pointer, the versions read must be of the table it names.
+    let id = id.as_ref().map(|i| i.as_deref());
     let mut version = pointed;
     if let (Some(v), false) = (pointed, roll_forward) {
         // A reader: the pointed manifest, and at the same time a HEAD of
@@ -235,7 +252,7 @@ pub async fn latest_at<M: Versioned>(
         if let Some(next) = v.checked_add(1) {
             let next_key = manifest_key(table, next);
             let (got, ahead) = futures::join!(
-                read_version_at::<M>(store, table, v, depth),
+                read_version_of_table::<M>(store, table, v, depth, id),
                 store.try_head(&next_key)
             );
             if ahead?.is_none() {
@@ -265,7 +282,7 @@ pub async fn latest_at<M: Versioned>(
     let Some(version) = version else {
         return Ok(None);
     };
-    let got = read_version_at::<M>(store, table, version, depth).await;
+    let got = read_version_of_table::<M>(store, table, version, depth, id).await;
     let manifest = if Some(version) == pointed {
         pointed_manifest(got, table, version)?
     } else {
@@ -297,12 +314,33 @@ fn pointed_manifest<M>(got: Result<M>, table: &str, version: u64) -> Result<M> {
 /// [`latest`] of a table that must exist (`NotFound` otherwise), from a
 /// thread outside the runtime.
 pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
+    opened(table, latest_existing_at(store, table, Depth::Full))
+}
+
+/// [`latest_existing`], loading the manifest to `depth`.
+fn latest_existing_at(store: &StoreHandle, table: &str, depth: Depth) -> Result<Latest> {
     crate::runtime::block_on(async {
-        match latest(store, table).await? {
+        match latest_at(store, table, false, depth).await? {
             Some(l) => Ok(l),
             None => Err(super::not_found(store, table, "table").await),
         }
     })?
+}
+
+/// `got`, the latest version of `table`, if it is of the table the caller
+/// opened (see [`super::identity::expecting`]); else `NotFound` saying
+/// that table was dropped (and replaced), before anything is planned on it.
+fn opened(table: &str, got: Result<Latest>) -> Result<Latest> {
+    let Some(id) = super::identity::expected() else {
+        return got;
+    };
+    match got {
+        Ok(l) if super::identity::differ(l.manifest.table_id(), Some(&id)) => Err(
+            super::identity::gone(table, Some(&id), Some(l.manifest.table_id())),
+        ),
+        Err(Error::NotFound { .. }) => Err(super::identity::gone(table, Some(&id), None)),
+        other => other,
+    }
 }
 
 /// [`latest_with`] as a reader: the pointer, its manifest and a HEAD of the
@@ -336,7 +374,8 @@ pub async fn read_version_at<M: Versioned>(
 ) -> Result<M> {
     let key = manifest_key(table, version);
     // A version's manifest is created once and never replaced: a body this
-    // handle has read and parsed is kept for its life (see `store::cache`).
+    // handle has read and parsed is kept for its life (see `store::cache`),
+    // or until a pointer shows another table at the key.
     let cached = store.cache().object(&key);
     let mark = store.cache().mark();
     let raw = match &cached {
@@ -351,14 +390,46 @@ pub async fn read_version_at<M: Versioned>(
     Ok(m)
 }
 
+/// [`read_version_at`] of a version of the table whose pointer says its id
+/// is `id` (`None`: no pointer to check against): a version of another
+/// table (a body cached before the table was dropped and created again, or
+/// a manifest a dropped table left behind) is not taken for it.
+async fn read_version_of_table<M: Versioned>(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+    depth: Depth,
+    id: Option<Option<&str>>,
+) -> Result<M> {
+    let m = read_version_at::<M>(store, table, version, depth).await?;
+    let Some(id) = id else {
+        return Ok(m);
+    };
+    if m.table_id() == id {
+        return Ok(m);
+    }
+    // Perhaps a body of the table that was here before: read it again.
+    store
+        .cache()
+        .forget_object(&manifest_key(table, version), false);
+    let m = read_version_at::<M>(store, table, version, depth).await?;
+    if super::identity::differ(m.table_id(), id) {
+        return Err(Error::ManifestCorrupted {
+            path: manifest_key(table, version),
+            reason: format!(
+                "it belongs to table {:?}, but the pointer names table {:?} (a version a \
+                 dropped table left behind?)",
+                m.table_id().unwrap_or("(no id)"),
+                id.unwrap_or("(no id)")
+            ),
+        });
+    }
+    Ok(m)
+}
+
 /// [`latest_existing`] with the root alone loaded (see [`Depth::Root`]).
 pub fn latest_existing_root(store: &StoreHandle, table: &str) -> Result<Latest> {
-    crate::runtime::block_on(async {
-        match latest_at(store, table, false, Depth::Root).await? {
-            Some(l) => Ok(l),
-            None => Err(super::not_found(store, table, "table").await),
-        }
-    })?
+    opened(table, latest_existing_at(store, table, Depth::Root))
 }
 
 /// Move the pointer forward to `version`: compare-and-swap against the
@@ -370,9 +441,10 @@ async fn advance_pointer<M>(
     table: &str,
     latest: Option<&Latest<M>>,
     version: u64,
+    id: Option<&str>,
 ) -> Result<()> {
     let key = pointer_key(table);
-    let body = Bytes::from(Pointer::new(table, version).to_json()?);
+    let body = Bytes::from(Pointer::new(version, id).to_json()?);
     let mut current = latest.and_then(|l| l.pointer.clone());
     let mut unclear = 0u32;
     for _ in 0..MAX_POINTER_ATTEMPTS {
@@ -394,10 +466,17 @@ async fn advance_pointer<M>(
                 }
                 let (raw, meta) = match store.get_with_meta(&key).await {
                     Ok(got) => got,
-                    Err(Error::NotFound { .. }) => continue,
+                    // No pointer: a first version's is created; a later
+                    // one's is gone because the table was dropped, and is
+                    // not brought back.
+                    Err(Error::NotFound { .. }) if version == 0 => continue,
+                    Err(Error::NotFound { .. }) => return Ok(()),
                     Err(e) => return Err(e),
                 };
-                if Pointer::from_json(&raw, &key)?.version >= version {
+                let now = Pointer::from_json(&raw, &key)?;
+                // Another table at the key (this one was dropped): not ours
+                // to move.
+                if now.version >= version || super::identity::differ(now.table_id.as_deref(), id) {
                     return Ok(());
                 }
                 current = Some((meta.e_tag, meta.version));
@@ -507,6 +586,9 @@ where
         | 1;
     let mut backoff = opts.base_backoff;
     let mut given = base;
+    // The table this commit builds on (`Some(None)`: one without an id):
+    // the caller's (see `identity::expecting`), else the first read's.
+    let mut held: Option<Option<String>> = super::identity::expected().map(Some);
     // A version whose manifest PUT this call tried without learning whether
     // it landed: settled (read back) before anything else is tried.
     let mut pending: Option<(u64, String)> = None;
@@ -520,7 +602,7 @@ where
         if let Some((v, why)) = pending.take() {
             match settle::<M>(store, table, v, &id).await {
                 Ok(Settled::Ours(m)) => {
-                    let _ = advance_pointer::<M>(store, table, None, v).await;
+                    let _ = advance_pointer::<M>(store, table, None, v, m.table_id()).await;
                     return Ok(Outcome::Committed {
                         manifest: Box::new(m),
                         attempts: attempt - 1,
@@ -556,11 +638,41 @@ where
                 },
             },
         };
+        // Every attempt builds on the table the first one read, and on the
+        // one the caller opened if it said which: never on another table
+        // created at the key meanwhile, nor on a dropped one.
+        let found = base.as_ref().map(|l| l.manifest.table_id());
+        let same = match (&held, found) {
+            (None, None) => true,
+            (None, Some(f)) => {
+                held = Some(f.map(str::to_string));
+                true
+            }
+            // An id-less side is an earlier pds's: the same table.
+            (Some(h), Some(f)) => !super::identity::differ(h.as_deref(), f),
+            // No table any more: it was dropped.
+            (Some(_), None) => false,
+        };
+        if !same {
+            let opened = held.as_ref().and_then(|h| h.as_deref());
+            let e = super::identity::gone(table, opened, found);
+            return Err(match &pending {
+                Some((_, why)) => unknown(format!("{why}; then {}", crate::error::chain(&e))),
+                None => e,
+            });
+        }
         // Help a writer that died (or is about to) before moving the pointer.
         // Best effort: the version is committed whether or not this lands.
         if let Some(l) = &base {
             if l.pointed != Some(l.manifest.version()) {
-                let _ = advance_pointer(store, table, Some(l), l.manifest.version()).await;
+                let _ = advance_pointer(
+                    store,
+                    table,
+                    Some(l),
+                    l.manifest.version(),
+                    l.manifest.table_id(),
+                )
+                .await;
             }
         }
         let prepared = match prepare(base.as_ref().map(|l| &l.manifest)) {
@@ -628,7 +740,8 @@ where
         }
         match store.put(&key, body, PutMode::Create).await {
             Ok(_) => {
-                let _ = advance_pointer(store, table, base.as_ref(), version).await;
+                let _ =
+                    advance_pointer(store, table, base.as_ref(), version, next.table_id()).await;
                 return Ok(Outcome::Committed {
                     manifest: Box::new(next),
                     attempts: attempt,
@@ -637,7 +750,8 @@ where
             Err(Error::AlreadyExists { .. }) | Err(Error::Precondition { .. }) => {
                 match settle::<M>(store, table, version, &id).await {
                     Ok(Settled::Ours(m)) => {
-                        let _ = advance_pointer(store, table, base.as_ref(), version).await;
+                        let _ = advance_pointer(store, table, base.as_ref(), version, m.table_id())
+                            .await;
                         return Ok(Outcome::Committed {
                             manifest: Box::new(m),
                             attempts: attempt,
@@ -701,7 +815,7 @@ where
         // One last read-back before giving up.
         return match settle::<M>(store, table, v, &id).await {
             Ok(Settled::Ours(m)) => {
-                let _ = advance_pointer::<M>(store, table, None, v).await;
+                let _ = advance_pointer::<M>(store, table, None, v, m.table_id()).await;
                 Ok(Outcome::Committed {
                     manifest: Box::new(m),
                     attempts: opts.max_attempts,
@@ -878,7 +992,7 @@ mod tests {
         for (store, _dir) in stores() {
             let rt = crate::runtime::get().unwrap();
             append_now(&store, "a");
-            let bad = Pointer::new("t", 7).to_json().unwrap();
+            let bad = Pointer::new(7, None).to_json().unwrap();
             rt.block_on(store.put(&pointer_key("t"), Bytes::from(bad), PutMode::Overwrite))
                 .unwrap();
             match rt.block_on(latest(&store, "t")) {
@@ -919,7 +1033,7 @@ mod tests {
         for (store, _dir) in stores() {
             let rt = crate::runtime::get().unwrap();
             append_now(&store, "a");
-            let body = Bytes::from(Pointer::new("t", 5).to_json().unwrap());
+            let body = Bytes::from(Pointer::new(5, None).to_json().unwrap());
             rt.block_on(store.put(&pointer_key("t"), body, PutMode::Overwrite))
                 .unwrap();
             for roll_forward in [false, true] {

@@ -29,8 +29,10 @@ pub mod changes;
 pub mod commit;
 pub mod compact;
 pub mod delete;
+pub mod drop;
 #[cfg(test)]
 mod fault_tests;
+pub mod identity;
 pub mod rewrite;
 pub mod scan;
 pub mod schema;
@@ -103,13 +105,18 @@ pub async fn not_found(store: &crate::store::StoreHandle, key: &str, what: &str)
 pub struct Pointer {
     pub version: u64,
     pub manifest: String,
+    /// The id of the table it points into (see [`identity`]); absent in
+    /// pointers of tables created by earlier pds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_id: Option<String>,
 }
 
 impl Pointer {
-    pub fn new(_table: &str, version: u64) -> Self {
+    pub fn new(version: u64, table_id: Option<&str>) -> Self {
         Self {
             version,
             manifest: manifest_name(version),
+            table_id: table_id.map(str::to_string),
         }
     }
 
@@ -135,6 +142,12 @@ impl Pointer {
                 path: path.to_string(),
                 reason: format!("it names {:?} for version {}", p.manifest, p.version),
             });
+        }
+        if let Some(id) = &p.table_id {
+            identity::check(id).map_err(|reason| Error::ManifestCorrupted {
+                path: path.to_string(),
+                reason,
+            })?;
         }
         Ok(p)
     }

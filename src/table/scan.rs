@@ -21,9 +21,9 @@ use arrow_schema::{Schema, SchemaRef};
 use chrono::{DateTime, Utc};
 
 use super::commit::{latest, latest_at, read_version_at, Depth, Versioned};
+use super::manifest_key;
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes, PkRange};
-use super::{manifest_key, manifest_name};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{column_indices, Positions, ReadOptions, SCAN_BATCH_ROWS};
 use crate::parquet::filter::{Condition, Op, Predicate, UnitStats};
@@ -74,6 +74,31 @@ pub async fn resolve_at(
     Ok(m)
 }
 
+/// The error for a data file of `version` that is missing (`path`): if the
+/// version's manifest is gone too, vacuum removed the version after it was
+/// read (`NotFound` saying so); else the table is damaged.
+///
+/// Runs on the scan's runtime thread, on the error path only: 1 HEAD.
+fn missing_file(store: &StoreHandle, table: &str, version: u64, path: String) -> Error {
+    let manifest = manifest_key(table, version);
+    let head = tokio::runtime::Handle::try_current()
+        .map(|rt| tokio::task::block_in_place(|| rt.block_on(store.try_head(&manifest))));
+    match head {
+        Ok(Ok(None)) => Error::VersionNotFound {
+            path: table.to_string(),
+            reason: format!(
+                "version {version} of table {table:?} is gone: vacuum removed it (its manifest \
+                 and the data files only it needed) after it was read here. Read the latest \
+                 version, or one within vacuum's retention window"
+            ),
+        },
+        _ => Error::ManifestCorrupted {
+            path: manifest,
+            reason: format!("its data file {path:?} is missing (removed by hand?)"),
+        },
+    }
+}
+
 /// The manifest of `version` as a scan with `predicate` (bound to the
 /// version's schema) needs it: the root, then only the segments whose
 /// statistics can match (every segment when there is no predicate, or when
@@ -88,7 +113,10 @@ pub async fn for_scan(
     predicate: Option<&Predicate>,
     whole: bool,
 ) -> Result<TableManifest> {
-    let mut m: TableManifest = read_version_at(store, table, version, Depth::Root).await?;
+    let mut m: TableManifest = match read_version_at(store, table, version, Depth::Root).await {
+        Err(Error::NotFound { .. }) => return Err(no_version(store, table, version).await),
+        other => other?,
+    };
     let path = manifest_key(table, version);
     match predicate {
         Some(p) if !whole => {
@@ -123,9 +151,11 @@ async fn no_version(store: &StoreHandle, table: &str, v: u64) -> Error {
                 l.manifest.version
             )
         }
+        // Versions are contiguous: one below the latest was committed, and
+        // is gone because vacuum removed it.
         Ok(Some(l)) => format!(
-            "table {table:?} has no version {v}: it was vacuumed or never committed (the \
-             latest is {})",
+            "version {v} of table {table:?} is gone: vacuum removed it (it was older than \
+             what vacuum retains; the latest version is {})",
             l.manifest.version
         ),
         Ok(None) => return super::not_found(store, table, "table").await,
@@ -582,14 +612,12 @@ pub fn scan(
             footer,
         ));
     }
-    let version = manifest_name(manifest.version);
+    let version = manifest.version;
     let table_key = table.to_string();
+    let err_store = store.clone();
     let hooks = ScanHooks {
         map_err: Arc::new(move |e| match e {
-            Error::NotFound { path } => Error::ManifestCorrupted {
-                path: format!("{table_key}/{version}"),
-                reason: format!("its data file {path:?} is missing (removed by hand?)"),
-            },
+            Error::NotFound { path } => missing_file(&err_store, &table_key, version, path),
             other => other,
         }),
         at_end: None,

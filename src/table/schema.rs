@@ -195,9 +195,96 @@ pub fn describe_change(old: &Schema, new: &Schema) -> Vec<String> {
     out
 }
 
+/// How `other` differs from the table's schema `table`, column by column
+/// and readably (`"id" is int32 there, int64 in the table`), for errors;
+/// empty if they are equal.
+pub fn differences(table: &Schema, other: &Schema) -> Vec<String> {
+    let null = |f: &Field| {
+        if f.is_nullable() {
+            "nullable"
+        } else {
+            "not null"
+        }
+    };
+    let mut out = Vec::new();
+    for f in table.fields() {
+        match other.field_with_name(f.name()) {
+            Err(_) => out.push(format!(
+                "{:?} ({}) is missing there",
+                f.name(),
+                f.data_type()
+            )),
+            Ok(o) if o.data_type() != f.data_type() => out.push(format!(
+                "{:?} is {} there, {} in the table",
+                f.name(),
+                o.data_type(),
+                f.data_type()
+            )),
+            Ok(o) if o.is_nullable() != f.is_nullable() => out.push(format!(
+                "{:?} is {} there, {} in the table",
+                f.name(),
+                null(o),
+                null(f)
+            )),
+            Ok(_) => {}
+        }
+    }
+    for o in other.fields() {
+        if table.field_with_name(o.name()).is_err() {
+            out.push(format!(
+                "{:?} ({}) is not in the table",
+                o.name(),
+                o.data_type()
+            ));
+        }
+    }
+    if out.is_empty() && table != other {
+        let names = |s: &Schema| {
+            s.fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push(if table.fields() != other.fields() {
+            format!(
+                "the columns are in another order: {} there, {} in the table",
+                names(other),
+                names(table)
+            )
+        } else {
+            "the schema metadata differs".to_string()
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn differences_name_each_column_readably() {
+        let table = schema(&[("id", DataType::Int64, false), ("s", DataType::Utf8, true)]);
+        let other = schema(&[
+            ("id", DataType::Int32, false),
+            ("x", DataType::Float64, true),
+        ]);
+        assert_eq!(
+            differences(&table, &other),
+            vec![
+                "\"id\" is Int32 there, Int64 in the table",
+                "\"s\" (Utf8) is missing there",
+                "\"x\" (Float64) is not in the table",
+            ]
+        );
+        let swapped = schema(&[("s", DataType::Utf8, true), ("id", DataType::Int64, false)]);
+        assert_eq!(
+            differences(&table, &swapped),
+            vec!["the columns are in another order: s, id there, id, s in the table"]
+        );
+        assert!(differences(&table, &table).is_empty());
+    }
 
     fn schema(fields: &[(&str, DataType, bool)]) -> Schema {
         Schema::new(

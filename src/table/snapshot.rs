@@ -116,6 +116,11 @@ pub struct TableManifest {
     /// by this id (absent in manifests of older pds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_id: Option<String>,
+    /// The id of the table this version belongs to, drawn at its creation
+    /// and carried by every version (see [`super::identity`]); absent in
+    /// tables created by older pds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_id: Option<String>,
     /// What of the file list is in memory (not part of the manifest).
     #[serde(skip)]
     pub layout: Layout,
@@ -384,6 +389,9 @@ impl TableManifest {
             }
         }
         check_time(&self.created_at)?;
+        if let Some(id) = &self.table_id {
+            super::identity::check(id)?;
+        }
         let schema = self
             .schema
             .arrow()
@@ -672,6 +680,7 @@ pub(crate) mod tests {
             file_schemas: BTreeMap::new(),
             properties: TableProperties::default(),
             commit_id: None,
+            table_id: None,
             layout: Layout::default(),
         }
     }

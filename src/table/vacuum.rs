@@ -177,7 +177,7 @@ const KEY_MARKERS: &[&str] = &["_SUCCESS", "_WRITING", "manifest.json", POINTER]
 
 /// Which names under a key belong to its own layout (see the module docs).
 #[derive(Debug, Clone)]
-struct Ownership {
+pub(crate) struct Ownership {
     layout: &'static [&'static str],
     /// Folders (relative) that hold another dataset, table or pipeline.
     nested: BTreeSet<String>,
@@ -185,7 +185,10 @@ struct Ownership {
 
 impl Ownership {
     /// The ownership of a key whose objects (relative names) are `names`.
-    fn new<'a>(layout: &'static [&'static str], names: impl Iterator<Item = &'a str>) -> Self {
+    pub(crate) fn new<'a>(
+        layout: &'static [&'static str],
+        names: impl Iterator<Item = &'a str>,
+    ) -> Self {
         let mut nested = BTreeSet::new();
         for name in names {
             let segs: Vec<&str> = name.split('/').collect();
@@ -207,7 +210,7 @@ impl Ownership {
     /// Whether the object (or, with `folder`, the folder) `rel` is this
     /// layout's: an object matching a pattern, or a folder on the way to
     /// one; never anything in a nested key.
-    fn owns(&self, rel: &str, folder: bool) -> bool {
+    pub(crate) fn owns(&self, rel: &str, folder: bool) -> bool {
         let inside = |root: &String| {
             rel == root
                 || rel
@@ -270,6 +273,16 @@ pub async fn vacuum_of<M: Collectable>(
             path: table.to_string(),
         });
     };
+    // Through a handle that opened a table: that table's, or nothing.
+    if let Some(opened) = super::identity::expected() {
+        if super::identity::differ(latest.manifest.table_id(), Some(opened.as_str())) {
+            return Err(super::identity::gone(
+                table,
+                Some(&opened),
+                Some(latest.manifest.table_id()),
+            ));
+        }
+    }
     let objects: Vec<(&str, DateTime<Utc>)> = listing
         .objects
         .iter()

@@ -298,6 +298,7 @@ fn first_version(
         file_schemas: BTreeMap::new(),
         properties: props.clone(),
         commit_id: None,
+        table_id: Some(super::identity::new_table_id()),
         layout: Default::default(),
     }
 }
@@ -388,7 +389,10 @@ pub fn create(
                 if !same_logical_schema(&theirs, &schema) {
                     return Err(Error::SchemaMismatch {
                         key: table.to_string(),
-                        reason: format!("the table exists with schema {theirs:?}"),
+                        reason: format!(
+                            "the table exists with another schema: {}",
+                            super::schema::differences(&theirs, &schema).join("; ")
+                        ),
                     });
                 }
             }
@@ -667,7 +671,9 @@ pub fn commit_files(
                     return Err(Error::SchemaMismatch {
                         key: table.to_string(),
                         reason: format!(
-                            "the files were written as {schema:?}; the table's schema is {theirs:?}"
+                            "the files were written in another schema than the table's \
+                             (changed meanwhile?): {}",
+                            super::schema::differences(&theirs, &schema).join("; ")
                         ),
                     });
                 }

@@ -330,7 +330,7 @@ fn a_legacy_manifest_reads_and_is_upgraded_by_the_next_commit() {
     assert!(String::from_utf8_lossy(&raw).contains("\"format\": \"pds-table/1\""));
     assert!(String::from_utf8_lossy(&raw).contains("\"data_files\""));
     block(store.put(&manifest_key("t", 2), Bytes::from(raw), PutMode::Create));
-    let pointer = Pointer::new("t", 2).to_json().unwrap();
+    let pointer = Pointer::new(2, None).to_json().unwrap();
     block(store.put(&pointer_key("t"), Bytes::from(pointer), PutMode::Overwrite));
     let back: TableManifest = block(read_version_at(&store, "t", 2, Depth::Root));
     assert_eq!((back.layout.view, back.data_files.len()), (View::Full, 2));

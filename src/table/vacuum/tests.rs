@@ -211,7 +211,7 @@ fn a_commit_landing_while_vacuum_lists_keeps_its_manifest_and_files() {
     next.previous = Some(3);
     block(next.lay_out_segments(&store, "t"));
     let manifest = next.to_json().unwrap();
-    let pointer = Pointer::new("t", 4).to_json().unwrap();
+    let pointer = Pointer::new(4, None).to_json().unwrap();
     *hooked.on_list.lock().unwrap() = Some(Box::new(move |inner: &InMemory| {
         let put = |key: String, body: Vec<u8>| {
             futures::executor::block_on(inner.put(&Path::from(key), body.into())).unwrap();

@@ -207,9 +207,27 @@ impl ObjectCache {
             },
             Err(_) => return,
         };
-        if changed {
-            self.forget_object(&format!("{table}/"), true);
+        if !changed {
+            return;
         }
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        inner.forgets = inner.forgets.wrapping_add(1);
+        // The bodies under `table/` only (not those of a key `table2`).
+        let under = format!("{}/", object_key(&table));
+        let gone: Vec<String> = inner
+            .map
+            .keys()
+            .filter(|k| k.starts_with(&under))
+            .cloned()
+            .collect();
+        for k in &gone {
+            if let Some((_, size)) = inner.map.remove(k) {
+                inner.bytes -= size;
+            }
+        }
+        inner.order.retain(|k| !gone.contains(k));
     }
 
     /// Entries and bytes held (for tests and diagnostics).

@@ -169,7 +169,7 @@ def test_create_exist_ok_takes_another_librarys_schema(tmp_path: pathlib.Path) -
     again = pds.Table.create(url, "t", schema=polars_schema, exist_ok=True)
     assert again.version == t.version and again.schema.equals(ROWS)
     other = pa.schema([f.with_type(pa.int32()) if f.name == "i" else f for f in ROWS])
-    with pytest.raises(pds.SchemaMismatch, match="exists with schema"):
+    with pytest.raises(pds.SchemaMismatch, match="exists with another schema"):
         pds.Table.create(url, "t", schema=other, exist_ok=True)
     renamed = pa.schema([f.with_name("j") if f.name == "i" else f for f in ROWS])
     with pytest.raises(pds.SchemaMismatch):

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from conftest import REMOTE, lake_url
 from remote_store import NotFound, Store
 
 import pds
@@ -37,15 +38,12 @@ def ids(t: pa.Table) -> list[int]:
     return sorted(t.column("id").to_pylist())
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", *REMOTE])
 def lake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
     """A URL and options: each ``open`` of it is another handle (another cache)."""
     if request.param == "file":
-        root = tmp_path / "lake"
-        root.mkdir()
-        return root.as_uri(), {}
-    url, options, _ = request.getfixturevalue("s3_store")
-    return url, options
+        (tmp_path / "lake").mkdir()
+    return lake_url(request.param, tmp_path, request)
 
 
 def opener(lake: tuple[str, dict[str, str]]) -> Callable[[], Store]:

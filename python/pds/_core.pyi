@@ -83,6 +83,10 @@ class RustStore:
         """Delete every object below *key*; returns the count."""
     def copy(self, src: str, dst: str, overwrite: bool = False) -> None: ...
     def rename(self, src: str, dst: str, overwrite: bool = False) -> None: ...
+    def cache_usage(self) -> dict[str, tuple[int, int]]:
+        """``(entries, bytes)`` held by this handle's object cache (``"objects"``)
+        and by the process-wide caches of table segments (``"segments"``) and
+        tombstones (``"tombstones"``; both in estimated bytes). No I/O."""
 
 @final
 class EncodedParts(Iterator[tuple[bytes, int, int, str, bool]]):

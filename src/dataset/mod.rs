@@ -64,7 +64,7 @@ use crate::parquet::encode::{sha256_hex, EncodeOptions, PartEncoder, PartSummary
 use crate::parquet::part_ref::{self, PartRef};
 use crate::parquet::split::{part_name, Piece, Splitter};
 use crate::store::occupancy::{self, Kind};
-use crate::store::{PutMode, StoreHandle};
+use crate::store::{PutMode, PutOutcome, StoreHandle};
 use manifest::{Manifest, PartInfo};
 
 /// The commit marker, written last.
@@ -538,7 +538,7 @@ async fn put_claimed(
     key: &str,
     data: Bytes,
     claim: &Claim,
-) -> Result<crate::store::PutOutcome> {
+) -> Result<PutOutcome> {
     match store.put_create_own(key, data.clone()).await {
         Err(Error::AlreadyExists { .. }) => {
             make_room(store, key, claim).await?;
@@ -836,24 +836,19 @@ async fn commit_claimed(
 /// Cost: 1 PUT; 1 GET more only when the marker exists.
 async fn put_marker(store: &StoreHandle, key: &str, json: &Bytes) -> Result<()> {
     let marker = child_key(key, SUCCESS);
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match store.put(&marker, Bytes::new(), PutMode::Create).await {
-            Ok(_) => return Ok(()),
-            Err(Error::AlreadyExists { .. } | Error::Precondition { .. }) => {
-                return match manifest_is(store, key, json).await? {
-                    true => Ok(()),
-                    false => Err(Error::AlreadyExists {
-                        path: key.to_string(),
-                    }),
-                };
-            }
-            Err(e) if e.may_have_applied() && tries < 3 => {
-                tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
-            }
-            Err(e) => return Err(e),
-        }
+    let own = || async {
+        Ok(manifest_is(store, key, json).await?.then_some(PutOutcome {
+            e_tag: None,
+            version: None,
+            size: 0,
+        }))
+    };
+    match store.put_create_checked(&marker, Bytes::new(), own).await {
+        Ok(_) => Ok(()),
+        Err(Error::AlreadyExists { .. }) => Err(Error::AlreadyExists {
+            path: key.to_string(),
+        }),
+        Err(e) => Err(e),
     }
 }
 

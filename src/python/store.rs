@@ -218,6 +218,17 @@ impl PyRustStore {
         let s = self.inner.clone();
         run(py, s.rename(src, dst, overwrite))
     }
+
+    /// Entries and bytes held by this handle's object cache (`"objects"`)
+    /// and by the process-wide caches of table segments (`"segments"`,
+    /// bytes estimated) and tombstones (`"tombstones"`, estimated).
+    fn cache_usage(&self) -> BTreeMap<&'static str, (usize, usize)> {
+        BTreeMap::from([
+            ("objects", self.inner.cache().usage()),
+            ("segments", crate::table::segment::cache_usage()),
+            ("tombstones", crate::table::tombstone::cache_usage()),
+        ])
+    }
 }
 
 /// Whether a store option's value is a secret (hidden from `repr` and logs).

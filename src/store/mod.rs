@@ -399,24 +399,45 @@ impl StoreHandle {
     ///
     /// Cost: 1 PUT; 1 GET more only when the object already exists.
     pub async fn put_create_own(&self, key: &str, data: Bytes) -> Result<PutOutcome> {
-        let size = data.len() as u64;
+        let expected = data.clone();
+        self.put_create_checked(key, data, || async move {
+            let (there, meta) = self.get_with_meta(key).await?;
+            Ok((there == expected).then(|| PutOutcome {
+                e_tag: meta.e_tag,
+                version: meta.version,
+                size: expected.len() as u64,
+            }))
+        })
+        .await
+    }
+
+    /// Create `key` with `data`, create-only. When the create is refused
+    /// because the object exists, `is_own` decides whether it is this
+    /// writer's (its own create, applied but its reply lost, then retried):
+    /// `Some` outcome if so, `None` for `AlreadyExists` naming `key`.
+    ///
+    /// A PUT that fails so that it may have been applied (a lost reply, a
+    /// reset, a server error) is tried again, up to 3 times in all.
+    ///
+    /// Cost: 1 PUT, plus what `is_own` costs when the object exists.
+    pub async fn put_create_checked<F, Fut>(
+        &self,
+        key: &str,
+        data: Bytes,
+        is_own: F,
+    ) -> Result<PutOutcome>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<PutOutcome>>>,
+    {
         let mut tries = 0;
         loop {
             tries += 1;
             match self.put(key, data.clone(), PutMode::Create).await {
                 Err(Error::AlreadyExists { .. }) | Err(Error::Precondition { .. }) => {
-                    let (there, meta) = self.get_with_meta(key).await?;
-                    return if there == data {
-                        Ok(PutOutcome {
-                            e_tag: meta.e_tag,
-                            version: meta.version,
-                            size,
-                        })
-                    } else {
-                        Err(Error::AlreadyExists {
-                            path: key.to_string(),
-                        })
-                    };
+                    return is_own().await?.ok_or_else(|| Error::AlreadyExists {
+                        path: key.to_string(),
+                    });
                 }
                 Err(e) if e.may_have_applied() && tries < 3 => {
                     tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;

@@ -100,6 +100,36 @@ pub async fn not_found(store: &crate::store::StoreHandle, key: &str, what: &str)
     }
 }
 
+/// The error for an object of `version` that is missing (`what`, e.g.
+/// `data file "…"`, and the key the store named, `path`): if the version's
+/// manifest is gone too, vacuum removed the version after it was read here
+/// (`VersionNotFound` saying so); else the table is damaged
+/// (`ManifestCorrupted` naming the manifest and the missing object).
+///
+/// Cost: 1 HEAD (error path only).
+pub async fn missing_object(
+    store: &crate::store::StoreHandle,
+    table: &str,
+    version: u64,
+    what: &str,
+) -> Error {
+    let manifest = manifest_key(table, version);
+    match store.try_head(&manifest).await {
+        Ok(None) => Error::VersionNotFound {
+            path: table.to_string(),
+            reason: format!(
+                "version {version} of table {table:?} is gone: vacuum removed it (its manifest \
+                 and the objects only it needed) after it was read here. Read the latest \
+                 version, or one within vacuum's retention window"
+            ),
+        },
+        _ => Error::ManifestCorrupted {
+            path: manifest,
+            reason: format!("its {what} is missing (removed by hand, or by vacuum with min_age=0 while this version was being written)"),
+        },
+    }
+}
+
 /// The content of `_latest_manifest`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pointer {

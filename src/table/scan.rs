@@ -74,27 +74,17 @@ pub async fn resolve_at(
     Ok(m)
 }
 
-/// The error for a data file of `version` that is missing (`path`): if the
-/// version's manifest is gone too, vacuum removed the version after it was
-/// read (`NotFound` saying so); else the table is damaged.
-///
-/// Runs on the scan's runtime thread, on the error path only: 1 HEAD.
+/// [`super::missing_object`] for the data file `path` of `version`, from
+/// the scan's runtime thread (error path only: 1 HEAD).
 fn missing_file(store: &StoreHandle, table: &str, version: u64, path: String) -> Error {
-    let manifest = manifest_key(table, version);
-    let head = tokio::runtime::Handle::try_current()
-        .map(|rt| tokio::task::block_in_place(|| rt.block_on(store.try_head(&manifest))));
-    match head {
-        Ok(Ok(None)) => Error::VersionNotFound {
-            path: table.to_string(),
-            reason: format!(
-                "version {version} of table {table:?} is gone: vacuum removed it (its manifest \
-                 and the data files only it needed) after it was read here. Read the latest \
-                 version, or one within vacuum's retention window"
-            ),
-        },
-        _ => Error::ManifestCorrupted {
-            path: manifest,
-            reason: format!("its data file {path:?} is missing (removed by hand?)"),
+    let what = format!("data file {path:?}");
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => tokio::task::block_in_place(|| {
+            rt.block_on(super::missing_object(store, table, version, &what))
+        }),
+        Err(_) => Error::ManifestCorrupted {
+            path: manifest_key(table, version),
+            reason: format!("its {what} is missing"),
         },
     }
 }

@@ -21,7 +21,7 @@
 //! those no retained version references.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,7 @@ use super::snapshot::{
 };
 use crate::error::{Error, Result};
 use crate::parquet::stats;
+use crate::store::cache::ObjectCache;
 use crate::store::StoreHandle;
 
 /// The `format` of a segment object.
@@ -286,39 +287,83 @@ impl SegmentRef {
 }
 
 /// Segments are immutable: once read and checked they are kept, by
-/// SHA-256, for the rest of the process (see [`CACHE_FILES`]).
-struct Cache {
-    /// By SHA-256: the body, and the reference it was checked against.
-    map: HashMap<String, (Arc<Segment>, SegmentRef)>,
-    files: usize,
+/// SHA-256, for later operations of this process, up to
+/// [`CACHE_BYTES`] (as [`weight`] estimates them) and [`CACHE_SEGMENTS`];
+/// the oldest go first. Each entry is the body and the reference it was
+/// checked against.
+type Cached = (Arc<Segment>, SegmentRef);
+
+/// Estimated bytes of segments the cache holds at most: the file lists of
+/// about 100,000 files with a few columns' statistics.
+pub const CACHE_BYTES: usize = 128 * 1024 * 1024;
+
+/// Segments the cache holds at most.
+pub const CACHE_SEGMENTS: usize = 10_000;
+
+fn cache() -> &'static ObjectCache {
+    static CACHE: OnceLock<ObjectCache> = OnceLock::new();
+    CACHE.get_or_init(|| ObjectCache::with_limits(CACHE_BYTES, CACHE_SEGMENTS))
 }
 
-/// Data files held by the cache before it is emptied.
-const CACHE_FILES: usize = 400_000;
-
-fn cache() -> &'static Mutex<Cache> {
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    CACHE.get_or_init(|| {
-        Mutex::new(Cache {
-            map: HashMap::new(),
-            files: 0,
+/// The bytes a parsed segment takes in memory, estimated from its strings
+/// and statistics.
+fn weight(s: &Segment) -> usize {
+    use std::mem::size_of;
+    fn value(v: &Option<serde_json::Value>) -> usize {
+        match v {
+            Some(serde_json::Value::String(t)) => t.len(),
+            Some(other) => other.to_string().len(),
+            None => 0,
+        }
+    }
+    let files: usize = s
+        .files
+        .iter()
+        .map(|f| {
+            // A BTreeMap allocates nodes of 11 entries, however few it holds.
+            let nodes = f.columns.len().div_ceil(11);
+            let columns: usize = nodes * 11 * size_of::<(String, ColumnStats)>()
+                + f.columns
+                    .iter()
+                    .map(|(name, c)| name.len() + value(&c.min) + value(&c.max))
+                    .sum::<usize>();
+            size_of::<DataFile>()
+                + f.path.len()
+                + f.sha256.len()
+                + f.schema.as_ref().map_or(0, String::len)
+                + columns
         })
-    })
+        .sum();
+    let tombstones: usize = s
+        .tombstones
+        .iter()
+        .map(|t| {
+            size_of::<TombstoneRef>()
+                + t.path.len()
+                + t.sha256.len()
+                + t.files
+                    .iter()
+                    .map(|f| size_of::<String>() + f.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    size_of::<Segment>() + size_of::<SegmentRef>() + files + tombstones
 }
 
 fn remember(r: &SegmentRef, s: &Arc<Segment>) {
-    if let Ok(mut c) = cache().lock() {
-        if c.files + s.files.len() > CACHE_FILES {
-            c.map.clear();
-            c.files = 0;
-        }
-        if c.map
-            .insert(r.sha256.clone(), (s.clone(), r.clone()))
-            .is_none()
-        {
-            c.files += s.files.len();
-        }
-    }
+    let w = weight(s);
+    cache().insert(r.sha256.clone(), Arc::new((s.clone(), r.clone())), w);
+}
+
+/// Forget the segment with SHA-256 `sha256` (one this process replaced: an
+/// append's rewritten tail), so that the cache holds the segments in use.
+fn forget(sha256: &str) {
+    cache().remove(sha256);
+}
+
+/// Entries and estimated bytes the segment cache holds (for diagnostics).
+pub fn cache_usage() -> (usize, usize) {
+    cache().usage()
 }
 
 /// The cached body with `r`'s SHA-256, checked against `r` unless it was
@@ -330,17 +375,14 @@ fn cached(
     manifest: &TableManifest,
     manifest_path: &str,
 ) -> Result<Option<Arc<Segment>>> {
-    let Some((body, checked)) = cache()
-        .lock()
-        .ok()
-        .and_then(|c| c.map.get(&r.sha256).cloned())
-    else {
+    let Some(entry) = cache().get::<Cached>(&r.sha256) else {
         return Ok(None);
     };
-    if checked != *r {
+    let (body, checked) = &*entry;
+    if checked != r {
         body.validate(r, manifest, manifest_path)?;
     }
-    Ok(Some(body))
+    Ok(Some(body.clone()))
 }
 
 /// The key of a segment path relative to `table`.
@@ -373,13 +415,14 @@ pub async fn load(
                     return Ok::<_, Error>((i, s));
                 }
                 let key = key_of(table, &r.path);
-                let raw = store.get(&key).await.map_err(|e| match e {
-                    Error::NotFound { path } => Error::ManifestCorrupted {
-                        path,
-                        reason: "a segment the manifest lists is missing".into(),
-                    },
-                    other => other,
-                })?;
+                let raw = match store.get(&key).await {
+                    Ok(raw) => raw,
+                    Err(Error::NotFound { .. }) => {
+                        let what = format!("segment {:?}", r.path);
+                        return Err(super::missing_object(store, table, m.version, &what).await);
+                    }
+                    Err(e) => return Err(e),
+                };
                 let s = Arc::new(Segment::open(&raw, &key, r, m, path)?);
                 remember(r, &s);
                 Ok((i, s))
@@ -705,7 +748,11 @@ pub async fn lay_out_append(
     };
     let (mut files, tombstones) = match &tail {
         Some(body) if shared_schema(&body.files) == shared_new => {
-            manifest.segments.pop();
+            if let Some(old) = manifest.segments.pop() {
+                // Replaced by the segment written below: a later version
+                // never lists it again.
+                forget(&old.sha256);
+            }
             manifest.layout.bodies.pop();
             (body.files.clone(), body.tombstones.clone())
         }

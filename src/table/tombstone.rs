@@ -26,7 +26,7 @@
 //! `ManifestCorrupted` naming the tombstone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
 use roaring::RoaringBitmap;
@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use super::snapshot::TombstoneRef;
 use crate::error::{Error, Result};
+use crate::store::cache::ObjectCache;
 use crate::store::StoreHandle;
 
 /// The `format` of every tombstone object.
@@ -342,16 +343,25 @@ pub fn fold(tombstones: &[Arc<Tombstone>]) -> Result<Deletes> {
 }
 
 /// Tombstones are immutable: once read (and their SHA-256 checked), they
-/// are kept (per store URL, key and SHA-256) for later scans of this process.
-type Cache = Mutex<HashMap<(String, String, String), Arc<Tombstone>>>;
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+/// are kept (per store URL, key and SHA-256) for later scans of this
+/// process, up to [`CACHE_BYTES`] (twice their objects' size: the entries
+/// and the decoded bitmaps) and [`CACHE_LIMIT`] tombstones; the oldest go
+/// first.
+fn cache() -> &'static ObjectCache {
+    static CACHE: OnceLock<ObjectCache> = OnceLock::new();
+    CACHE.get_or_init(|| ObjectCache::with_limits(CACHE_BYTES, CACHE_LIMIT))
 }
 
-/// Entries kept before the cache is emptied.
-const CACHE_LIMIT: usize = 4096;
+/// Tombstones the cache holds at most.
+pub const CACHE_LIMIT: usize = 4096;
+
+/// Estimated bytes of tombstones the cache holds at most.
+pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Entries and estimated bytes the tombstone cache holds (for diagnostics).
+pub fn cache_usage() -> (usize, usize) {
+    cache().usage()
+}
 
 /// GET (or take from the cache) the tombstones `refs` of `table`, at once.
 /// Each must have the SHA-256 its reference records, and delete rows only
@@ -374,8 +384,8 @@ pub async fn load_scoped(
 ) -> Result<Vec<Arc<Tombstone>>> {
     let fetch = refs.iter().map(|r| async move {
         let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
-        let id = (store.url().to_string(), key.clone(), r.sha256.clone());
-        if let Some(t) = cache().lock().ok().and_then(|c| c.get(&id).cloned()) {
+        let id = format!("{}\0{key}\0{}", store.url(), r.sha256);
+        if let Some(t) = cache().get::<Tombstone>(&id) {
             t.check_files(r, &key, scope)?;
             return Ok(t);
         }
@@ -398,12 +408,7 @@ pub async fn load_scoped(
         }
         let t = Arc::new(Tombstone::from_json(&raw, &key)?);
         t.check_files(r, &key, scope)?;
-        if let Ok(mut c) = cache().lock() {
-            if c.len() >= CACHE_LIMIT {
-                c.clear();
-            }
-            c.insert(id, t.clone());
-        }
+        cache().insert(id, t.clone(), 2 * raw.len());
         Ok::<_, Error>(t)
     });
     futures::future::try_join_all(fetch).await
@@ -555,7 +560,7 @@ mod tests {
             crate::store::PutMode::Overwrite,
         ))
         .unwrap();
-        cache().lock().unwrap().clear();
+        cache().clear();
         assert!(matches!(
             rt.block_on(load(&store, "t", &[r])),
             Err(Error::ManifestCorrupted { .. })

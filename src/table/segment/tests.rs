@@ -479,3 +479,78 @@ fn a_file_list_readers_would_refuse_is_never_written() {
     let [_, _, put, ..] = counts.take();
     assert_eq!(put, 0, "nothing written");
 }
+
+#[test]
+fn a_long_run_of_appends_keeps_only_its_live_segments_cached() {
+    // Each append rewrites the small last segment: the one it replaced is
+    // forgotten, so a writer that runs for days holds the segments of its
+    // current version, not one per version it wrote.
+    let (store, counts) = counting_store();
+    create_keyed(&store, 0..10);
+    let mut seen: Vec<String> = Vec::new();
+    let mut m = None;
+    for i in 0..(2 * TAIL_FILES as i64 + 5) {
+        let v = append(
+            store.clone(),
+            "t",
+            rows(100 + i..101 + i),
+            SchemaMode::Strict,
+            None,
+            1,
+        )
+        .unwrap();
+        seen.extend(v.segments.iter().map(|r| r.sha256.clone()));
+        m = Some(v);
+    }
+    let m = m.unwrap();
+    assert!(m.segments.len() >= 3, "{} segments", m.segments.len());
+    seen.sort();
+    seen.dedup();
+    let live: Vec<&String> = m.segments.iter().map(|r| &r.sha256).collect();
+    let cached: Vec<&String> = seen
+        .iter()
+        .filter(|s| cache().get::<Cached>(s).is_some())
+        .collect();
+    assert_eq!(
+        cached.len(),
+        live.len(),
+        "of {} segments written, the cache holds more than the live ones",
+        seen.len()
+    );
+    assert!(live.iter().all(|s| cached.contains(s)));
+    // The live ones stay cached: the next append GETs the root alone.
+    counts.take();
+    append(store.clone(), "t", rows(0..1), SchemaMode::Strict, None, 1).unwrap();
+    let [gets, ..] = counts.take();
+    assert_eq!(gets, 2, "the pointer and the root, no segment");
+}
+
+#[test]
+fn segment_weights_grow_with_files_and_the_cache_is_bounded() {
+    let small = Segment {
+        format: FORMAT.into(),
+        files: vec![file(1)],
+        tombstones: vec![],
+    };
+    let big = Segment {
+        format: FORMAT.into(),
+        files: (0..100).map(file).collect(),
+        tombstones: vec![tomb("x", &[1, 2])],
+    };
+    let empty = Segment {
+        format: FORMAT.into(),
+        files: vec![],
+        tombstones: vec![],
+    };
+    let per_file = weight(&small) - weight(&empty);
+    assert!(per_file > std::mem::size_of::<DataFile>());
+    assert!(weight(&big) > weight(&empty) + 100 * per_file);
+    // Filled with distinct segments far beyond either bound, it keeps at
+    // most its bounds (a private cache of the same kind and limits).
+    let c = ObjectCache::with_limits(100 * weight(&big), 50);
+    for i in 0..500u64 {
+        c.insert(format!("{i:064}"), Arc::new(big.clone()), weight(&big));
+        let (n, bytes) = c.usage();
+        assert!(n <= 50 && bytes <= 100 * weight(&big), "{n} {bytes}");
+    }
+}

@@ -12,13 +12,16 @@ import decimal
 import itertools
 import math
 import random
+import sys
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from remote_store import Store
 
+import pds
 from pds import DatasetIncomplete, ParquetDatasetStore
 
 
@@ -162,3 +165,48 @@ def test_incompatible_values_are_type_errors_before_any_part_is_read(store: Stor
 def test_a_filter_on_a_missing_dataset_is_still_dataset_incomplete(store: Store) -> None:
     with pytest.raises(DatasetIncomplete, match="nothing is stored"):
         ParquetDatasetStore(store).read_dataset("nope", filter=[("id", ">", 1)])
+
+
+def _extreme_table() -> pa.Table:
+    f32_max = float(np.finfo(np.float32).max)
+    f32_tiny = float(np.finfo(np.float32).smallest_subnormal)
+    big = sys.float_info.max
+    return pa.table(
+        {
+            "id": pa.array(range(8), pa.int64()),
+            "f64": pa.array([math.inf, -math.inf, 0.0, -0.0, 5e-324, -5e-324, big, -big], pa.float64()),
+            "f32": pa.array([math.inf, -math.inf, 0.0, -0.0, f32_tiny, -f32_tiny, f32_max, -f32_max], pa.float32()),
+            "i64": pa.array([0, 1, -1, 2**63 - 1, -(2**63), 7, -7, 2**40], pa.int64()),
+            "dec": pa.array(
+                [decimal.Decimal(s) for s in ["0", "0.001", "-0.001", "999.999", "-999.999", "1", "-1", "2"]],
+                pa.decimal128(6, 3),
+            ),
+        }
+    )
+
+
+#: Values beyond every column type's range or resolution, some with exponents
+#: whose exact integers would have a billion digits.
+EXTREME_VALUES = [decimal.Decimal(v) for v in ["1e400", "-1e400", "1e-400", "-1e-400", "1e999999999", "-1e999999999",
+                  "1e-999999999", "-1e-999999999"]] + [1e300, -1e300, 1e-300]  # fmt: skip
+
+
+@pytest.mark.spec("R-4")
+@pytest.mark.parametrize("column", ["f64", "f32", "i64", "dec"])
+def test_values_beyond_every_type_compare_exactly_and_at_once(column: str) -> None:
+    """A decimal or float beyond a column type's range or resolution compares
+    as the number it is: a finite ``1e400`` is not infinity, ``1e300`` on a
+    float32 column is no error, and ``Decimal("1e999999999")`` costs no
+    billion-digit integer (it once hung). The oracle compares in Decimal."""
+    ds = ParquetDatasetStore(pds.open_store("memory://"))
+    table = _extreme_table()
+    ds.write_dataset(table, "t")
+    rows = table.to_pylist()
+    for op, value in itertools.product(OPS, EXTREME_VALUES):
+        want = sorted(
+            r["id"]
+            for r in rows
+            if _cmp(op, decimal.Decimal(r[column]), decimal.Decimal(value))  # type: ignore[arg-type]
+        )
+        got = ds.read_dataset("t", columns=["id"], filter=[(column, op, value)])
+        assert sorted(got.column("id").to_pylist()) == want, (column, op, value)

@@ -67,13 +67,31 @@ def _is_number(v: object) -> bool:
     return _is_int(v) or isinstance(v, float | decimal.Decimal)
 
 
+#: Decimal exponents beyond which a value is further from 0 (or closer to
+#: it) than any value a column holds: float64 reaches 1.8e308 and 4.9e-324,
+#: decimals 1e76 at scales up to 76, integers 9.2e18.
+_FAR: Final = 400
+
+
 def _fraction(v: int | float | decimal.Decimal) -> Fraction | str:
-    """*v* exactly, or ``"nan"`` / ``"+inf"`` / ``"-inf"``."""
-    if isinstance(v, float | decimal.Decimal):
+    """*v* exactly, or ``"nan"`` / ``"+inf"`` / ``"-inf"``. A decimal whose
+    exponent is beyond :data:`_FAR` (``1e999999999``) is taken as the value
+    just beyond it with its sign, which compares with every column value as
+    *v* does (and costs no billion-digit integer)."""
+    if isinstance(v, float):
         if math.isnan(v):
             return "nan"
         if math.isinf(v):
             return "+inf" if v > 0 else "-inf"
+    if isinstance(v, decimal.Decimal):
+        if v.is_nan():
+            return "nan"
+        if v.is_infinite():
+            return "+inf" if v > 0 else "-inf"
+        if v and abs(v.adjusted()) > _FAR:
+            sign = -1 if v < 0 else 1
+            far = 10 ** (_FAR + 1)
+            return Fraction(sign * far) if v.adjusted() > 0 else Fraction(sign, far)
     return Fraction(v)
 
 
@@ -157,28 +175,43 @@ def _micros(value: datetime.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 10**6 + delta.microseconds
 
 
-def _float_bounds(v: Fraction, t: pa.DataType) -> tuple[float, float]:
-    """The column values just below and just above *v* (a value the column cannot hold)."""
+def _nearest_float(v: Fraction, t: pa.DataType) -> float:
+    """*v* rounded to the float column type *t* (one of the two values of
+    *t* around it), or an infinity beyond the type's range."""
+    try:
+        f = float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
     if pat.is_float32(t):
         import numpy as np
 
-        f = float(np.float32(float(v)))
-        lower = f if Fraction(f) < v else float(np.nextafter(np.float32(f), np.float32(-np.inf)))
-        upper = f if Fraction(f) > v else float(np.nextafter(np.float32(f), np.float32(np.inf)))
-        return lower, upper
-    f = float(v)
-    lower = f if Fraction(f) < v else math.nextafter(f, -math.inf)
-    upper = f if Fraction(f) > v else math.nextafter(f, math.inf)
+        with np.errstate(over="ignore"):
+            f = float(np.float32(f))
+    return f
+
+
+def _next_float(f: float, toward: float, t: pa.DataType) -> float:
+    """The value of the float type *t* next to *f* toward *toward*."""
+    if pat.is_float32(t):
+        import numpy as np
+
+        return float(np.nextafter(np.float32(f), np.float32(toward)))
+    return math.nextafter(f, toward)
+
+
+def _float_bounds(v: Fraction, t: pa.DataType) -> tuple[float, float]:
+    """The column values just below and just above *v* (a value the column cannot hold)."""
+    f = _nearest_float(v, t)
+    if math.isinf(f):  # beyond the largest finite value of t
+        largest = _next_float(math.inf, 0.0, t)
+        return (largest, math.inf) if f > 0 else (-math.inf, -largest)
+    lower = f if Fraction(f) < v else _next_float(f, -math.inf, t)
+    upper = f if Fraction(f) > v else _next_float(f, math.inf, t)
     return lower, upper
 
 
 def _representable_float(v: Fraction, t: pa.DataType) -> float | None:
-    if pat.is_float32(t):
-        import numpy as np
-
-        f = float(np.float32(float(v)))
-    else:
-        f = float(v)
+    f = _nearest_float(v, t)
     return f if not math.isinf(f) and Fraction(f) == v else None
 
 

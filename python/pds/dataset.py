@@ -704,12 +704,13 @@ class ParquetDatasetStore:
                 path; on other stores, a part's row groups as decoded).
 
         Raises:
-            The errors of :meth:`read_dataset`, before the reader is returned
-            or, for what only shows while a part is decoded, from the reader
-            itself: ``PartCorrupted`` (naming the part), ``DatasetIncomplete``
-            (a part vanished mid-read), ``ManifestCorrupted`` (the parts hold
-            another number of rows than the manifest says), as the same
-            classes, so ``except pds.PartCorrupted`` works around the loop.
+            RemoteStoreError: The errors of :meth:`read_dataset`, before the
+                reader is returned or, for what only shows while a part is
+                decoded, from the reader itself: ``PartCorrupted`` (naming the
+                part), ``DatasetIncomplete`` (a part vanished mid-read),
+                ``ManifestCorrupted`` (the parts hold another number of rows
+                than the manifest says), as the same classes, so
+                ``except pds.PartCorrupted`` works around the loop.
         """
         key = _check_key(key)
         cols = _check_columns(columns)

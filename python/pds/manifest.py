@@ -110,7 +110,7 @@ def _parse_part_info(raw: object, parts: list[str]) -> list[PartInfo]:
 class DatasetManifest(_RemoteStoreManifest):
     """Canonical manifest for a Parquet dataset snapshot (RFC-0008, PDS-004).
 
-    Args:
+    Attributes:
         dataset_key: The store-relative key the dataset lives under.
         parts: Relative file names of the parts, in order.
         row_count: Total rows across all parts.

@@ -609,8 +609,8 @@ class Table:
                 the key, and the table's rows are read first: every row's
                 key and the matched rows whole. A concurrent append of a key
                 is not checked, as appends never are.)
-            Any exception an expression raises, as it is; nothing is
-                committed.
+            Exception: Any exception an expression raises, as it is;
+                nothing is committed.
             pds.CommitConflict / pds.CommitUnknown: as :meth:`append`.
         """
         if filter is None:

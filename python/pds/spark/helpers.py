@@ -182,8 +182,12 @@ def write_dataset(
             exists; ``"overwrite"`` replaces it (the old one stays readable
             until the commit).
         overwrite: The same choice as a bool (as ``ParquetDatasetStore``).
-        compression, row_group_size, max_rows_per_file, run_id, metadata,
-            parallelism: as :class:`pds.spark._job.WriteSettings`.
+        compression: As :class:`pds.spark._job.WriteSettings`.
+        row_group_size: As :class:`pds.spark._job.WriteSettings`.
+        max_rows_per_file: As :class:`pds.spark._job.WriteSettings`.
+        run_id: As :class:`pds.spark._job.WriteSettings`.
+        metadata: As :class:`pds.spark._job.WriteSettings`.
+        parallelism: As :class:`pds.spark._job.WriteSettings`.
 
     Raises:
         AlreadyExists: a dataset exists at *key* and this is not an overwrite.

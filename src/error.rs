@@ -170,12 +170,30 @@ impl From<object_store::Error> for Error {
                 operation,
                 implementer,
             } => Error::NotSupported(format!("{operation} is not implemented by {implementer}")),
+            // file://: a key below an object (`a/_SUCCESS/x`) is absent, as
+            // on every object store (the caller names the key: `at_path`).
+            other if is_below_a_file(&other) => Error::NotFound {
+                path: String::new(),
+            },
             other if is_metadata_endpoint_failure(&other) => Error::NoCredentials {
                 detail: chain(&other),
             },
             other => Error::Store(other),
         }
     }
+}
+
+/// Whether `err` is a local file system's "not a directory": a key that
+/// passes through an object, as if it were a folder.
+fn is_below_a_file(err: &object_store::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::NotADirectory;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// Whether `err` is the credential chain's last resort (the EC2 instance
@@ -288,6 +306,9 @@ impl Error {
             Error::InvalidPath { path: p, reason } if p.is_empty() => Error::InvalidPath {
                 path: path.to_string(),
                 reason,
+            },
+            Error::NotFound { path: p } if p.is_empty() => Error::NotFound {
+                path: path.to_string(),
             },
             other => other,
         }

@@ -3,7 +3,9 @@
 //! `azure://` and `adl://`.
 //!
 //! Options (object_store's `azure_*` keys work too, and `AZURE_*`
-//! environment variables are read first; options win):
+//! environment variables are read first; options win, and options that
+//! give a credential replace the environment's credentials rather than
+//! join them):
 //! - `account` (`account_name`), with `account_key` (`access_key`), `sas`
 //!   (`sas_token`), `token` (a bearer token), or the service principal keys
 //!   (`client_id`, `client_secret`, `tenant_id`). There is no bare `key`:
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::RetryConfig;
 
-use super::cloud::{built, cannot_configure, flag, retry_option, unknown_option};
+use super::cloud::{built, cannot_configure, env_config, flag, retry_option, unknown_option};
 use super::config::{Built, Scheme};
 use crate::error::{Error, Result};
 
@@ -115,6 +117,59 @@ pub fn connection_string(text: &str) -> Result<Vec<(AzureConfigKey, String)>> {
     Ok(out)
 }
 
+/// Whether `key` is part of a credential: object_store picks one kind
+/// (bearer token, account key, service principal, SAS, managed identity,
+/// CLI) by a fixed order, so an environment's credential would win over,
+/// or be sent with, the one given as options.
+fn is_credential(key: &AzureConfigKey) -> bool {
+    matches!(
+        key,
+        AzureConfigKey::AccessKey
+            | AzureConfigKey::SasKey
+            | AzureConfigKey::Token
+            | AzureConfigKey::ClientId
+            | AzureConfigKey::ClientSecret
+            | AzureConfigKey::AuthorityId
+            | AzureConfigKey::FederatedTokenFile
+            | AzureConfigKey::UseAzureCli
+            | AzureConfigKey::MsiEndpoint
+            | AzureConfigKey::ObjectId
+            | AzureConfigKey::MsiResourceId
+            | AzureConfigKey::SkipSignature
+    )
+}
+
+/// A builder with the environment's settings `env` (and its managed
+/// identity endpoint `msi`) applied, as `MicrosoftAzureBuilder::from_env`
+/// does, except that when `options` (or their connection string) give a
+/// credential, the environment's credentials are left out.
+fn from_environment(
+    env: Vec<(AzureConfigKey, String)>,
+    msi: Option<String>,
+    options: &BTreeMap<String, String>,
+) -> Result<MicrosoftAzureBuilder> {
+    let mut given = false;
+    for (key, value) in options {
+        if key == "connection_string" {
+            given |= connection_string(value)?
+                .iter()
+                .any(|(k, _)| is_credential(k));
+        } else if let Ok(k) = AzureConfigKey::from_str(alias(key)) {
+            given |= is_credential(&k);
+        }
+    }
+    let mut builder = MicrosoftAzureBuilder::new();
+    for (key, value) in env {
+        if !(given && is_credential(&key)) {
+            builder = builder.with_config(key, value);
+        }
+    }
+    if let (Some(endpoint), false) = (msi, given) {
+        builder = builder.with_msi_endpoint(endpoint);
+    }
+    Ok(builder)
+}
+
 /// Build the Azure store `url` names (already parsed).
 pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built> {
     let container_given = !url.host_str().unwrap_or_default().is_empty();
@@ -126,7 +181,8 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
     }
     // object_store reads the container (and, in the account form, the
     // account) from the URL itself.
-    let mut builder = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+    let msi = std::env::var("MSI_ENDPOINT").ok();
+    let mut builder = from_environment(env_config("AZURE_"), msi, options)?.with_url(url.as_str());
     // A connection string first: the options given one by one win over it.
     if let Some(text) = options.get("connection_string") {
         for (k, v) in connection_string(text)? {
@@ -168,6 +224,51 @@ mod tests {
     /// Azurite's published development account (not a secret).
     const DEV_KEY: &str =
         "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    #[test]
+    fn a_credential_given_as_options_replaces_the_environments() {
+        let env = || {
+            vec![
+                (AzureConfigKey::AccessKey, "env-key".to_string()),
+                (AzureConfigKey::ClientId, "env-client".to_string()),
+                (AzureConfigKey::AccountName, "envaccount".to_string()),
+            ]
+        };
+        let options = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let b = from_environment(
+            env(),
+            Some("http://msi".into()),
+            &options(&[("sas", "sv=1")]),
+        )
+        .unwrap();
+        assert_eq!(b.get_config_value(&AzureConfigKey::AccessKey), None);
+        assert_eq!(b.get_config_value(&AzureConfigKey::ClientId), None);
+        assert_eq!(b.get_config_value(&AzureConfigKey::MsiEndpoint), None);
+        // Not a credential: the environment's account still applies.
+        assert_eq!(
+            b.get_config_value(&AzureConfigKey::AccountName).as_deref(),
+            Some("envaccount")
+        );
+        // A connection string's key is a credential too.
+        let text = format!("AccountName=a;AccountKey={DEV_KEY}");
+        let b = from_environment(env(), None, &options(&[("connection_string", &text)])).unwrap();
+        assert_eq!(b.get_config_value(&AzureConfigKey::AccessKey), None);
+        // Without a credential in the options, the environment's stand.
+        let b = from_environment(env(), Some("http://msi".into()), &options(&[])).unwrap();
+        assert_eq!(
+            b.get_config_value(&AzureConfigKey::AccessKey).as_deref(),
+            Some("env-key")
+        );
+        assert_eq!(
+            b.get_config_value(&AzureConfigKey::MsiEndpoint).as_deref(),
+            Some("http://msi")
+        );
+    }
 
     #[test]
     fn builds_from_a_url_and_options_without_io() {

@@ -154,3 +154,19 @@ pub mod testing {
         }
     }
 }
+
+/// The environment variables whose names start with `prefix` (`AZURE_`,
+/// `GOOGLE_`), as object_store's `from_env` reads them: each name,
+/// lower-cased, parsed as a config key of `K`; names that are no key are
+/// skipped.
+pub fn env_config<K: std::str::FromStr>(prefix: &str) -> Vec<(K, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let (name, value) = (name.to_str()?, value.to_str()?);
+            let key = name
+                .starts_with(prefix)
+                .then(|| name.to_ascii_lowercase().parse().ok())??;
+            Some((key, value.to_string()))
+        })
+        .collect()
+}

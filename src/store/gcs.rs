@@ -1,7 +1,9 @@
 //! Google Cloud Storage stores: `gs://bucket[/prefix]`.
 //!
 //! Options (object_store's `google_*` keys work too, and `GOOGLE_*`
-//! environment variables are read first; options win):
+//! environment variables, and `SERVICE_ACCOUNT`, are read first; options
+//! win, and options that give a credential replace the environment's
+//! credentials rather than join them):
 //! - `service_account_key`: the key JSON itself; `service_account` (or
 //!   `application_credentials`): the path of a key file;
 //! - `token`: a ready OAuth bearer token (no refresh);
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::{CopyMode, RetryConfig, StaticCredentialProvider};
 
-use super::cloud::{built, cannot_configure, flag, retry_option, unknown_option};
+use super::cloud::{built, cannot_configure, env_config, flag, retry_option, unknown_option};
 use super::config::{Built, Scheme};
 use crate::error::{Error, Result};
 
@@ -64,6 +66,45 @@ pub fn copy_mode(scheme: Scheme, overwrite: bool) -> CopyMode {
     }
 }
 
+/// Whether `key` is part of a credential (a key file's path, a key's
+/// JSON, application default credentials, or unsigned requests).
+fn is_credential(key: &GoogleConfigKey) -> bool {
+    matches!(
+        key,
+        GoogleConfigKey::ServiceAccount
+            | GoogleConfigKey::ServiceAccountKey
+            | GoogleConfigKey::ApplicationCredentials
+            | GoogleConfigKey::SkipSignature
+    )
+}
+
+/// A builder with the environment's settings `env` (and its
+/// `SERVICE_ACCOUNT` path, `account`) applied, as
+/// `GoogleCloudStorageBuilder::from_env` does, except that when `options`
+/// give a credential (or a `token`), the environment's credentials are
+/// left out: a key file named by the environment beside a key given as an
+/// option would otherwise be refused, or win.
+fn from_environment(
+    env: Vec<(GoogleConfigKey, String)>,
+    account: Option<String>,
+    options: &BTreeMap<String, String>,
+) -> GoogleCloudStorageBuilder {
+    let given = options.keys().any(|k| {
+        let name = alias(k);
+        name == "token" || GoogleConfigKey::from_str(name).is_ok_and(|k| is_credential(&k))
+    });
+    let mut builder = GoogleCloudStorageBuilder::new();
+    if let (Some(path), false) = (account, given) {
+        builder = builder.with_service_account_path(path);
+    }
+    for (key, value) in env {
+        if !(given && is_credential(&key)) {
+            builder = builder.with_config(key, value);
+        }
+    }
+    builder
+}
+
 /// Build the GCS store `url` names (a `gs://` URL, already parsed).
 pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built> {
     let bucket = url.host_str().unwrap_or_default();
@@ -73,7 +114,9 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
             url.as_str()
         )));
     }
-    let mut builder = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+    let account = std::env::var("SERVICE_ACCOUNT").ok();
+    let mut builder =
+        from_environment(env_config("GOOGLE_"), account, options).with_bucket_name(bucket);
     let mut retry = RetryConfig::default();
     let (mut token, mut anonymous) = (None, false);
     for (key, value) in options {
@@ -120,6 +163,42 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
 mod tests {
     use super::super::cloud::testing::{open, refused};
     use super::*;
+
+    #[test]
+    fn a_credential_given_as_options_replaces_the_environments() {
+        let env = || {
+            vec![
+                (GoogleConfigKey::ServiceAccount, "/env/key.json".to_string()),
+                (GoogleConfigKey::BaseUrl, "http://env".to_string()),
+            ]
+        };
+        let one = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        for options in [
+            one("service_account_key", "{}"),
+            one("token", "t"),
+            one("anonymous", "true"),
+        ] {
+            let b = from_environment(env(), Some("/env/other.json".into()), &options);
+            assert_eq!(b.get_config_value(&GoogleConfigKey::ServiceAccount), None);
+            // Not a credential: the environment's endpoint still applies.
+            assert_eq!(
+                b.get_config_value(&GoogleConfigKey::BaseUrl).as_deref(),
+                Some("http://env")
+            );
+        }
+        let b = from_environment(env(), None, &BTreeMap::new());
+        assert_eq!(
+            b.get_config_value(&GoogleConfigKey::ServiceAccount)
+                .as_deref(),
+            Some("/env/key.json")
+        );
+        let b = from_environment(vec![], Some("/env/other.json".into()), &BTreeMap::new());
+        assert_eq!(
+            b.get_config_value(&GoogleConfigKey::ServiceAccount)
+                .as_deref(),
+            Some("/env/other.json")
+        );
+    }
 
     #[test]
     fn builds_from_a_url_and_options_without_io() {

@@ -244,7 +244,12 @@ impl StoreHandle {
     /// HEAD one object. `NotFound` if absent.
     pub async fn head(&self, key: &str) -> Result<Meta> {
         let path = self.path(key)?;
-        let m = self.built.store.head(&path).await?;
+        let m = self
+            .built
+            .store
+            .head(&path)
+            .await
+            .map_err(|e| Error::from(e).at_path(key))?;
         self.meta(m)
             .ok_or_else(|| Error::NotFound { path: key.into() })
     }
@@ -314,14 +319,25 @@ impl StoreHandle {
     /// GET a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key)?;
-        Ok(self.built.store.get(&path).await?.bytes().await?)
+        let got = self
+            .built
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| Error::from(e).at_path(key))?;
+        Ok(got.bytes().await?)
     }
 
     /// GET a whole object with its metadata (the ETag / version a
     /// compare-and-swap put needs). `NotFound` if it is absent.
     pub async fn get_with_meta(&self, key: &str) -> Result<(Bytes, Meta)> {
         let path = self.path(key)?;
-        let result = self.built.store.get(&path).await?;
+        let result = self
+            .built
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| Error::from(e).at_path(key))?;
         let meta = self
             .meta(result.meta.clone())
             .ok_or_else(|| Error::InvalidPath {
@@ -339,7 +355,11 @@ impl StoreHandle {
             )));
         }
         let path = self.path(key)?;
-        Ok(self.built.store.get_range(&path, start..end).await?)
+        self.built
+            .store
+            .get_range(&path, start..end)
+            .await
+            .map_err(|e| Error::from(e).at_path(key))
     }
 
     /// PUT an object atomically, in the given mode.
@@ -643,6 +663,24 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_key_below_an_object_is_not_found_naming_the_key() {
+        for (s, _dir) in stores() {
+            block_on(s.put("a/f", Bytes::from_static(b"x"), PutMode::Overwrite))
+                .unwrap()
+                .unwrap();
+            let below = "a/f/_latest_manifest";
+            let gone = |r: Result<()>| match r {
+                Err(Error::NotFound { path }) => assert_eq!(path, below),
+                other => panic!("{other:?}"),
+            };
+            gone(block_on(s.get(below)).unwrap().map(drop));
+            gone(block_on(s.head(below)).unwrap().map(drop));
+            gone(block_on(s.get_with_meta(below)).unwrap().map(drop));
+            gone(block_on(s.get_range(below, 0, 1)).unwrap().map(drop));
+            assert!(block_on(s.try_head(below)).unwrap().unwrap().is_none());
+        }
+    }
     #[test]
     fn create_only_put_refuses_existing() {
         for (s, _dir) in stores() {

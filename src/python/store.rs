@@ -100,6 +100,15 @@ impl PyRustStore {
         self.inner.scheme().as_str()
     }
 
+    /// `(requests, bytes_read, bytes_written)` this store has made and moved
+    /// since it was opened (what counts as a request: `pds.logging` docs;
+    /// every GET, HEAD, PUT, upload part, LIST, DELETE, COPY). Shared by
+    /// everything that uses this store, threads included. No I/O.
+    fn counts(&self) -> (u64, u64, u64) {
+        let c = self.inner.counts();
+        (c.requests, c.bytes_read, c.bytes_written)
+    }
+
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, ReduceArgs)> {
         let py = slf.py();
         let me = slf.get();

@@ -10,9 +10,16 @@ and the same code runs faster and safer.
 3
 >>> ds.read_dataset("demo", columns=["x"]).num_rows
 3
+
+pds logs through :mod:`logging` under the logger ``pds``: at INFO one line
+per table commit (``pds.table``), dataset write (``pds.dataset``) and
+pipeline update (``pds.pipeline``), at DEBUG each store request and retry
+(``pds.store``, ``pds.table``). The Rust core caches each logger's level
+the first time it logs: after changing a level at run time, call
+:func:`pds.reset_log_cache`.
 """
 
-from pds._core import __version__
+from pds._core import __version__, reset_log_cache
 from pds.backend import ObjectStoreBackend, open_store
 from pds.dataset import ParquetDatasetStore
 from pds.errors import (
@@ -63,4 +70,5 @@ __all__ = [
     "Table",
     "__version__",
     "open_store",
+    "reset_log_cache",
 ]

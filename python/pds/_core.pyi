@@ -57,6 +57,13 @@ class RustStore:
     def url(self) -> str: ...
     @property
     def scheme(self) -> Literal["memory", "file", "s3"]: ...
+    def counts(self) -> tuple[int, int, int]:
+        """``(requests, bytes_read, bytes_written)`` this store has made and
+        moved since it was opened: every GET (whole or one range), HEAD,
+        PUT, multipart part and completion, LIST (once per listing), DELETE
+        (once per object), COPY and rename. Shared by every user of this
+        store, threads included; the client's own HTTP retries are not
+        counted again. No I/O."""
     def head(self, key: str) -> ObjectMeta | None:
         """One HEAD request; ``None`` if the object is absent."""
     def get(self, key: str) -> bytes:
@@ -144,6 +151,11 @@ def write_parts(
     Returns ``(name, row_count, size_bytes, sha256, footer_bytes)`` per part. Used by Spark tasks."""
 
 Condition = tuple[str, str, pa.Array | None]
+
+def reset_log_cache() -> None:
+    """Forget the levels of pds's loggers cached on the Rust side, so that a
+    level set in Python since pds last logged takes effect. No I/O; each
+    pds logger's next event reads its level again (taking the GIL once)."""
 
 def is_secret_option(key: str) -> bool:
     """Whether the store option *key* holds a secret (hidden from ``repr``):

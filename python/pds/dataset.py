@@ -32,7 +32,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from remote_store import Capability, RemotePath, Store
 
-from pds import _core
+from pds import _core, _progress
 from pds._filters import core_conditions
 from pds.backend import native_handle, open_store
 from pds.errors import (
@@ -471,22 +471,23 @@ class ParquetDatasetStore:
 
         try:
             if self._native is not None:
-                text = _core.write_dataset(
-                    self._native,
-                    location,
-                    data,
-                    dataset_key=_normal_key(key),
-                    compression=self._compression,
-                    row_group_size=self._row_group_size,
-                    max_rows_per_file=self._max_rows_per_file,
-                    schema_hash=schema_hash(schema),
-                    run_id=run_id,
-                    metadata=meta,
-                    total_rows=total_rows,
-                    parallelism=_parallelism(),
-                    io_concurrency=self._io_concurrency,
-                    overwrite=overwrite,
-                )
+                with _progress.shown(self._native, f"writing dataset {key}"):
+                    text = _core.write_dataset(
+                        self._native,
+                        location,
+                        data,
+                        dataset_key=_normal_key(key),
+                        compression=self._compression,
+                        row_group_size=self._row_group_size,
+                        max_rows_per_file=self._max_rows_per_file,
+                        schema_hash=schema_hash(schema),
+                        run_id=run_id,
+                        metadata=meta,
+                        total_rows=total_rows,
+                        parallelism=_parallelism(),
+                        io_concurrency=self._io_concurrency,
+                        overwrite=overwrite,
+                    )
                 return DatasetManifest.from_json(text)
             return self._write_portable(data, schema, key, run_id, meta)
         except BaseException:
@@ -665,15 +666,16 @@ class ParquetDatasetStore:
         # An Expression may reference columns outside the projection: decode all, then select.
         read_cols = None if expression is not None else cols
         if self._native is not None:
-            table: pa.Table = _core.read_dataset(
-                self._native,
-                self._store.native_path(key),
-                columns=read_cols,
-                verify=bool(verify),
-                filter=conditions,
-                io_concurrency=self._io_concurrency,
-                manifest=manifest,
-            )
+            with _progress.shown(self._native, f"reading dataset {key}"):
+                table: pa.Table = _core.read_dataset(
+                    self._native,
+                    self._store.native_path(key),
+                    columns=read_cols,
+                    verify=bool(verify),
+                    filter=conditions,
+                    io_concurrency=self._io_concurrency,
+                    manifest=manifest,
+                )
         else:
             table = self._read_portable(key, read_cols, bool(verify), conditions)
         if expression is not None:

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from remote_store import CapabilityNotSupported, NotFound, Store
 
-from pds import _core
+from pds import _core, _progress
 from pds._filters import core_conditions
 from pds.backend import native_handle, open_store
 from pds.dataset import (
@@ -940,14 +940,15 @@ class Table:
             raise TypeError("min_deleted_fraction must be a number from 0 to 1")
         if not 0.0 <= float(min_deleted_fraction) <= 1.0:
             raise ValueError(f"min_deleted_fraction must be from 0 to 1, got {min_deleted_fraction!r}")
-        text, _committed, _removed, _added = _core.table_compact(
-            self._native,
-            self._path,
-            target_file_size=target,
-            min_deleted_fraction=float(min_deleted_fraction),
-            parallelism=_parallelism(),
-            table_id=self._table_id,
-        )
+        with _progress.shown(self._native, f"compacting table {self._path}"):
+            text, _committed, _removed, _added = _core.table_compact(
+                self._native,
+                self._path,
+                target_file_size=target,
+                min_deleted_fraction=float(min_deleted_fraction),
+                parallelism=_parallelism(),
+                table_id=self._table_id,
+            )
         self._manifest = json.loads(text)
         return self.version
 
@@ -1013,7 +1014,8 @@ class Table:
         *keep_versions*), then a DELETE per object removed.
         """
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
-        return list(_core.table_vacuum(self._native, self._path, table_id=self._table_id, **args))
+        with _progress.shown(self._native, f"vacuuming table {self._path}"):
+            return list(_core.table_vacuum(self._native, self._path, table_id=self._table_id, **args))
 
     def drop(self) -> list[str]:
         """Remove this table: every object of its layout under its key. Returns

@@ -675,6 +675,7 @@ pub fn write_dataset(
 ) -> Result<Manifest> {
     crate::store::keys::object_segments(&req.location)?;
     crate::parquet::storage_types::check_writable(&reader.schema())?;
+    let started = crate::store::counted::Started::now(&store);
     let location = req.location.clone();
     let overwrite = req.overwrite;
     let claim = crate::runtime::block_on({
@@ -744,7 +745,30 @@ pub fn write_dataset(
         Ok(manifest)
     })();
     let _ = crate::runtime::block_on(claim.release(&store));
+    if let Ok(m) = &result {
+        log_written(&store, m, &started);
+    }
     result
+}
+
+/// Log at INFO (target `pds::dataset`) that the dataset `m` was written by
+/// the write that started at `started`: key, parts, rows, bytes written
+/// and read, store requests, time.
+fn log_written(store: &StoreHandle, m: &Manifest, started: &crate::store::counted::Started) {
+    if !log::log_enabled!(target: "pds::dataset", log::Level::Info) {
+        return;
+    }
+    let (c, ms) = started.cost(store);
+    log::info!(
+        target: "pds::dataset",
+        "dataset {}: wrote {} parts, {} rows: {} bytes written, {} bytes read, {} requests, {ms:.1} ms",
+        m.dataset_key,
+        m.parts.len(),
+        m.row_count,
+        c.bytes_written,
+        c.bytes_read,
+        c.requests
+    );
 }
 
 /// Make the key ready for the holder of a claim: with `overwrite`, withdraw

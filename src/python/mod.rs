@@ -4,6 +4,7 @@
 mod alloc;
 mod dataset;
 mod errors;
+mod logs;
 mod occupancy;
 mod parts;
 mod phases;
@@ -52,10 +53,13 @@ where
 }
 
 /// Register every class and function of `pds._core`, after installing the
-/// panic hook that keeps contained panics quiet (once per process).
+/// panic hook that keeps contained panics quiet and the bridge of log events
+/// to Python's `logging` (once per process).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::error::install_panic_hook();
+    logs::install(m.py())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(logs::reset_log_cache, m)?)?;
     m.add_class::<store::PyRustStore>()?;
     m.add_function(wrap_pyfunction!(store::is_secret_option, m)?)?;
     m.add_class::<store::PyObjectMeta>()?;

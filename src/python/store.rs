@@ -100,6 +100,17 @@ impl PyRustStore {
         self.inner.scheme().as_str()
     }
 
+    /// `(requests, bytes_read, bytes_written)` this store has made and moved
+    /// since it was opened: every GET (whole or one range), HEAD, PUT,
+    /// multipart part and completion, LIST (once per listing), DELETE (once
+    /// per object), COPY and rename. Shared by everything that uses this
+    /// store, threads included; the client's own HTTP retries are not
+    /// counted again. No I/O.
+    fn counts(&self) -> (u64, u64, u64) {
+        let c = self.inner.counts();
+        (c.requests, c.bytes_read, c.bytes_written)
+    }
+
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, ReduceArgs)> {
         let py = slf.py();
         let me = slf.get();

@@ -6,6 +6,7 @@ pub mod azure;
 pub mod cache;
 mod cloud;
 pub mod config;
+pub mod counted;
 pub mod failure;
 pub mod gcs;
 pub mod keys;
@@ -77,6 +78,8 @@ pub struct StoreHandle {
     cache: cache::ObjectCache,
     /// Whether a LIST showed that the bucket exists (see [`Self::bucket_missing`]).
     bucket_seen: std::sync::atomic::AtomicBool,
+    /// The requests made through `built.store` (see [`Self::counts`]).
+    counters: Arc<counted::Counters>,
 }
 
 /// Requests in flight by default on a remote store (S3 and alike): a read
@@ -95,27 +98,48 @@ impl std::fmt::Debug for StoreHandle {
 impl StoreHandle {
     /// Open the store named by `url` (see [`config::build`]).
     pub fn open(url: &str, options: &BTreeMap<String, String>) -> Result<Self> {
-        Ok(Self {
-            url: url.to_string(),
-            built: config::build(url, options)?,
+        Ok(Self::counting(
+            url.to_string(),
+            config::build(url, options)?,
+        ))
+    }
+
+    /// A handle over `built` whose requests go through [`counted::Counted`].
+    fn counting(url: String, mut built: config::Built) -> Self {
+        let counters = Arc::new(counted::Counters::default());
+        let native_ranges = !built.scheme.is_remote();
+        built.store = Arc::new(counted::Counted::new(
+            built.store,
+            counters.clone(),
+            native_ranges,
+        ));
+        Self {
+            url,
+            built,
             cache: cache::ObjectCache::default(),
             bucket_seen: Default::default(),
-        })
+            counters,
+        }
+    }
+
+    /// The requests this handle has made since it was opened, and the bytes
+    /// they read and wrote (what counts as a request: [`counted::Counters`]).
+    /// Operations that share the handle add to the same totals: the
+    /// difference of two readings around an operation is that operation's
+    /// cost only if nothing else used the handle meanwhile.
+    pub fn counts(&self) -> counted::Counts {
+        self.counters.now()
     }
 
     /// A store over `object_store`, for tests and benches.
     pub fn from_object_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Result<Self> {
-        Ok(Self {
-            url: format!("custom://{prefix}"),
-            built: config::Built {
-                scheme: Scheme::Memory,
-                store,
-                prefix: keys::segments(prefix)?,
-                local: None,
-            },
-            cache: cache::ObjectCache::default(),
-            bucket_seen: Default::default(),
-        })
+        let built = config::Built {
+            scheme: Scheme::Memory,
+            store,
+            prefix: keys::segments(prefix)?,
+            local: None,
+        };
+        Ok(Self::counting(format!("custom://{prefix}"), built))
     }
 
     pub fn url(&self) -> &str {
@@ -372,10 +396,18 @@ impl StoreHandle {
             })?;
             let target = fs.path_to_filesystem(&path)?;
             let key = key.to_string();
+            self.counters.sent(size);
+            let started = std::time::Instant::now();
             let e_tag = tokio::task::spawn_blocking(move || {
                 local_cas::put_if_match(&target, &key, &expected, &data)
             })
-            .await??;
+            .await?;
+            let ended = match &e_tag {
+                Ok(_) => counted::Ended::Ok,
+                Err(e) => counted::Ended::Failed(e),
+            };
+            counted::log_request("PUT if-match", &path, size, started, ended);
+            let e_tag = e_tag?;
             return Ok(PutOutcome {
                 e_tag: Some(e_tag),
                 version: None,
@@ -460,6 +492,7 @@ impl StoreHandle {
                     });
                 }
                 Err(e) if e.may_have_applied() && tries < 3 => {
+                    log::debug!(target: counted::TARGET, "retrying create-only PUT {key} (attempt {} of 3) after: {e}", tries + 1);
                     tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
                 }
                 other => return other,

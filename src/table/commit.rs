@@ -462,6 +462,7 @@ async fn advance_pointer<M>(
             {
                 if e.may_have_applied() {
                     unclear += 1;
+                    log::debug!(target: "pds::table", "{table}: retrying the pointer PUT (attempt {}) after: {e}", unclear + 1);
                     tokio::time::sleep(Duration::from_millis(20 << unclear)).await;
                 }
                 let (raw, meta) = match store.get_with_meta(&key).await {
@@ -486,6 +487,38 @@ async fn advance_pointer<M>(
     }
     // Committed all the same; the next commit rolls the pointer forward.
     Ok(())
+}
+
+/// Log at INFO (target `pds::table`) that `m` is committed to `table` by
+/// the operation that started at `started`: the operation, the version, its
+/// numeric parameters (`rows_added`, `files_added`, `rows_deleted`, ...),
+/// the bytes it wrote and read, its store requests and its time.
+pub fn log_committed(
+    store: &StoreHandle,
+    table: &str,
+    m: &TableManifest,
+    started: &crate::store::counted::Started,
+) {
+    if !log::log_enabled!(target: "pds::table", log::Level::Info) {
+        return;
+    }
+    let (c, ms) = started.cost(store);
+    let params: Vec<String> = m
+        .operation_parameters
+        .iter()
+        .filter(|(_, v)| v.is_u64())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    log::info!(
+        target: "pds::table",
+        "table {table}: {} committed version {} ({}): {} bytes written, {} bytes read, {} requests, {ms:.1} ms",
+        m.operation,
+        m.version,
+        params.join(", "),
+        c.bytes_written,
+        c.bytes_read,
+        c.requests
+    );
 }
 
 /// A small, dependency-free jitter source.
@@ -759,6 +792,7 @@ where
                     }
                     Ok(Settled::Theirs) => {
                         pending = None;
+                        log::debug!(target: "pds::table", "{table}: version {version} was taken by another writer; retrying the commit (attempt {} of {})", attempt + 1, opts.max_attempts);
                         let wait = backoff.mul_f64(0.5 + jitter(&mut seed));
                         tokio::time::sleep(wait).await;
                         backoff = (backoff * 2).min(opts.max_backoff);
@@ -786,6 +820,7 @@ where
             Err(e) if !e.may_have_applied() && pending.is_none() => return Err(e),
             Err(e) => {
                 unclear_puts += 1;
+                log::debug!(target: "pds::table", "{table}: the manifest PUT of version {version} failed without a clear answer (attempt {unclear_puts}); reading it back: {e}");
                 if unclear_puts >= MAX_UNCLEAR {
                     // Stop trying: settle once more below, then give up.
                     pending = Some((

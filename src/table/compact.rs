@@ -97,6 +97,7 @@ async fn plan(
 /// read and written, one tombstone PUT, and the commit (2 PUTs).
 pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Result<Compacted> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     if !(0.0..=1.0).contains(&opts.min_deleted_fraction) {
         return Err(Error::InvalidArgument(format!(
             "min_deleted_fraction must be between 0 and 1, got {}",
@@ -160,12 +161,13 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         };
         match commit_compaction(&store, table, latest, &plan, &added)? {
             Some(manifest) => {
+                super::commit::log_committed(&store, table, &manifest, &started);
                 return Ok(Compacted {
                     manifest,
                     committed: true,
                     files_removed: plan.rewrite.len() + plan.drop.len(),
                     files_added: added.len(),
-                })
+                });
             }
             None => discard(&store, table, &added),
         }

@@ -529,6 +529,7 @@ pub fn delete(
     parallelism: usize,
 ) -> Result<Deleted> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     if predicate.conditions.is_empty() {
         return Err(Error::InvalidArgument(
             "delete needs a filter; an empty filter would delete every row".into(),
@@ -551,7 +552,8 @@ pub fn delete(
             rows,
             files: Vec::new(),
         })
-    })?;
+    })?
+    .logged(&store, table, &started);
     Ok(Deleted {
         manifest: done.manifest,
         rows: done.rows,

@@ -95,6 +95,22 @@ pub struct Rewritten {
     pub committed: bool,
 }
 
+impl Rewritten {
+    /// This result, once its INFO line is logged if it committed (see
+    /// [`super::commit::log_committed`]; `started`: the operation's start).
+    pub fn logged(
+        self,
+        store: &StoreHandle,
+        table: &str,
+        started: &crate::store::counted::Started,
+    ) -> Self {
+        if self.committed {
+            super::commit::log_committed(store, table, &self.manifest, started);
+        }
+        self
+    }
+}
+
 /// A tombstone a round wrote, not yet committed.
 struct Written {
     /// Relative to the table key.

@@ -231,6 +231,7 @@ pub fn update(
     f: &mut RowUpdate<'_>,
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     if opts.columns.is_empty() {
         return Err(Error::InvalidArgument(
             "update needs at least one column to set".into(),
@@ -259,4 +260,5 @@ pub fn update(
     rewrite(&store, table, op, Some(latest), |base, files| {
         round(&store, table, base, files, &opts, f)
     })
+    .map(|done| done.logged(&store, table, &started))
 }

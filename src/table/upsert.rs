@@ -131,6 +131,7 @@ pub fn upsert_files(
     parallelism: usize,
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     write::check_uploaded(&store, table, &files, &schema)?;
     let checked_schema = TableSchema::of(&schema)?.arrow_schema;
     let latest = commit::latest_existing(&store, table)?;
@@ -184,6 +185,7 @@ pub fn upsert_files(
         (checked_schema, None),
         parallelism,
     )
+    .map(|done| done.logged(&store, table, &started))
 }
 
 /// The table's primary key (`InvalidArgument` if it declares none) and schema.
@@ -208,6 +210,7 @@ pub fn upsert(
     parallelism: usize,
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     let latest = commit::latest_existing(&store, table)?;
     let base = latest.manifest.clone();
     let (pk, old) = key_and_schema(&base, table)?;
@@ -262,6 +265,7 @@ pub fn upsert(
         (checked, schema_change),
         parallelism,
     )
+    .map(|done| done.logged(&store, table, &started))
 }
 
 /// Plan and commit the replacement of `keys` with the uploaded `files`.

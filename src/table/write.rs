@@ -277,6 +277,18 @@ where
     out
 }
 
+/// `m`, committed by the operation that started at `started`, once its
+/// INFO line is logged (see [`commit::log_committed`]).
+pub fn committed(
+    store: &StoreHandle,
+    table: &str,
+    m: TableManifest,
+    started: &crate::store::counted::Started,
+) -> TableManifest {
+    commit::log_committed(store, table, &m, started);
+    m
+}
+
 /// The manifest of a table's version 0.
 fn first_version(
     schema: &TableSchema,
@@ -379,6 +391,7 @@ pub fn create(
     parallelism: usize,
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     check_properties(&props, &schema)?;
     let table_schema = TableSchema::of(&schema)?;
     let with_data = data.is_some();
@@ -444,7 +457,7 @@ pub fn create(
         Ok(Some(first_version(&table_schema, &files, &props, params)))
     })?;
     match out {
-        Outcome::Committed { manifest, .. } => Ok(*manifest),
+        Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
         Outcome::Unchanged { .. } => {
             // Another writer created the table first.
             discard(&store, table, &files);
@@ -475,6 +488,7 @@ pub fn append(
     parallelism: usize,
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     // The root alone: an append adds segments and keeps the others as they
     // are, so its cost does not grow with the table.
     let latest = commit::latest_existing_root(&store, table)?;
@@ -543,7 +557,7 @@ pub fn append(
         Ok(Some(next))
     })?;
     match out {
-        Outcome::Committed { manifest, .. } => Ok(*manifest),
+        Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
         Outcome::Unchanged { .. } => Err(Error::Task("append committed nothing".into())),
     }
 }
@@ -634,6 +648,7 @@ pub fn commit_files(
     metadata: Option<BTreeMap<String, String>>,
 ) -> Result<TableManifest> {
     crate::store::keys::object_segments(table)?;
+    let started = crate::store::counted::Started::now(&store);
     check_properties(&props, &schema)?;
     check_uploaded(&store, table, &files, &schema)?;
     let table_schema = TableSchema::of(&schema)?;
@@ -698,7 +713,7 @@ pub fn commit_files(
         Ok(Some(next))
     })?;
     match out {
-        Outcome::Committed { manifest, .. } => Ok(*manifest),
+        Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
         Outcome::Unchanged { .. } => Err(Error::Task("commit_files committed nothing".into())),
     }
 }

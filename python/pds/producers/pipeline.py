@@ -44,13 +44,15 @@ import contextlib
 import datetime
 import itertools
 import json
+import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeAlias, TypedDict, TypeVar
 
 import pyarrow as pa
 from remote_store import NotFound, Store
 
-from pds import _core
+from pds import _core, _progress
 from pds.dataset import _check_key as check_key
 from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch
 from pds.producers._workers import LocalStages, worker_count
@@ -59,6 +61,8 @@ from pds.producers.errors import GraphMismatch
 from pds.producers.graph import Node, check_name, key_schema, value_schema
 from pds.producers.produce import run_batched, run_rows
 from pds.table import MAX_VERSION, MIN_AGE, _native, vacuum_args
+
+_log = logging.getLogger("pds.pipeline")
 
 __all__ = ["Pipeline"]
 
@@ -565,7 +569,8 @@ class Pipeline:
         other retained manifest (none if nothing is old enough), a DELETE
         per object removed."""
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
-        return list(_core.pipeline_vacuum(self._native, self._root, **args))
+        with _progress.shown(self._native, f"vacuuming pipeline {self._key}"):
+            return list(_core.pipeline_vacuum(self._native, self._root, **args))
 
     # -- updating --------------------------------------------------------------
 
@@ -658,7 +663,7 @@ class Pipeline:
         updates go by key, not by value, so those keys are handed to the
         stages' ``Produce`` again and appear in the change feeds.
         """
-        with self._stage_runner() as run_stage:
+        with _progress.shown(self._native, f"updating pipeline {self._key}"), self._stage_runner() as run_stage:
             return self._update(changes, run_stage)
 
     @contextlib.contextmanager
@@ -754,6 +759,8 @@ class Pipeline:
         run_stage: StageRunner | None = None,
         run_source: SourceRunner | None = None,
     ) -> int:
+        started = time.perf_counter()
+        requests = self._native.counts()[0]
         run_stage = run_stage or self._run_stage_here
         run_source = run_source or self._apply_source_here
         base = self._at(None)
@@ -803,7 +810,18 @@ class Pipeline:
         except BaseException:
             _discard(self._native, created)
             raise
-        return self._commit(base, [graph[n] for n in self._order], states, operation, detail, created)
+        version = self._commit(base, [graph[n] for n in self._order], states, operation, detail, created)
+        if _log.isEnabledFor(logging.INFO):
+            _log.info(
+                "pipeline %s: %s committed version %d (%s): %d requests, %.1f ms",
+                self._key,
+                operation,
+                version,
+                _describe_detail(detail),
+                self._native.counts()[0] - requests,
+                (time.perf_counter() - started) * 1e3,
+            )
+        return version
 
     def _commit(
         self,
@@ -975,6 +993,17 @@ def _without_parts(view: Mapping[str, Any]) -> dict[str, Any]:
     if "feeders" in view:
         out["feeders"] = [_without_parts(f) for f in view["feeders"]]
     return out
+
+
+def _describe_detail(detail: Mapping[str, Any]) -> str:
+    """An update's detail (:meth:`Pipeline.history`'s ``parameters``) as
+    the INFO line shows it: per source its upserts and deletes, per stage
+    the rows handed to ``Produce`` and the rows emitted."""
+    said = [f"source {n}: {c['upserts']} upserts, {c['deletes']} deletes" for n, c in detail.get("sources", {}).items()]
+    said += [f"stage {n}: {c['rows_in']} rows in, {c['rows_emitted']} out" for n, c in detail.get("stages", {}).items()]
+    if "stage" in detail:
+        said.append(f"rebuilt {detail['stage']}")
+    return "; ".join(said) or "no change"
 
 
 def _update_counts(state: Mapping[str, Any]) -> dict[str, int]:

@@ -31,6 +31,7 @@ from pds.errors import (
     PreconditionFailed,
     RemoteStoreError,
     SchemaMismatch,
+    UpgradeRequired,
 )
 from pds.manifest import DatasetManifest, PartInfo
 from pds.producers import Changes, GraphMismatch, Pipeline, ProduceError
@@ -61,6 +62,7 @@ __all__ = [
     "RemoteStoreError",
     "SchemaMismatch",
     "Table",
+    "UpgradeRequired",
     "__version__",
     "open_store",
 ]

@@ -154,17 +154,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
         if stale {
             continue;
         }
-        return Ok(match out {
-            Outcome::Committed { manifest, .. } => Upgraded {
-                from: Some(from),
-                version: manifest.version,
-            },
-            // Another upgrade won the race: nothing left to do.
-            Outcome::Unchanged { version } => Upgraded {
-                from: None,
-                version: version.unwrap_or_default(),
-            },
-        });
+        return Ok(upgraded(out, from));
     }
     Err(Error::CommitConflict {
         key: table.to_string(),
@@ -216,16 +206,22 @@ pub async fn upgrade_pipeline(store: &StoreHandle, root: &str) -> Result<Upgrade
             )))
         })
         .await?;
-    Ok(match out {
+    Ok(upgraded(out, from))
+}
+
+/// What an upgrade's commit from `from` did: committed, or nothing to do
+/// (another upgrade won the race).
+fn upgraded<M: Versioned>(out: Outcome<M>, from: &'static str) -> Upgraded {
+    match out {
         Outcome::Committed { manifest, .. } => Upgraded {
             from: Some(from),
-            version: manifest.version,
+            version: manifest.version(),
         },
         Outcome::Unchanged { version } => Upgraded {
             from: None,
             version: version.unwrap_or_default(),
         },
-    })
+    }
 }
 
 #[cfg(test)]

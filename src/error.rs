@@ -77,6 +77,23 @@ pub enum Error {
     CommitUnknown { key: String, reason: String },
 
     /// Data whose schema is not the table's (and cannot be merged into it).
+    /// A write on a table or pipeline whose latest version is in an earlier
+    /// on-disk format: it is read-only until upgraded (`Table.upgrade()`,
+    /// `Pipeline.upgrade()`, `pds upgrade`). `kind` is "table" or
+    /// "pipeline"; `format` names the earlier format.
+    #[error(
+        "{kind} {key:?} was written by an earlier pds in format {format}: it can be read, \
+         but not written, until it is upgraded to this pds's format with {how}() or \
+         `pds upgrade URL {key}` (pds that read only the earlier format cannot read it \
+         after that); nothing was written"
+    )]
+    UpgradeRequired {
+        kind: &'static str,
+        key: String,
+        format: &'static str,
+        how: &'static str,
+    },
+
     #[error("schema mismatch on table {key:?}: {reason}")]
     SchemaMismatch { key: String, reason: String },
 

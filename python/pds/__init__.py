@@ -38,6 +38,7 @@ from pds.errors import (
     PreconditionFailed,
     RemoteStoreError,
     SchemaMismatch,
+    UpgradeRequired,
 )
 from pds.manifest import DatasetManifest, PartInfo
 from pds.producers import Changes, GraphMismatch, Pipeline, ProduceError
@@ -68,6 +69,7 @@ __all__ = [
     "RemoteStoreError",
     "SchemaMismatch",
     "Table",
+    "UpgradeRequired",
     "__version__",
     "open_store",
     "reset_log_cache",

@@ -493,6 +493,22 @@ def table_drop(store: RustStore, key: str) -> list[str]:
     found instead. Cost: the occupancy check (5 HEADs per level, 1 LIST, 1 GET), 2 LISTs of
     the key, a DELETE per object (batched where the store can)."""
 
+def table_upgrade(store: RustStore, key: str) -> tuple[str | None, int]:
+    """Upgrade the table at *key* to the current format (``pds-table/2``, sealed): one new
+    version (operation ``upgrade``) with the same data files and tombstones, committed by
+    compare-and-swap; no data file rewritten. Returns ``(from_format, version)``:
+    *from_format* describes the earlier format, or is ``None`` if the table was already
+    current (nothing written; *version* is then its latest). NotFound if no table;
+    ManifestCorrupted if a version or tombstone is damaged; CommitConflict if writers keep
+    winning. Cost: the latest version (2 GETs + 1 HEAD); when upgrading, a GET per tombstone
+    recorded without a SHA-256, a PUT per segment (1,000 files) and 2 PUTs."""
+
+def pipeline_upgrade(store: RustStore, root: str) -> tuple[str | None, int]:
+    """Upgrade the pipeline at *root* to a sealed manifest: one new version (operation
+    ``upgrade``, the same graph and parts, no node changed). Returns ``(from_format,
+    version)`` as ``table_upgrade``. NotFound if no pipeline; CommitConflict if writers keep
+    winning. Cost: the latest version (2 GETs); when upgrading, 2 PUTs."""
+
 def table_write_files(
     store: RustStore,
     key: str,

@@ -39,6 +39,7 @@ __all__ = [
     "PreconditionFailed",
     "RemoteStoreError",
     "SchemaMismatch",
+    "UpgradeRequired",
 ]
 
 
@@ -73,6 +74,20 @@ class SchemaMismatch(RemoteStoreError):
     with other columns or types, or a merge that would narrow a type or drop a
     not-null column. The message names every field that differs. Nothing was
     written."""
+
+
+class UpgradeRequired(CapabilityNotSupported):
+    """A write on a table or pipeline written by an earlier pds format.
+
+    pds reads every format it ever wrote, but writes only its own, and never
+    upgrades silently (a pds that reads only the earlier format could not read
+    the table any more). Such a table or pipeline opens read-only: reads, time
+    travel, history and scans work; every write (append, delete, upsert, update,
+    compact, vacuum, a pipeline's update, rebuild or compact) raises this before
+    writing anything. Upgrade it once with ``Table.upgrade()``,
+    ``Pipeline.upgrade()`` or ``pds upgrade URL KEY``. ``path`` names the key.
+    A subclass of ``CapabilityNotSupported``.
+    """
 
 
 class PreconditionFailed(RemoteStoreError):

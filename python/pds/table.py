@@ -1017,6 +1017,38 @@ class Table:
         with _progress.shown(self._native, f"vacuuming table {self._path}"):
             return list(_core.table_vacuum(self._native, self._path, table_id=self._table_id, **args))
 
+    def upgrade(self) -> int:
+        """Upgrade the table to this pds's on-disk format, and move this object
+        to its latest version, which it returns.
+
+        pds reads every table format it ever wrote, but writes only its own
+        (``pds-table/2``) and never upgrades a table silently: a pds that reads
+        only the earlier format could not read it afterwards. A table whose
+        latest version is in an earlier format (``pds-table/1``, with or without
+        the sealed manifests) is read-only until this call: every write raises
+        :class:`pds.UpgradeRequired`. The upgrade commits one new version
+        (operation ``"upgrade"``) holding the same data files and deletes, by
+        compare-and-swap like any commit: no data file is rewritten, earlier
+        versions stay readable as they were (time travel, history, changes), and
+        a writer racing it loses nothing (it commits before the upgrade, which
+        then builds on its version, or after, on the upgraded one). A table
+        already in the current format is left alone: then nothing is written and
+        the latest version is returned.
+
+        Cost: the latest version (2 GETs and a HEAD); for a table in an earlier
+        format also a GET per delete recorded without a SHA-256 (tables from
+        before the sealed manifests), a PUT per 1,000 data files (segments) and a
+        commit (2 PUTs).
+
+        Raises:
+            remote_store.NotFound: no table at the key.
+            remote_store.ext.parquet.ManifestCorrupted: a version or a delete of
+                it is damaged (nothing is written).
+            pds.CommitConflict: writers kept winning the race (nothing written).
+        """
+        _core.table_upgrade(self._native, self._path)
+        return self.refresh()
+
     def drop(self) -> list[str]:
         """Remove this table: every object of its layout under its key. Returns
         the keys (relative to the table) removed.

@@ -8,6 +8,19 @@
 //! every row of each changed key, `deleted` keys left with none). Part
 //! names are relative to the pipeline's key, so a part written by one
 //! version is kept by later ones by reference.
+//!
+//! # Format versions
+//!
+//! `pds-pipeline/1` is the only format name pds has written. Until
+//! 2026-11-23 18:38 UTC its manifests were unsealed (no `checksum`),
+//! written as the pretty JSON of this struct in declaration order; since
+//! then they are sealed (sorted keys, with `checksum`: see
+//! [`crate::table::sealed`]), and parts may carry `patches` and stages
+//! `derived_prefix`. An unsealed manifest is read only if its bytes are
+//! exactly that earlier writer's (a sealed one with its checksum removed
+//! has its keys sorted, so it is `ManifestCorrupted`); a pipeline whose
+//! latest version is one is read-only until upgraded
+//! ([`crate::table::upgrade::upgrade_pipeline`]).
 
 use std::collections::BTreeMap;
 
@@ -105,6 +118,9 @@ pub struct PipelineManifest {
     /// manifest's `commit_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_id: Option<String>,
+    /// Read from an unsealed manifest of an earlier pds (in memory only).
+    #[serde(skip)]
+    pub unsealed: bool,
 }
 
 /// A node name is a path segment of its parts: letters, digits, `_`, `-`, `.`.
@@ -142,6 +158,7 @@ impl PipelineManifest {
             graph,
             nodes,
             commit_id: None,
+            unsealed: false,
         }
     }
 
@@ -169,6 +186,23 @@ impl Versioned for PipelineManifest {
         self.commit_id = Some(id.to_string());
     }
 
+    fn earlier_format(&self) -> Option<&'static str> {
+        self.unsealed
+            .then_some("pds-pipeline/1 (from before sealed manifests)")
+    }
+
+    fn check_writable(&self, key: &str) -> Result<()> {
+        match self.earlier_format() {
+            None => Ok(()),
+            Some(format) => Err(Error::UpgradeRequired {
+                kind: "pipeline",
+                key: key.to_string(),
+                format,
+                how: "Pipeline.upgrade",
+            }),
+        }
+    }
+
     fn to_json(&self) -> Result<Vec<u8>> {
         let value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("pipeline manifest is not serialisable: {e}"))
@@ -181,9 +215,22 @@ impl Versioned for PipelineManifest {
             path: path.to_string(),
             reason,
         };
-        let content = crate::table::sealed::open(raw, path, &[FORMAT])?;
-        let m: PipelineManifest =
+        // The unsealed writer: `to_vec_pretty` of the struct (declaration
+        // order), with no field a sealed writer added.
+        let old_writer = |map: &serde_json::Map<String, Value>| {
+            let m: PipelineManifest = serde_json::from_value(Value::Object(map.clone())).ok()?;
+            let later = m.nodes.values().any(|n| {
+                n.derived_prefix != 0
+                    || n.parts()
+                        .any(|p| !p.patches.is_empty() || p.base_rows.is_some())
+            });
+            (!later).then(|| serde_json::to_vec_pretty(&m).ok())?
+        };
+        let (content, seal) =
+            crate::table::sealed::open_any(raw, path, &[FORMAT], &[FORMAT], old_writer)?;
+        let mut m: PipelineManifest =
             serde_json::from_value(Value::Object(content)).map_err(|e| corrupted(e.to_string()))?;
+        m.unsealed = seal == crate::table::sealed::Seal::Unsealed;
         if m.version != version {
             return Err(corrupted(format!(
                 "it holds version {} under the name of version {version}",

@@ -86,6 +86,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::CommitUnknown { key, .. } => {
                 raise(py, "pds.errors", "CommitUnknown", msg, &[("path", key)])
             }
+            Error::UpgradeRequired { key, .. } => {
+                raise(py, "pds.errors", "UpgradeRequired", msg, &[("path", key)])
+            }
             Error::SchemaMismatch { key, .. } => {
                 raise(py, "pds.errors", "SchemaMismatch", msg, &[("path", key)])
             }

@@ -13,6 +13,7 @@ mod source_phases;
 mod store;
 mod stream;
 mod table;
+mod upgrade;
 
 use std::future::Future;
 
@@ -129,5 +130,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(producers::pipeline_commit, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_create, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_vacuum, m)?)?;
+    upgrade::register(m)?;
     Ok(())
 }

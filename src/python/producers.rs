@@ -56,9 +56,21 @@ fn state_json(state: &NodeState) -> PyResult<String> {
 }
 
 fn manifest_text(m: &PipelineManifest) -> PyResult<String> {
-    m.to_json()
+    let text = m
+        .to_json()
         .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()
+        .py_err()?;
+    // A manifest of an earlier format says why the pipeline is read-only
+    // (the Python facade refuses writes before any I/O).
+    match m.earlier_format() {
+        None => Ok(text),
+        Some(format) => {
+            let mut value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            value["upgrade_required"] = format.into();
+            Ok(value.to_string())
+        }
+    }
 }
 
 fn table(t: Option<PyTable>) -> Vec<arrow_array::RecordBatch> {

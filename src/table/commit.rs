@@ -51,6 +51,9 @@ pub struct CommitOptions {
     /// How much of the latest version each attempt reads before `prepare`
     /// builds on it: an append needs a table's root alone.
     pub depth: Depth,
+    /// Build on a version in an earlier format (an upgrade): every other
+    /// commit on one is `UpgradeRequired`.
+    pub upgrade: bool,
 }
 
 impl Default for CommitOptions {
@@ -60,6 +63,7 @@ impl Default for CommitOptions {
             base_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(500),
             depth: Depth::Full,
+            upgrade: false,
         }
     }
 }
@@ -83,6 +87,16 @@ pub trait Versioned: Sized {
     /// [`super::identity`]); `None` for other kinds and older tables.
     fn table_id(&self) -> Option<&str> {
         None
+    }
+    /// The earlier on-disk format this manifest was read in (`None`: the
+    /// current one, writable).
+    fn earlier_format(&self) -> Option<&'static str> {
+        None
+    }
+    /// `UpgradeRequired` if this manifest, the latest version of `key`, is
+    /// in an earlier format: no commit but an upgrade builds on it.
+    fn check_writable(&self, _key: &str) -> Result<()> {
+        Ok(())
     }
     /// Read what a manifest references beyond its own object, as far as
     /// `depth` asks (a table's segments); nothing for other kinds.
@@ -140,6 +154,20 @@ impl Versioned for TableManifest {
     }
     fn table_id(&self) -> Option<&str> {
         self.table_id.as_deref()
+    }
+    fn earlier_format(&self) -> Option<&'static str> {
+        self.layout.written.earlier()
+    }
+    fn check_writable(&self, key: &str) -> Result<()> {
+        match self.earlier_format() {
+            None => Ok(()),
+            Some(format) => Err(Error::UpgradeRequired {
+                kind: "table",
+                key: key.to_string(),
+                format,
+                how: "Table.upgrade",
+            }),
+        }
     }
     fn load<'a>(
         &'a mut self,
@@ -331,6 +359,9 @@ fn latest_existing_at(store: &StoreHandle, table: &str, depth: Depth) -> Result<
 /// opened (see [`super::identity::expecting`]); else `NotFound` saying
 /// that table was dropped (and replaced), before anything is planned on it.
 fn opened(table: &str, got: Result<Latest>) -> Result<Latest> {
+    // A writer's first read: a table in an earlier format is refused
+    // before anything is written.
+    let got = got.and_then(|l| l.manifest.check_writable(table).map(|()| l));
     let Some(id) = super::identity::expected() else {
         return got;
     };
@@ -708,7 +739,12 @@ where
                 .await;
             }
         }
-        let prepared = match prepare(base.as_ref().map(|l| &l.manifest)) {
+        // No silent upgrade: only an upgrade builds on an earlier format.
+        let writable = match &base {
+            Some(l) if !opts.upgrade => l.manifest.check_writable(table),
+            _ => Ok(()),
+        };
+        let prepared = match writable.and_then(|()| prepare(base.as_ref().map(|l| &l.manifest))) {
             Ok(p) => p,
             Err(e) => match &pending {
                 Some((_, why)) => {
@@ -994,6 +1030,8 @@ mod tests {
             let mut orphan = next_manifest("append", vec![file("a"), file("b")]);
             orphan.version = 1;
             orphan.previous = Some(0);
+            // As a current writer writes it: in segments (pds-table/2).
+            rt.block_on(orphan.lay_out_segments(&store, "t")).unwrap();
             rt.block_on(store.put(
                 &manifest_key("t", 1),
                 Bytes::from(orphan.to_json().unwrap()),
@@ -1103,6 +1141,7 @@ mod tests {
             base_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(2),
             depth: Depth::Full,
+            upgrade: false,
         };
         let store = Arc::new(store);
         let racer = store.clone();
@@ -1113,6 +1152,8 @@ mod tests {
                 let mut theirs = next_manifest("append", vec![]);
                 theirs.version = next;
                 theirs.previous = next.checked_sub(1);
+                // A current writer's manifest: a root (no files to lay out).
+                theirs.layout.laid_out = true;
                 let key = manifest_key("t", next);
                 let put = racer.put(&key, Bytes::from(theirs.to_json()?), PutMode::Create);
                 futures::executor::block_on(put)?;

@@ -43,6 +43,7 @@ pub mod snapshot;
 mod tests;
 pub mod tombstone;
 pub mod update;
+pub mod upgrade;
 pub mod upsert;
 pub mod vacuum;
 pub mod write;

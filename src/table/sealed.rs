@@ -16,6 +16,27 @@
 //!
 //! The check also tells what else lives at a key: a pipeline's manifest
 //! read as a table's (or the reverse) names what is there and how to open it.
+//!
+//! **Manifests from before the seal.** pds wrote table and pipeline
+//! manifests without a checksum until 2026-11-23 (formats `pds-table/1`
+//! and `pds-pipeline/1`). [`open_any`] accepts such a manifest only where
+//! that format lacked the seal: its format is one the caller names as
+//! once unsealed (never `pds-table/2`, which was sealed from its first
+//! byte), the `checksum` field is absent, and the bytes are exactly what
+//! that earlier pds wrote (its pretty JSON, key for key and space for
+//! space: the caller re-serialises what it parsed the way the old writer
+//! did and compares). A caller also refuses fields the old writer never
+//! wrote (a table's tombstone SHA-256s, say). A manifest read so is
+//! marked [`Seal::Unsealed`]: it is readable and read-only until upgraded.
+//!
+//! Residual risk, stated: a sealed manifest of one of those two formats
+//! whose checksum line is cut out *exactly* (the line and nothing else),
+//! holding none of the fields only sealed writers wrote, is then read as
+//! an unsealed one of the earlier pds, with no check of its bytes; it
+//! opens read-only, as a table or pipeline of the earlier pds would. The
+//! data files it names are still checked against their SHA-256 when read.
+//! Any other damage (an edited byte, a changed space, a truncation, a
+//! reordered key) is still `ManifestCorrupted`.
 
 use serde_json::{Map, Value};
 
@@ -81,6 +102,59 @@ pub fn seal(mut value: Value) -> Result<Vec<u8>> {
     let sum = digest(&raw, at);
     raw[at..at + DIGITS].copy_from_slice(sum.as_bytes());
     Ok(raw)
+}
+
+/// Whether a manifest carried a checksum (see [`open_any`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// Its checksum matched its bytes.
+    Sealed,
+    /// A manifest of an earlier pds, from before the seal.
+    Unsealed,
+}
+
+/// [`open`], also accepting a manifest without `checksum` if its format is
+/// one of `unsealed` (formats an earlier pds wrote without the seal) and
+/// `canonical` (the old writer's serialisation of what was parsed) gives
+/// back exactly `raw`. A manifest with a checksum is checked as [`open`]
+/// does, whatever its format.
+pub fn open_any(
+    raw: &[u8],
+    path: &str,
+    formats: &[&str],
+    unsealed: &[&str],
+    canonical: impl FnOnce(&Map<String, Value>) -> Option<Vec<u8>>,
+) -> Result<(Map<String, Value>, Seal)> {
+    let corrupted = |reason: String| Error::ManifestCorrupted {
+        path: path.to_string(),
+        reason,
+    };
+    let map = match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Object(map)) if !map.contains_key(FIELD) => map,
+        // Sealed, or not a manifest at all: what `open` says.
+        _ => return open(raw, path, formats).map(|m| (m, Seal::Sealed)),
+    };
+    let format = map
+        .get("format")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !formats.contains(&format) {
+        // Wrong kind, or no format: what `open` says.
+        return open(raw, path, formats).map(|m| (m, Seal::Sealed));
+    }
+    if !unsealed.contains(&format) {
+        return Err(corrupted(format!(
+            "it has no checksum, and every {format} manifest pds writes has one \
+             (it was damaged or edited)"
+        )));
+    }
+    if canonical(&map).as_deref() != Some(raw) {
+        return Err(corrupted(format!(
+            "it has no checksum and its bytes are not laid out as the pds that wrote \
+             unsealed {format} manifests wrote them (it was damaged or edited)"
+        )));
+    }
+    Ok((map, Seal::Unsealed))
 }
 
 /// Parse `raw` (read from `path`) as a sealed manifest of one of `formats`
@@ -167,9 +241,85 @@ mod tests {
         );
         for bad in ["", "[]", "1", "{\"format\": 3}"] {
             assert!(matches!(
+                open_any(
+                    bad.as_bytes(),
+                    "p",
+                    &["pds-table/1"],
+                    &["pds-table/1"],
+                    |_| None
+                ),
+                Err(Error::ManifestCorrupted { .. })
+            ));
+            assert!(matches!(
                 open(bad.as_bytes(), "p", &["pds-table/1"]),
                 Err(Error::ManifestCorrupted { .. })
             ));
         }
+    }
+
+    /// An unsealed manifest opens only in a format that once lacked the
+    /// seal, laid out byte for byte as its writer wrote it; a sealed one
+    /// is checked whatever is passed for the unsealed formats.
+    #[test]
+    fn unsealed_manifests_open_only_where_the_format_lacked_the_seal() {
+        let pretty = |m: &Map<String, Value>| serde_json::to_vec_pretty(m).ok();
+        let old = serde_json::json!({"format": "pds-table/1", "version": 0, "a": [1, 2]});
+        let raw = serde_json::to_vec_pretty(&old).unwrap();
+        let (map, how) = open_any(
+            &raw,
+            "p",
+            &["pds-table/2", "pds-table/1"],
+            &["pds-table/1"],
+            pretty,
+        )
+        .unwrap();
+        assert_eq!((Value::Object(map), how), (old.clone(), Seal::Unsealed));
+        // Another layout of the same JSON (compact, or an added space).
+        let compact = serde_json::to_vec(&old).unwrap();
+        let spaced = String::from_utf8(raw.clone())
+            .unwrap()
+            .replacen(": ", ":  ", 1);
+        for other in [compact, spaced.into_bytes()] {
+            let err =
+                open_any(&other, "p", &["pds-table/1"], &["pds-table/1"], pretty).unwrap_err();
+            assert!(err.to_string().contains("not laid out"), "{err}");
+        }
+        // A format that was always sealed, with its checksum stripped.
+        let current = serde_json::json!({"format": "pds-table/2", "version": 0});
+        let sealed = seal(current).unwrap();
+        let mut map: Map<String, Value> = serde_json::from_slice(&sealed).unwrap();
+        map.remove(FIELD);
+        let stripped = serde_json::to_vec_pretty(&map).unwrap();
+        let err = open_any(
+            &stripped,
+            "p",
+            &["pds-table/2", "pds-table/1"],
+            &["pds-table/1"],
+            pretty,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("every pds-table/2 manifest"),
+            "{err}"
+        );
+        // Sealed ones still check their bytes, in any format.
+        let (_, how) = open_any(&sealed, "p", &["pds-table/2"], &["pds-table/1"], pretty).unwrap();
+        assert_eq!(how, Seal::Sealed);
+        let edited = String::from_utf8(sealed)
+            .unwrap()
+            .replace("\"version\": 0", "\"version\": 1");
+        assert!(open_any(
+            edited.as_bytes(),
+            "p",
+            &["pds-table/2"],
+            &["pds-table/1"],
+            pretty
+        )
+        .is_err());
+        // An unsealed manifest of another kind names that kind.
+        let pipeline =
+            serde_json::to_vec_pretty(&serde_json::json!({"format": "pds-pipeline/1"})).unwrap();
+        let err = open_any(&pipeline, "p", &["pds-table/1"], &["pds-table/1"], pretty).unwrap_err();
+        assert!(err.to_string().contains("pds.Pipeline.open"), "{err}");
     }
 }

@@ -10,6 +10,29 @@
 //! in segments ([`super::segment`]); a [`TableManifest`] in memory holds the
 //! root and, as its [`Layout`]'s view says, all of the file list, part of
 //! it, or (for an append) the files it adds.
+//!
+//! # Format versions
+//!
+//! Every version pds ever wrote is read (see [`Written`]):
+//!
+//! - `pds-table/1`, unsealed (pds before 2026-11-23 18:38 UTC): the files
+//!   inline in `data_files`, the tombstones in `tombstones` without a
+//!   SHA-256 (`{"path", "files"}`; in the very first tables a bare list of
+//!   tombstone paths), no `checksum`. Its bytes must be exactly the pretty
+//!   JSON (sorted keys, 2-space indent) its writer produced, and it must
+//!   hold no field only later writers wrote (`segments`, `table_id`, a
+//!   tombstone's `sha256`, a file's `footer_bytes`): else it is taken for a
+//!   damaged later manifest, `ManifestCorrupted`. The tombstones' objects
+//!   are read unchecked (there is no SHA-256 to check them against).
+//! - `pds-table/1`, sealed (until 2026-11-25 02:31 UTC): the same with a
+//!   `checksum` and each tombstone's `sha256`.
+//! - `pds-table/2` ([`FORMAT`]), sealed: a root naming segments;
+//!   `table_id` and `footer_bytes` may be absent (older writers).
+//!
+//! A table whose latest version is not [`FORMAT`] is read-only: every
+//! commit on it is `UpgradeRequired` until [`super::upgrade`] commits a
+//! version in [`FORMAT`] (older pds cannot read that one, so the upgrade
+//! is never implicit).
 
 use std::collections::BTreeMap;
 
@@ -23,8 +46,34 @@ use crate::error::{Error, Result};
 pub const FORMAT: &str = "pds-table/2";
 
 /// The format of earlier pds, whose manifests list every file inline. They
-/// are read as they are, and a commit on one writes [`FORMAT`].
+/// are read as they are; a table whose latest version is one is read-only
+/// until upgraded (see [`super::upgrade`]).
 pub const LEGACY_FORMAT: &str = "pds-table/1";
+
+/// Which format a manifest was read in (in memory only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Written {
+    /// [`FORMAT`]: writable.
+    #[default]
+    Current,
+    /// [`LEGACY_FORMAT`], sealed: read-only until upgraded.
+    Flat,
+    /// [`LEGACY_FORMAT`] from before the sealed manifests: read-only until
+    /// upgraded; its tombstones carry no SHA-256 (an empty `sha256`).
+    Unsealed,
+}
+
+impl Written {
+    /// What an error says about a table whose latest version is in this
+    /// format (`None`: the current one).
+    pub fn earlier(self) -> Option<&'static str> {
+        match self {
+            Written::Current => None,
+            Written::Flat => Some("pds-table/1 (sealed, files inline)"),
+            Written::Unsealed => Some("pds-table/1 (from before sealed manifests)"),
+        }
+    }
+}
 
 pub use crate::parquet::stats::ColumnStats;
 
@@ -152,6 +201,8 @@ pub struct Layout {
     pub laid_out: bool,
     /// Merge small segments when laid out (compaction).
     pub repack: bool,
+    /// The format the manifest was read in.
+    pub written: Written,
 }
 
 /// Two manifests are equal by what they hold, whatever is loaded.
@@ -334,7 +385,18 @@ impl TableManifest {
             path: path.to_string(),
             reason,
         };
-        let content = super::sealed::open(raw, path, &[FORMAT, LEGACY_FORMAT])?;
+        let (mut content, seal) = super::sealed::open_any(
+            raw,
+            path,
+            &[FORMAT, LEGACY_FORMAT],
+            &[LEGACY_FORMAT],
+            // The unsealed writer: `to_value`, then `to_vec_pretty`.
+            |map| serde_json::to_vec_pretty(map).ok(),
+        )?;
+        let unsealed = seal == super::sealed::Seal::Unsealed;
+        if unsealed {
+            unsealed_as_read(&mut content).map_err(corrupted)?;
+        }
         let legacy = content.get("format").and_then(|f| f.as_str()) == Some(LEGACY_FORMAT);
         if !legacy && (content.contains_key("data_files") || content.contains_key("tombstones")) {
             return Err(corrupted(format!(
@@ -351,6 +413,11 @@ impl TableManifest {
         m.layout.view = if legacy { View::Full } else { View::Root };
         // As read, its segments describe it (a legacy one has none).
         m.layout.laid_out = !legacy;
+        m.layout.written = match (legacy, unsealed) {
+            (false, _) => Written::Current,
+            (true, false) => Written::Flat,
+            (true, true) => Written::Unsealed,
+        };
         if m.version != version {
             return Err(corrupted(format!(
                 "it says version {} but is stored as version {version}",
@@ -359,7 +426,14 @@ impl TableManifest {
         }
         m.check().map_err(corrupted)?;
         if legacy {
-            m.check_files().map_err(corrupted)?;
+            check_file_list_of(
+                &m.data_files,
+                &m.tombstones,
+                &m.file_schemas,
+                true,
+                unsealed,
+            )
+            .map_err(corrupted)?;
         }
         m.format = FORMAT.into();
         Ok(m)
@@ -567,6 +641,107 @@ impl TableManifest {
     }
 }
 
+/// The fields of an unsealed `pds-table/1` manifest (43df652's struct).
+const UNSEALED_FIELDS: &[&str] = &[
+    "format",
+    "version",
+    "previous",
+    "created_at",
+    "operation",
+    "operation_parameters",
+    "schema",
+    "data_files",
+    "tombstones",
+    "file_schemas",
+    "properties",
+    "commit_id",
+];
+
+/// The fields of a data file in an unsealed `pds-table/1` manifest.
+const UNSEALED_FILE_FIELDS: &[&str] = &[
+    "path",
+    "size_bytes",
+    "row_group_count",
+    "total_rows",
+    "columns",
+    "sha256",
+    "schema",
+];
+
+/// The content of an unsealed `pds-table/1` manifest (see the module docs)
+/// made into what the reader parses: each tombstone gets an empty `sha256`
+/// (none was recorded), and a bare tombstone path (the first tables') names
+/// every data file of the version. Fields only sealed writers wrote are
+/// refused: such a manifest is a later one whose checksum was removed.
+fn unsealed_as_read(
+    content: &mut serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    let later = |what: &str| {
+        format!(
+            "it has no checksum but holds {what}, which only sealed manifests hold \
+             (it was damaged or edited)"
+        )
+    };
+    for field in ["segments", "table_id", "checksum"] {
+        if content.contains_key(field) {
+            return Err(later(&format!("{field:?}")));
+        }
+    }
+    // Only what that writer wrote (a damaged key, `checksum`'s say, would
+    // otherwise pass for an unsealed manifest with an extra field).
+    let unknown = |o: &serde_json::Map<String, Value>, known: &[&str], what: &str| match o
+        .keys()
+        .find(|k| !known.contains(&k.as_str()))
+    {
+        Some(k) => Err(format!(
+            "it has no checksum and its {what} holds {k:?}, which the pds that wrote \
+                 unsealed manifests never wrote (it was damaged or edited)"
+        )),
+        None => Ok(()),
+    };
+    unknown(content, UNSEALED_FIELDS, "root")?;
+    let files: Vec<Value> = match content.get("data_files") {
+        None => vec![],
+        Some(Value::Array(files)) => {
+            if files.iter().any(|f| f.get("footer_bytes").is_some()) {
+                return Err(later("a data file's \"footer_bytes\""));
+            }
+            for f in files {
+                let Value::Object(f) = f else {
+                    return Err("a data file is not an object".into());
+                };
+                unknown(f, UNSEALED_FILE_FIELDS, "data file")?;
+            }
+            files
+                .iter()
+                .filter_map(|f| f.get("path").cloned())
+                .collect()
+        }
+        Some(_) => return Err("data_files is not a list".into()),
+    };
+    if let Some(Value::Array(tombstones)) = content.get_mut("tombstones") {
+        for t in tombstones.iter_mut() {
+            match t {
+                Value::String(path) => {
+                    *t = serde_json::json!({
+                        "path": path.clone(), "files": files.clone(), "sha256": ""
+                    });
+                }
+                Value::Object(o) => {
+                    if o.contains_key("sha256") {
+                        return Err(later("a tombstone's \"sha256\""));
+                    }
+                    unknown(o, &["path", "files"], "tombstone")?;
+                    o.insert("sha256".into(), "".into());
+                }
+                _ => return Err("a tombstone is neither a path nor a reference".into()),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Check a file list and its tombstones: files listed once, tombstones
 /// listed once naming only listed files, each once; with `deep`, also each
 /// entry's path (`data/...`, `tombstone/...`), SHA-256 and schema id.
@@ -575,6 +750,18 @@ pub fn check_file_list(
     tombstones_listed: &[TombstoneRef],
     file_schemas: &BTreeMap<String, TableSchema>,
     deep: bool,
+) -> std::result::Result<(), String> {
+    check_file_list_of(data_files, tombstones_listed, file_schemas, deep, false)
+}
+
+/// [`check_file_list`]; with `unsealed`, a tombstone's SHA-256 may be
+/// empty (manifests from before the seal recorded none).
+fn check_file_list_of(
+    data_files: &[DataFile],
+    tombstones_listed: &[TombstoneRef],
+    file_schemas: &BTreeMap<String, TableSchema>,
+    deep: bool,
+    unsealed: bool,
 ) -> std::result::Result<(), String> {
     let mut files = std::collections::HashSet::with_capacity(data_files.len());
     let mut rows = 0u64;
@@ -620,7 +807,8 @@ pub fn check_file_list(
         if segments.first().map(String::as_str) != Some("tombstone") || segments.len() < 2 {
             return Err(format!("tombstone {:?} is not under tombstone/", t.path));
         }
-        if !is_sha256(&t.sha256) {
+        let recorded = is_sha256(&t.sha256) || (unsealed && t.sha256.is_empty());
+        if !recorded {
             return Err(format!("tombstone {:?} has no valid sha256", t.path));
         }
         let mut named = std::collections::HashSet::with_capacity(t.files.len());

@@ -283,6 +283,8 @@ pub async fn vacuum_of<M: Collectable>(
             ));
         }
     }
+    // An earlier format's objects are left as they are until upgraded.
+    latest.manifest.check_writable(table)?;
     let objects: Vec<(&str, DateTime<Utc>)> = listing
         .objects
         .iter()

@@ -11,6 +11,7 @@
     pds vacuum URL KEY [--retain 7d] [--min-age 1h] [--keep-versions] [--apply]
                                         a table's or pipeline's garbage; dry run unless --apply
     pds drop URL KEY --yes              remove a table
+    pds upgrade URL KEY                 a table or pipeline of an earlier format to this pds's
 
 URL is a store URL or a local folder (relative paths resolve against the
 working directory, ``~`` expands). Storage options come from ``--option
@@ -26,7 +27,7 @@ traceback unless ``PDS_DEBUG=1``. No error, title or traceback shows an
 from __future__ import annotations
 
 # The command modules register their commands on ``main`` as they are imported.
-from pds.cli import _drop, _inspect, _maintain, _scan  # noqa: F401
+from pds.cli import _drop, _inspect, _maintain, _scan, _upgrade  # noqa: F401
 from pds.cli._args import parse_duration
 from pds.cli._filter import FILTER_SYNTAX, parse_filter, typed_filter
 from pds.cli._group import main

@@ -54,7 +54,7 @@ from remote_store import NotFound, Store
 
 from pds import _core, _progress
 from pds.dataset import _check_key as check_key
-from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch
+from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch, UpgradeRequired
 from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
@@ -454,6 +454,46 @@ class Pipeline:
         """Load the latest version (2 GETs + 1 HEAD); returns it."""
         return int(self._at(None)["version"])
 
+    def _writable_base(self) -> dict[str, Any]:
+        """The latest version, for a write: ``UpgradeRequired`` if it is in an
+        earlier format, before anything is written."""
+        base = self._at(None)
+        earlier = base.get("upgrade_required")
+        if earlier is not None:
+            raise UpgradeRequired(
+                f"pipeline {self._key!r} was written by an earlier pds in format {earlier}: it can be "
+                "read, but not written, until it is upgraded to this pds's format with "
+                f"Pipeline.upgrade() or `pds upgrade URL {self._key}` (pds that read only the earlier "
+                "format cannot read it after that); nothing was written",
+                path=self._key,
+            )
+        return base
+
+    def upgrade(self) -> int:
+        """Upgrade the pipeline to this pds's on-disk format, load its latest
+        version and return it.
+
+        pds reads every pipeline format it ever wrote but writes only its own,
+        and never upgrades silently. A pipeline written before the sealed
+        manifests (``pds-pipeline/1`` without a ``checksum``) opens read-only:
+        :meth:`read`, :meth:`changes` and :meth:`history` work, and every write
+        (:meth:`update`, :meth:`rebuild`, :meth:`compact`, :meth:`vacuum`)
+        raises :class:`pds.UpgradeRequired` until this call. It commits one
+        version (operation ``"upgrade"``) with the same graph and parts, in which
+        no node changed, by compare-and-swap like any commit; no part is
+        rewritten and earlier versions stay readable. A pipeline already in the
+        current format is left alone (nothing written).
+
+        Cost: the latest version (2 GETs); when upgrading, 2 PUTs, then the
+        latest version again (2 GETs + 1 HEAD).
+
+        Raises:
+            remote_store.NotFound: no pipeline at the key.
+            pds.CommitConflict: writers kept winning the race (nothing written).
+        """
+        _core.pipeline_upgrade(self._native, self._root)
+        return self.refresh()
+
     def read(self, name: str, version: int | None = None) -> pa.Table:
         """A node's content at *version* (latest by default): its key and
         value columns, sorted by key. A merge reads as all its feeders'."""
@@ -763,7 +803,7 @@ class Pipeline:
         requests = self._native.counts()[0]
         run_stage = run_stage or self._run_stage_here
         run_source = run_source or self._apply_source_here
-        base = self._at(None)
+        base = self._writable_base()
         stored = self._stored(base)
         old_states: dict[str, Any] = base["nodes"]
         graph = dict(self._declared)
@@ -897,8 +937,10 @@ class Pipeline:
         Raises:
             pds.CommitConflict: another update committed meanwhile (nothing
                 of this one is kept; run it again).
+            pds.UpgradeRequired: the pipeline was written by an earlier
+                format (see :meth:`upgrade`); nothing is written.
         """
-        base = self._at(None)
+        base = self._writable_base()
         stored = self._stored(base)
         states: dict[str, Any] = {}
         created: list[str] = []

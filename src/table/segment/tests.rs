@@ -308,7 +308,7 @@ fn a_real_table_grows_segments_by_appends_and_reads_like_its_model() {
 }
 
 #[test]
-fn a_legacy_manifest_reads_and_is_upgraded_by_the_next_commit() {
+fn a_legacy_manifest_reads_and_is_read_only_until_upgraded() {
     let (store, _) = counting_store();
     create_keyed(&store, 0..100);
     append(
@@ -335,7 +335,26 @@ fn a_legacy_manifest_reads_and_is_upgraded_by_the_next_commit() {
     let back: TableManifest = block(read_version_at(&store, "t", 2, Depth::Root));
     assert_eq!((back.layout.view, back.data_files.len()), (View::Full, 2));
     assert_eq!(ids(&store, At::Latest, None), (0..150).collect::<Vec<_>>());
-    // The next commit (an append, built on the root) writes segments.
+    // No commit builds on it (older readers could not read the next
+    // version) but an explicit upgrade, which writes segments.
+    // Refused before anything is written.
+    let objects = || block(store.list("t", true)).objects.len();
+    let before = objects();
+    let refused = append(
+        store.clone(),
+        "t",
+        rows(150..160),
+        SchemaMode::Strict,
+        None,
+        2,
+    );
+    assert!(
+        matches!(refused, Err(Error::UpgradeRequired { kind: "table", .. })),
+        "{refused:?}"
+    );
+    assert_eq!(objects(), before);
+    let up = block(crate::table::upgrade::upgrade_table(&store, "t"));
+    assert_eq!(up.version, 3);
     append(
         store.clone(),
         "t",
@@ -349,7 +368,7 @@ fn a_legacy_manifest_reads_and_is_upgraded_by_the_next_commit() {
     let text = String::from_utf8_lossy(&raw);
     assert!(text.contains("\"format\": \"pds-table/2\"") && !text.contains("data_files"));
     let v3: TableManifest = block(read_version_at(&store, "t", 3, Depth::Full));
-    assert_eq!(v3.file_count(), 3);
+    assert_eq!((v3.file_count(), v3.operation.as_str()), (2, "upgrade"));
     assert_eq!(ids(&store, At::Latest, None), (0..160).collect::<Vec<_>>());
 }
 

@@ -1,0 +1,272 @@
+"""The format promise: every earlier table and pipeline format opens (read-only),
+writes on one are refused with ``UpgradeRequired`` before anything is written, and
+``Table.upgrade()`` / ``Pipeline.upgrade()`` / ``pds upgrade`` make it writable.
+
+The fixtures under ``tests/fixtures/old_formats/`` are written by
+``tests/fixtures/make_old_formats.py`` (see its docstring for each format)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import pds
+from pds.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "old_formats"
+TABLES = ["table-1-bare", "table-1-unsealed", "table-1-sealed"]
+ALL_IDS = [i for i in range(15) if i != 3]
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """A copy of the fixtures (the tests write to it)."""
+    folder = tmp_path / "lake"
+    shutil.copytree(FIXTURES, folder)
+    return folder
+
+
+def objects(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def ids(t: pds.Table) -> list[int]:
+    return sorted(t.to_arrow().column("id").to_pylist())
+
+
+def manifest(folder: Path, key: str, version: int) -> dict[str, object]:
+    return dict(json.loads((folder / key / "manifest" / f"v{version:08d}.json").read_bytes()))
+
+
+def test_the_fixtures_are_in_their_old_formats() -> None:
+    for key in TABLES:
+        m = manifest(FIXTURES, key, 2)
+        assert (m["format"], "segments" in m, "table_id" in m) == ("pds-table/1", False, False)
+        assert ("checksum" in m) == (key == "table-1-sealed")
+        assert not (FIXTURES / key / "segment").exists()
+    assert isinstance(manifest(FIXTURES, "table-1-bare", 2)["tombstones"], list)
+    assert all(isinstance(t, str) for t in manifest(FIXTURES, "table-1-bare", 2)["tombstones"])  # type: ignore[attr-defined]
+    p = manifest(FIXTURES, "pipeline-1-unsealed", 1)
+    assert p["format"] == "pds-pipeline/1" and "checksum" not in p
+    assert list(p)[:2] == ["format", "version"], "declaration order, not sorted"
+
+
+@pytest.mark.parametrize("key", TABLES)
+def test_each_old_table_reads_with_time_travel_history_and_scans(lake: Path, key: str) -> None:
+    t = pds.Table.open(lake.as_uri(), key)
+    assert t.version == 2
+    assert ids(t) == ALL_IDS
+    assert ids(t.at(version=1)) == list(range(15))
+    assert ids(t.at(version=0)) == list(range(10))
+    assert [h["operation"] for h in t.history()] == ["delete", "append", "create"]
+    got = t.scan(filter=[("id", ">=", 10)]).read_all()
+    assert sorted(got.column("id").to_pylist()) == list(range(10, 15))
+    assert t.files().num_rows == 2
+    changed = t.changes(2, 2).read_all()
+    assert list(zip(changed["id"].to_pylist(), changed["_change_type"].to_pylist(), strict=True)) == [(3, "delete")]
+
+
+@pytest.mark.parametrize("key", TABLES)
+def test_every_write_on_an_old_table_is_refused_before_any_write(lake: Path, key: str) -> None:
+    t = pds.Table.open(lake.as_uri(), key)
+    before = objects(lake)
+    row = pa.table({"id": pa.array([99], pa.int64()), "name": ["x"]})
+    writes = {
+        "append": lambda: t.append(row),
+        "delete": lambda: t.delete([("id", "==", 1)]),
+        "upsert": lambda: t.upsert(row),
+        "update": lambda: t.update([("id", "==", 1)], {"name": "y"}),
+        "compact": lambda: t.compact(),
+        "vacuum": lambda: t.vacuum(retain=datetime.timedelta(hours=1), dry_run=False),
+    }
+    for name, write in writes.items():
+        with pytest.raises(pds.UpgradeRequired) as e:
+            write()
+        msg = str(e.value)
+        assert "Table.upgrade()" in msg and "pds upgrade" in msg and "pds-table/1" in msg, (name, msg)
+        assert isinstance(e.value, pds.CapabilityNotSupported)
+        assert objects(lake) == before, f"{name} wrote something"
+
+
+@pytest.mark.parametrize("key", TABLES)
+def test_upgrade_makes_an_old_table_writable_and_keeps_its_versions(lake: Path, key: str) -> None:
+    url = lake.as_uri()
+    t = pds.Table.open(url, key)
+    old = {v: (lake / key / "manifest" / f"v{v:08d}.json").read_bytes() for v in range(3)}
+    assert t.upgrade() == 3
+    m = manifest(lake, key, 3)
+    assert (m["format"], m["operation"], "checksum" in m) == ("pds-table/2", "upgrade", True)
+    assert ids(t) == ALL_IDS
+    for v, raw in old.items():
+        assert (lake / key / "manifest" / f"v{v:08d}.json").read_bytes() == raw
+    assert ids(t.at(version=1)) == list(range(15))
+    assert ids(t.at(version=2)) == ALL_IDS
+    # A second upgrade is a no-op: nothing written.
+    before = objects(lake)
+    assert pds.Table.open(url, key).upgrade() == 3
+    assert objects(lake) == before
+    assert t.append(pa.table({"id": pa.array([99], pa.int64()), "name": ["x"]})) == 4
+    assert ids(pds.Table.open(url, key)) == [*ALL_IDS, 99]
+    assert t.delete([("id", "==", 10)]) == 5
+    assert t.compact() >= 5
+
+
+def run(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.output
+
+
+def test_pds_upgrade_upgrades_tables_and_pipelines_once(lake: Path) -> None:
+    url = lake.as_uri()
+    code, out = run("upgrade", url, "table-1-unsealed", "--json")
+    assert code == 0, out
+    assert json.loads(out) == {
+        "key": "table-1-unsealed",
+        "kind": "table",
+        "upgraded": True,
+        "from_format": "pds-table/1 (from before sealed manifests)",
+        "version": 3,
+    }
+    code, out = run("upgrade", url, "table-1-unsealed", "--json")
+    assert code == 0, out
+    assert json.loads(out)["upgraded"] is False and json.loads(out)["version"] == 3
+    code, out = run("upgrade", url, "table-1-sealed")
+    assert code == 0 and "upgraded" in out and "pds-table/1 (sealed, files inline)" in out, out
+    code, out = run("upgrade", url, "table-1-sealed")
+    assert code == 0 and "already in the current format" in out, out
+    code, out = run("upgrade", url, "pipeline-1-unsealed", "--json")
+    assert code == 0, out
+    assert (json.loads(out)["kind"], json.loads(out)["upgraded"]) == ("pipeline", True)
+    pds.Table.open(url, "table-1-unsealed").append(pa.table({"id": pa.array([99], pa.int64()), "name": ["x"]}))
+    code, out = run("upgrade", url, "nothing-here")
+    assert code == 1 and "Traceback" not in out
+
+
+def declared(url: str) -> pds.Pipeline:
+    """The fixture's pipeline, declared as make_old_formats.py built it."""
+    p = pds.Pipeline.open(url, "pipeline-1-unsealed")
+    lines = p.source("lines", key={"n": pa.int64()}, value={"text": pa.string()})
+
+    @p.stage("words", sources=[lines], key={"word": pa.string()}, value={"n": pa.int64()})
+    def words(n, lines):  # type: ignore[no-untyped-def]
+        for line in lines:
+            for w in line["text"].split():
+                yield w, n
+
+    return p
+
+
+def words(p: pds.Pipeline) -> list[tuple[str, int]]:
+    t = p.read("words")
+    return sorted(zip(t.column("word").to_pylist(), t.column("n").to_pylist(), strict=True))
+
+
+def test_an_old_pipeline_reads_refuses_writes_and_upgrades(lake: Path) -> None:
+    url = lake.as_uri()
+    p = declared(url)
+    assert p.version == 1
+    assert words(p) == [("a", 1), ("b", 1), ("b", 2), ("c", 2)]
+    assert [h["operation"] for h in p.history()] == ["update", "create"]
+    before = objects(lake)
+    for name, write in {
+        "update": lambda: p.update({"lines": pa.table({"n": [3], "text": ["d"]})}),
+        "compact": lambda: p.compact(),
+        "vacuum": lambda: p.vacuum(retain=datetime.timedelta(hours=1), dry_run=False),
+    }.items():
+        with pytest.raises(pds.UpgradeRequired) as e:
+            write()
+        assert "Pipeline.upgrade()" in str(e.value) and "pds upgrade" in str(e.value), (name, str(e.value))
+        assert objects(lake) == before, f"{name} wrote something"
+    assert p.upgrade() == 2
+    assert manifest(lake, "pipeline-1-unsealed", 2)["operation"] == "upgrade"
+    assert words(p) == [("a", 1), ("b", 1), ("b", 2), ("c", 2)]
+    assert p.upgrade() == 2
+    assert p.update({"lines": pa.table({"n": [3], "text": ["d"]})}) == 3
+    assert words(declared(url)) == [("a", 1), ("b", 1), ("b", 2), ("c", 2), ("d", 3)]
+    assert words_at(declared(url), 1) == [("a", 1), ("b", 1), ("b", 2), ("c", 2)]
+
+
+def words_at(p: pds.Pipeline, version: int) -> list[tuple[str, int]]:
+    t = p.read("words", version=version)
+    return sorted(zip(t.column("word").to_pylist(), t.column("n").to_pylist(), strict=True))
+
+
+def strip_checksum(path: Path) -> None:
+    lines = path.read_bytes().split(b"\n")
+    kept = [line for line in lines if not line.startswith(b'  "checksum": ')]
+    assert len(kept) == len(lines) - 1
+    path.write_bytes(b"\n".join(kept))
+
+
+def test_a_current_manifest_with_its_checksum_stripped_is_still_corrupted(tmp_path: Path) -> None:
+    url = tmp_path.as_uri()
+    pds.Table.create(url, "t", data=pa.table({"id": [1, 2]}))
+    strip_checksum(tmp_path / "t" / "manifest" / "v00000000.json")
+    with pytest.raises(pds.ManifestCorrupted, match="every pds-table/2 manifest"):
+        pds.Table.open(url, "t")
+    p = pds.Pipeline.create(url, "p")
+    p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
+    p.update({"s": pa.table({"k": [1], "v": [2]})})
+    strip_checksum(tmp_path / "p" / "manifest" / "v00000001.json")
+    with pytest.raises(pds.ManifestCorrupted, match="not laid out"):
+        pds.Pipeline.open(url, "p").read("s")
+
+
+@pytest.mark.parametrize("key", ["table-1-unsealed", "table-1-sealed"])
+def test_upgrade_racing_appends_through_two_handles_loses_nothing(lake: Path, key: str) -> None:
+    url = lake.as_uri()
+    writer = pds.Table.open(url, key)
+    upgrader = pds.Table.open(url, key)
+    start = threading.Barrier(3)
+    appended: list[int] = []
+    refused: list[int] = []
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        start.wait()
+        for i in range(100, 108):
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    writer.append(pa.table({"id": pa.array([i], pa.int64()), "name": [f"n{i}"]}))
+                    appended.append(i)
+                    break
+                except pds.UpgradeRequired:
+                    refused.append(i)
+                    assert time.monotonic() < deadline
+                    time.sleep(0.005)
+
+    def upgrade() -> None:
+        start.wait()
+        time.sleep(0.01)
+        upgrader.upgrade()
+
+    def guarded(f: object) -> object:
+        def run() -> None:
+            try:
+                f()  # type: ignore[operator]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        return run
+
+    threads = [threading.Thread(target=guarded(f)) for f in (append, upgrade, upgrade)]  # type: ignore[arg-type]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert appended == list(range(100, 108))
+    final = pds.Table.open(url, key)
+    assert ids(final) == [*ALL_IDS, *range(100, 108)]
+    ops = [h["operation"] for h in final.history()]
+    assert ops.count("upgrade") == 1, ops
+    assert ops.count("append") == 1 + 8

@@ -71,8 +71,8 @@ sdist: $(STAMP) ## Build the source distribution into dist/ (pip builds it with 
 test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, a GCS emulator, real Spark)
 
 test-rust: ## cargo test (the core, no Python), in the release profile the extension uses
-	@echo "==> Building and running the Rust tests (cargo test --release: reuses the extension's compiled"
-	@echo "    dependencies, so the first time takes about 2 minutes and no second 2 GB debug build)"
+	@echo "==> Building and running the Rust tests (cargo test --release, for this machine's own target: the"
+	@echo "    zig-linked extension build does not share its dependencies, so a cold cache compiles them, 8-10 minutes)"
 	cargo test --release --no-run 2>&1 | grep --line-buffered -E "Compiling|Finished|error|warning" || true
 	cargo test --release --quiet
 

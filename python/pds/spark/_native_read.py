@@ -43,7 +43,7 @@ from pyspark.sql.types import DateType, DecimalType, StructType, TimestampNTZTyp
 from remote_store import Store
 
 from pds.spark._schema import arrow_to_spark
-from pds.spark.datasource import dataset_snapshot, project
+from pds.spark._snapshot import dataset_snapshot, project
 from pds.spark.filters import FilterTuple, filters_from_json, filters_to_json
 
 __all__ = ["GLOB_CHARS", "check_readable", "filters_to_column", "read_natively", "read_parts", "spark_root"]

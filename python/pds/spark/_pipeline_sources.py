@@ -39,7 +39,6 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, functions
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from pds import _core
 from pds.errors import SchemaMismatch
@@ -47,6 +46,7 @@ from pds.producers.changes import Changes
 from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
 from pds.spark._job_group import tagged
 from pds.spark._pipeline_tasks import MAX_RANGES, ROWS, SparkNodes, batches, out, split
+from pds.spark._schema import to_arrow
 from pds.spark._workers import explain_worker_failure
 
 __all__ = ["SourceChange", "SparkSources", "frames"]
@@ -107,7 +107,7 @@ def _check_types(df: DataFrame, schema: pa.Schema, what: str) -> None:
     check_columns(df.columns, schema, what)
     picked = _columns(df, schema)
     try:
-        arrow = to_arrow_schema(picked.schema, timezone="UTC")
+        arrow = to_arrow(picked.schema)
     except Exception:  # noqa: BLE001 - a type with no Arrow form: the tasks check the values
         return
     for f in schema:

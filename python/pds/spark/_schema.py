@@ -8,6 +8,7 @@ Spark records exactly that Arrow schema.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterator
 
@@ -25,10 +26,47 @@ __all__ = [
     "spark_read_target",
     "spark_readable",
     "spark_to_arrow",
+    "to_arrow",
 ]
 
 SPARK_TIMEZONE = "UTC"
 """The zone of ``TimestampType`` columns in Arrow, as Spark's Python data source expects."""
+
+
+_TAKES_TIMEZONE = "timezone" in inspect.signature(to_arrow_schema).parameters
+"""PySpark >= 4.0's ``to_arrow_schema`` takes ``timezone`` and checks struct field names;
+3.5's takes only the schema (and maps ``TimestampType`` to UTC microseconds, as 4.x with UTC)."""
+
+
+def _duplicate_struct_fields(t: DataType) -> list[str]:
+    """Names repeated inside a struct anywhere in *t* (3.5's ``to_arrow_schema`` does not check)."""
+    if isinstance(t, StructType):
+        names = t.fieldNames()
+        found = sorted({n for n in names if names.count(n) > 1})
+        return found + [d for f in t.fields for d in _duplicate_struct_fields(f.dataType)]
+    if isinstance(t, ArrayType):
+        return _duplicate_struct_fields(t.elementType)
+    if isinstance(t, MapType):
+        return _duplicate_struct_fields(t.keyType) + _duplicate_struct_fields(t.valueType)
+    return []
+
+
+def to_arrow(schema: StructType, *, check_struct_names: bool = False) -> pa.Schema:
+    """PySpark's ``to_arrow_schema(schema, timezone="UTC")`` on every supported PySpark.
+
+    Raises:
+        ValueError: with *check_struct_names*, a struct repeating a field name
+            (on PySpark >= 4.0 PySpark's own error).
+    """
+    if _TAKES_TIMEZONE:
+        return to_arrow_schema(
+            schema, timezone=SPARK_TIMEZONE, error_on_duplicated_field_names_in_struct=check_struct_names
+        )
+    if check_struct_names:
+        dupes = [d for f in schema.fields for d in _duplicate_struct_fields(f.dataType)]
+        if dupes:
+            raise ValueError(f"duplicate field names {dupes} in a struct: rename them before writing a pds dataset")
+    return to_arrow_schema(schema)
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -42,12 +80,12 @@ def spark_to_arrow(schema: StructType) -> pa.Schema:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"duplicate column names {dupes}: rename them before writing a pds dataset")
-    return to_arrow_schema(schema, timezone=SPARK_TIMEZONE, error_on_duplicated_field_names_in_struct=True)
+    return to_arrow(schema, check_struct_names=True)
 
 
 def spark_read_target(schema: StructType) -> pa.Schema:
     """The exact Arrow schema Spark requires of the batches a reader returns for *schema*."""
-    return to_arrow_schema(schema, timezone=SPARK_TIMEZONE)
+    return to_arrow(schema)
 
 
 def _readable_type(t: pa.DataType) -> pa.DataType:

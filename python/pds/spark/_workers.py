@@ -20,6 +20,8 @@ import subprocess
 import sys
 from typing import Any
 
+from pds.spark._version import has_data_source_api
+
 __all__ = ["SparkWorkerError", "check_workers", "explain_worker_failure", "worker_python"]
 
 
@@ -60,7 +62,8 @@ def _import_error(python: str) -> str | None:
         return f"{python!r} is not on the PATH"
     if os.path.abspath(exe) == os.path.abspath(sys.executable):
         return None  # this very interpreter (not resolved: a venv's python links to its base)
-    probe = "import pds, pds._core, pyspark_pds"
+    # pyspark_pds only where PySpark has the data source API that imports it (>= 4.0)
+    probe = "import pds, pds._core, pyspark_pds" if has_data_source_api() else "import pds, pds._core"
     try:
         done = subprocess.run([exe, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
     except OSError as exc:

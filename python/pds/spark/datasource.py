@@ -33,21 +33,25 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceWriter,
-    InputPartition,
-    WriterCommitMessage,
-)
+
+from pds.spark._version import require_data_source_api
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceWriter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+except ImportError:  # PySpark < 4.0: say so, and name the helpers that work there
+    require_data_source_api('format("pds") (pds.spark.PdsDataSource)')
+    raise
 from pyspark.sql.types import StructType
 from remote_store import Store
 
 from pds import _core
-from pds.dataset import ParquetDatasetStore
-from pds.errors import DatasetIncomplete
-from pds.manifest import DatasetManifest
 from pds.spark._job import (
     TaskParts,
     WriteJob,
@@ -57,6 +61,7 @@ from pds.spark._job import (
 )
 from pds.spark._pipeline_read import PdsPipelineReader, pipeline_options, pipeline_snapshot
 from pds.spark._schema import arrow_to_spark, spark_read_target, spark_to_arrow
+from pds.spark._snapshot import Snapshot, dataset_snapshot, project
 from pds.spark._table_job import (
     TableFiles,
     TableSettings,
@@ -100,35 +105,6 @@ _TRUE = ("true", "1", "yes")
 # -- reading ------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """A committed dataset as one read sees it."""
-
-    manifest: DatasetManifest
-    schema: pa.Schema
-    location: str
-
-
-def dataset_snapshot(store: Store, key: str) -> Snapshot:
-    """Check ``_SUCCESS``, then read the manifest and the dataset's Arrow schema.
-
-    Raises:
-        DatasetIncomplete: no ``_SUCCESS`` (no dataset, or an uncommitted one).
-        NotFound / ManifestCorrupted: as ``ParquetDatasetStore.read_manifest``.
-    """
-    datasets = ParquetDatasetStore(store)
-    if not datasets.dataset_exists(key):
-        raise DatasetIncomplete(
-            f"No committed dataset at {key!r}: _SUCCESS marker missing (never written, or not committed)",
-            path=key,
-        )
-    manifest = datasets.read_manifest(key)
-    schema = manifest.schema()
-    if schema is None:  # a manifest written by remote-store: the first part's footer
-        schema = datasets.read_schema(key)
-    return Snapshot(manifest, schema, str(store.native_path(key)))
-
-
 def _columns_option(options: Mapping[str, str]) -> list[str] | None:
     """The ``columns`` option: a JSON list of names, or names separated by commas."""
     raw = options.get("columns")
@@ -144,22 +120,6 @@ def _columns_option(options: Mapping[str, str]) -> list[str] | None:
             raise ValueError("option 'columns' must be a JSON list of column names")
         return parsed
     return [c.strip() for c in text.split(",")]
-
-
-def project(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
-    """*schema* restricted to *columns*, in their order.
-
-    Raises:
-        ValueError: an unknown or repeated column.
-    """
-    if columns is None:
-        return schema
-    unknown = [c for c in columns if schema.get_field_index(c) < 0]
-    if unknown:
-        raise ValueError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
-    if len(set(columns)) != len(columns):
-        raise ValueError(f"columns must not repeat, got {list(columns)}")
-    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
 
 
 def _check_castable(source: pa.Schema, target: pa.Schema) -> None:

@@ -29,8 +29,8 @@ from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._native_read import read_natively
 from pds.spark._schema import spark_read_target, spark_to_arrow
 from pds.spark._table_job import TableWriteJob
+from pds.spark._version import require_data_source_api
 from pds.spark._workers import check_workers, explain_worker_failure
-from pds.spark.datasource import PdsDataSource
 from pds.spark.filters import FilterTuple, filters_to_json
 
 __all__ = ["delete", "read_dataset", "read_stage", "register", "write_dataset"]
@@ -64,9 +64,14 @@ def register(spark: SparkSession) -> None:
     pds (they run ``PYSPARK_PYTHON``, else ``python3`` from the PATH).
 
     Raises:
+        pds.spark.SparkVersionError: PySpark < 4.0 (no Python data source
+            API); the message names the helpers that work there.
         pds.spark.SparkWorkerError: the workers' Python cannot import pds;
             the message names the fix (set ``PYSPARK_PYTHON``).
     """
+    require_data_source_api("pds.spark.register")
+    from pds.spark.datasource import PdsDataSource
+
     check_workers(spark)
     spark.dataSource.register(PdsDataSource)
     _registered.add(spark)
@@ -317,6 +322,8 @@ def read_dataset(
         ValueError: an unknown column or engine, a bad filter tuple; with
             ``"spark"``, a key holding a glob character (``*?[]{}\\``).
         TypeError: a bad *store* or *filter*.
+        pds.spark.SparkVersionError: ``"pds"`` on PySpark < 4.0 (no Python
+            data source API): use ``engine="spark"`` there.
         pds.spark.SparkWorkerError: with ``"pds"`` on a local master,
             Spark's Python workers cannot import pds (set ``PYSPARK_PYTHON``).
     """
@@ -330,6 +337,7 @@ def read_dataset(
         raise TypeError("columns must be a list of names, not a str")
     if engine == "spark":
         return read_natively(spark, source, key, url, location, columns, tuples, expression)
+    require_data_source_api('pds.spark.read_dataset(..., engine="pds")')
     _ensure_registered(spark)
     reader = spark.read.format("pds").option("store", url).options(**options)
     if tuples:
@@ -367,6 +375,7 @@ def read_stage(spark: SparkSession, p: Pipeline, stage: str, version: int | None
     Raises:
         remote_store.NotFound: no such node or version (the message names the nodes).
         ValueError: a negative *version*; a ``memory://`` store (executors cannot reach it).
+        pds.spark.SparkVersionError: PySpark < 4.0 (no Python data source API).
         pds.spark.SparkWorkerError: on a local master, Spark's Python
             workers cannot import pds (set ``PYSPARK_PYTHON``).
     """
@@ -378,6 +387,7 @@ def read_stage(spark: SparkSession, p: Pipeline, stage: str, version: int | None
         raise ValueError(f"version must be a non-negative int or None, got {version!r}")
     source = spark_store(p.store)
     url, options = _url_and_options(source)
+    require_data_source_api("pds.spark.read_stage")
     _ensure_registered(spark)
     reader = spark.read.format("pds").option("store", url).options(**options)
     reader = reader.option("pipeline", str(source.native_path(p.key))).option("stage", stage)

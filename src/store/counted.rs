@@ -131,6 +131,9 @@ pub fn log_request(
         Ended::Ok => log::debug!(target: TARGET, "{method} {what}: ok, {bytes} bytes, {ms:.1} ms"),
         Ended::NotFound => log::debug!(target: TARGET, "{method} {what}: not found, {ms:.1} ms"),
         Ended::Failed(e) => {
+            // An error's URL may carry a signature (an Azure SAS, a signed
+            // URL): logs get what error messages get, without it.
+            let e = super::failure::redact_urls(&e.to_string());
             log::debug!(target: TARGET, "{method} {what}: failed after {ms:.1} ms: {e}")
         }
     }

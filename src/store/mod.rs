@@ -492,7 +492,7 @@ impl StoreHandle {
                     });
                 }
                 Err(e) if e.may_have_applied() && tries < 3 => {
-                    log::debug!(target: counted::TARGET, "retrying create-only PUT {key} (attempt {} of 3) after: {e}", tries + 1);
+                    log::debug!(target: counted::TARGET, "retrying create-only PUT {key} (attempt {} of 3) after: {}", tries + 1, failure::redact_urls(&e.to_string()));
                     tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
                 }
                 other => return other,

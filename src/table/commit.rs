@@ -493,7 +493,7 @@ async fn advance_pointer<M>(
             {
                 if e.may_have_applied() {
                     unclear += 1;
-                    log::debug!(target: "pds::table", "{table}: retrying the pointer PUT (attempt {}) after: {e}", unclear + 1);
+                    log::debug!(target: "pds::table", "{table}: retrying the pointer PUT (attempt {}) after: {}", unclear + 1, crate::store::failure::redact_urls(&e.to_string()));
                     tokio::time::sleep(Duration::from_millis(20 << unclear)).await;
                 }
                 let (raw, meta) = match store.get_with_meta(&key).await {
@@ -856,7 +856,7 @@ where
             Err(e) if !e.may_have_applied() && pending.is_none() => return Err(e),
             Err(e) => {
                 unclear_puts += 1;
-                log::debug!(target: "pds::table", "{table}: the manifest PUT of version {version} failed without a clear answer (attempt {unclear_puts}); reading it back: {e}");
+                log::debug!(target: "pds::table", "{table}: the manifest PUT of version {version} failed without a clear answer (attempt {unclear_puts}); reading it back: {}", crate::store::failure::redact_urls(&e.to_string()));
                 if unclear_puts >= MAX_UNCLEAR {
                     // Stop trying: settle once more below, then give up.
                     pending = Some((

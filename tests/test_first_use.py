@@ -179,7 +179,7 @@ def test_a_dataset_store_takes_a_url_or_a_path(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.spec("U-2")
 def test_the_primary_key_is_not_enforced_as_documented() -> None:
-    """Appending a key the table holds keeps both rows: the README and the
+    """Appending a key the table holds keeps both rows: the tables guide and the
     docstrings say so (this test fails if that ever changes unnoticed)."""
     t = pds.Table.create("memory://", "t", data=pa.table({"id": [1, 2], "v": ["a", "b"]}), primary_key="id")
     t.append(pa.table({"id": [2], "v": ["c"]}))
@@ -189,8 +189,8 @@ def test_the_primary_key_is_not_enforced_as_documented() -> None:
         {"id": 2, "v": "c"},
     ]
     assert "not enforced" in (pds.Table.create.__doc__ or "")
-    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "primary key is not enforced" in readme
+    guide = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "guides" / "tables.md").read_text()
+    assert "primary key is not enforced" in guide
 
 
 @pytest.mark.spec("U-2")

@@ -1180,34 +1180,46 @@ async fn read_manifest_text(
 /// The manifest of a committed dataset, and its text: `_SUCCESS` and
 /// `manifest.json` requested together (one round trip). `DatasetIncomplete`
 /// without `_SUCCESS`.
+///
+/// An overwrite withdraws `_SUCCESS` before the manifest, then commits a
+/// new manifest and marker: a manifest missing under a marker seen a moment
+/// ago is a withdrawal (`DatasetIncomplete`) if the marker is gone now, and
+/// a replacement if a marker is there again: the pair is then requested once
+/// more. A manifest still missing under a marker is `NotFound` (removed by
+/// hand).
 pub async fn read_committed_manifest(
     store: &StoreHandle,
     dataset_key: &str,
 ) -> Result<(Manifest, bytes::Bytes)> {
     crate::store::keys::object_segments(dataset_key)?;
     let success = child_key(dataset_key, SUCCESS);
-    let (marker, read) = tokio::join!(
-        store.try_head(&success),
-        read_manifest_text(store, dataset_key)
-    );
-    if marker?.is_none() {
-        store.check_bucket().await?;
-        return Err(Error::DatasetIncomplete {
-            key: dataset_key.to_string(),
-            reason: absent_reason(store, dataset_key).await,
-        });
-    }
-    match read {
-        // An overwrite or a delete withdraws `_SUCCESS` before the manifest:
-        // a manifest gone under a marker seen a moment ago is a withdrawal.
-        Err(Error::NotFound { .. }) if store.try_head(&success).await?.is_none() => {
-            Err(Error::DatasetIncomplete {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (marker, read) = tokio::join!(
+            store.try_head(&success),
+            read_manifest_text(store, dataset_key)
+        );
+        if marker?.is_none() {
+            store.check_bucket().await?;
+            return Err(Error::DatasetIncomplete {
                 key: dataset_key.to_string(),
-                reason: "the dataset was withdrawn while it was read (an overwrite or a delete)"
-                    .into(),
-            })
+                reason: absent_reason(store, dataset_key).await,
+            });
         }
-        other => other,
+        match read {
+            Err(Error::NotFound { .. }) if store.try_head(&success).await?.is_none() => {
+                return Err(Error::DatasetIncomplete {
+                    key: dataset_key.to_string(),
+                    reason: "the dataset was withdrawn while it was read (an overwrite or a \
+                             delete)"
+                        .into(),
+                });
+            }
+            // A marker again: another write committed meanwhile.
+            Err(Error::NotFound { .. }) if attempt < 2 => continue,
+            other => return other,
+        }
     }
 }
 

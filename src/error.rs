@@ -187,11 +187,6 @@ impl From<object_store::Error> for Error {
                 operation,
                 implementer,
             } => Error::NotSupported(format!("{operation} is not implemented by {implementer}")),
-            // file://: a key below an object (`a/_SUCCESS/x`) is absent, as
-            // on every object store (the caller names the key: `at_path`).
-            other if is_below_a_file(&other) => Error::NotFound {
-                path: String::new(),
-            },
             other if is_metadata_endpoint_failure(&other) => Error::NoCredentials {
                 detail: chain(&other),
             },
@@ -202,7 +197,7 @@ impl From<object_store::Error> for Error {
 
 /// Whether `err` is a local file system's "not a directory": a key that
 /// passes through an object, as if it were a folder.
-fn is_below_a_file(err: &object_store::Error) -> bool {
+pub fn is_below_a_file(err: &object_store::Error) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
@@ -324,12 +319,22 @@ impl Error {
                 path: path.to_string(),
                 reason,
             },
-            Error::NotFound { path: p } if p.is_empty() => Error::NotFound {
-                path: path.to_string(),
-            },
             other => other,
         }
     }
+}
+
+/// The error of a read (GET, HEAD, range) of `key`: as `From` maps it, and
+/// on file:// a key that passes through a file (`a/_SUCCESS/x`) is
+/// `NotFound` naming `key`, as on every object store. (A write there stays
+/// the store's error: nothing can be created below a file.)
+pub fn read_error(err: object_store::Error, key: &str) -> Error {
+    if is_below_a_file(&err) {
+        return Error::NotFound {
+            path: key.to_string(),
+        };
+    }
+    Error::from(err).at_path(key)
 }
 
 /// Render an error with its whole `source()` chain, for messages that cross into Python.

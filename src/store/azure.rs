@@ -155,7 +155,12 @@ fn from_environment(
                 .iter()
                 .any(|(k, _)| is_credential(k));
         } else if let Ok(k) = AzureConfigKey::from_str(alias(key)) {
-            given |= is_credential(&k);
+            // A flag set to false (`use_azure_cli=false`) gives no credential.
+            let flag_off = matches!(
+                k,
+                AzureConfigKey::UseAzureCli | AzureConfigKey::SkipSignature
+            ) && !flag(key, value).unwrap_or(true);
+            given |= is_credential(&k) && !flag_off;
         }
     }
     let mut builder = MicrosoftAzureBuilder::new();
@@ -253,6 +258,12 @@ mod tests {
         assert_eq!(
             b.get_config_value(&AzureConfigKey::AccountName).as_deref(),
             Some("envaccount")
+        );
+        // A flag set to false gives none.
+        let b = from_environment(env(), None, &options(&[("use_azure_cli", "false")])).unwrap();
+        assert_eq!(
+            b.get_config_value(&AzureConfigKey::AccessKey).as_deref(),
+            Some("env-key")
         );
         // A connection string's key is a credential too.
         let text = format!("AccountName=a;AccountKey={DEV_KEY}");

@@ -89,9 +89,14 @@ fn from_environment(
     account: Option<String>,
     options: &BTreeMap<String, String>,
 ) -> GoogleCloudStorageBuilder {
-    let given = options.keys().any(|k| {
+    let given = options.iter().any(|(k, v)| {
         let name = alias(k);
-        name == "token" || GoogleConfigKey::from_str(name).is_ok_and(|k| is_credential(&k))
+        match GoogleConfigKey::from_str(name) {
+            // `anonymous=false` gives no credential.
+            Ok(GoogleConfigKey::SkipSignature) => flag(k, v).unwrap_or(false),
+            Ok(key) => is_credential(&key),
+            Err(_) => name == "token",
+        }
     });
     let mut builder = GoogleCloudStorageBuilder::new();
     if let (Some(path), false) = (account, given) {
@@ -186,6 +191,12 @@ mod tests {
                 Some("http://env")
             );
         }
+        let b = from_environment(env(), None, &one("anonymous", "false"));
+        assert_eq!(
+            b.get_config_value(&GoogleConfigKey::ServiceAccount)
+                .as_deref(),
+            Some("/env/key.json")
+        );
         let b = from_environment(env(), None, &BTreeMap::new());
         assert_eq!(
             b.get_config_value(&GoogleConfigKey::ServiceAccount)

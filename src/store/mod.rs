@@ -273,7 +273,7 @@ impl StoreHandle {
             .store
             .head(&path)
             .await
-            .map_err(|e| Error::from(e).at_path(key))?;
+            .map_err(|e| crate::error::read_error(e, key))?;
         self.meta(m)
             .ok_or_else(|| Error::NotFound { path: key.into() })
     }
@@ -348,7 +348,7 @@ impl StoreHandle {
             .store
             .get(&path)
             .await
-            .map_err(|e| Error::from(e).at_path(key))?;
+            .map_err(|e| crate::error::read_error(e, key))?;
         Ok(got.bytes().await?)
     }
 
@@ -361,7 +361,7 @@ impl StoreHandle {
             .store
             .get(&path)
             .await
-            .map_err(|e| Error::from(e).at_path(key))?;
+            .map_err(|e| crate::error::read_error(e, key))?;
         let meta = self
             .meta(result.meta.clone())
             .ok_or_else(|| Error::InvalidPath {
@@ -383,7 +383,7 @@ impl StoreHandle {
             .store
             .get_range(&path, start..end)
             .await
-            .map_err(|e| Error::from(e).at_path(key))
+            .map_err(|e| crate::error::read_error(e, key))
     }
 
     /// PUT an object atomically, in the given mode.

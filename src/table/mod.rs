@@ -124,10 +124,12 @@ pub async fn missing_object(
                  version, or one within vacuum's retention window"
             ),
         },
-        _ => Error::ManifestCorrupted {
+        Ok(Some(_)) => Error::ManifestCorrupted {
             path: manifest,
             reason: format!("its {what} is missing (removed by hand, or by vacuum with min_age=0 while this version was being written)"),
         },
+        // The check failed (a timeout, a refusal): that error, not a verdict.
+        Err(e) => e,
     }
 }
 

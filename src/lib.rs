@@ -14,6 +14,8 @@
 //! - [`producers`]: the engine of incremental map/reduce pipelines (external
 //!   sort, k-way merge, group cursor, merge-join, key-range part sets, stage
 //!   updates), committed by the table layer's compare-and-swap loop.
+//! - [`progress`]: the counters a long operation updates as it goes, for a
+//!   caller to poll (the Python side draws them as a progress bar).
 //!
 //! The `python` feature adds the `pds._core` extension module, whose bindings
 //! live in `python/` and only convert types, release the GIL and map errors.
@@ -22,6 +24,7 @@ pub mod dataset;
 pub mod error;
 pub mod parquet;
 pub mod producers;
+pub mod progress;
 pub mod runtime;
 pub mod store;
 pub mod table;

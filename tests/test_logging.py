@@ -246,13 +246,15 @@ def test_pds_progress_shows_a_long_call_with_its_requests(
     # rich draws live lines only on a terminal: say stderr is one.
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
     monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the whole line
     monkeypatch.setattr(_progress, "REFRESH", 0.005)
     ds = pds.ParquetDatasetStore(store, max_rows_per_file=2_000)
     started = time.perf_counter()
     ds.write_dataset(rows(0, 100_000), "d")
     took = time.perf_counter() - started
     shown = capsys.readouterr().err
-    counted = [int(n) for n in re.findall(r"writing dataset d: (\d+) requests", shown)]
+    # A redraw: the call, then its counts (rows of the total, parts) and requests.
+    counted = [int(n) for n in re.findall(r"writing dataset d\b[^\r\n]*?rows, \d+ parts, [^;]*; (\d+) requests", shown)]
     if took > 0.05:  # long enough for a refresh: it counted requests
         assert counted and max(counted) > 0, shown
     assert ds.read_dataset("d").num_rows == 100_000

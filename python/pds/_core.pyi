@@ -44,6 +44,27 @@ class PutResult:
     @property
     def size(self) -> int: ...
 
+ProgressPhase = Literal["idle", "writing", "reading", "compacting", "vacuuming", "steps"]
+
+@final
+class Progress:
+    """A long call's progress counters, shared with the call it is passed to
+    (``progress=``): the call adds to them from its own threads, without the
+    GIL; another thread reads them with :meth:`now`. What *done* and *total*
+    count depends on the phase: rows written (``writing``; total: the input's
+    rows, if known), parts read of the manifest's (``reading``), rows
+    rewritten of the live rows planned (``compacting``), objects deleted of
+    those planned (``vacuuming``), a pipeline's nodes (``steps``)."""
+
+    def __init__(self) -> None: ...
+    def now(self) -> tuple[ProgressPhase, int, int | None, int, int, int]:
+        """``(phase, done, total or None, parts, rows, bytes)``: atomics read, no I/O, never waits."""
+    def start(self, phase: ProgressPhase, total: int | None = None) -> None:
+        """Enter *phase* with *total* units to do (None: not known), every count at 0.
+        ValueError for an unknown phase."""
+    def add(self, done: int = 1, *, parts: int = 0, rows: int = 0, bytes: int = 0) -> None:
+        """Count *done* units more, and the parts, rows and bytes they took."""
+
 @final
 class RustStore:
     """An object store opened from a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``).
@@ -128,13 +149,15 @@ def write_dataset(
     parallelism: int,
     io_concurrency: int | None = None,
     overwrite: bool = False,
+    progress: Progress | None = None,
 ) -> str:
     """Claim *key*, clear it, stream *data* into parts under it (create-only),
     then manifest.json, then _SUCCESS, and check that every part is still this
     writer's. Returns the manifest JSON. Without *overwrite* a committed
     dataset or another writer's claim is AlreadyExists; with it, the dataset
     is withdrawn and the key taken over. Capabilities are the caller's.
-    *io_concurrency*: uploads in flight over the write (None: the store's default)."""
+    *io_concurrency*: uploads in flight over the write (None: the store's default).
+    *progress*: counts rows, parts and bytes as each part lands (phase ``writing``)."""
 
 def write_parts(
     store: RustStore,
@@ -177,12 +200,14 @@ def read_dataset(
     filter: Sequence[Condition] | None = None,
     io_concurrency: int | None = None,
     manifest: str | None = None,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """Checked, concurrent, projected read of the dataset under *key*; row groups
     pruned by *filter*'s statistics before they are fetched. *io_concurrency*
     parts are read at once (``None``: 32 on S3, the cores locally); decoding
     uses every core. Three sequential round trips on pds manifests (two with
-    *manifest*, the text :func:`committed_manifest` returned)."""
+    *manifest*, the text :func:`committed_manifest` returned). *progress*: counts the parts
+    decoded of the manifest's parts (phase ``reading``)."""
 
 def scan_dataset(
     store: RustStore,
@@ -462,10 +487,12 @@ def table_compact(
     min_deleted_fraction: float,
     parallelism: int,
     table_id: str | None = None,
+    progress: Progress | None = None,
 ) -> tuple[str, bool, int, int]:
     """Compact: (manifest JSON, committed, files removed, files added). Also
     commits, rewriting no file, to coalesce more than one tombstone into one.
-    PartCorrupted (itself, not wrapped) if a file to rewrite is damaged."""
+    PartCorrupted (itself, not wrapped) if a file to rewrite is damaged.
+    *progress*: counts the rows rewritten of the live rows planned (phase ``compacting``)."""
 
 def table_vacuum(
     store: RustStore,
@@ -476,6 +503,7 @@ def table_vacuum(
     keep_versions: bool,
     dry_run: bool,
     table_id: str | None = None,
+    progress: Progress | None = None,
 ) -> list[str]:
     """Keys (relative to the table) removed, or with dry_run to be removed (see ``Table.vacuum``).
 
@@ -483,7 +511,9 @@ def table_vacuum(
     ``_latest_manifest``), never a nested key. ValueError, before any I/O, for a negative
     or non-finite duration or *retain_seconds* below *min_age_seconds*; a duration too
     long to hold is clamped (nothing is that old). Cost: 1 LIST, 2 GETs and a HEAD for
-    the latest version, a GET per other retained manifest, a DELETE per object removed."""
+    the latest version, a GET per other retained manifest, a DELETE per object removed.
+    *progress*: counts the objects deleted of those planned (phase ``vacuuming``), deleting
+    them in batches of 1,000."""
 
 def table_drop(store: RustStore, key: str) -> list[str]:
     """Drop the table at *key*; the keys (relative to it) removed. ``manifest/v00000000.json``
@@ -595,7 +625,14 @@ def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest:
     """Commit *manifest* as the version after *expected*: CommitConflict if another won."""
 
 def pipeline_vacuum(
-    store: RustStore, root: str, *, retain_seconds: float, min_age_seconds: float, keep_versions: bool, dry_run: bool
+    store: RustStore,
+    root: str,
+    *,
+    retain_seconds: float,
+    min_age_seconds: float,
+    keep_versions: bool,
+    dry_run: bool,
+    progress: Progress | None = None,
 ) -> list[str]:
     """Keys (relative to the pipeline) removed, or with dry_run to be removed (see
     ``Pipeline.vacuum``; the arguments, errors and costs are ``table_vacuum``'s)."""

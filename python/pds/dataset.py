@@ -379,6 +379,7 @@ class ParquetDatasetStore:
         overwrite: bool = False,
         run_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        progress: bool | None = None,
     ) -> DatasetManifest:
         """Write *table* as a Parquet dataset under *key* (PDS-002, PDS-005, PDS-011).
 
@@ -391,12 +392,17 @@ class ParquetDatasetStore:
         ``_SUCCESS``. If anything fails, neither of the last two is written and
         the parts written so far are removed.
 
+        With ``progress=True`` (``None``, the default: if ``PDS_PROGRESS`` is
+        set), the rows, parts and bytes written so far show on stderr while it
+        runs, against the table's rows (a stream's total is not known: a
+        count), on the fast path; see the logging guide.
+
         Returns:
             The manifest written.
 
         Raises:
-            TypeError: *table* is not Arrow data, or *run_id* / *metadata* have
-                the wrong type.
+            TypeError: *table* is not Arrow data, *run_id* / *metadata* have
+                the wrong type, or *progress* is not a bool or None.
             InvalidPath: *key* is empty or contains ``..`` or NUL.
             CapabilityNotSupported: the store lacks ``ATOMIC_WRITE``, or
                 ``DELETE`` when *overwrite* is true.
@@ -444,6 +450,7 @@ class ParquetDatasetStore:
         takes the key.
         """
         key = _check_key(key)
+        show = _progress.enabled(progress)
         data, schema, total_rows, guard = _arrow_input(table)
         _check_fields(schema)
         meta = _check_metadata(run_id, metadata)
@@ -471,7 +478,7 @@ class ParquetDatasetStore:
 
         try:
             if self._native is not None:
-                with _progress.shown(self._native, f"writing dataset {key}"):
+                with _progress.shown(self._native, f"writing dataset {key}", show) as shown:
                     text = _core.write_dataset(
                         self._native,
                         location,
@@ -487,6 +494,7 @@ class ParquetDatasetStore:
                         parallelism=_parallelism(),
                         io_concurrency=self._io_concurrency,
                         overwrite=overwrite,
+                        progress=shown.counters,
                     )
                 return DatasetManifest.from_json(text)
             return self._write_portable(data, schema, key, run_id, meta)
@@ -615,6 +623,7 @@ class ParquetDatasetStore:
         columns: list[str] | None = None,
         verify: bool = False,
         filter: Filter | None = None,
+        progress: bool | None = None,
     ) -> pa.Table:
         """Read the dataset under *key* into one ``pyarrow.Table`` (PDS-003, PDS-006).
 
@@ -646,10 +655,14 @@ class ParquetDatasetStore:
                 are never fetched, and the filter columns are decoded first.
                 A ``pyarrow.compute.Expression`` is applied after decoding
                 (no pruning).
+            progress: Show the parts read of the manifest's parts on stderr
+                while it runs, on the fast path (``None``: if
+                ``PDS_PROGRESS`` is set; see the logging guide).
 
         Raises:
             InvalidPath: a bad *key*, before any I/O.
-            TypeError: *columns* is not a list of str.
+            TypeError: *columns* is not a list of str, or *progress* not a
+                bool or None.
             DatasetIncomplete: ``_SUCCESS`` or a listed part is missing.
             NotFound: ``manifest.json`` is missing.
             ManifestCorrupted: the manifest is invalid, its ``row_count``
@@ -662,11 +675,12 @@ class ParquetDatasetStore:
         key = _check_key(key)
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)
+        show = _progress.enabled(progress)
         conditions, manifest = self._exact_conditions(key, raw)
         # An Expression may reference columns outside the projection: decode all, then select.
         read_cols = None if expression is not None else cols
         if self._native is not None:
-            with _progress.shown(self._native, f"reading dataset {key}"):
+            with _progress.shown(self._native, f"reading dataset {key}", show) as shown:
                 table: pa.Table = _core.read_dataset(
                     self._native,
                     self._store.native_path(key),
@@ -675,6 +689,7 @@ class ParquetDatasetStore:
                     filter=conditions,
                     io_concurrency=self._io_concurrency,
                     manifest=manifest,
+                    progress=shown.counters,
                 )
         else:
             table = self._read_portable(key, read_cols, bool(verify), conditions)

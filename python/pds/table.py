@@ -903,7 +903,9 @@ class Table:
         )
         return reader
 
-    def compact(self, target_file_size: int | None = None, min_deleted_fraction: float = 0.5) -> int:
+    def compact(
+        self, target_file_size: int | None = None, min_deleted_fraction: float = 0.5, *, progress: bool | None = None
+    ) -> int:
         """Rewrite the files whose deleted fraction reaches
         *min_deleted_fraction*, and merge small files (below half of
         *target_file_size*), into new files; coalesce the tombstones of the
@@ -923,8 +925,12 @@ class Table:
             target_file_size: Bytes per new file at most (default: the
                 table's, else 512 MiB).
             min_deleted_fraction: From 0 to 1.
+            progress: Show the rows rewritten of the live rows planned on
+                stderr while it runs (``None``: if ``PDS_PROGRESS`` is set;
+                see the logging guide).
 
         Raises:
+            TypeError: *progress* is not a bool or None (before any I/O).
             pds.PartCorrupted: a data file to rewrite is damaged (nothing is
                 committed, and the new files are removed).
             pds.CommitConflict: concurrent deletes kept touching the files
@@ -940,7 +946,7 @@ class Table:
             raise TypeError("min_deleted_fraction must be a number from 0 to 1")
         if not 0.0 <= float(min_deleted_fraction) <= 1.0:
             raise ValueError(f"min_deleted_fraction must be from 0 to 1, got {min_deleted_fraction!r}")
-        with _progress.shown(self._native, f"compacting table {self._path}"):
+        with _progress.shown(self._native, f"compacting table {self._path}", progress) as shown:
             text, _committed, _removed, _added = _core.table_compact(
                 self._native,
                 self._path,
@@ -948,6 +954,7 @@ class Table:
                 min_deleted_fraction=float(min_deleted_fraction),
                 parallelism=_parallelism(),
                 table_id=self._table_id,
+                progress=shown.counters,
             )
         self._manifest = json.loads(text)
         return self.version
@@ -959,6 +966,7 @@ class Table:
         *,
         keep_versions: bool = False,
         min_age: datetime.timedelta = MIN_AGE,
+        progress: bool | None = None,
     ) -> list[str]:
         """Remove the objects of this table that no retained version
         references, once they are older than *retain*. Returns the keys
@@ -1001,6 +1009,10 @@ class Table:
             keep_versions: Keep every version; remove only unreferenced
                 objects.
             min_age: The age below which nothing is removed (0 or more).
+            progress: Show the objects deleted of those planned on stderr
+                while it runs (``None``: if ``PDS_PROGRESS`` is set; see the
+                logging guide). With it, objects are deleted in batches of
+                1,000, each counted as it ends.
 
         Raises:
             TypeError: an argument of the wrong type.
@@ -1014,8 +1026,10 @@ class Table:
         *keep_versions*), then a DELETE per object removed.
         """
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
-        with _progress.shown(self._native, f"vacuuming table {self._path}"):
-            return list(_core.table_vacuum(self._native, self._path, table_id=self._table_id, **args))
+        with _progress.shown(self._native, f"vacuuming table {self._path}", progress) as shown:
+            return list(
+                _core.table_vacuum(self._native, self._path, table_id=self._table_id, progress=shown.counters, **args)
+            )
 
     def upgrade(self) -> int:
         """Upgrade the table to this pds's on-disk format, and move this object

@@ -127,6 +127,10 @@ pub struct WriteRequest {
     /// writer that holds it ([`write_dataset`]); without it either is
     /// `AlreadyExists`.
     pub overwrite: bool,
+    /// Counts the parts, rows and bytes as each part lands (phase
+    /// [`Phase::Writing`](crate::progress::Phase::Writing), total:
+    /// `total_rows`), for a caller to show; `None`: not counted.
+    pub progress: Option<Arc<crate::progress::Progress>>,
 }
 
 /// The parts one writer produced: their names, summaries and schema.
@@ -964,6 +968,11 @@ fn write_parts_claimed(
         parallelism,
     );
     let max_rows = opts.max_rows_per_file;
+    crate::progress::start(
+        req.progress.as_deref(),
+        crate::progress::Phase::Writing,
+        req.total_rows,
+    );
     let known_single = match (max_rows, req.total_rows) {
         _ if prefix.is_some() => Some(false),
         (None, _) => Some(true),
@@ -1023,9 +1032,14 @@ fn write_parts_claimed(
                     claim: claim.cloned(),
                 },
             );
+            let progress = req.progress.clone();
             tasks.push(handle.spawn(async move {
                 let r = fut.await;
                 drop(permit);
+                if let Ok((_, summary, _)) = &r {
+                    let rows = summary.row_count;
+                    crate::progress::add(progress.as_deref(), rows, 1, rows, summary.size_bytes);
+                }
                 r
             }));
             open = Some(OpenPart {
@@ -1486,6 +1500,12 @@ fn read_once(
     let dataset_key = dataset_key.to_string();
     crate::runtime::block_on(async move {
         let (manifest, parts) = open_dataset(&store, &dataset_key, io, read).await?;
+        let progress = opts.progress.clone();
+        crate::progress::start(
+            progress.as_deref(),
+            crate::progress::Phase::Reading,
+            Some(parts.len() as u64),
+        );
         let mpath = child_key(&dataset_key, MANIFEST);
         let expected = expected_schema(&store, &dataset_key, &manifest, &parts, io).await?;
         if let Some(cols) = &opts.columns {
@@ -1539,6 +1559,9 @@ fn read_once(
         let read: Result<Vec<decode::Decoded>> = futures::stream::iter(jobs)
             .buffered(io)
             .map(|joined| joined.map_err(Error::from).and_then(|r| r))
+            .inspect_ok(|d: &decode::Decoded| {
+                crate::progress::add(progress.as_deref(), 1, 1, d.file_rows, 0);
+            })
             .try_collect()
             .await;
         let read = match read {

@@ -60,6 +60,10 @@ pub fn column_indices(schema: &Schema, columns: &[String]) -> Result<Vec<usize>>
 /// Decoding parameters shared by the in-memory and object-store readers.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
+    /// Counts the parts a dataset read has decoded (see
+    /// [`crate::dataset::read_dataset`]); `None`: not counted. Other readers
+    /// ignore it.
+    pub progress: Option<Arc<crate::progress::Progress>>,
     /// Root columns to read, in output order; `None` reads all.
     pub columns: Option<Vec<String>>,
     /// Rows per output batch; `None` uses the reader default (1024). Scans

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use pyo3_arrow::{PyArray, PyRecordBatchReader, PySchema, PyTable};
 
 use super::errors::IntoPy;
+use super::progress::PyProgress;
 use super::store::PyRustStore;
 use crate::dataset::scan::DatasetStream;
 use crate::dataset::{self, WriteRequest};
@@ -54,7 +55,8 @@ pub fn read_options(
 #[pyfunction]
 #[pyo3(signature = (
     store, key, data, *, dataset_key, compression, row_group_size, max_rows_per_file,
-    schema_hash, run_id, metadata, total_rows, parallelism, io_concurrency=None, overwrite=false
+    schema_hash, run_id, metadata, total_rows, parallelism, io_concurrency=None, overwrite=false,
+    progress=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_dataset(
@@ -73,6 +75,7 @@ pub fn write_dataset(
     parallelism: usize,
     io_concurrency: Option<usize>,
     overwrite: bool,
+    progress: Option<&Bound<'_, PyProgress>>,
 ) -> PyResult<String> {
     let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
     let reader = data.into_reader()?;
@@ -87,6 +90,7 @@ pub fn write_dataset(
         parallelism,
         io: io_concurrency,
         part_prefix: None,
+        progress: super::progress::inner(progress),
     };
     let handle = store.inner.clone();
     let manifest = super::detach(py, || dataset::write_dataset(handle, reader, opts, req))?;
@@ -154,7 +158,10 @@ pub fn committed_manifest(py: Python<'_>, store: &PyRustStore, key: &str) -> PyR
 /// Read the dataset under `key` as a `pyarrow.Table` (zero-copy over the C
 /// stream). `manifest`: its text from [`committed_manifest`].
 #[pyfunction]
-#[pyo3(signature = (store, key, *, columns, verify, filter = None, io_concurrency = None, manifest = None))]
+#[pyo3(signature = (
+    store, key, *, columns, verify, filter = None, io_concurrency = None, manifest = None,
+    progress = None
+))]
 #[allow(clippy::too_many_arguments)]
 pub fn read_dataset<'py>(
     py: Python<'py>,
@@ -165,9 +172,11 @@ pub fn read_dataset<'py>(
     filter: Option<FilterArg>,
     io_concurrency: Option<usize>,
     manifest: Option<String>,
+    progress: Option<&Bound<'_, PyProgress>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    let opts = read_options(columns, filter, None)?;
+    let mut opts = read_options(columns, filter, None)?;
+    opts.progress = super::progress::inner(progress);
     let io = io_concurrency.unwrap_or_else(|| handle.default_io_concurrency());
     let read = manifest.as_deref().map(str::as_bytes);
     let decoded = super::detach(py, || {

@@ -9,6 +9,7 @@ mod occupancy;
 mod parts;
 mod phases;
 mod producers;
+mod progress;
 mod source_phases;
 mod store;
 mod stream;
@@ -62,6 +63,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(logs::reset_log_cache, m)?)?;
     m.add_class::<store::PyRustStore>()?;
+    m.add_class::<progress::PyProgress>()?;
     m.add_function(wrap_pyfunction!(store::is_secret_option, m)?)?;
     m.add_class::<store::PyObjectMeta>()?;
     m.add_class::<store::PyPutResult>()?;

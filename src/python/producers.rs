@@ -305,7 +305,10 @@ pub fn pipeline_commit(
 
 /// Remove what no retained version references (see `table_vacuum`).
 #[pyfunction]
-#[pyo3(signature = (store, root, *, retain_seconds, min_age_seconds, keep_versions, dry_run))]
+#[pyo3(signature = (
+    store, root, *, retain_seconds, min_age_seconds, keep_versions, dry_run, progress = None
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn pipeline_vacuum(
     py: Python<'_>,
     store: &PyRustStore,
@@ -314,14 +317,16 @@ pub fn pipeline_vacuum(
     min_age_seconds: f64,
     keep_versions: bool,
     dry_run: bool,
+    progress: Option<&Bound<'_, super::progress::PyProgress>>,
 ) -> PyResult<Vec<String>> {
-    let opts = crate::table::vacuum::VacuumOptions::from_seconds(
+    let mut opts = crate::table::vacuum::VacuumOptions::from_seconds(
         retain_seconds,
         min_age_seconds,
         keep_versions,
         dry_run,
     )
     .py_err()?;
+    opts.progress = super::progress::inner(progress);
     let handle = store.inner.clone();
     let root = root.to_string();
     let v = super::run(py, async move {

@@ -8,6 +8,7 @@ use pyo3_arrow::{PyRecordBatchReader, PySchema};
 
 use super::dataset::{read_options, stream_to_py, FilterArg};
 use super::errors::IntoPy;
+use super::progress::PyProgress;
 use super::store::PyRustStore;
 use crate::error::Error;
 use crate::table::commit::Depth;
@@ -264,7 +265,11 @@ pub fn table_changes<'py>(
 
 /// Compact; returns `(manifest JSON, committed, files removed, files added)`.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, target_file_size, min_deleted_fraction, parallelism, table_id = None))]
+#[pyo3(signature = (
+    store, key, *, target_file_size, min_deleted_fraction, parallelism, table_id = None,
+    progress = None
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn table_compact(
     py: Python<'_>,
     store: &PyRustStore,
@@ -273,12 +278,14 @@ pub fn table_compact(
     min_deleted_fraction: f64,
     parallelism: usize,
     table_id: Option<String>,
+    progress: Option<&Bound<'_, PyProgress>>,
 ) -> PyResult<(String, bool, usize, usize)> {
     let handle = store.inner.clone();
     let opts = crate::table::compact::CompactOptions {
         target_file_size,
         min_deleted_fraction,
         parallelism,
+        progress: super::progress::inner(progress),
     };
     let c = super::detach(py, || {
         expecting(table_id.as_deref(), || {
@@ -297,7 +304,10 @@ pub fn table_compact(
 /// `ValueError` for a negative or non-finite duration, or `retain` below
 /// `min_age`, before any I/O; a duration too long to hold is clamped.
 #[pyfunction]
-#[pyo3(signature = (store, key, *, retain_seconds, min_age_seconds, keep_versions, dry_run, table_id = None))]
+#[pyo3(signature = (
+    store, key, *, retain_seconds, min_age_seconds, keep_versions, dry_run, table_id = None,
+    progress = None
+))]
 #[allow(clippy::too_many_arguments)]
 pub fn table_vacuum(
     py: Python<'_>,
@@ -308,14 +318,16 @@ pub fn table_vacuum(
     keep_versions: bool,
     dry_run: bool,
     table_id: Option<String>,
+    progress: Option<&Bound<'_, PyProgress>>,
 ) -> PyResult<Vec<String>> {
-    let opts = crate::table::vacuum::VacuumOptions::from_seconds(
+    let mut opts = crate::table::vacuum::VacuumOptions::from_seconds(
         retain_seconds,
         min_age_seconds,
         keep_versions,
         dry_run,
     )
     .py_err()?;
+    opts.progress = super::progress::inner(progress);
     let handle = store.inner.clone();
     let v = super::detach(py, || {
         expecting(table_id.as_deref(), || {

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use arrow_array::RecordBatchReader;
 use serde_json::Value;
 
 use super::commit::{self, CommitOptions, Outcome};
@@ -28,6 +29,7 @@ use super::tombstone::{self, Entry, Tombstone};
 use super::write::{discard, may_discard, upload, DEFAULT_TARGET_FILE_SIZE};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
+use crate::progress::{Phase, Progress};
 use crate::store::StoreHandle;
 
 /// Attempts before a compaction that keeps racing deletes gives up.
@@ -41,6 +43,10 @@ pub struct CompactOptions {
     /// Rewrite a file once this fraction of its rows is deleted.
     pub min_deleted_fraction: f64,
     pub parallelism: usize,
+    /// Counts the rows rewritten of the live rows of the files planned
+    /// (phase [`Phase::Compacting`]), for a caller to show; `None`: not
+    /// counted.
+    pub progress: Option<Arc<Progress>>,
 }
 
 /// What a compaction did.
@@ -52,10 +58,11 @@ pub struct Compacted {
     pub files_added: usize,
 }
 
-/// The files to rewrite or drop, with their live row counts.
+/// The files to rewrite or drop, and the rows left in those rewritten.
 struct Plan {
     rewrite: Vec<DataFile>,
     drop: Vec<DataFile>,
+    live_rows: u64,
 }
 
 async fn plan(
@@ -70,6 +77,7 @@ async fn plan(
     let mut rewrite = Vec::new();
     let mut drop = Vec::new();
     let mut small = Vec::new();
+    let mut live_rows = 0u64;
     for f in &base.data_files {
         let dead = match deletes.get(&f.path) {
             Some(d) => deleted_positions(store, table, base, f, d).await?.len(),
@@ -79,15 +87,24 @@ async fn plan(
             drop.push(f.clone());
         } else if dead > 0 && dead as f64 / f.total_rows as f64 >= opts.min_deleted_fraction {
             rewrite.push(f.clone());
+            live_rows += f.total_rows - dead;
         } else if f.size_bytes < target / 2 {
             small.push((f.clone(), dead));
         }
     }
     // Small files are merged with each other, or with the files rewritten.
     if small.len() >= 2 || (!small.is_empty() && !rewrite.is_empty()) {
+        live_rows += small
+            .iter()
+            .map(|(f, dead)| f.total_rows - dead)
+            .sum::<u64>();
         rewrite.extend(small.into_iter().map(|(f, _)| f));
     }
-    Ok(Plan { rewrite, drop })
+    Ok(Plan {
+        rewrite,
+        drop,
+        live_rows,
+    })
 }
 
 /// Compact `table` (see the module docs).
@@ -119,6 +136,11 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
             .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
         props.target_file_size = Some(target);
         let plan = crate::runtime::block_on(plan(&store, table, &base, &opts, target))??;
+        crate::progress::start(
+            opts.progress.as_deref(),
+            Phase::Compacting,
+            Some(plan.live_rows),
+        );
         // Coalescing several tombstones into one is reason enough to commit.
         // So is merging small manifest segments.
         if plan.rewrite.is_empty()
@@ -149,15 +171,14 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
                     ..Default::default()
                 },
             )?;
-            upload(
-                &store,
-                table,
-                Box::new(rows),
-                schema,
-                &props,
-                opts.parallelism,
-                None,
-            )?
+            let rows: super::write::BoxedReader = match &opts.progress {
+                Some(p) => Box::new(CountRows {
+                    inner: rows,
+                    progress: p.clone(),
+                }),
+                None => Box::new(rows),
+            };
+            upload(&store, table, rows, schema, &props, opts.parallelism, None)?
         };
         match commit_compaction(&store, table, latest, &plan, &added)? {
             Some(manifest) => {
@@ -176,6 +197,30 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         key: table.to_string(),
         attempts: MAX_REPLANS,
     })
+}
+
+/// The rows of `inner`, counted into `progress` as they pass.
+struct CountRows<R> {
+    inner: R,
+    progress: Arc<Progress>,
+}
+
+impl<R: RecordBatchReader> Iterator for CountRows<R> {
+    type Item = R::Item;
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = self.inner.next();
+        if let Some(Ok(b)) = &next {
+            self.progress
+                .add(b.num_rows() as u64, 0, b.num_rows() as u64, 0);
+        }
+        next
+    }
+}
+
+impl<R: RecordBatchReader> RecordBatchReader for CountRows<R> {
+    fn schema(&self) -> arrow_schema::SchemaRef {
+        self.inner.schema()
+    }
 }
 
 /// Coalesce the tombstones that still apply into one object, PUT it and

@@ -52,8 +52,12 @@ pub struct Vacuumed {
 /// The floor under which no object is removed, unless lowered explicitly.
 pub const DEFAULT_MIN_AGE: Duration = Duration::hours(1);
 
+/// Keys deleted per step when a vacuum counts its progress (S3's bulk
+/// DELETE takes up to 1,000).
+const DELETE_BATCH: usize = 1000;
+
 /// What a vacuum keeps and whether it deletes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct VacuumOptions {
     /// Versions created within this window stay readable; unreferenced
     /// objects younger than it stay. At least `min_age`.
@@ -64,6 +68,10 @@ pub struct VacuumOptions {
     pub keep_versions: bool,
     /// Only list what would be removed.
     pub dry_run: bool,
+    /// Counts the objects deleted of those to delete (phase
+    /// [`Phase::Vacuuming`](crate::progress::Phase::Vacuuming)), for a
+    /// caller to show; `None`: not counted.
+    pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 impl Default for VacuumOptions {
@@ -73,6 +81,7 @@ impl Default for VacuumOptions {
             min_age: DEFAULT_MIN_AGE,
             keep_versions: false,
             dry_run: true,
+            progress: None,
         }
     }
 }
@@ -94,6 +103,7 @@ impl VacuumOptions {
             min_age: seconds("min_age", min_age)?,
             keep_versions,
             dry_run,
+            progress: None,
         };
         opts.check()?;
         Ok(opts)
@@ -308,9 +318,28 @@ pub async fn vacuum_of<M: Collectable>(
             .collect();
     }
     removed.sort();
+    let deleting = if opts.dry_run {
+        0
+    } else {
+        removed.len() as u64
+    };
+    crate::progress::start(
+        opts.progress.as_deref(),
+        crate::progress::Phase::Vacuuming,
+        Some(deleting),
+    );
     if !opts.dry_run && !removed.is_empty() {
         let keys: Vec<String> = removed.iter().map(|r| format!("{root}{r}")).collect();
-        store.delete_many(&keys).await?;
+        match opts.progress.as_deref() {
+            None => store.delete_many(&keys).await?,
+            Some(p) => {
+                // In batches of a bulk DELETE (S3's largest), counted as each ends.
+                for batch in keys.chunks(DELETE_BATCH) {
+                    store.delete_many(batch).await?;
+                    p.add(batch.len() as u64, 0, 0, 0);
+                }
+            }
+        }
     }
     if let (false, Some(older)) = (opts.dry_run, system_time(cutoff)) {
         // file:// only: staging files of killed uploads, which no LIST shows.

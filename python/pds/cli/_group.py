@@ -4,6 +4,7 @@ for a store or data error, 2 for a usage error; no option value ever shown."""
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from typing import Any
 
@@ -60,9 +61,23 @@ class _Group(click.Group):
             ctx.exit(code)
 
 
+def wants_progress() -> bool:
+    """Whether the running command shows its progress: ``--progress`` /
+    ``--no-progress`` if given, else whether stderr is a terminal."""
+    chosen = click.get_current_context().find_root().params.get("progress")
+    return sys.stderr.isatty() if chosen is None else bool(chosen)
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="pds")
-def main() -> None:
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show the progress of long commands (compact, vacuum, upgrade) on stderr: "
+    "a bar on a terminal, else a plain line every few seconds and one at the end "
+    "(verify: its bar, on a terminal only). Default: on when stderr is a terminal.",
+)
+def main(progress: bool | None) -> None:
     """Look at and look after pds datasets, tables and pipelines on any object store.
 
     \b
@@ -80,4 +95,8 @@ def main() -> None:
     Exit codes: 0 ok, 1 a store or data error, 2 a usage error (a bad
     option, filter, key, limit or duration). Errors never show an --option
     value or a URL's user info or query string.
+
+    \b
+    --progress / --no-progress go before the command: pds --progress
+    compact URL KEY. Progress goes to stderr, never into --json output.
     """

@@ -6,12 +6,10 @@ from typing import Any
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
-from rich.progress import Progress
 
 from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url, check_window
 from pds.cli._context import _Context
-from pds.cli._group import main
+from pds.cli._group import main, wants_progress
 from pds.producers.pipeline import Pipeline
 from pds.table import Table
 
@@ -88,27 +86,25 @@ def compact(
         _refuse_options_for(key, kind, _TABLE_ONLY if kind == "pipeline" else _PIPELINE_ONLY)
     if kind == "pipeline":
         opts: dict[str, Any] = {"target_rows": target_rows, "compression": compression}
-        _compact_pipeline(ctx, key, as_json, {k: v for k, v in opts.items() if v is not None})
+        _compact_pipeline(ctx, key, {k: v for k, v in opts.items() if v is not None})
         return
     if kind != "table":
         raise ValueError(f"{key!r} is a {kind}: only tables and pipelines are compacted")
     t = Table.open(ctx.store, key)
     before = t.version
-    with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
-        progress.add_task("compacting", total=None)
-        after = t.compact(target_file_size=target_file_size, min_deleted_fraction=min_deleted_fraction)
+    after = t.compact(
+        target_file_size=target_file_size, min_deleted_fraction=min_deleted_fraction, progress=wants_progress()
+    )
     info: dict[str, Any] = {"key": key, "version_before": before, "version": after}
     if after != before:
         info.update(t.history(1)[0]["parameters"])
     ctx.emit(info, title="compaction" if after != before else "nothing to compact")
 
 
-def _compact_pipeline(ctx: _Context, key: str, as_json: bool, opts: dict[str, Any]) -> None:
+def _compact_pipeline(ctx: _Context, key: str, opts: dict[str, Any]) -> None:
     p = Pipeline.open(ctx.store, key, **opts)
     before = p.version
-    with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
-        progress.add_task("compacting", total=None)
-        after = p.compact()
+    after = p.compact(progress=wants_progress())
     info: dict[str, Any] = {"key": key, "version_before": before, "version": after}
     if after != before:
         for node, done in p.history(1)[0]["parameters"].get("nodes", {}).items():
@@ -162,7 +158,9 @@ def vacuum(
     key = _check_key(key)
     ctx = _Context(url, options, as_json)
     target = Pipeline.open(ctx.store, key) if ctx.kind(key) == "pipeline" else Table.open(ctx.store, key)
-    keys = target.vacuum(retain=window, dry_run=not apply, keep_versions=keep_versions, min_age=floor)
+    keys = target.vacuum(
+        retain=window, dry_run=not apply, keep_versions=keep_versions, min_age=floor, progress=wants_progress()
+    )
     if as_json:
         ctx.emit({"applied": apply, "removed" if apply else "would_remove": keys})
         return

@@ -13,7 +13,7 @@ from rich.progress import Progress
 from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url
 from pds.cli._context import _Context
 from pds.cli._filter import _expression, typed_filter
-from pds.cli._group import main
+from pds.cli._group import main, wants_progress
 from pds.cli._output import _dumps
 from pds.cli._pipelines import _nodes, _pipeline_manifest, _pipeline_parts
 from pds.dataset import ParquetDatasetStore
@@ -155,7 +155,7 @@ def verify(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None:
         if not expected:
             raise ValueError("this manifest records no checksums (written by remote-store?)")
     results = []
-    with Progress(console=Console(stderr=True), transient=True, disable=as_json) as progress:
+    with Progress(console=Console(stderr=True), transient=True, disable=as_json or not wants_progress()) as progress:
         task = progress.add_task("verifying", total=len(expected))
         for path, sha in expected:
             try:

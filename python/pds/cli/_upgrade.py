@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pds import _core
+from pds import _core, _progress
 from pds.cli._args import _check_key, _common, _key, _url
 from pds.cli._context import _Context
-from pds.cli._group import main
+from pds.cli._group import main, wants_progress
 from pds.table import _native
 
 
@@ -34,7 +34,8 @@ def upgrade(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None
     store, handle = _native(ctx.store, {})
     path = store.native_path(key)
     upgrade_fn = _core.table_upgrade if kind == "table" else _core.pipeline_upgrade
-    from_format, version = upgrade_fn(handle, path)
+    with _progress.shown(handle, f"upgrading {kind} {key}", wants_progress()):
+        from_format, version = upgrade_fn(handle, path)
     if as_json:
         ctx.emit(
             {

@@ -575,6 +575,7 @@ class Pipeline:
         *,
         keep_versions: bool = False,
         min_age: datetime.timedelta = MIN_AGE,
+        progress: bool | None = None,
     ) -> list[str]:
         """Remove the objects of this pipeline that no retained version
         references, once they are older than *retain*. Returns the keys
@@ -599,6 +600,10 @@ class Pipeline:
         ever removed, so an update in flight keeps its parts; lower it (down
         to 0) only when no update can be running.
 
+        ``progress=True`` shows the objects deleted of those planned on
+        stderr while it runs (``None``: if ``PDS_PROGRESS`` is set; see the
+        logging guide).
+
         Raises:
             TypeError: an argument of the wrong type.
             ValueError: a negative *min_age*, or *retain* shorter than
@@ -609,8 +614,8 @@ class Pipeline:
         other retained manifest (none if nothing is old enough), a DELETE
         per object removed."""
         args = vacuum_args(retain, dry_run, keep_versions, min_age)
-        with _progress.shown(self._native, f"vacuuming pipeline {self._key}"):
-            return list(_core.pipeline_vacuum(self._native, self._root, **args))
+        with _progress.shown(self._native, f"vacuuming pipeline {self._key}", progress) as shown:
+            return list(_core.pipeline_vacuum(self._native, self._root, progress=shown.counters, **args))
 
     # -- updating --------------------------------------------------------------
 
@@ -668,7 +673,7 @@ class Pipeline:
             out[name] = _Change(ups, dels, failed)
         return out
 
-    def update(self, changes: Mapping[str, Any]) -> int:
+    def update(self, changes: Mapping[str, Any], *, progress: bool | None = None) -> int:
         """Apply *changes* (source name -> :class:`pds.Changes`, or a bare
         table of upserts) and propagate them through every stage, as one new
         version; returns it.
@@ -702,9 +707,18 @@ class Pipeline:
         stored row (the same rows upserted again, an absent key deleted):
         updates go by key, not by value, so those keys are handed to the
         stages' ``Produce`` again and appear in the change feeds.
+
+        ``progress=True`` shows on stderr, while it runs, the nodes (sources
+        and stages, in order) done of the pipeline's, naming the one running
+        (``None``: if ``PDS_PROGRESS`` is set; see the logging guide);
+        ``TypeError`` for anything but a bool or None, before any I/O.
         """
-        with _progress.shown(self._native, f"updating pipeline {self._key}"), self._stage_runner() as run_stage:
-            return self._update(changes, run_stage)
+        show = _progress.enabled(progress)
+        with (
+            _progress.shown(self._native, f"updating pipeline {self._key}", show) as shown,
+            self._stage_runner() as run_stage,
+        ):
+            return self._update(changes, run_stage, shown=shown)
 
     @contextlib.contextmanager
     def _stage_runner(self) -> Iterator[StageRunner | None]:
@@ -721,7 +735,11 @@ class Pipeline:
                 self._worker_stats = stages.stats
 
     def _update(
-        self, changes: Mapping[str, Any], run_stage: StageRunner | None, run_source: SourceRunner | None = None
+        self,
+        changes: Mapping[str, Any],
+        run_stage: StageRunner | None,
+        run_source: SourceRunner | None = None,
+        shown: _progress.Shown = _progress.OFF,
     ) -> int:
         """:meth:`update`, running each stage with *run_stage* and applying
         each source's change with *run_source* (``None``: in this process;
@@ -729,7 +747,7 @@ class Pipeline:
         *changes* are already checked by its caller, as :meth:`update`
         checks them, before any write: source name -> the change handed to
         *run_source* (:attr:`SourceTask.change`), sources with nothing to
-        apply left out."""
+        apply left out. *shown* counts the nodes done."""
         normalised = self._normalise(changes) if run_source is None else dict(changes)
         self._check_declared()
         if not normalised:
@@ -744,6 +762,7 @@ class Pipeline:
             detail={"sources": {}},
             run_stage=run_stage,
             run_source=run_source,
+            shown=shown,
         )
 
     def _apply_source_here(self, task: SourceTask, created: list[str]) -> str:
@@ -778,17 +797,27 @@ class Pipeline:
         created += made
         return StageDone(text, handed, emitted)
 
-    def rebuild(self, stage: str) -> int:
+    def rebuild(self, stage: str, *, progress: bool | None = None) -> int:
         """Recompute *stage* from its sources' whole content (after its
         ``Produce`` changed, say) and propagate what changed downstream, as
         one new version; returns it. Cost: a full build of *stage*, then
-        the downstream stages in proportion to what changed."""
+        the downstream stages in proportion to what changed.
+
+        ``progress=True`` shows the nodes done of the pipeline's on stderr
+        while it runs, as :meth:`update` does (``None``: if
+        ``PDS_PROGRESS`` is set)."""
         node = self._declared.get(stage)
         if node is None or node.kind != "stage":
             raise ValueError(f"{stage!r} is not a declared stage of this pipeline")
+        show = _progress.enabled(progress)
         self._check_declared()
-        with self._stage_runner() as run_stage:
-            return self._run({}, rebuild={stage}, operation="rebuild", detail={"stage": stage}, run_stage=run_stage)
+        with (
+            _progress.shown(self._native, f"rebuilding {stage} of pipeline {self._key}", show) as shown,
+            self._stage_runner() as run_stage,
+        ):
+            return self._run(
+                {}, rebuild={stage}, operation="rebuild", detail={"stage": stage}, run_stage=run_stage, shown=shown
+            )
 
     def _run(
         self,
@@ -798,6 +827,7 @@ class Pipeline:
         detail: dict[str, Any],
         run_stage: StageRunner | None = None,
         run_source: SourceRunner | None = None,
+        shown: _progress.Shown = _progress.OFF,
     ) -> int:
         started = time.perf_counter()
         requests = self._native.counts()[0]
@@ -815,7 +845,7 @@ class Pipeline:
             "sort_budget": self._sort_budget,
         }
         try:
-            for name in self._order:
+            for name in shown.steps(self._order):
                 node = graph[name]
                 old = old_states.get(name, {})
                 if node.kind == "source":
@@ -903,7 +933,7 @@ class Pipeline:
         self._manifest = json.loads(text)
         return int(self._manifest["version"])
 
-    def compact(self) -> int:
+    def compact(self, *, progress: bool | None = None) -> int:
         """Compact the stored parts as one new version (operation
         ``compact`` in :meth:`history`); return it.
 
@@ -934,12 +964,23 @@ class Pipeline:
 
         Cost: reads and writes the parts compacted, in this process.
 
+        ``progress=True`` shows the nodes compacted of the pipeline's on
+        stderr while it runs, naming the one running (``None``: if
+        ``PDS_PROGRESS`` is set; see the logging guide).
+
         Raises:
+            TypeError: *progress* is not a bool or None (before any I/O).
             pds.CommitConflict: another update committed meanwhile (nothing
                 of this one is kept; run it again).
             pds.UpgradeRequired: the pipeline was written by an earlier
                 format (see :meth:`upgrade`); nothing is written.
         """
+        show = _progress.enabled(progress)
+        with _progress.shown(self._native, f"compacting pipeline {self._key}", show) as shown:
+            return self._compact(shown)
+
+    def _compact(self, shown: _progress.Shown) -> int:
+        """:meth:`compact`, counting the nodes done in *shown*."""
         base = self._writable_base()
         stored = self._stored(base)
         states: dict[str, Any] = {}
@@ -951,7 +992,8 @@ class Pipeline:
             "sort_budget": self._sort_budget,
         }
         try:
-            for name, node in stored.items():
+            for name in shown.steps(list(stored)):
+                node = stored[name]
                 old = base["nodes"].get(name, {})
                 if node.kind == "merge":
                     states[name] = {}

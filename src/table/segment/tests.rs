@@ -298,6 +298,7 @@ fn a_real_table_grows_segments_by_appends_and_reads_like_its_model() {
             target_file_size: None,
             min_deleted_fraction: 0.5,
             parallelism: 2,
+            progress: None,
         },
     )
     .unwrap();

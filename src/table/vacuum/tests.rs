@@ -40,6 +40,7 @@ fn at_once(keep_versions: bool) -> VacuumOptions {
         min_age: Duration::zero(),
         keep_versions,
         dry_run: false,
+        progress: None,
     }
 }
 
@@ -242,6 +243,7 @@ fn keep_versions_removes_only_what_no_version_references() {
         target_file_size: None,
         min_deleted_fraction: 0.0,
         parallelism: 2,
+        progress: None,
     };
     assert!(compact(store.clone(), "t", opts).unwrap().committed);
     put(&store, "t/data/killed-writer.parquet", b"PAR1 half");
@@ -275,6 +277,7 @@ fn nothing_younger_than_min_age_goes_and_the_window_is_kept() {
         min_age: Duration::hours(1),
         keep_versions: false,
         dry_run: false,
+        progress: None,
     };
     let v = block(vacuum(&store, "t", &hour, Utc::now()));
     assert!(v.removed.is_empty(), "{:?}", v.removed);

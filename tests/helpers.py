@@ -12,6 +12,22 @@ import pyarrow as pa
 from remote_store import Store
 
 
+def declare_words(p: Any) -> Any:
+    """Declare the tests' small pipeline on *p* (a ``pds.Pipeline``) and return
+    it: a source ``lines`` (``n`` -> ``text``) and a stage ``words`` that splits
+    each line into its words (``word`` -> ``n``). The pipeline fixture of
+    ``fixtures/make_old_formats.py`` was built with it."""
+    lines = p.source("lines", key={"n": pa.int64()}, value={"text": pa.string()})
+
+    @p.stage("words", sources=[lines], key={"word": pa.string()}, value={"n": pa.int64()})
+    def words(n, lines):  # type: ignore[no-untyped-def]
+        for line in lines:
+            for w in line["text"].split():
+                yield w, n
+
+    return p
+
+
 def sample(n: int = 1000, offset: int = 0) -> pa.Table:
     """A deterministic table with int, string, float, timestamp and nullable columns."""
     ids = list(range(offset, offset + n))

@@ -13,19 +13,13 @@ from click.testing import CliRunner
 import pds
 from pds.cli import main
 
+from helpers import declare_words
+
 
 @pytest.fixture
 def lake(tmp_path: Path) -> str:
     url = (tmp_path / "lake").as_uri()
-    p = pds.Pipeline.create(url, "words")
-    lines = p.source("lines", key={"n": pa.int64()}, value={"text": pa.string()})
-
-    @p.stage("words", sources=[lines], key={"word": pa.string()}, value={"n": pa.int64()})
-    def words(n, lines):  # type: ignore[no-untyped-def]
-        for line in lines:
-            for w in line["text"].split():
-                yield w, n
-
+    p = declare_words(pds.Pipeline.create(url, "words"))
     p.update({"lines": pa.table({"n": [1, 2], "text": ["a b", "b c"]})})
     p.update({"lines": pds.Changes(deletes=pa.table({"n": [1]}))})
     t = pds.Table.create(url, "events", data=pa.table({"id": list(range(10))}))

@@ -17,9 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from remote_store import NotFound
 
 import pds
 from pds.cli import main
+
+from helpers import declare_words
 
 FIXTURES = Path(__file__).parent / "fixtures" / "old_formats"
 TABLES = ["table-1-bare", "table-1-unsealed", "table-1-sealed"]
@@ -152,16 +155,7 @@ def test_pds_upgrade_upgrades_tables_and_pipelines_once(lake: Path) -> None:
 
 def declared(url: str) -> pds.Pipeline:
     """The fixture's pipeline, declared as make_old_formats.py built it."""
-    p = pds.Pipeline.open(url, "pipeline-1-unsealed")
-    lines = p.source("lines", key={"n": pa.int64()}, value={"text": pa.string()})
-
-    @p.stage("words", sources=[lines], key={"word": pa.string()}, value={"n": pa.int64()})
-    def words(n, lines):  # type: ignore[no-untyped-def]
-        for line in lines:
-            for w in line["text"].split():
-                yield w, n
-
-    return p
+    return declare_words(pds.Pipeline.open(url, "pipeline-1-unsealed"))
 
 
 def words(p: pds.Pipeline) -> list[tuple[str, int]]:
@@ -270,3 +264,61 @@ def test_upgrade_racing_appends_through_two_handles_loses_nothing(lake: Path, ke
     ops = [h["operation"] for h in final.history()]
     assert ops.count("upgrade") == 1, ops
     assert ops.count("append") == 1 + 8
+
+
+def test_an_upgrade_through_a_handle_whose_table_was_dropped_writes_nothing(tmp_path: Path) -> None:
+    """A handle bound to a table (with an id) that was dropped: an upgrade
+    through it is ``NotFound`` before writing, also when another table, in an
+    earlier format, now stands at its key."""
+    url = tmp_path.as_uri()
+    row = {"id": pa.array([1], pa.int64()), "name": ["x"]}
+    stale = pds.Table.create(url, "t", data=pa.table(row))
+    pds.Table.open(url, "t").drop()
+    shutil.copytree(FIXTURES / "table-1-unsealed", tmp_path / "t", dirs_exist_ok=True)
+    before = objects(tmp_path / "t")
+    with pytest.raises(NotFound, match="dropped"):
+        stale.upgrade()
+    assert objects(tmp_path / "t") == before
+    assert pds.Table.open(url, "t").version == 2, "the table there stays as it was"
+    # The same for a current-format table there (nothing to upgrade, but the
+    # handle must not move to it).
+    pds.Table.open(url, "t").drop()
+    pds.Table.create(url, "t", data=pa.table(row))
+    with pytest.raises(NotFound, match="dropped"):
+        stale.upgrade()
+
+
+@pytest.mark.parametrize("key", TABLES)
+def test_an_upgraded_table_binds_its_handles_like_a_created_one(lake: Path, key: str) -> None:
+    url = lake.as_uri()
+    t = pds.Table.open(url, key)
+    assert t.upgrade() == 3
+    pointer = json.loads((lake / key / "_latest_manifest").read_bytes())
+    assert isinstance(pointer.get("table_id"), str)
+    assert manifest(lake, key, 3)["table_id"] == pointer["table_id"]
+    pds.Table.open(url, key).drop()
+    pds.Table.create(url, key, data=pa.table({"id": pa.array([7], pa.int64()), "name": ["new"]}))
+    with pytest.raises(NotFound, match="dropped"):
+        t.append(pa.table({"id": pa.array([99], pa.int64()), "name": ["x"]}))
+    assert ids(pds.Table.open(url, key)) == [7], "the new table got nothing"
+
+
+@pytest.mark.parametrize("how", ["Table.drop", "pds drop"])
+@pytest.mark.parametrize("key", TABLES)
+def test_an_old_format_table_drops_like_any_other(lake: Path, key: str, how: str) -> None:
+    """Read-only is about writing versions: dropping is explicit, and an old
+    table drops whole (nothing left under its key, the others untouched)."""
+    url = lake.as_uri()
+    others = {k: v for k, v in objects(lake).items() if not k.startswith(f"{key}/")}
+    listed = sorted(k.removeprefix(f"{key}/") for k in objects(lake) if k.startswith(f"{key}/"))
+    if how == "Table.drop":
+        removed = pds.Table.open(url, key).drop()
+    else:
+        code, out = run("drop", url, key, "--yes", "--json")
+        assert code == 0, out
+        removed = json.loads(out)["removed"]
+    assert sorted(removed) == listed
+    assert [p for p in (lake / key).rglob("*") if p.is_file()] == []
+    assert objects(lake) == others
+    with pytest.raises(NotFound):
+        pds.Table.open(url, key)

@@ -1054,13 +1054,23 @@ class Table:
         before the sealed manifests), a PUT per 1,000 data files (segments) and a
         commit (2 PUTs).
 
+        The upgraded table gets a ``table_id`` (earlier formats had none), so
+        that from then on handles that open it are bound to it, as to a table
+        created by this pds: a commit through one raises ``NotFound`` once the
+        table is dropped, also after another table was created at its key.
+
         Raises:
-            remote_store.NotFound: no table at the key.
+            remote_store.NotFound: no table at the key, or this object opened a
+                table that was dropped (also when another one, in any format,
+                was created at its key since; nothing is written).
             remote_store.ext.parquet.ManifestCorrupted: a version or a delete of
                 it is damaged (nothing is written).
             pds.CommitConflict: writers kept winning the race (nothing written).
+            pds.CommitUnknown: the store failed in a way that leaves unknown
+                whether the upgrade committed; calling ``upgrade`` again
+                settles it (it is a no-op on an upgraded table).
         """
-        _core.table_upgrade(self._native, self._path)
+        _core.table_upgrade(self._native, self._path, table_id=self._table_id)
         return self.refresh()
 
     def drop(self) -> list[str]:

@@ -78,7 +78,7 @@ async fn file_deletes(
         .filter(|t| t.files.iter().any(|f| f == file))
         .cloned()
         .collect();
-    let loaded = tombstone::load(store, table, &refs).await?;
+    let loaded = tombstone::load(store, table, manifest.version, &refs).await?;
     Ok(tombstone::fold(&loaded)?.remove(file))
 }
 
@@ -161,7 +161,7 @@ async fn version_sources(
                 .filter(|t| t.files.iter().any(|f| gone.contains(f.as_str())))
                 .cloned()
                 .collect();
-            let deletes = tombstone::fold(&tombstone::load(store, table, &refs).await?)?;
+            let deletes = tombstone::fold(&tombstone::load(store, table, p.version, &refs).await?)?;
             for f in removed {
                 readable(table, p, f, output, m.version)?;
                 let opts =

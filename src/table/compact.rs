@@ -72,7 +72,7 @@ async fn plan(
     opts: &CompactOptions,
     target: u64,
 ) -> Result<Plan> {
-    let tombstones = tombstone::load(store, table, &base.tombstones).await?;
+    let tombstones = tombstone::load_version(store, table, base).await?;
     let deletes = tombstone::fold(&tombstones)?;
     let mut rewrite = Vec::new();
     let mut drop = Vec::new();
@@ -239,7 +239,7 @@ fn commit_compaction(
         .chain(&plan.drop)
         .map(|f| f.path.clone())
         .collect();
-    let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
+    let tombstones = crate::runtime::block_on(tombstone::load_version(store, table, &base))??;
     // The entries of the files kept; each file's position bitmaps merged.
     let mut kept: BTreeMap<String, (Vec<Entry>, roaring::RoaringBitmap)> = BTreeMap::new();
     for t in &tombstones {

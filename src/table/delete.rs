@@ -264,7 +264,7 @@ pub fn plan(
     if candidates.is_empty() {
         return Ok((Vec::new(), Some(0)));
     }
-    let tombstones = crate::runtime::block_on(tombstone::load(store, table, &base.tombstones))??;
+    let tombstones = crate::runtime::block_on(tombstone::load_version(store, table, base))??;
     let deletes = tombstone::fold(&tombstones)?;
     let pk = base.properties.primary_key.clone();
     if let Some((pk, (lo, hi))) = pk

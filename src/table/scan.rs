@@ -576,8 +576,13 @@ pub fn scan(
     let scope: Option<std::collections::HashSet<String>> = (manifest.layout.view
         == super::snapshot::View::Pruned)
         .then(|| manifest.data_files.iter().map(|f| f.path.clone()).collect());
-    let tombstones =
-        crate::runtime::block_on(tombstone::load_scoped(&store, table, &refs, scope.as_ref()))??;
+    let tombstones = crate::runtime::block_on(tombstone::load_scoped(
+        &store,
+        table,
+        manifest.version,
+        &refs,
+        scope.as_ref(),
+    ))??;
     let deletes = tombstone::fold(&tombstones)?;
     let mut sources = Vec::new();
     for (file, footer) in files.into_iter().zip(footers) {
@@ -624,7 +629,7 @@ pub async fn deleted_rows(
     table: &str,
     manifest: &TableManifest,
 ) -> Result<BTreeMap<String, Option<u64>>> {
-    let tombstones = tombstone::load(store, table, &manifest.tombstones).await?;
+    let tombstones = tombstone::load_version(store, table, manifest).await?;
     let deletes = tombstone::fold(&tombstones)?;
     let mut out = BTreeMap::new();
     for f in &manifest.data_files {

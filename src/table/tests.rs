@@ -178,6 +178,20 @@ pub(crate) fn create_keyed(store: &Arc<StoreHandle>, ids: std::ops::Range<i64>) 
     .unwrap();
 }
 
+/// Table `t` keyed by `id`: ids 0..100 (version 0), 100..150 appended (1).
+pub(crate) fn create_and_append(store: &Arc<StoreHandle>) {
+    create_keyed(store, 0..100);
+    append_ids(store, 100..150).unwrap();
+}
+
+/// Append rows `ids` to table `t` (strict schema, parallelism 2).
+pub(crate) fn append_ids(
+    store: &Arc<StoreHandle>,
+    ids: std::ops::Range<i64>,
+) -> crate::error::Result<super::snapshot::TableManifest> {
+    append(store.clone(), "t", rows(ids), SchemaMode::Strict, None, 2)
+}
+
 pub(crate) fn props(pk: Option<&str>) -> TableProperties {
     TableProperties {
         primary_key: pk.map(str::to_string),
@@ -316,6 +330,7 @@ fn append_delete_scan_and_time_travel_cost_what_the_docs_say() {
     let t = crate::runtime::block_on(super::tombstone::load(
         &store,
         "t",
+        d.manifest.version,
         &d.manifest.tombstones[1..],
     ))
     .unwrap()

@@ -23,7 +23,8 @@
 //!
 //! The objects come from a store, so they are untrusted: they are parsed
 //! and checked (paths, bitmaps) before use, and every failure is
-//! `ManifestCorrupted` naming the tombstone.
+//! `ManifestCorrupted` naming the tombstone. A missing one is reported as
+//! a missing segment or data file is (see [`fetch`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -167,7 +168,7 @@ impl Tombstone {
     /// With `scope` (the files of the segments a pruned read loaded), only
     /// entries for files in it are checked: `named` then lists only those,
     /// and the others are checked by any read that loads their segments.
-    fn check_files(
+    pub fn check_files(
         &self,
         named: &TombstoneRef,
         path: &str,
@@ -363,15 +364,50 @@ pub fn cache_usage() -> (usize, usize) {
     cache().usage()
 }
 
-/// GET (or take from the cache) the tombstones `refs` of `table`, at once.
-/// Each must have the SHA-256 its reference records, and delete rows only
-/// of the files its reference names; otherwise `ManifestCorrupted`.
+/// GET the tombstone `path` (relative to `table`) that `version` lists:
+/// its key and bytes, unchecked. A missing one is
+/// [`super::missing_object`]'s error: `VersionNotFound` if vacuum removed
+/// the version meanwhile, else `ManifestCorrupted` naming the manifest and
+/// the tombstone.
+///
+/// Cost: 1 GET (and a HEAD if the tombstone is missing).
+pub async fn fetch(
+    store: &StoreHandle,
+    table: &str,
+    version: u64,
+    path: &str,
+) -> Result<(String, bytes::Bytes)> {
+    let key = format!("{}/{path}", table.trim_end_matches('/'));
+    match store.get(&key).await {
+        Ok(raw) => Ok((key, raw)),
+        Err(Error::NotFound { .. }) => {
+            Err(super::missing_object(store, table, version, &format!("tombstone {path:?}")).await)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// GET (or take from the cache) the tombstones `refs` of `table`, which
+/// `version` lists, at once. Each must have the SHA-256 its reference
+/// records, and delete rows only of the files its reference names;
+/// otherwise `ManifestCorrupted`. A missing one: see [`fetch`].
 pub async fn load(
     store: &StoreHandle,
     table: &str,
+    version: u64,
     refs: &[TombstoneRef],
 ) -> Result<Vec<Arc<Tombstone>>> {
-    load_scoped(store, table, refs, None).await
+    load_scoped(store, table, version, refs, None).await
+}
+
+/// [`load`] of every tombstone `m` lists (the version's whole deletes, for
+/// a writer planning on it).
+pub async fn load_version(
+    store: &StoreHandle,
+    table: &str,
+    m: &super::snapshot::TableManifest,
+) -> Result<Vec<Arc<Tombstone>>> {
+    load(store, table, m.version, &m.tombstones).await
 }
 
 /// [`load`] for a pruned read: `scope` holds the files of the segments it
@@ -379,23 +415,18 @@ pub async fn load(
 pub async fn load_scoped(
     store: &StoreHandle,
     table: &str,
+    version: u64,
     refs: &[TombstoneRef],
     scope: Option<&HashSet<String>>,
 ) -> Result<Vec<Arc<Tombstone>>> {
-    let fetch = refs.iter().map(|r| async move {
+    let loads = refs.iter().map(|r| async move {
         let key = format!("{}/{}", table.trim_end_matches('/'), r.path);
         let id = format!("{}\0{key}\0{}", store.url(), r.sha256);
         if let Some(t) = cache().get::<Tombstone>(&id) {
             t.check_files(r, &key, scope)?;
             return Ok(t);
         }
-        let raw = store.get(&key).await.map_err(|e| match e {
-            Error::NotFound { path } => Error::ManifestCorrupted {
-                path,
-                reason: "a tombstone the manifest lists is missing".into(),
-            },
-            other => other,
-        })?;
+        let (key, raw) = fetch(store, table, version, &r.path).await?;
         let sum = crate::parquet::encode::sha256_hex(&raw);
         // An empty SHA-256 only comes from a manifest written before the
         // seal, which recorded none (see `snapshot::Written::Unsealed`).
@@ -413,7 +444,7 @@ pub async fn load_scoped(
         cache().insert(id, t.clone(), 2 * raw.len());
         Ok::<_, Error>(t)
     });
-    futures::future::try_join_all(fetch).await
+    futures::future::try_join_all(loads).await
 }
 
 /// Bitmaps per file from sorted positions (the planner's output).
@@ -536,7 +567,7 @@ mod tests {
             .unwrap();
         assert_eq!(r.files, vec!["data/a.parquet", "data/b.parquet"]);
         assert_eq!(
-            rt.block_on(load(&store, "t", std::slice::from_ref(&r)))
+            rt.block_on(load(&store, "t", 0, std::slice::from_ref(&r)))
                 .unwrap()[0]
                 .entries
                 .len(),
@@ -547,7 +578,7 @@ mod tests {
         let mut other_sha = r.clone();
         other_sha.sha256 = "0".repeat(64);
         for (bad, why) in [(narrower, "does not name"), (other_sha, "SHA-256")] {
-            match rt.block_on(load(&store, "t", &[bad])) {
+            match rt.block_on(load(&store, "t", 0, &[bad])) {
                 Err(Error::ManifestCorrupted { reason, .. }) => {
                     assert!(reason.contains(why), "{reason}")
                 }
@@ -564,7 +595,7 @@ mod tests {
         .unwrap();
         cache().clear();
         assert!(matches!(
-            rt.block_on(load(&store, "t", &[r])),
+            rt.block_on(load(&store, "t", 0, &[r])),
             Err(Error::ManifestCorrupted { .. })
         ));
     }

@@ -102,7 +102,10 @@ fn round(
     let output: SchemaRef = output_schema(&schema, None)?;
     let old_refs = base.tombstones.clone();
     let old = tombstone::fold(&crate::runtime::block_on(tombstone::load(
-        store, table, &old_refs,
+        store,
+        table,
+        base.version,
+        &old_refs,
     ))??)?;
     // Which files hold candidates, and which rows of them.
     let (files, newly): (Vec<&DataFile>, Option<tombstone::Deletes>) = match &opts.predicate {

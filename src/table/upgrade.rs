@@ -11,7 +11,8 @@
 //! - [`upgrade_table`]: the same files and tombstones, laid out in segments
 //!   (`pds-table/2`), sealed, with each tombstone's SHA-256 (an unsealed
 //!   `pds-table/1` recorded none: each tombstone is read once, checked as a
-//!   tombstone, and hashed). No data file is rewritten.
+//!   tombstone, and hashed) and a fresh `table_id` (earlier formats had
+//!   none; see [`super::identity`]). No data file is rewritten.
 //! - [`upgrade_pipeline`]: the same graph and parts in a sealed manifest.
 //!
 //! The new version is committed by the compare-and-swap loop like any
@@ -21,9 +22,10 @@
 //! already in the current format is left alone (no request beyond the
 //! read). Earlier versions stay as they were, readable by time travel.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::commit::{self, CommitOptions, Depth, Outcome, Versioned};
+use super::identity;
 use super::snapshot::{TableManifest, View, Written, FORMAT};
 use crate::error::{Error, Result};
 use crate::producers::manifest::PipelineManifest;
@@ -44,50 +46,76 @@ pub struct Upgraded {
 const MAX_REREADS: u32 = 8;
 
 /// The SHA-256 of each tombstone `m` lists without one, and the data files
-/// its entries name (a bare tombstone path in the first tables named none):
-/// one GET per such tombstone, each checked as a tombstone.
+/// its entries name (a bare tombstone path in the first tables named every
+/// data file of its version): one GET per such tombstone, each checked as
+/// reads check it ([`Tombstone::check_files`]: entries only for files its
+/// reference names), so that what reads refuse does not upgrade, and what
+/// they accept does.
+///
+/// [`Tombstone::check_files`]: super::tombstone::Tombstone::check_files
 async fn tombstone_sums(
     store: &StoreHandle,
     table: &str,
     m: &TableManifest,
 ) -> Result<HashMap<String, (String, Vec<String>)>> {
-    let listed: HashSet<&str> = m.data_files.iter().map(|f| f.path.as_str()).collect();
     let mut sums = HashMap::new();
     for t in m.tombstones.iter().filter(|t| t.sha256.is_empty()) {
-        let key = format!("{}/{}", table.trim_end_matches('/'), t.path);
-        let raw = store.get(&key).await.map_err(|e| match e {
-            Error::NotFound { path } => Error::ManifestCorrupted {
-                path,
-                reason: "a tombstone the manifest lists is missing".into(),
-            },
-            other => other,
-        })?;
+        let (key, raw) = super::tombstone::fetch(store, table, m.version, &t.path).await?;
         let parsed = super::tombstone::Tombstone::from_json(&raw, &key)?;
-        let files: std::collections::BTreeSet<String> = parsed
+        parsed.check_files(t, &key, None)?;
+        let files: BTreeSet<String> = parsed
             .entries
             .iter()
             .map(|e| e.file().to_string())
             .collect();
-        if let Some(f) = files.iter().find(|f| !listed.contains(f.as_str())) {
-            return Err(Error::ManifestCorrupted {
-                path: key,
-                reason: format!("it deletes rows of {f:?}, which is not a data file of the table"),
-            });
-        }
         let sum = crate::parquet::encode::sha256_hex(&raw);
         sums.insert(t.path.clone(), (sum, files.into_iter().collect()));
     }
     Ok(sums)
 }
 
-/// `base` (in an earlier format) as the next version in [`FORMAT`]; `None`
-/// if a tombstone it lists is not in `sums` (added since they were read).
+/// `NotFound` (saying so) unless `m` (`None`: no table) is a version of
+/// the table the caller opened, if it said which (see
+/// [`identity::expecting`]): as every commit checks, and more: a table
+/// with an id was created in the current format and never goes back, so
+/// a version in an earlier format (which has no id) is another table's,
+/// created at the key after the caller's was dropped.
+fn check_opened(table: &str, m: Option<&TableManifest>) -> Result<()> {
+    let Some(id) = identity::expected() else {
+        return Ok(());
+    };
+    match m {
+        None => Err(identity::gone(table, Some(&id), None)),
+        Some(m)
+            if m.earlier_format().is_some()
+                || identity::differ(m.table_id.as_deref(), Some(&id)) =>
+        {
+            Err(identity::gone(
+                table,
+                Some(&id),
+                Some(m.table_id.as_deref()),
+            ))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// `base` (in an earlier format) as the next version in [`FORMAT`], with
+/// the id `table_id`; `None` if a tombstone it lists is not in `sums`
+/// (added since they were read).
 fn upgraded_table(
     base: &TableManifest,
     from: &str,
     sums: &HashMap<String, (String, Vec<String>)>,
+    table_id: &str,
 ) -> Option<TableManifest> {
     let mut next = base.clone();
+    // Earlier formats had no id: the table gets one now, as a created
+    // table does (see `identity`), and handles that open it from now on
+    // are bound to it.
+    if next.table_id.is_none() {
+        next.table_id = Some(table_id.to_string());
+    }
     for t in &mut next.tombstones {
         if t.sha256.is_empty() {
             let (sum, files) = sums.get(&t.path)?;
@@ -112,13 +140,19 @@ fn upgraded_table(
 /// Cost: the latest version (2 GETs and a HEAD); if it is in an earlier
 /// format, a GET per tombstone recorded without a SHA-256, a PUT per
 /// segment of its file list (1,000 files each), and a commit (2 PUTs).
-/// `NotFound` if there is no table; `ManifestCorrupted` if a version or a
-/// tombstone is damaged; `CommitConflict` if writers keep winning.
+/// The upgraded table gets a fresh `table_id`: from then on a handle that
+/// opened it commits only to it (see [`identity`]).
+///
+/// `NotFound` if there is no table, or (under [`identity::expecting`]) not
+/// the one the caller opened; `ManifestCorrupted` if a version or a
+/// tombstone is damaged (`VersionNotFound` if vacuum removed the version
+/// being upgraded meanwhile); `CommitConflict` if writers keep winning.
 pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded> {
+    let table_id = identity::new_table_id();
     for _ in 0..MAX_REREADS {
-        let Some(latest) =
-            commit::latest_at::<TableManifest>(store, table, false, Depth::Full).await?
-        else {
+        let latest = commit::latest_at::<TableManifest>(store, table, false, Depth::Full).await?;
+        check_opened(table, latest.as_ref().map(|l| &l.manifest))?;
+        let Some(latest) = latest else {
             return Err(super::not_found(store, table, "table").await);
         };
         let Some(from) = latest.manifest.earlier_format() else {
@@ -134,6 +168,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
             ..Default::default()
         };
         let out = commit::commit(store, table, &opts, Some(latest), |base| {
+            check_opened(table, base)?;
             let Some(base) = base else {
                 return Err(Error::NotFound {
                     path: table.to_string(),
@@ -142,7 +177,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
             let Some(from) = base.earlier_format() else {
                 return Ok(None);
             };
-            match upgraded_table(base, from, &sums) {
+            match upgraded_table(base, from, &sums, &table_id) {
                 Some(next) => Ok(Some(next)),
                 None => {
                     stale = true;

@@ -17,7 +17,9 @@ use crate::table::delete::delete;
 use crate::table::scan::{for_scan, scan, At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::tests::manifest as one_file_manifest;
-use crate::table::tests::{cond, counting_store, create_keyed, ids, int, rows};
+use crate::table::tests::{
+    append_ids, cond, counting_store, create_and_append, create_keyed, ids, int, rows,
+};
 use crate::table::write::append;
 use crate::table::{manifest_key, pointer_key, Pointer};
 
@@ -311,16 +313,7 @@ fn a_real_table_grows_segments_by_appends_and_reads_like_its_model() {
 #[test]
 fn a_legacy_manifest_reads_and_is_read_only_until_upgraded() {
     let (store, _) = counting_store();
-    create_keyed(&store, 0..100);
-    append(
-        store.clone(),
-        "t",
-        rows(100..150),
-        SchemaMode::Strict,
-        None,
-        2,
-    )
-    .unwrap();
+    create_and_append(&store);
     // Version 2 as earlier pds wrote it: every file inline.
     let mut old: TableManifest = block(read_version_at(&store, "t", 1, Depth::Full));
     old.version = 2;
@@ -341,14 +334,7 @@ fn a_legacy_manifest_reads_and_is_read_only_until_upgraded() {
     // Refused before anything is written.
     let objects = || block(store.list("t", true)).objects.len();
     let before = objects();
-    let refused = append(
-        store.clone(),
-        "t",
-        rows(150..160),
-        SchemaMode::Strict,
-        None,
-        2,
-    );
+    let refused = append_ids(&store, 150..160);
     assert!(
         matches!(refused, Err(Error::UpgradeRequired { kind: "table", .. })),
         "{refused:?}"
@@ -356,15 +342,7 @@ fn a_legacy_manifest_reads_and_is_read_only_until_upgraded() {
     assert_eq!(objects(), before);
     let up = block(crate::table::upgrade::upgrade_table(&store, "t"));
     assert_eq!(up.version, 3);
-    append(
-        store.clone(),
-        "t",
-        rows(150..160),
-        SchemaMode::Strict,
-        None,
-        2,
-    )
-    .unwrap();
+    append_ids(&store, 150..160).unwrap();
     let raw = block(store.get(&manifest_key("t", 3)));
     let text = String::from_utf8_lossy(&raw);
     assert!(text.contains("\"format\": \"pds-table/2\"") && !text.contains("data_files"));

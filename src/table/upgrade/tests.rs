@@ -14,10 +14,8 @@ use crate::store::PutMode;
 use crate::table::commit::read_version_at;
 use crate::table::delete::delete;
 use crate::table::scan::At;
-use crate::table::schema::SchemaMode;
 use crate::table::snapshot::{ColumnStats, TableProperties, TableSchema};
-use crate::table::tests::{cond, counting_store, create_keyed, ids, int, rows};
-use crate::table::write::append;
+use crate::table::tests::{append_ids, cond, counting_store, create_and_append, ids, int};
 use crate::table::{manifest_key, pointer_key, Pointer};
 
 fn block<T>(f: impl std::future::Future<Output = Result<T>>) -> T {
@@ -116,16 +114,7 @@ fn old_bytes(m: &TableManifest, bare_tombstones: bool) -> Vec<u8> {
 /// the seal wrote it, and its pointer too.
 fn old_table(bare_tombstones: bool) -> Arc<crate::store::StoreHandle> {
     let (store, _) = counting_store();
-    create_keyed(&store, 0..100);
-    append(
-        store.clone(),
-        "t",
-        rows(100..150),
-        SchemaMode::Strict,
-        None,
-        2,
-    )
-    .unwrap();
+    create_and_append(&store);
     let pred = predicate(vec![cond("id", "==", int(20))]).unwrap();
     assert!(delete(store.clone(), "t", pred, 2).unwrap().committed);
     for v in 0..3 {
@@ -136,6 +125,11 @@ fn old_table(bare_tombstones: bool) -> Arc<crate::store::StoreHandle> {
     let pointer = Pointer::new(2, None).to_json().unwrap();
     block(store.put(&pointer_key("t"), Bytes::from(pointer), PutMode::Overwrite));
     store
+}
+
+/// A write refused because the table is in an earlier format.
+fn refused_as_old<T: std::fmt::Debug>(out: Result<T>) {
+    assert!(matches!(out, Err(Error::UpgradeRequired { .. })), "{out:?}");
 }
 
 fn expected(upto: i64) -> Vec<i64> {
@@ -157,24 +151,9 @@ fn unsealed_tables_read_refuse_writes_and_upgrade() {
         // Writes are refused before anything is written.
         let count = || block(store.list("t", true)).objects.len();
         let before = count();
-        let refused = append(
-            store.clone(),
-            "t",
-            rows(150..160),
-            SchemaMode::Strict,
-            None,
-            2,
-        );
-        assert!(
-            matches!(refused, Err(Error::UpgradeRequired { .. })),
-            "{refused:?}"
-        );
+        refused_as_old(append_ids(&store, 150..160));
         let pred = predicate(vec![cond("id", "==", int(30))]).unwrap();
-        let refused = delete(store.clone(), "t", pred, 2);
-        assert!(
-            matches!(refused, Err(Error::UpgradeRequired { .. })),
-            "{refused:?}"
-        );
+        refused_as_old(delete(store.clone(), "t", pred, 2));
         assert_eq!(count(), before);
         // The upgrade: a version in the current format, the same rows.
         let up = block(upgrade_table(&store, "t"));
@@ -207,15 +186,7 @@ fn unsealed_tables_read_refuse_writes_and_upgrade() {
                 version: 3
             }
         );
-        append(
-            store.clone(),
-            "t",
-            rows(150..160),
-            SchemaMode::Strict,
-            None,
-            2,
-        )
-        .unwrap();
+        append_ids(&store, 150..160).unwrap();
         assert_eq!(ids(&store, At::Latest, None), expected(160));
     }
 }
@@ -237,18 +208,7 @@ fn sealed_flat_tables_are_read_only_until_upgraded() {
     ));
     let back: TableManifest = block(read_version_at(&store, "t", 2, Depth::Root));
     assert_eq!(back.layout.written, Written::Flat);
-    let refused = append(
-        store.clone(),
-        "t",
-        rows(150..160),
-        SchemaMode::Strict,
-        None,
-        2,
-    );
-    assert!(
-        matches!(refused, Err(Error::UpgradeRequired { .. })),
-        "{refused:?}"
-    );
+    refused_as_old(append_ids(&store, 150..160));
     let up = block(upgrade_table(&store, "t"));
     assert_eq!(up.from, Some("pds-table/1 (sealed, files inline)"));
     assert_eq!(ids(&store, At::Latest, None), (0..150).collect::<Vec<_>>());
@@ -318,6 +278,146 @@ fn stripped_or_edited_manifests_stay_corrupted() {
             .ok(),
         Some("remove".to_string())
     );
+}
+
+/// Objects under the table key (to tell that nothing was written).
+fn objects(store: &crate::store::StoreHandle) -> Vec<String> {
+    let mut keys: Vec<String> = block(store.list("t", true))
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A tombstone an unsealed version lists but the store lacks: the upgrade
+/// (and reads) say the table is damaged, naming its manifest and the
+/// tombstone; if the version's manifest is gone too, vacuum removed the
+/// version after it was read (`VersionNotFound`), as for segments and data
+/// files.
+#[test]
+fn a_missing_tombstone_is_damage_or_a_vacuumed_version() {
+    let store = old_table(false);
+    let v2: TableManifest = block(read_version_at(&store, "t", 2, Depth::Full));
+    let tomb = v2.tombstones[0].path.clone();
+    block(store.delete(&format!("t/{tomb}")));
+    let damaged = |out: Result<Upgraded>| match out {
+        Err(Error::ManifestCorrupted { path, reason }) => {
+            assert_eq!(path, manifest_key("t", 2));
+            assert!(
+                reason.contains(&tomb) && reason.contains("missing"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    };
+    damaged(crate::runtime::block_on(upgrade_table(&store, "t")).unwrap());
+    // Reads map it the same way (one helper).
+    let read = crate::runtime::block_on(crate::table::tombstone::load(
+        &store,
+        "t",
+        2,
+        &v2.tombstones,
+    ))
+    .unwrap()
+    .map(|_| Upgraded {
+        from: None,
+        version: 2,
+    });
+    damaged(read);
+    // The version's manifest gone as well: vacuum removed it meanwhile.
+    block(store.delete(&manifest_key("t", 2)));
+    match crate::runtime::block_on(crate::table::tombstone::fetch(&store, "t", 2, &tomb)).unwrap() {
+        Err(Error::VersionNotFound { reason, .. }) => {
+            assert!(reason.contains("vacuum removed it"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An upgraded table gets a fresh id (pointer and manifest), and an
+/// upgrade on behalf of a handle commits only to the table it opened: a
+/// handle bound to a table with an id, which was dropped and replaced by
+/// one in an earlier format (which has none), gets `NotFound` and nothing
+/// is written.
+#[test]
+fn the_upgrade_assigns_an_id_and_checks_the_one_it_was_given() {
+    use crate::table::identity::expecting;
+    let store = old_table(false);
+    let before = objects(&store);
+    let run = |id: Option<&str>| {
+        expecting(id, || {
+            crate::runtime::block_on(upgrade_table(&store, "t")).unwrap()
+        })
+    };
+    match run(Some("a-dropped-table")) {
+        Err(Error::OtherKind { reason, .. }) => assert!(reason.contains("dropped"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(objects(&store), before, "nothing written");
+    // The handle that opened this (id-less) table upgrades it.
+    assert_eq!(run(None).unwrap().version, 3);
+    let v3: TableManifest = block(read_version_at(&store, "t", 3, Depth::Root));
+    let id = v3.table_id.clone().expect("the upgrade assigns an id");
+    crate::table::identity::check(&id).unwrap();
+    let pointer = Pointer::from_json(&block(store.get(&pointer_key("t"))), "p").unwrap();
+    assert_eq!(pointer.table_id.as_deref(), Some(id.as_str()));
+    // From now on its id binds handles: another id is another table.
+    assert!(matches!(run(Some("another")), Err(Error::OtherKind { .. })));
+    assert_eq!(
+        run(Some(&id)).unwrap(),
+        Upgraded {
+            from: None,
+            version: 3
+        }
+    );
+}
+
+/// The upgrade checks a tombstone's entries as reads do: only files its
+/// reference names. One whose entries name a data file its reference does
+/// not is refused by both (before, the upgrade accepted it and widened the
+/// reference, so the upgraded version applied deletes the earlier one
+/// refused).
+#[test]
+fn the_upgrade_checks_tombstones_as_reads_do() {
+    let store = old_table(false);
+    let mut v2: TableManifest = block(read_version_at(&store, "t", 2, Depth::Full));
+    let named = v2.tombstones[0].files.clone();
+    let other = v2
+        .data_files
+        .iter()
+        .map(|f| f.path.clone())
+        .find(|p| !named.contains(p))
+        .unwrap();
+    v2.tombstones[0].files = vec![other];
+    block(store.put(
+        &manifest_key("t", 2),
+        Bytes::from(old_bytes(&v2, false)),
+        PutMode::Overwrite,
+    ));
+    let refused = |out: Result<()>| match out {
+        Err(Error::ManifestCorrupted { reason, .. }) => {
+            assert!(reason.contains("does not name"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    };
+    let latest: TableManifest = block(crate::table::scan::resolve(&store, "t", At::Latest));
+    let opts = crate::table::scan::ScanOptions {
+        columns: None,
+        predicate: None,
+        batch_size: None,
+        parallelism: 2,
+        files: None,
+    };
+    refused(crate::table::scan::scan(store.clone(), "t", &latest, opts).map(|_| ()));
+    let before = objects(&store);
+    refused(
+        crate::runtime::block_on(upgrade_table(&store, "t"))
+            .unwrap()
+            .map(|_| ()),
+    );
+    assert_eq!(objects(&store), before);
 }
 
 /// A pipeline manifest as pds wrote it before the seal (43df652's

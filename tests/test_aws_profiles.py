@@ -65,7 +65,7 @@ class Aws:
         self.config.write_text(
             f"[profile p]\nregion = {seaweed.region}\nendpoint_url = {seaweed.endpoint}\n\n"
             f"[profile wrong]\nregion = {seaweed.region}\n\n"
-            f"[profile proc]\nregion = {seaweed.region}\ncredential_process = {process} 2\n\n"
+            f"[profile proc]\nregion = {seaweed.region}\ncredential_process = {process} 5\n\n"
             f"[profile proc-hour]\nregion = {seaweed.region}\ncredential_process = {process} 3600\n\n"
             f"[profile proc-fails]\nregion = {seaweed.region}\ncredential_process = {process} 2 2\n"
         )
@@ -178,7 +178,7 @@ def test_temporary_credentials_are_fetched_again_after_expiry(aws: Aws) -> None:
     store.write("a", b"1")
     before = aws.calls()
     assert before >= 1
-    time.sleep(3)  # the credentials expire 2 s after each call
+    time.sleep(5.5)  # the credentials expire 4 to 5 s after each call
     store.write("b", b"2")
     assert aws.calls() > before
     assert store.read_bytes("a") == b"1"

@@ -143,12 +143,12 @@ mod tests {
 
     #[tokio::test]
     async fn reuses_credentials_until_near_expiry() {
-        let (p, calls) = counting(Some(Duration::from_millis(600)), Duration::from_secs(60));
+        let (p, calls) = counting(Some(Duration::from_secs(2)), Duration::from_secs(60));
         assert_eq!(p.get_credential().await.unwrap().key_id, "k1");
         // Renewed at half the lifetime (the margin is longer than it).
         assert_eq!(p.get_credential().await.unwrap().key_id, "k1");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(p.get_credential().await.unwrap().key_id, "k2");
         assert_eq!(p.get_credential().await.unwrap().key_id, "k2");
         assert_eq!(calls.load(Ordering::SeqCst), 2);

@@ -129,8 +129,9 @@ pub enum Error {
          environment variables, a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE) and \
          container credentials (AWS_CONTAINER_CREDENTIALS_*), then asked the EC2 \
          instance metadata endpoint, which failed ({detail}). Pass access_key_id= and \
-         secret_access_key=, set the environment variables, or pass skip_signature=true \
-         for a public bucket (~/.aws profiles are not read)"
+         secret_access_key=, set the environment variables, pass profile= to use an \
+         ~/.aws profile (needs botocore: pip install 'pds[aws]'), or pass \
+         skip_signature=true for a public bucket"
     )]
     NoCredentials { detail: String },
 

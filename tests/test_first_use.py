@@ -61,7 +61,7 @@ def test_s3_without_credentials_says_where_it_looked() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("PermissionDenied:"), done.stdout
-    for place in ("access_key_id", "AWS_ACCESS_KEY_ID", "instance metadata"):
+    for place in ("access_key_id", "AWS_ACCESS_KEY_ID", "instance metadata", "profile=", "pds[aws]"):
         assert place in done.stdout
 
 

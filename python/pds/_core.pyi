@@ -70,10 +70,22 @@ class RustStore:
     """An object store opened from a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``).
 
     Raises ValueError for an unsupported URL or unknown option. Pickles as
-    URL + options.
+    URL + options + ``credentials``.
+
+    ``credentials`` (``s3://`` only): a callable returning ``(access_key_id,
+    secret_access_key, session_token or None, seconds valid or None)``. It
+    is called (with the GIL, from a worker thread) on the first request and
+    again when the credentials are near expiry; it replaces the options' and
+    the environment's keys. Its failure fails the request with
+    ``remote_store.PermissionDenied``.
     """
 
-    def __init__(self, url: str, options: Mapping[str, str] | None = None) -> None: ...
+    def __init__(
+        self,
+        url: str,
+        options: Mapping[str, str] | None = None,
+        credentials: Callable[[], tuple[str, str, str | None, float | None]] | None = None,
+    ) -> None: ...
     @property
     def url(self) -> str: ...
     @property

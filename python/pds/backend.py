@@ -11,7 +11,10 @@ in Rust.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib.util
 import io
+import logging
 import os
 import pathlib
 import tempfile
@@ -38,6 +41,7 @@ from pds.errors import (
     DirectoryNotEmpty,
     InvalidPath,
     NotFound,
+    PermissionDenied,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +52,15 @@ if TYPE_CHECKING:
 __all__ = ["ObjectStoreBackend", "open_store"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("pds.store")
+
+#: Options that give S3 keys: with them, ``AWS_PROFILE`` does not apply.
+_S3_KEY_OPTIONS = ("access_key_id", "aws_access_key_id", "secret_access_key", "aws_secret_access_key")
+
+#: The longest time the Rust store reuses a profile's temporary credentials
+#: before it asks botocore again (botocore refreshes them itself when due).
+_MAX_CREDENTIAL_TTL = 900.0
 
 _COMMON = {
     Capability.READ,
@@ -69,6 +82,136 @@ def _option_text(value: object) -> str:
     if isinstance(value, str | int | float):
         return str(value)
     raise TypeError(f"store options must be str, int, float or bool, got {type(value).__name__}")
+
+
+def _s3_profile(url: str, options: Mapping[str, str]) -> str | None:
+    """The AWS profile an ``s3://`` store uses: the ``profile`` option, else
+    ``AWS_PROFILE`` when no keys are given (as options or as
+    ``AWS_ACCESS_KEY_ID``), requests are signed (no ``skip_signature=true``)
+    and botocore is installed. No I/O.
+
+    Raises:
+        ValueError: ``profile`` given with keys, or empty.
+        ImportError: ``profile`` given and botocore is not installed.
+    """
+    if url.split("://", 1)[0].lower() not in ("s3", "s3a"):
+        return None
+    keys_given = any(k in options for k in _S3_KEY_OPTIONS)
+    profile = options.get("profile")
+    if profile is not None:
+        if not profile:
+            raise ValueError("the profile option must name an AWS profile")
+        if keys_given:
+            raise ValueError("give either profile= or access_key_id= and secret_access_key=, not both")
+        if importlib.util.find_spec("botocore") is None:
+            raise ImportError(
+                f"profile={profile!r} needs botocore to read ~/.aws profiles: pip install 'pds[aws]' "
+                "(or pip install botocore)"
+            )
+        return profile
+    env = os.environ.get("AWS_PROFILE")
+    unsigned = any(options.get(k, "").lower() == "true" for k in ("skip_signature", "aws_skip_signature"))
+    if not env or keys_given or unsigned or os.environ.get("AWS_ACCESS_KEY_ID"):
+        return None
+    if importlib.util.find_spec("botocore") is None:
+        _log.debug("AWS_PROFILE=%s is not read: botocore is not installed (pip install 'pds[aws]')", env)
+        return None
+    return env
+
+
+class _ProfileCredentials:
+    """The credentials of an AWS profile, as the Rust store asks for them.
+
+    Resolved by botocore (``~/.aws/config`` and ``credentials``, SSO,
+    assume-role, ``credential_process``, ...), which also renews temporary
+    ones. Pickles as the profile's name only: an unpickled copy (say, on a
+    Spark executor) resolves the profile again from its own ``~/.aws`` and
+    environment, and no secret travels.
+    """
+
+    def __init__(self, profile: str, credentials: Any = None) -> None:
+        self.profile = profile
+        self._credentials = credentials
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (_ProfileCredentials, (self.profile,))
+
+    def __repr__(self) -> str:
+        return f"_ProfileCredentials({self.profile!r})"
+
+    def __call__(self) -> tuple[str, str, str | None, float | None]:
+        """``(access_key_id, secret_access_key, session_token, seconds valid)``;
+        seconds valid is ``None`` for credentials that do not expire."""
+        if self._credentials is None:
+            self._credentials = _resolve_profile(self.profile)[0]
+            if self._credentials is None:
+                raise PermissionDenied(f"the AWS profile {self.profile!r} has no credentials")
+        import botocore.credentials
+
+        creds = self._credentials
+        frozen = creds.get_frozen_credentials()
+        ttl: float | None = None
+        if isinstance(creds, botocore.credentials.RefreshableCredentials):
+            # botocore keeps the expiry private (obstore reads it too);
+            # without it, ask again in a minute.
+            expiry = getattr(creds, "_expiry_time", None)
+            ttl = 60.0
+            if isinstance(expiry, datetime.datetime) and expiry.tzinfo is not None:
+                left = (expiry - datetime.datetime.now(datetime.UTC)).total_seconds()
+                ttl = min(_MAX_CREDENTIAL_TTL, left)
+        return (frozen.access_key, frozen.secret_key, frozen.token, ttl)
+
+
+def _resolve_profile(profile: str) -> tuple[Any, dict[str, str]]:
+    """botocore's credentials for *profile* (``None`` if it has none) and
+    its ``region`` and ``endpoint_url`` settings. Runs a
+    ``credential_process`` or asks SSO/STS if the profile says so; no store
+    I/O.
+
+    Raises:
+        ValueError: the profile does not exist or the config cannot be read.
+        PermissionDenied: the profile's credentials cannot be obtained.
+    """
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        session = botocore.session.Session(profile=profile)
+        settings = {"region": session.get_config_variable("region"), "endpoint": _profile_endpoint(session)}
+        credentials = session.get_credentials()
+    except (
+        botocore.exceptions.ProfileNotFound,
+        botocore.exceptions.ConfigParseError,
+        botocore.exceptions.ConfigNotFound,
+        botocore.exceptions.InvalidConfigError,
+    ) as e:
+        raise ValueError(f"AWS profile {profile!r}: {e}") from None
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+        raise PermissionDenied(f"the credentials of the AWS profile {profile!r} cannot be obtained: {e}") from None
+    _log.debug(
+        "S3 store uses the AWS profile %r (credentials: %s)",
+        profile,
+        "none" if credentials is None else getattr(credentials, "method", "found"),
+    )
+    return credentials, {k: v for k, v in settings.items() if v}
+
+
+def _profile_endpoint(session: Any) -> str | None:
+    """The S3 endpoint the profile's config gives (``endpoint_url``,
+    ``services``, or ``AWS_ENDPOINT_URL[_S3]``), as botocore resolves it for
+    its clients; ``None`` if none or if this botocore has no such lookup."""
+    if session.get_config_variable("ignore_configured_endpoint_urls"):
+        return None
+    try:
+        from botocore.configprovider import ConfiguredEndpointProvider
+
+        provider = ConfiguredEndpointProvider(
+            full_config=session.full_config, scoped_config=session.get_scoped_config(), client_name="s3"
+        )
+        found = provider.provide()
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _rebuild(url: str, options: dict[str, str]) -> ObjectStoreBackend:
@@ -99,9 +242,22 @@ class ObjectStoreBackend(Backend):
             ``timeout``. The service's environment variables (``AWS_*``,
             ``GOOGLE_*``, ``AZURE_*``) are read first; options win. Values
             may be str, int or bool.
+            S3 also takes ``profile``: an AWS profile of ``~/.aws/config``
+            and ``~/.aws/credentials`` (SSO, assume-role and
+            ``credential_process`` included), resolved by botocore (the
+            ``aws`` extra), whose credentials (renewed before they expire)
+            sign every request and whose ``region`` and ``endpoint_url``
+            apply unless given as options. Without ``profile`` and without
+            keys (options or ``AWS_ACCESS_KEY_ID``), ``AWS_PROFILE`` names
+            the profile when botocore is installed (otherwise it is not read,
+            and a DEBUG line says so).
 
     Raises:
-        ValueError: an unsupported URL or an unknown option (no I/O is done).
+        ValueError: an unsupported URL or an unknown option, an unknown AWS
+            profile, or ``profile`` given with keys (no I/O is done).
+        ImportError: ``profile`` given and botocore is not installed.
+        PermissionDenied: the profile's credentials cannot be obtained (say,
+            an expired SSO login); no store I/O is done.
 
     Notes:
         - Every put is atomic: a reader never sees a partial object.
@@ -110,8 +266,10 @@ class ObjectStoreBackend(Backend):
         - Folders are key prefixes. An empty folder does not exist.
         - ``memory://`` lives in this backend object; a pickled copy (say, on a
           Spark executor) starts empty. Use ``file://`` or ``s3://`` to share.
-        - The backend pickles as URL + options, so credentials travel with it:
-          treat pickles as secrets. ``repr()`` hides them.
+        - The backend pickles as URL + options, so credentials given as
+          options travel with it: treat pickles as secrets. ``repr()`` hides
+          them. A ``profile`` travels as its name: the unpickled copy
+          resolves it again from its own ``~/.aws`` and environment.
     """
 
     CAPABILITIES: ClassVar[CapabilitySet] = CapabilitySet(set(_COMMON))
@@ -120,7 +278,20 @@ class ObjectStoreBackend(Backend):
         url = _store_url(url)
         self._url = url
         self._options = {k: _option_text(v) for k, v in options.items()}
-        self._rs = _core.RustStore(url, self._options)
+        profile = _s3_profile(url, self._options)
+        if profile is None:
+            self._rs = _core.RustStore(url, self._options)
+        else:
+            # The options pickle as given (profile= is a name, not a secret);
+            # the resolved region/endpoint go to Rust only, the keys never
+            # leave botocore but through the callable.
+            credentials, settings = _resolve_profile(profile)
+            rust_options = {k: v for k, v in self._options.items() if k != "profile"}
+            for key, value in settings.items():
+                if not any(k in rust_options for k in (key, f"aws_{key}", f"{key}_url", f"aws_{key}_url")):
+                    rust_options[key] = value
+            provider = None if credentials is None else _ProfileCredentials(profile, credentials)
+            self._rs = _core.RustStore(url, rust_options, provider)
         caps = set(_COMMON)
         if self._rs.scheme == "file":
             caps.add(Capability.ATOMIC_MOVE)

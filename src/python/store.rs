@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -11,16 +12,54 @@ use pyo3::types::PyBytes;
 
 use super::errors::IntoPy;
 use super::run;
+use crate::store::aws_credentials::{CachingCredentials, Fetched, Refresh};
 use crate::store::{config, Meta, PutMode, PutOutcome, StoreHandle};
 
-/// What `__reduce__` rebuilds a store from: URL and options.
-type ReduceArgs = (String, BTreeMap<String, String>);
+/// What `__reduce__` rebuilds a store from: URL, options and the
+/// credentials callable (which pickles as what it resolves, never as
+/// secrets: see `pds.backend`).
+type ReduceArgs = (String, BTreeMap<String, String>, Option<Py<PyAny>>);
 
 /// An object store opened from a URL; keys are relative to the URL's prefix.
 #[pyclass(module = "pds._core", name = "RustStore", frozen)]
 pub struct PyRustStore {
     pub(crate) inner: Arc<StoreHandle>,
     options: BTreeMap<String, String>,
+    credentials: Option<Py<PyAny>>,
+}
+
+/// A [`Refresh`] calling `callable()`, which returns `(access_key_id,
+/// secret_access_key, session_token or None, seconds valid or None)`.
+///
+/// It runs on a tokio blocking thread and takes the GIL only for the call.
+/// That cannot deadlock: every `block_on` in pds releases the GIL first
+/// (`super::run`, `super::detach`, `detach_py`), so the thread waiting on
+/// the request never holds the GIL this call waits for. Keep it that way:
+/// a store request made with the GIL held would hang here.
+fn python_refresh(callable: Py<PyAny>) -> Refresh {
+    Arc::new(move || {
+        Python::attach(|py| {
+            let got = callable
+                .bind(py)
+                .call0()
+                .map_err(|e| format!("resolving the AWS credentials failed: {e}"))?;
+            let (key_id, secret_key, token, ttl): (String, String, Option<String>, Option<f64>) =
+                got.extract().map_err(|_| {
+                    "the AWS credentials callable must return (access_key_id, \
+                     secret_access_key, session_token or None, seconds valid or None)"
+                        .to_string()
+                })?;
+            Ok(Fetched {
+                credential: object_store::aws::AwsCredential {
+                    key_id,
+                    secret_key,
+                    token,
+                },
+                // Negative or not a number: expired, fetched again next time.
+                ttl: ttl.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)),
+            })
+        })
+    })
 }
 
 /// Metadata of one object.
@@ -79,14 +118,28 @@ fn put_mode(mode: &str, e_tag: Option<String>, version: Option<String>) -> PyRes
 
 #[pymethods]
 impl PyRustStore {
+    /// `credentials`: for `s3://`, a callable returning `(access_key_id,
+    /// secret_access_key, session_token or None, seconds valid or None)`,
+    /// called on first use and again before the credentials expire; it
+    /// replaces the options' and the environment's keys.
     #[new]
-    #[pyo3(signature = (url, options = None))]
-    fn new(url: &str, options: Option<BTreeMap<String, String>>) -> PyResult<Self> {
+    #[pyo3(signature = (url, options = None, credentials = None))]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        options: Option<BTreeMap<String, String>>,
+        credentials: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
         let options = options.unwrap_or_default();
-        let inner = StoreHandle::open(url, &options).py_err()?;
+        let provider = credentials.as_ref().map(|c| {
+            let refresh = python_refresh(c.clone_ref(py));
+            Arc::new(CachingCredentials::new(refresh)) as object_store::aws::AwsCredentialProvider
+        });
+        let inner = StoreHandle::open_with_credentials(url, &options, provider).py_err()?;
         Ok(Self {
             inner: Arc::new(inner),
             options,
+            credentials,
         })
     }
 
@@ -116,7 +169,11 @@ impl PyRustStore {
         let me = slf.get();
         Ok((
             py.get_type::<Self>().into_any().unbind(),
-            (me.inner.url().to_string(), me.options.clone()),
+            (
+                me.inner.url().to_string(),
+                me.options.clone(),
+                me.credentials.as_ref().map(|c| c.clone_ref(py)),
+            ),
         ))
     }
 

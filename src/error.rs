@@ -332,12 +332,14 @@ impl Error {
     }
 }
 
-/// The error of a read (GET, HEAD, range) of `key`: as `From` maps it, and
-/// on file:// a key that passes through a file (`a/_SUCCESS/x`) is
-/// `NotFound` naming `key`, as on every object store. (A write there stays
-/// the store's error: nothing can be created below a file.)
+/// The error of a read (GET, HEAD, range) of `key`: as `From` maps it, but
+/// `NotFound` names `key` (the store's key, below its root), not the path
+/// object_store reports (on file:// the absolute local path); and on
+/// file:// a key that passes through a file (`a/_SUCCESS/x`) is `NotFound`
+/// too, as on every object store. (A write there stays the store's error:
+/// nothing can be created below a file.)
 pub fn read_error(err: object_store::Error, key: &str) -> Error {
-    if is_below_a_file(&err) {
+    if is_below_a_file(&err) || matches!(err, object_store::Error::NotFound { .. }) {
         return Error::NotFound {
             path: key.to_string(),
         };

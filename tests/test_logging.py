@@ -259,3 +259,22 @@ def test_pds_progress_shows_a_long_call_with_its_requests(
         assert counted and max(counted) > 0, shown
     assert ds.read_dataset("d").num_rows == 100_000
     assert "reading dataset d" in capsys.readouterr().err
+
+
+def test_an_http_retry_is_logged_at_debug_under_pds_store(faulty: Any, debug: pytest.LogCaptureFixture) -> None:
+    """The HTTP client's own retry (object_store's) of a GET answered 503:
+    the read succeeds, and ``pds.store`` has one ``HTTP retry:`` line at
+    DEBUG naming the status and the retry's number; nothing of it reaches
+    another logger or WARNING."""
+    faulty.direct.write("x.bin", b"hello")
+    faulty.proxy.fail("GET", r"/x\.bin$", status=503, times=1)
+    assert faulty.store.read_bytes("x.bin") == b"hello"
+    assert len(faulty.proxy.requests("GET", r"/x\.bin$")) == 2
+    retries = [m for m in lines(debug, "pds.store", logging.DEBUG) if m.startswith("HTTP retry:")]
+    assert len(retries) == 1, retries
+    assert "503" in retries[0] and "retry 1 of 2" in retries[0], retries
+    assert not [r for r in debug.records if r.name.startswith("object_store") or r.levelno >= logging.WARNING]
+    # No fault, no retry line.
+    debug.clear()
+    assert faulty.store.read_bytes("x.bin") == b"hello"
+    assert not [m for m in lines(debug, "pds.store", logging.DEBUG) if m.startswith("HTTP retry:")]

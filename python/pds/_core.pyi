@@ -198,10 +198,13 @@ def is_secret_option(key: str) -> bool:
     but an ``*_id``."""
 
 def committed_manifest(store: RustStore, key: str) -> str:
-    """The text of the committed dataset's manifest: ``_SUCCESS`` and the
-    manifest requested together (``DatasetIncomplete`` without ``_SUCCESS``).
-    Passed back as ``manifest=`` to :func:`read_dataset` or
-    :func:`scan_dataset`, it saves their first round trip."""
+    """The text of the committed dataset's manifest, as it was while
+    ``_SUCCESS`` was there (``DatasetIncomplete`` without ``_SUCCESS``; a
+    dataset replaced again and again while it is read is
+    ``DatasetIncomplete`` too, after a few attempts): a GET of the manifest,
+    a HEAD of ``_SUCCESS``, a HEAD of the manifest, in sequence. Passed back
+    as ``manifest=`` to :func:`read_dataset` or :func:`scan_dataset`, it
+    saves them those 3 round trips."""
 
 def read_dataset(
     store: RustStore,
@@ -217,7 +220,7 @@ def read_dataset(
     """Checked, concurrent, projected read of the dataset under *key*; row groups
     pruned by *filter*'s statistics before they are fetched. *io_concurrency*
     parts are read at once (``None``: 32 on S3, the cores locally); decoding
-    uses every core. Three sequential round trips on pds manifests (two with
+    uses every core. Five sequential round trips on pds manifests (two with
     *manifest*, the text :func:`committed_manifest` returned). *progress*: counts the parts
     decoded of the manifest's parts (phase ``reading``)."""
 

@@ -627,19 +627,21 @@ class ParquetDatasetStore:
     ) -> pa.Table:
         """Read the dataset under *key* into one ``pyarrow.Table`` (PDS-003, PDS-006).
 
-        Requests ``_SUCCESS`` and the manifest together, then every part's
-        footer and its projected column chunks, parts concurrently (up to
+        Reads the committed manifest (the manifest, then ``_SUCCESS``, then the
+        manifest's HEAD: it takes the manifest only as it was while
+        ``_SUCCESS`` was there), then every part's footer and its projected
+        column chunks, parts concurrently (up to
         *io_concurrency* at once; decoding uses every core). Only the
         *columns* asked for are fetched (range requests on the fast path) and
         decoded, in the order given.
 
-        Cost on the fast path: 3 sequential round trips, whatever the number of
-        parts: ``_SUCCESS`` + manifest, the footers (one GET each, sized by
+        Cost on the fast path: 5 sequential round trips, whatever the number of
+        parts: the manifest, ``_SUCCESS`` and the manifest's HEAD, the footers (one GET each, sized by
         what the manifest records; a missing part fails here, before any data
         is fetched, naming every missing part), then the column chunks. A
         footer read before through the same store handle is not fetched again:
         each such part gets a HEAD instead (the existence and size check),
-        sent together with its chunk GETs, so such a read takes 2.
+        sent together with its chunk GETs, so such a read takes 4.
         Manifests written by remote-store record no part sizes: one more round
         trip then (a HEAD of every part). Filter tuples cost one more: the
         filter columns' chunks are fetched first, then the other columns'
@@ -785,9 +787,9 @@ class ParquetDatasetStore:
     def _exact_conditions(self, key: str, raw: _RawConditions | None) -> tuple[_Conditions | None, str | None]:
         """The filter tuples made exact against the dataset's schema, as
         :mod:`pds._filters` defines; before any part is read. On pds's
-        backend, also the manifest's text, read with ``_SUCCESS`` in one round
-        trip, for the read to reuse (so a filtered read costs no more round
-        trips than another).
+        backend, also the manifest's text, read as committed (with
+        ``_SUCCESS``), for the read to reuse (so a filtered read reads the
+        manifest once, as another read does).
 
         Raises:
             TypeError: a value does not compare with its column's type.

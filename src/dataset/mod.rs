@@ -41,6 +41,29 @@
 //!    the writer withdraws its `_SUCCESS` and fails with `ClaimLost`:
 //!    it is told ok only for a dataset that is exactly its own.
 //!
+//! **Reading.** A dataset is committed while `_SUCCESS` is there: the
+//! manifest under it then is the committed one. A reader needs a moment at
+//! which both held, and two requests sent together cannot give one: a HEAD
+//! of `_SUCCESS` answered before an overwrite withdrew it and a GET of
+//! `manifest.json` answered after that overwrite created its own (but not
+//! yet its `_SUCCESS`, which may never come: the writer fails or is killed)
+//! would pair the old marker with a manifest never committed. So
+//! [`read_committed_manifest`] asks in sequence: GET `manifest.json` (at
+//! t1), HEAD `_SUCCESS` (t2), HEAD `manifest.json` (t3), and takes the
+//! manifest if `_SUCCESS` was there at t2 and the manifest at t3 is the
+//! object read at t1. Then the manifest was there throughout [t1, t3]: it
+//! is created create-only, so it changes only by being deleted and created
+//! anew, and a new one is another object (another ETag; where a store
+//! gives no ETag, other bytes: every manifest records its write's time to
+//! the microsecond). So at t2 both were there. Comparing `_SUCCESS`
+//! instead cannot work: it is empty, so its ETag is the same for every
+//! commit, and its Last-Modified has a resolution of one second on S3,
+//! where several commits fit. Anything else is asked again, a few times
+//! with a pause: no `_SUCCESS` at t2 is `DatasetIncomplete` (no dataset
+//! is committed at t2: a write in progress, withdrawn or deleted);
+//! `_SUCCESS` without a manifest at t1, or a manifest replaced by t3, is
+//! an overwrite committed meanwhile.
+//!
 //! A writer killed mid-write leaves its claim: later `overwrite=False`
 //! writes refuse the key until `delete_dataset` or an `overwrite=True`
 //! write clears it. A writer that lost the key never deletes anything
@@ -1191,54 +1214,97 @@ async fn read_manifest_text(
     Ok((Manifest::from_json(&raw, &key)?, raw))
 }
 
-/// The manifest of a committed dataset, and its text: `_SUCCESS` and
-/// `manifest.json` requested together (one round trip). `DatasetIncomplete`
-/// without `_SUCCESS`.
+/// Attempts of [`read_committed_manifest`] at a dataset that keeps
+/// changing under it, and the pause before the second (doubled before each
+/// later one: 20 + 40 + 80 ms in all).
+const COMMITTED_READ_ATTEMPTS: u32 = 4;
+const COMMITTED_READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The manifest of a committed dataset, and its text: `manifest.json` as
+/// it was at a moment when `_SUCCESS` was there (see "Reading" in the
+/// module docs). `DatasetIncomplete` without `_SUCCESS`.
 ///
-/// An overwrite withdraws `_SUCCESS` before the manifest, then commits a
-/// new manifest and marker: a manifest missing under a marker seen a moment
-/// ago is a withdrawal (`DatasetIncomplete`) if the marker is gone now, and
-/// a replacement if a marker is there again: the pair is then requested once
-/// more. A manifest still missing under a marker is `NotFound` (removed by
+/// Each attempt GETs `manifest.json`, then HEADs `_SUCCESS`, then HEADs
+/// `manifest.json` again: the manifest is committed if `_SUCCESS` is there
+/// and the manifest is still the object that was read (its ETag; its bytes
+/// where the store gives none). A manifest replaced or removed meanwhile,
+/// or missing under `_SUCCESS` (an overwrite committed between the two
+/// requests), is asked again, after 20, 40 and 80 ms; a dataset still
+/// changing after 4 attempts is `DatasetIncomplete` saying so. A manifest
+/// missing under `_SUCCESS` at every attempt is `NotFound` (removed by
 /// hand).
+///
+/// Cost: 3 requests in sequence (GET, HEAD, HEAD), 1 more GET on a store
+/// that reports no ETag; on the error path, the occupancy probe.
 pub async fn read_committed_manifest(
     store: &StoreHandle,
     dataset_key: &str,
 ) -> Result<(Manifest, bytes::Bytes)> {
     crate::store::keys::object_segments(dataset_key)?;
     let success = child_key(dataset_key, SUCCESS);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let (marker, read) = tokio::join!(
-            store.try_head(&success),
-            read_manifest_text(store, dataset_key)
-        );
-        if marker?.is_none() {
+    let key = child_key(dataset_key, MANIFEST);
+    let mut changed = false;
+    let mut pause = COMMITTED_READ_PAUSE;
+    for attempt in 0..COMMITTED_READ_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+        let read = match store.get_with_meta(&key).await {
+            Ok(got) => Some(got),
+            Err(Error::NotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if store.try_head(&success).await?.is_none() {
             store.check_bucket().await?;
             return Err(Error::DatasetIncomplete {
                 key: dataset_key.to_string(),
                 reason: absent_reason(store, dataset_key).await,
             });
         }
-        match read {
-            Err(Error::NotFound { .. }) if store.try_head(&success).await?.is_none() => {
-                return Err(Error::DatasetIncomplete {
-                    key: dataset_key.to_string(),
-                    reason: "the dataset was withdrawn while it was read (an overwrite or a \
-                             delete)"
-                        .into(),
-                });
-            }
-            // A marker again: another write committed meanwhile.
-            Err(Error::NotFound { .. }) if attempt < 2 => continue,
-            other => return other,
+        // No manifest under the marker: a commit landed between the two
+        // requests (or the manifest was removed): ask again.
+        let Some((raw, meta)) = read else { continue };
+        if still_there(store, &key, &raw, &meta).await? {
+            return Ok((Manifest::from_json(&raw, &key)?, raw));
         }
+        changed = true;
+    }
+    if !changed {
+        return Err(Error::NotFound { path: key });
+    }
+    Err(Error::DatasetIncomplete {
+        key: dataset_key.to_string(),
+        reason: format!(
+            "the dataset kept changing while it was read ({COMMITTED_READ_ATTEMPTS} attempts \
+             met a replaced manifest: overwrites back to back); read it again"
+        ),
+    })
+}
+
+/// Whether the object at `key` is still the one read as `raw` with `meta`:
+/// 1 HEAD, comparing ETags; where either has none, 1 GET comparing bytes.
+async fn still_there(
+    store: &StoreHandle,
+    key: &str,
+    raw: &Bytes,
+    meta: &crate::store::Meta,
+) -> Result<bool> {
+    let Some(now) = store.try_head(key).await? else {
+        return Ok(false);
+    };
+    match (&meta.e_tag, &now.e_tag) {
+        (Some(a), Some(b)) => Ok(normal_e_tag(a) == normal_e_tag(b)),
+        _ => match store.get(key).await {
+            Ok(again) => Ok(again == *raw),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        },
     }
 }
 
-/// Open a committed dataset: `_SUCCESS` and `manifest.json` requested
-/// together (one round trip), then where each part is.
+/// Open a committed dataset: its manifest as [`read_committed_manifest`]
+/// reads it (3 requests in sequence), then where each part is.
 ///
 /// A manifest with `part_info` (every pds manifest) states each part's size,
 /// footer size and SHA-256: no part is touched here, and the footer GET of
@@ -1248,7 +1314,7 @@ pub async fn read_committed_manifest(
 /// `DatasetIncomplete` naming the missing ones.
 ///
 /// `read`: the manifest's text as [`read_committed_manifest`] returned it
-/// (the caller read it to prepare the read), which saves the first round trip.
+/// (the caller read it to prepare the read), which saves those requests.
 pub async fn open_dataset(
     store: &StoreHandle,
     dataset_key: &str,
@@ -1416,7 +1482,8 @@ pub async fn expected_schema(
     }
 }
 
-/// Read a dataset (fast path): `_SUCCESS` and the manifest together, then
+/// Read a dataset (fast path): the committed manifest
+/// ([`read_committed_manifest`]: 3 requests in sequence), then
 /// every part's footer (one GET each, or the handle's cache) and its
 /// projected column chunks, `io` parts at once. Decoding runs on the
 /// runtime's threads, one per core, however many requests are in flight.

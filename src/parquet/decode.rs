@@ -454,11 +454,16 @@ fn decoder_panic(path: &str) -> impl FnOnce(String) -> Error + '_ {
 
 fn corrupted(path: &str) -> impl Fn(ParquetError) -> Error + '_ {
     move |e| match e {
-        ParquetError::External(inner) => match inner.downcast::<object_store::Error>() {
-            Ok(os) => Error::from(*os),
-            Err(other) => Error::PartCorrupted {
-                path: path.to_string(),
-                reason: other.to_string(),
+        ParquetError::External(inner) => match inner.downcast::<Error>() {
+            // pds's own (the range reader's `NotFound`, naming the key).
+            Ok(e) => *e,
+            Err(inner) => match inner.downcast::<object_store::Error>() {
+                // A store error reading `path` (`NotFound` names the key).
+                Ok(os) => crate::error::read_error(*os, path),
+                Err(other) => Error::PartCorrupted {
+                    path: path.to_string(),
+                    reason: other.to_string(),
+                },
             },
         },
         other => Error::PartCorrupted {
@@ -1092,6 +1097,7 @@ pub async fn open_part_with(
         let reader = ObjectRangeReader::with_metadata(
             store.object_store().clone(),
             store.path(key)?,
+            key,
             footer.size,
             metadata.metadata(),
         )
@@ -1147,7 +1153,7 @@ async fn open_footer(
     ParquetRecordBatchStreamBuilder<ObjectRangeReader>,
     Option<String>,
 )> {
-    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, size)
+    let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, key, size)
         .with_footer_hint(hint);
     let seen = reader.clone();
     let builder = crate::error::catch_unwind_future(

@@ -33,6 +33,8 @@ const MAX_FOOTER_HINT: u64 = 16 * 1024 * 1024;
 pub struct ObjectRangeReader {
     store: Arc<dyn ObjectStore>,
     path: Path,
+    /// The object's key in pds's store (below its root), named by errors.
+    key: String,
     size: u64,
     /// The footer's column-chunk checksums, once the footer is read.
     checksums: Option<Arc<ChunkChecksums>>,
@@ -45,10 +47,12 @@ pub struct ObjectRangeReader {
 }
 
 impl ObjectRangeReader {
-    pub fn new(store: Arc<dyn ObjectStore>, path: Path, size: u64) -> Self {
+    /// A reader of the object at `path` in `store`, `key` in pds's store.
+    pub fn new(store: Arc<dyn ObjectStore>, path: Path, key: &str, size: u64) -> Self {
         Self {
             store,
             path,
+            key: key.to_string(),
             size,
             checksums: None,
             prefetch: FOOTER_PREFETCH,
@@ -88,6 +92,7 @@ impl ObjectRangeReader {
     pub fn with_metadata(
         store: Arc<dyn ObjectStore>,
         path: Path,
+        key: &str,
         size: u64,
         metadata: &ParquetMetaData,
     ) -> Result<Self> {
@@ -97,6 +102,7 @@ impl ObjectRangeReader {
         Ok(Self {
             store,
             path,
+            key: key.to_string(),
             size,
             checksums,
             prefetch: FOOTER_PREFETCH,
@@ -132,7 +138,10 @@ impl ObjectRangeReader {
     /// file's corruption, not a store failure. One HEAD, on failures only.
     async fn explain(&self, e: object_store::Error) -> ParquetError {
         if matches!(e, object_store::Error::NotFound { .. }) {
-            return external(e);
+            // Named by its key, not by the path object_store gives (on
+            // file://, the absolute local path).
+            let missing = crate::error::read_error(e, &self.key);
+            return ParquetError::External(Box::new(missing));
         }
         match self.store.head(&self.path).await {
             Ok(meta) if meta.size != self.size => self.wrong_size(meta.size),

@@ -462,8 +462,17 @@ pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Res
         // runs read ahead on threads, as the one-thread merge does.
         return shared.merge(0, threads);
     }
+    let mut output = Output {
+        shared: Some(shared),
+        workers: Vec::with_capacity(workers),
+        receivers,
+        pending: None,
+        failed: false,
+    };
     for _ in 0..workers {
-        let worker = shared.clone();
+        let Some(worker) = output.shared.clone() else {
+            break;
+        };
         let spawned = std::thread::Builder::new()
             .name("pds-merge".into())
             .spawn(move || {
@@ -471,25 +480,26 @@ pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Res
                     worker.run(j);
                 }
             });
-        if let Err(e) = spawned {
-            // The threads started stop.
-            shared.flow().stopped = true;
-            shared.wake.notify_all();
-            return Err(Error::Task(format!("a merge thread could not start: {e}")));
+        match spawned {
+            Ok(handle) => output.workers.push(handle),
+            // The threads started stop (dropping the output joins them).
+            Err(e) => return Err(Error::Task(format!("a merge thread could not start: {e}"))),
         }
     }
-    Ok(Box::new(Output {
-        shared,
-        receivers,
-        pending: None,
-        failed: false,
-    }))
+    Ok(Box::new(output))
 }
 
 /// The ranges' batches in order, the short batches at range boundaries
 /// joined.
+///
+/// The merge threads hold the runs (and so the spill folder): once the last
+/// range is read, or on the first error, or when the output is dropped, the
+/// threads are stopped and joined and the runs let go, so the spill folder
+/// is gone before the output reports its end.
 struct Output {
-    shared: Arc<Shared>,
+    /// `None` once the merge is over.
+    shared: Option<Arc<Shared>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
     receivers: VecDeque<Receiver<Result<RecordBatch>>>,
     /// A batch of fewer than [`BATCH_ROWS`] rows that ended a range.
     pending: Option<RecordBatch>,
@@ -500,6 +510,7 @@ impl Output {
     fn step(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             let Some(rx) = self.receivers.front() else {
+                self.end();
                 return Ok(self.pending.take());
             };
             match rx.recv() {
@@ -518,11 +529,29 @@ impl Output {
                 Err(_) => {
                     // The range is done: let another start.
                     self.receivers.pop_front();
-                    self.shared.flow().read += 1;
-                    self.shared.wake.notify_all();
+                    if let Some(shared) = &self.shared {
+                        shared.flow().read += 1;
+                        shared.wake.notify_all();
+                    }
                 }
             }
         }
+    }
+
+    /// Stop the merge threads, join them, and let go of the runs (the
+    /// spill folder goes with the last hold on it). Threads blocked on a
+    /// full channel are freed by dropping the receivers first.
+    fn end(&mut self) {
+        self.receivers.clear();
+        if let Some(shared) = &self.shared {
+            shared.flow().stopped = true;
+            shared.wake.notify_all();
+        }
+        for handle in self.workers.drain(..) {
+            // A panic in a thread was caught in it and sent as an error.
+            let _ = handle.join();
+        }
+        self.shared = None;
     }
 }
 
@@ -537,6 +566,7 @@ impl Iterator for Output {
             Ok(b) => b.map(Ok),
             Err(e) => {
                 self.failed = true;
+                self.end();
                 Some(Err(e))
             }
         }
@@ -545,7 +575,6 @@ impl Iterator for Output {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        self.shared.flow().stopped = true;
-        self.shared.wake.notify_all();
+        self.end();
     }
 }

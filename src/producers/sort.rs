@@ -204,8 +204,15 @@ impl ExternalSorter {
         })
     }
 
-    /// Every row pushed, sorted by the key, as one stream.
-    pub fn finish(mut self) -> Result<BatchIter> {
+    /// Every row pushed, sorted by the key, as one stream. The spill folder
+    /// is removed before the stream reports its end (or when it is dropped).
+    pub fn finish(self) -> Result<BatchIter> {
+        let merged = self.merge()?;
+        Ok(Box::new(ReleasedAtEnd(Some(merged))))
+    }
+
+    /// [`Self::finish`]'s stream, which holds the spill files until dropped.
+    fn merge(mut self) -> Result<BatchIter> {
         // The last buffer is merged in place, gathered chunk by chunk.
         if self.threads > 1 && !self.runs.is_empty() {
             let (range_bytes, threads) = (self.range_bytes(), self.threads);
@@ -233,6 +240,22 @@ impl ExternalSorter {
             BATCH_ROWS,
             self.threads,
         )
+    }
+}
+
+/// A stream dropped as soon as it ends: what it holds (spill files, merge
+/// threads, which are joined) goes before its end is reported.
+struct ReleasedAtEnd(Option<BatchIter>);
+
+impl Iterator for ReleasedAtEnd {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = self.0.as_mut()?.next();
+        if next.is_none() {
+            self.0 = None;
+        }
+        next
     }
 }
 
@@ -607,28 +630,36 @@ pub(crate) mod tests {
     #[test]
     fn spills_within_the_budget_and_sorts_stably_by_a_compound_key() {
         let key = vec!["k".to_string(), "s".to_string()];
-        let mut input = Vec::new();
-        // ~64 KiB budget: many runs.
-        let mut sorter = ExternalSorter::new(schema(), &key, 64 * 1024, None).unwrap();
-        for i in 0..40 {
-            let b = batch(i * 500, 500, 7 + i as u64);
-            input.extend(collect(Box::new(std::iter::once(Ok(b.clone())))));
-            sorter.push(b).unwrap();
+        // One thread (one k-way merge) and several (merged by key ranges).
+        for threads in [1, 2, 4] {
+            let mut input = Vec::new();
+            // ~64 KiB budget: many runs.
+            let mut sorter = ExternalSorter::new(schema(), &key, 64 * 1024, None)
+                .unwrap()
+                .with_threads(threads);
+            for i in 0..40 {
+                let b = batch(i * 500, 500, 7 + i as u64);
+                input.extend(collect(Box::new(std::iter::once(Ok(b.clone())))));
+                sorter.push(b).unwrap();
+            }
+            assert!(sorter.spilled_runs() > 5, "{} runs", sorter.spilled_runs());
+            let dir = sorter.dir.as_ref().map(|d| d.0.clone()).unwrap();
+            let mut stream = sorter.finish().unwrap();
+            let batches: Vec<_> = stream.by_ref().collect();
+            // The merge threads are joined and the runs let go before the
+            // output reports its end: the folder is gone by then, with the
+            // stream not yet dropped.
+            assert!(
+                !dir.exists(),
+                "{threads} threads: spill files kept after the end"
+            );
+            drop(stream);
+            let got = collect(Box::new(batches.into_iter()));
+            // Expected: a stable sort by (k nulls first, s).
+            let mut expected = input.clone();
+            expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            assert_eq!(got, expected, "{threads} threads");
         }
-        assert!(sorter.spilled_runs() > 5, "{} runs", sorter.spilled_runs());
-        let dir = sorter.dir.as_ref().map(|d| d.0.clone()).unwrap();
-        let got = collect(sorter.finish().unwrap());
-        // Expected: a stable sort by (k nulls first, s).
-        let mut expected = input.clone();
-        expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        assert_eq!(got, expected);
-        // The folder goes when the last merge thread lets go of it, just
-        // after the output ends: wait for that, for seconds at most.
-        let gone = (0..500).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            !dir.exists()
-        });
-        assert!(gone, "spill files removed once read");
     }
 
     /// Many duplicates (keys in 0..1000, `s` in 7 values), spills and a

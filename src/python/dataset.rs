@@ -136,9 +136,9 @@ pub fn write_parts(
         .collect())
 }
 
-/// The text of a committed dataset's manifest: `_SUCCESS` and the manifest
-/// requested together (`DatasetIncomplete` without `_SUCCESS`). Passed back
-/// as `manifest=` to a read, it saves that read's first round trip.
+/// The text of a committed dataset's manifest, as it was while `_SUCCESS`
+/// was there (`DatasetIncomplete` without `_SUCCESS`): 3 requests in
+/// sequence. Passed back as `manifest=` to a read, it saves that read those.
 #[pyfunction]
 pub fn committed_manifest(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<String> {
     let handle = store.inner.clone();

@@ -4,8 +4,9 @@
 //!
 //! Options (object_store's `azure_*` keys work too, and `AZURE_*`
 //! environment variables are read first; options win, and options that
-//! give a credential replace the environment's credentials rather than
-//! join them):
+//! give a whole credential replace the environment's credentials rather
+//! than join them, while a part of one, such as `client_id` alone, joins
+//! the environment's):
 //! - `account` (`account_name`), with `account_key` (`access_key`), `sas`
 //!   (`sas_token`), `token` (a bearer token), or the service principal keys
 //!   (`client_id`, `client_secret`, `tenant_id`). There is no bare `key`:
@@ -139,30 +140,64 @@ fn is_credential(key: &AzureConfigKey) -> bool {
     )
 }
 
+/// Whether the credential parts `given` make a whole credential of a kind
+/// object_store can use on their own: a key, a SAS, a bearer token, the
+/// CLI, anonymous requests, a managed identity named by its endpoint,
+/// object id or resource id, or a service principal with its secret
+/// (`client_id`, `client_secret`, `tenant_id`) or its federated token file
+/// (`client_id`, `tenant_id`, `federated_token_file`). A part alone
+/// (`client_id`, `tenant_id`, ...) is not: it may complete the
+/// environment's.
+fn is_whole_credential(given: &[AzureConfigKey]) -> bool {
+    use AzureConfigKey as K;
+    let has = |k: K| given.contains(&k);
+    let alone = [
+        K::AccessKey,
+        K::SasKey,
+        K::Token,
+        K::UseAzureCli,
+        K::SkipSignature,
+        K::MsiEndpoint,
+        K::ObjectId,
+        K::MsiResourceId,
+    ];
+    alone.into_iter().any(has)
+        || (has(K::ClientId) && has(K::AuthorityId) && has(K::ClientSecret))
+        || (has(K::ClientId) && has(K::AuthorityId) && has(K::FederatedTokenFile))
+}
+
 /// A builder with the environment's settings `env` (and its managed
 /// identity endpoint `msi`) applied, as `MicrosoftAzureBuilder::from_env`
 /// does, except that when `options` (or their connection string) give a
-/// credential, the environment's credentials are left out.
+/// whole credential ([`is_whole_credential`]), the environment's
+/// credentials are left out. Parts of one (`client_id` alone) join the
+/// environment's, and win over the same parts there.
 fn from_environment(
     env: Vec<(AzureConfigKey, String)>,
     msi: Option<String>,
     options: &BTreeMap<String, String>,
 ) -> Result<MicrosoftAzureBuilder> {
-    let mut given = false;
+    let mut parts = Vec::new();
     for (key, value) in options {
         if key == "connection_string" {
-            given |= connection_string(value)?
-                .iter()
-                .any(|(k, _)| is_credential(k));
+            parts.extend(
+                connection_string(value)?
+                    .into_iter()
+                    .map(|(k, _)| k)
+                    .filter(is_credential),
+            );
         } else if let Ok(k) = AzureConfigKey::from_str(alias(key)) {
             // A flag set to false (`use_azure_cli=false`) gives no credential.
             let flag_off = matches!(
                 k,
                 AzureConfigKey::UseAzureCli | AzureConfigKey::SkipSignature
             ) && !flag(key, value).unwrap_or(true);
-            given |= is_credential(&k) && !flag_off;
+            if is_credential(&k) && !flag_off {
+                parts.push(k);
+            }
         }
     }
+    let given = is_whole_credential(&parts);
     let mut builder = MicrosoftAzureBuilder::new();
     for (key, value) in env {
         if !(given && is_credential(&key)) {
@@ -269,6 +304,52 @@ mod tests {
         let text = format!("AccountName=a;AccountKey={DEV_KEY}");
         let b = from_environment(env(), None, &options(&[("connection_string", &text)])).unwrap();
         assert_eq!(b.get_config_value(&AzureConfigKey::AccessKey), None);
+        // A part of a credential alone (a service principal's client or
+        // tenant id) completes the environment's, and replaces nothing.
+        for part in [
+            &[("client_id", "mine")][..],
+            &[("tenant_id", "t")],
+            &[("client_id", "mine"), ("tenant_id", "t")],
+            &[("client_secret", "s"), ("tenant_id", "t")],
+        ] {
+            let b = from_environment(env(), Some("http://msi".into()), &options(part)).unwrap();
+            assert_eq!(
+                b.get_config_value(&AzureConfigKey::AccessKey).as_deref(),
+                Some("env-key"),
+                "{part:?}"
+            );
+            assert_eq!(
+                b.get_config_value(&AzureConfigKey::MsiEndpoint).as_deref(),
+                Some("http://msi"),
+                "{part:?}"
+            );
+        }
+        // A whole service principal (secret or federated token) replaces them.
+        for whole in [
+            &[
+                ("client_id", "c"),
+                ("client_secret", "s"),
+                ("tenant_id", "t"),
+            ][..],
+            &[
+                ("client_id", "c"),
+                ("federated_token_file", "/f"),
+                ("tenant_id", "t"),
+            ],
+            &[("msi_resource_id", "r")],
+        ] {
+            let b = from_environment(env(), Some("http://msi".into()), &options(whole)).unwrap();
+            assert_eq!(
+                b.get_config_value(&AzureConfigKey::AccessKey),
+                None,
+                "{whole:?}"
+            );
+            assert_eq!(
+                b.get_config_value(&AzureConfigKey::MsiEndpoint),
+                None,
+                "{whole:?}"
+            );
+        }
         // Without a credential in the options, the environment's stand.
         let b = from_environment(env(), Some("http://msi".into()), &options(&[])).unwrap();
         assert_eq!(

@@ -276,15 +276,28 @@ impl StoreHandle {
         }
     }
 
+    /// Run the read `op` (a GET, HEAD or range) on `key`'s path in the
+    /// object store; its error as [`crate::error::read_error`] maps it
+    /// (`NotFound` naming `key`).
+    async fn read_op<'a, T, F>(
+        &'a self,
+        key: &str,
+        op: impl FnOnce(&'a Arc<dyn ObjectStore>, Path) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = object_store::Result<T>> + 'a,
+    {
+        let path = self.path(key)?;
+        op(&self.built.store, path)
+            .await
+            .map_err(|e| crate::error::read_error(e, key))
+    }
+
     /// HEAD one object. `NotFound` if absent.
     pub async fn head(&self, key: &str) -> Result<Meta> {
-        let path = self.path(key)?;
         let m = self
-            .built
-            .store
-            .head(&path)
-            .await
-            .map_err(|e| crate::error::read_error(e, key))?;
+            .read_op(key, |s, p| async move { s.head(&p).await })
+            .await?;
         self.meta(m)
             .ok_or_else(|| Error::NotFound { path: key.into() })
     }
@@ -353,26 +366,18 @@ impl StoreHandle {
 
     /// GET a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        let path = self.path(key)?;
         let got = self
-            .built
-            .store
-            .get(&path)
-            .await
-            .map_err(|e| crate::error::read_error(e, key))?;
+            .read_op(key, |s, p| async move { s.get(&p).await })
+            .await?;
         Ok(got.bytes().await?)
     }
 
     /// GET a whole object with its metadata (the ETag / version a
     /// compare-and-swap put needs). `NotFound` if it is absent.
     pub async fn get_with_meta(&self, key: &str) -> Result<(Bytes, Meta)> {
-        let path = self.path(key)?;
         let result = self
-            .built
-            .store
-            .get(&path)
-            .await
-            .map_err(|e| crate::error::read_error(e, key))?;
+            .read_op(key, |s, p| async move { s.get(&p).await })
+            .await?;
         let meta = self
             .meta(result.meta.clone())
             .ok_or_else(|| Error::InvalidPath {
@@ -389,12 +394,8 @@ impl StoreHandle {
                 "range end {end} is before start {start}"
             )));
         }
-        let path = self.path(key)?;
-        self.built
-            .store
-            .get_range(&path, start..end)
+        self.read_op(key, |s, p| async move { s.get_range(&p, start..end).await })
             .await
-            .map_err(|e| crate::error::read_error(e, key))
     }
 
     /// PUT an object atomically, in the given mode.

@@ -99,14 +99,13 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str) ->
             )
         if pk is not None and table is not None and pk != table.primary_key:
             raise ValueError(f"asset {asset}: pds/primary_key is {pk!r} but the table's primary key is {declared!r}")
-    schema = table.schema if table is not None else out.reader.schema
-    where = _slice(context, meta.get("partition_expr"), schema)
+    partition_expr = meta.get("partition_expr")
+    where = _slice(context, partition_expr, table.schema if table is not None else out.reader.schema)
     if where is not None and not where.exact and mode == "replace":
         raise ValueError(
             f"asset {asset}: the partitions of this run ({where.description}) are not one range per dimension, "
             "so no single filter replaces them; materialise them in separate runs"
         )
-    partition_expr = meta.get("partition_expr")
     while True:
         stream = CheckedStream(out.reader, where, asset, streamed=out.streamed)
         try:

@@ -222,6 +222,7 @@ def regional(context: dg.AssetExecutionContext) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+@pytest.mark.filterwarnings("ignore::dagster.BetaWarning")  # MultiToSingleDimensionPartitionMapping
 def test_multi_partition_input_and_streamed_output(lake: tuple[str, dict[str, str]]) -> None:
     for day in ("2026-01-01", "2026-01-02", "2026-01-03"):
         for region in ("eu", "us"):

@@ -97,6 +97,12 @@ pub enum Error {
     #[error("schema mismatch on table {key:?}: {reason}")]
     SchemaMismatch { key: String, reason: String },
 
+    /// Rows a write refuses for their values (a replace's rows outside its
+    /// filter); `reason` names the first. Nothing was committed. Python:
+    /// `DataError`.
+    #[error("rows refused by table {key:?}: {reason}")]
+    RowsRefused { key: String, reason: String },
+
     /// A key that is empty, escapes the root, or holds forbidden characters.
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath { path: String, reason: String },
@@ -306,6 +312,7 @@ impl Error {
             | Error::AlreadyExists { .. }
             | Error::Precondition { .. }
             | Error::NotFound { .. }
+            | Error::RowsRefused { .. }
             | Error::BucketNotFound { .. } => false,
             Error::Store(os) => !crate::store::failure::is_denied(os),
             _ => true,

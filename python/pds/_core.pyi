@@ -404,6 +404,21 @@ def table_upsert(
     JSON, rows replaced or None, committed). ``ValueError`` for a table
     without a primary key, or data with a null, NaN or repeated key."""
 
+def table_replace(
+    store: RustStore,
+    key: str,
+    filter: Sequence[tuple[str, str, pa.Array | None]],
+    data: ArrowStreamExportable,
+    *,
+    schema_mode: str,
+    parallelism: int,
+    table_id: str | None = None,
+) -> tuple[str, int | None, bool]:
+    """Remove the rows matching *filter* (none: every row) and add *data*
+    (streamed), in one commit: (manifest JSON, rows removed or None,
+    committed). ``pds.DataError`` naming the first row of *data* the filter
+    does not match, before anything is committed."""
+
 def table_upsert_files(
     store: RustStore, key: str, files: str, *, schema: pa.Schema, parallelism: int
 ) -> tuple[str, int | None, bool]:

@@ -100,6 +100,8 @@ class PreconditionFailed(RemoteStoreError):
 class DataError(RemoteStoreError):
     """The Arrow input failed while it was consumed, or could not be encoded.
 
-    For example a ``RecordBatchReader`` whose source raised mid-stream. Nothing
-    is committed when this is raised.
+    For example a ``RecordBatchReader`` whose source raised mid-stream. Also
+    rows a write refuses for their values: ``Table.replace``'s rows outside its
+    filter (the message names the first). Nothing is committed when this is
+    raised.
     """

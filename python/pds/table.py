@@ -571,6 +571,87 @@ class Table:
         self._manifest = json.loads(text)
         return self.version
 
+    def replace(self, filter: Sequence[tuple[str, str, Any]], data: object, *, schema_mode: str = "strict") -> int:
+        """Remove the rows matching *filter* and add *data*, in one commit;
+        return the version after it. What re-materialising a partition is
+        (Delta's ``replaceWhere``): readers see the old rows or the new ones,
+        never the partition empty or doubled, and :meth:`at` the version
+        before still reads the old rows. No data file is rewritten: one
+        tombstone marks the removed rows (as :meth:`delete`'s) and *data*
+        becomes new data files (as :meth:`append`'s).
+
+        Args:
+            filter: ``(column, op, value)`` tuples that must all hold (as
+                :meth:`delete` takes them). ``[]`` replaces every row: the
+                new version holds exactly *data*, whatever the table held
+                (nothing is read; its data files and tombstones are dropped
+                from it, vacuum removes them later). ``None`` is refused,
+                so that no caller replaces a whole table by accident.
+            data: Anything with ``__arrow_c_stream__`` (a ``pyarrow.Table``,
+                ``RecordBatch``, ``RecordBatchReader``, a polars or pandas
+                frame, ...). Streamed: encoded and uploaded as it arrives,
+                never held whole. Every row must match *filter*.
+            schema_mode: As :meth:`append`.
+
+        A replace that removes no row and adds none commits nothing and
+        returns the latest version.
+
+        Serializable: rows that a concurrent commit adds before this replace
+        commits and that match *filter* are removed too (planned in one more
+        round, as :meth:`delete` plans them), so the partition holds exactly
+        *data*; two replaces of the same partition give the later one's
+        rows. Replaces of disjoint filters (different partitions) by several
+        processes at once all land, each in its own version. The data files
+        are uploaded once, whatever the retries.
+
+        Cost in requests: 2 GETs + 1 HEAD (the latest version, which the plan
+        and the commit build on), the data PUTs; with a filter, as
+        :meth:`delete` (per file whose statistics may match, its footer and
+        the filter's column chunks of the row groups that may match) and 1
+        tombstone PUT when a row matches; then 2 PUTs (manifest create-only,
+        pointer compare-and-swap) when the commit wins at once.
+
+        Raises:
+            TypeError / ValueError: *filter* is not a list of conditions, or
+                names an unknown column or a value of the wrong type
+                (checked against the latest schema before anything is
+                written); a bad *schema_mode*.
+            pds.DataError: a row of *data* does not match *filter* (a null
+                matches no condition); the message names the first (its
+                position in *data*, its values and the condition it fails).
+                Also: the input stream failed while it was read. The files
+                already uploaded are removed and nothing is committed.
+            pds.SchemaMismatch: as :meth:`append`.
+            pds.CommitConflict / pds.CommitUnknown: as :meth:`append` (the
+                new files and tombstone are removed unless the outcome is
+                unknown).
+        """
+        if schema_mode not in _MODES:
+            raise ValueError(f"schema_mode must be one of {_MODES}, got {schema_mode!r}")
+        if filter is None:
+            raise TypeError("replace takes a list of (column, op, value) tuples; pass [] to replace every row")
+        raw, expression = _check_filter(filter)
+        if expression is not None or raw is None:
+            raise TypeError("replace takes a list of (column, op, value) tuples, not an Expression")
+        self.refresh()
+        conditions = core_conditions(raw, self.schema)
+        reader, _, _, guard = _arrow_input(data)
+        try:
+            text, _removed, _committed = _core.table_replace(
+                self._native,
+                self._path,
+                conditions,
+                reader,
+                schema_mode=schema_mode,
+                parallelism=_parallelism(),
+                table_id=self._table_id,
+            )
+        finally:
+            if guard is not None:
+                guard.reraise()
+        self._manifest = json.loads(text)
+        return self.version
+
     def update(self, filter: Filter | None, set: Mapping[str, Any]) -> int:
         """Set columns of the rows that match *filter*, in one commit; return
         the version after it (the latest, with nothing committed, when no

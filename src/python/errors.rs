@@ -92,6 +92,9 @@ pub fn to_py(err: Error) -> PyErr {
             Error::SchemaMismatch { key, .. } => {
                 raise(py, "pds.errors", "SchemaMismatch", msg, &[("path", key)])
             }
+            Error::RowsRefused { key, .. } => {
+                raise(py, "pds.errors", "DataError", msg, &[("path", key)])
+            }
             Error::BucketNotFound { name, .. } => {
                 raise(py, "remote_store", "NotFound", msg, &[("path", name)])
             }

@@ -94,6 +94,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_append, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_delete, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_upsert, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_replace, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_upsert_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_update, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_manifest, m)?)?;

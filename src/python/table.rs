@@ -450,6 +450,37 @@ pub fn table_upsert(
     Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
 }
 
+/// Replace the rows matching `filter` (conditions; none: every row) with
+/// `data`, in one commit; returns `(manifest JSON, rows removed or None,
+/// committed)`.
+#[pyfunction]
+#[pyo3(signature = (store, key, filter, data, *, schema_mode, parallelism, table_id = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn table_replace(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    filter: FilterArg,
+    data: PyRecordBatchReader,
+    schema_mode: &str,
+    parallelism: usize,
+    table_id: Option<String>,
+) -> PyResult<(String, Option<u64>, bool)> {
+    let mode = SchemaMode::parse(schema_mode).py_err()?;
+    let predicate = read_options(None, Some(filter), None)?
+        .predicate
+        .map(|p| p.as_ref().clone())
+        .unwrap_or_default();
+    let reader = data.into_reader()?;
+    let handle = store.inner.clone();
+    let done = super::detach(py, || {
+        expecting(table_id.as_deref(), || {
+            crate::table::replace::replace(handle, &key, predicate, reader, mode, parallelism)
+        })
+    })?;
+    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+}
+
 /// Upsert the rows of data files uploaded by [`table_write_files`] (a Spark
 /// job's); returns `(manifest JSON, rows replaced or None, committed)`.
 #[pyfunction]

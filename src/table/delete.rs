@@ -37,7 +37,7 @@ use arrow_schema::{DataType, Schema, SchemaRef};
 use serde_json::Value;
 
 use super::manifest_key;
-use super::rewrite::{rewrite, Rewrite, Round};
+use super::rewrite::{rewrite, Rewrite, Rewritten, Round};
 use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate, FileSchemas};
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, FileDeletes};
@@ -545,19 +545,40 @@ pub fn delete(
         reads_rows: false,
         schema: None,
     };
-    let done = rewrite(&store, table, op, None, |base, files| {
-        let (entries, rows) = plan(&store, table, base, &predicate, files, parallelism)?;
+    let done =
+        commit_removal(&store, table, op, None, parallelism)?.logged(&store, table, &started);
+    Ok(Deleted {
+        manifest: done.manifest,
+        rows: done.rows,
+        committed: done.committed,
+    })
+}
+
+/// Commit `op` through [`rewrite`]: the rows its predicate matches are
+/// removed, planned as a delete plans them (each round over the files not
+/// planned yet), and its files (already uploaded) added, in one version.
+/// What delete, upsert and replace commit. `first`: the latest version as
+/// the caller read it, if it did.
+pub fn commit_removal(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    op: Rewrite,
+    first: Option<super::commit::Latest>,
+    parallelism: usize,
+) -> Result<Rewritten> {
+    let Some(predicate) = op.predicate.clone() else {
+        return Err(Error::Task(format!(
+            "{} has no filter to plan (a bug; nothing was committed)",
+            op.operation
+        )));
+    };
+    rewrite(store, table, op, first, |base, files| {
+        let (entries, rows) = plan(store, table, base, &predicate, files, parallelism)?;
         Ok(Round {
             entries,
             rows,
             files: Vec::new(),
         })
-    })?
-    .logged(&store, table, &started);
-    Ok(Deleted {
-        manifest: done.manifest,
-        rows: done.rows,
-        committed: done.committed,
     })
 }
 

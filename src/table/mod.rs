@@ -33,6 +33,7 @@ pub mod drop;
 #[cfg(test)]
 mod fault_tests;
 pub mod identity;
+pub mod replace;
 pub mod rewrite;
 pub mod scan;
 pub mod schema;

@@ -28,7 +28,7 @@ use arrow_schema::{DataType, Schema};
 
 use super::commit;
 use super::delete;
-use super::rewrite::{rewrite, CheckedSchema, Rewrite, Rewritten, Round};
+use super::rewrite::{CheckedSchema, Rewrite, Rewritten};
 use super::schema::{describe_change, reconcile, SchemaMode};
 use super::snapshot::{DataFile, TableManifest, TableSchema};
 use super::write::{self, BoxedReader};
@@ -302,14 +302,7 @@ fn commit_upsert(
         reads_rows: false,
         schema: Some(schema),
     };
-    rewrite(store, table, op, Some(latest), |base, files| {
-        let (entries, rows) = delete::plan(store, table, base, &predicate, files, parallelism)?;
-        Ok(Round {
-            entries,
-            rows,
-            files: Vec::new(),
-        })
-    })
+    delete::commit_removal(store, table, op, Some(latest), parallelism)
 }
 
 #[cfg(test)]

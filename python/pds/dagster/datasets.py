@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -18,13 +18,23 @@ from pds.dagster.handlers import from_reader, to_reader, value_type
 from pds.dataset import ParquetDatasetStore
 from pds.errors import DatasetIncomplete
 
+#: Where an output is staged before it replaces an existing dataset (one
+#: dataset per write, ``_pds_staging/<hex>``, removed once copied).
+STAGING = "_pds_staging"
+
+_log = logging.getLogger("pds.dagster")
+
 
 def write_output(store: Store, context: OutputContext, obj: object, uri: str | None) -> None:
     """Write *obj* as the dataset of the output's asset (or partition),
-    replacing what is there. A streamed output whose dataset exists is
-    written to a staging dataset first and copied over once it has been read
-    whole, so that an exception while it streams, or a killed process, leaves
-    the dataset as it was. Nothing is written for ``None``.
+    replacing what is there. When the dataset exists, the output is first
+    written whole to a staging dataset under ``_pds_staging/`` and then
+    copied over, so that an exception while it streams, a store failure
+    while it uploads, or a killed process leaves the dataset as it was.
+    Only the copy itself replaces the dataset: a reader during the copy
+    gets ``DatasetIncomplete``, and a copy that fails keeps the staging
+    dataset (the error names it) so the new rows are not lost. Nothing is
+    written for ``None``.
 
     Raises:
         TypeError: an output type no handler takes ("Dataset mode expects a
@@ -47,14 +57,22 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str | N
         raise TypeError(f"Dataset mode expects a DataFrame or an Arrow stream: {exc}") from None
     datasets = ParquetDatasetStore(store)
     stream = CheckedStream(out.reader, None, context.asset_key.to_user_string())
-    if out.streamed and datasets.dataset_exists(key):
-        staging = f"{key}.pds-staging-{uuid.uuid4().hex}"
+    if datasets.dataset_exists(key):
+        staging = f"{STAGING}/{uuid.uuid4().hex}"
         try:
             datasets.write_dataset(stream.reader, staging)
+        except BaseException:
+            _drop_staging(datasets, staging)
+            raise
+        try:
             manifest = datasets.write_dataset(datasets.iter_batches(staging), key, overwrite=True)
-        finally:
-            with contextlib.suppress(NotFound, DatasetIncomplete):
-                datasets.delete_dataset(staging)
+        except Exception as exc:
+            raise RuntimeError(
+                f"asset {context.asset_key.to_user_string()}: copying the new rows over dataset {key!r} failed "
+                f"({type(exc).__name__}: {exc}); {key!r} is incomplete, and the new rows are kept in the "
+                f"dataset {staging!r}: materialise the asset again (and delete that dataset)"
+            ) from exc
+        _drop_staging(datasets, staging)
     else:
         manifest = datasets.write_dataset(stream.reader, key, overwrite=True)
     meta: dict[str, Any] = {
@@ -65,6 +83,17 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str | N
     if uri is not None:
         meta["dagster/uri"] = uri
     context.add_output_metadata(meta)
+
+
+def _drop_staging(datasets: ParquetDatasetStore, staging: str) -> None:
+    """Delete a staging dataset, best effort: a failure is logged, never
+    raised over the error or result it follows."""
+    try:
+        datasets.delete_dataset(staging)
+    except (NotFound, DatasetIncomplete):
+        pass
+    except Exception as exc:  # noqa: BLE001 - cleanup must not hide the outcome
+        _log.warning("could not delete the staging dataset %r: %s", staging, exc)
 
 
 def load_input(store: Store, context: InputContext, options: Mapping[str, Any] | None = None) -> Any:

@@ -52,11 +52,13 @@ def to_reader(obj: object, what: str = "an asset output") -> Output:
     if isinstance(obj, pa.RecordBatchReader):
         return Output(obj, streamed=True)
     module = _module(obj)
+    if module == "polars" and type(obj).__name__ == "LazyFrame":
+        return Output(obj.collect().to_arrow().to_reader(), streamed=False)  # type: ignore[attr-defined]
     if module == "polars" and hasattr(obj, "to_arrow"):
-        frame: Any = obj.collect() if type(obj).__name__ == "LazyFrame" else obj  # type: ignore[attr-defined]
-        return Output(frame.to_arrow().to_reader(), streamed=False)
+        return Output(obj.to_arrow().to_reader(), streamed=False)
     if module == "pandas" and type(obj).__name__ == "DataFrame":
-        return Output(pa.Table.from_pandas(obj, preserve_index=False).to_reader(), streamed=False)
+        # As remote-store: an index other than the default range is kept as columns.
+        return Output(pa.Table.from_pandas(obj).to_reader(), streamed=False)
     if hasattr(obj, "__arrow_c_stream__"):
         try:
             return Output(pa.RecordBatchReader.from_stream(obj), streamed=True)

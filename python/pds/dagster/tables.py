@@ -138,9 +138,15 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str) ->
 
 def _create(store: Store, key: str, stream: CheckedStream, pk: str | None) -> Table | None:
     """The table created from *stream*; ``None`` if another writer created
-    it first (and the output can be written to it: still unread, or in
-    memory)."""
+    it first (the output is then written to that table).
+
+    A streamed output cannot be read twice, so its table is created empty
+    from the stream's schema first (that create is what races); the rows go
+    in by the caller's next step, as for an existing table."""
     try:
+        if stream.streamed:
+            Table.create(store, key, schema=stream.reader.schema, primary_key=pk)
+            return None
         return Table.create(store, key, data=stream.reader, primary_key=pk)
     except AlreadyExists:
         if (stream.started and stream.streamed) or _open(store, key) is None:

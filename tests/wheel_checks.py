@@ -4,10 +4,11 @@ Not a test module: it runs as ``<venv>/bin/python tests/wheel_checks.py
 <check> <dir>`` so that it imports pds from the installed wheel, never from
 the source tree. Each check raises (exit code 1) on the first failure.
 
-- ``quickstart``: imports every ``pds`` module but ``pds.spark``, writes and
-  reads a dataset and a table, and runs a small pipeline, on a ``file://``
-  store in *dir*.
-- ``no-spark``: ``import pds.spark`` fails with an error naming the extra.
+- ``quickstart``: imports every ``pds`` module but ``pds.spark`` and
+  ``pds.dagster``, writes and reads a dataset and a table, and runs a small
+  pipeline, on a ``file://`` store in *dir*.
+- ``no-spark``: ``import pds.spark`` and ``import pds.dagster`` fail with an
+  error naming their extras.
 - ``spark``: ``pds.spark`` and ``pyspark_pds`` import; the mapInArrow helpers
   run a local[1] Spark job (write, read with ``engine="spark"``, upsert on
   a table, a pipeline update); on PySpark >= 4.0 ``format("pds")`` reads
@@ -51,9 +52,11 @@ def quickstart(root: Path) -> None:
     import pds
 
     _inside_venv()
-    # Every module a user imports (pds.spark needs the extra: see no_spark).
+    # Every module a user imports (pds.spark and pds.dagster need their
+    # extras: see no_spark).
     for info in pkgutil.walk_packages(pds.__path__, "pds."):
-        if not info.name.startswith("pds.spark") and not info.name.endswith("__main__"):
+        extra = info.name.startswith(("pds.spark", "pds.dagster"))
+        if not extra and not info.name.endswith("__main__"):
             import_module(info.name)
     store = pds.open_store(root.as_uri())
     datasets = pds.ParquetDatasetStore(store, max_rows_per_file=2)
@@ -96,6 +99,9 @@ def no_spark(root: Path) -> None:
     message = _error_of(lambda: import_module("pds.spark"), ImportError)
     assert 'pip install "pds[spark]"' in message, message
     print("no-spark ok:", message)
+    message = _error_of(lambda: import_module("pds.dagster"), ImportError)
+    assert 'pip install "pds[dagster]"' in message, message
+    print("no-dagster ok:", message)
 
 
 def spark(root: Path) -> None:

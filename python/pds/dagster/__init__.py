@@ -10,6 +10,11 @@ Install with ``pip install "pds[dagster]"``.
 - :func:`dagster_dataset_io_manager`: a drop-in for remote-store's.
 """
 
+try:
+    import dagster  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError('pds.dagster needs Dagster 1.13: pip install "pds[dagster]"') from exc
+
 from pds.dagster._stream import OutsidePartition
 from pds.dagster.dropin import dagster_dataset_io_manager
 from pds.dagster.io_manager import PdsIOManager

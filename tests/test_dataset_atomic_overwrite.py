@@ -242,3 +242,24 @@ def test_a_spark_overwrite_swaps_the_manifest_in_place(faulty: Faulty) -> None:
     direct = pds.ParquetDatasetStore(faulty.direct)
     assert _which(direct.read_dataset("ds"), {2: new}) == 2
     assert _names(faulty.direct, "ds") == sorted([*manifest.parts, "_SUCCESS", "manifest.json"])
+
+
+def test_a_stream_overtaken_by_an_overwrite_fails_without_repeating_rows(lake: Lake) -> None:
+    """A streamed read holds the replaced manifest; the overwrite's cleanup
+    deletes the parts it has not read yet. It raises ``DatasetIncomplete``
+    (never a row twice, never the new rows mixed in); a new read gets the
+    new dataset."""
+    _, _, store = lake
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=500, row_group_size=500)
+    old, new = _rows(1, 20_000), _rows(2, 700)
+    ds.write_dataset(old, "ds")
+    stream = ds.iter_batches("ds")
+    got = [stream.read_next_batch()]
+    ds.write_dataset(new, "ds", overwrite=True)
+    with pytest.raises(pds.DatasetIncomplete):
+        while True:
+            got.append(stream.read_next_batch())  # StopIteration would fail the test
+    rows = pa.Table.from_batches(got)
+    assert set(rows.column("tag").to_pylist()) == {1}
+    assert len(set(rows.column("x").to_pylist())) == rows.num_rows  # no row twice
+    assert _which(ds.read_dataset("ds"), {2: new}) == 2

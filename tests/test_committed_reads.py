@@ -31,6 +31,15 @@ def _committed(store: Any, key: str) -> str:
     return _core.committed_manifest(ds._native, ds._store.native_path(key))
 
 
+def _delete_then_write(store: Any, table: pa.Table) -> None:
+    """Replace the dataset ``d`` by deleting it and writing anew: what an
+    overwrite on a foreign Store (or an older pds) does. pds's own overwrite
+    swaps the manifest in place, which these readers' races do not need."""
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=400)
+    ds.delete_dataset("d")
+    ds.write_dataset(table, "d")
+
+
 def _waited(event: threading.Event) -> None:
     assert event.wait(WAIT), "the other side never came"
 
@@ -86,12 +95,13 @@ def test_a_dataset_that_keeps_changing_is_said_to(faulty: Any) -> None:
 
 
 def test_a_manifest_never_committed_is_never_taken(faulty: Any) -> None:
-    """An overwrite has created its manifest and its ``_SUCCESS`` PUT is on
-    its way when the reader's GET of the manifest is answered; that PUT
-    then fails (refused), so the new manifest is never committed and the
-    writer removes it. The reader, whose HEAD of ``_SUCCESS`` may have seen
-    the old dataset's marker before the overwrite withdrew it, must not take
-    the new manifest: it finds no dataset committed."""
+    """A delete-then-write replace has created its manifest and its
+    ``_SUCCESS`` PUT is on its way when the reader's GET of the manifest is
+    answered; that PUT then fails (refused), so the new manifest is never
+    committed and the writer removes it. The reader, whose HEAD of
+    ``_SUCCESS`` may have seen the old dataset's marker before the delete
+    withdrew it, must not take the new manifest: it finds no dataset
+    committed."""
     direct = pds.ParquetDatasetStore(faulty.direct, max_rows_per_file=400)
     direct.write_dataset(_table(1_000, 0), "d")
     at_marker = threading.Event()
@@ -100,9 +110,7 @@ def test_a_manifest_never_committed_is_never_taken(faulty: Any) -> None:
 
     def write() -> None:
         try:
-            pds.ParquetDatasetStore(faulty.open(), max_rows_per_file=400).write_dataset(
-                _table(2_000, 1), "d", overwrite=True
-            )
+            _delete_then_write(faulty.open(), _table(2_000, 1))
         except BaseException as exc:  # noqa: BLE001 - checked below
             failures.append(exc)
 
@@ -127,10 +135,10 @@ def test_a_manifest_never_committed_is_never_taken(faulty: Any) -> None:
 
 
 def test_a_manifest_missing_under_a_new_marker_is_asked_again(faulty: Any) -> None:
-    """The reader's GET of the manifest is answered while an overwrite has
-    cleared the key (no manifest), and its HEAD of ``_SUCCESS`` after the
-    overwrite committed: a commit landed between the two. It asks again and
-    takes the new manifest, not a bare ``NotFound``."""
+    """The reader's GET of the manifest is answered while a delete-then-write
+    replace has cleared the key (no manifest), and its HEAD of ``_SUCCESS``
+    after the new write committed: a commit landed between the two. It asks
+    again and takes the new manifest, not a bare ``NotFound``."""
     direct = pds.ParquetDatasetStore(faulty.direct, max_rows_per_file=400)
     direct.write_dataset(_table(1_000, 0), "d")
     cleared = threading.Event()
@@ -139,9 +147,7 @@ def test_a_manifest_missing_under_a_new_marker_is_asked_again(faulty: Any) -> No
 
     def write() -> None:
         try:
-            pds.ParquetDatasetStore(faulty.open(), max_rows_per_file=400).write_dataset(
-                _table(1_500, 1), "d", overwrite=True
-            )
+            _delete_then_write(faulty.open(), _table(1_500, 1))
         finally:
             done.set()
 

@@ -2,7 +2,6 @@
 memory, file, SeaweedFS S3 and the GCS emulator (issue K)."""
 
 import datetime
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -391,48 +390,80 @@ def test_a_failed_dataset_stream_keeps_the_dataset(lake: tuple[str, dict[str, st
     assert left == [], left
 
 
-def test_an_in_memory_output_whose_upload_fails_keeps_the_dataset(faulty: Any) -> None:
-    # A store failure while the new rows upload (every PUT of a staged part
-    # refused) must leave the dataset as it was, for an in-memory output too.
-    lake = (faulty.url, faulty.options)
+def _snapshot_asset() -> Any:
+    """An unpartitioned dataset asset of ``x = 0 .. n-1``, *n* from the run's tag ``n`` (3)."""
 
     @dg.asset
     def snapshot(context: dg.AssetExecutionContext) -> Any:
         n = int(context.run.tags.get("n", "3"))
         return pa.table({"x": list(range(n))})
 
+    return snapshot
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        pytest.param(r"/snapshot/[^/]+\.parquet$", id="part-uploads"),
+        pytest.param(r"/snapshot/manifest\.json$", id="manifest-swap"),
+    ],
+)
+def test_an_overwrite_the_store_refuses_keeps_the_dataset(faulty: Any, refused: str) -> None:
+    # A store failure while the new rows upload (every part PUT refused), or
+    # at the commit (the manifest's compare-and-swap refused), leaves the
+    # dataset as it was, with nothing of the failed write beside it; the
+    # overwrite is atomic, so no staging dataset is involved.
+    lake = (faulty.url, faulty.options)
+    snapshot = _snapshot_asset()
     run([snapshot], lake)
-    faulty.proxy.fail("PUT", r"/_pds_staging/[0-9a-f]+/[^/]+\.parquet$", status=400, times=None)
+    before = sorted(str(f.path) for f in faulty.direct.list_files("", recursive=True))
+    faulty.proxy.fail("PUT", refused, status=400, times=None)
     bad = run([snapshot], lake, tags={"n": "5"}, ok=False)
     assert "400" in _failure(bad) or "Bad Request" in _failure(bad) or "refused" in _failure(bad), _failure(bad)
+    assert any(e.action == "fail" for e in faulty.proxy.log)
     faulty.proxy.clear_rules()
     datasets = pds.ParquetDatasetStore(faulty.direct)
     assert datasets.read_dataset("snapshot").column("x").to_pylist() == [0, 1, 2]
+    assert sorted(str(f.path) for f in faulty.direct.list_files("", recursive=True)) == before
     run([snapshot], lake, tags={"n": "5"})
     assert datasets.read_dataset("snapshot").column("x").to_pylist() == [0, 1, 2, 3, 4]
     left = [str(f.path) for f in faulty.direct.list_files("", recursive=True) if "_pds_staging" in str(f.path)]
     assert left == [], left
 
 
-def test_a_failed_copy_keeps_the_new_rows_and_names_them(faulty: Any) -> None:
-    # The copy over the dataset fails (its manifest PUT refused): the error
-    # names the staging dataset, which still holds every new row.
-    lake = (faulty.url, faulty.options)
+def test_a_foreign_store_overwrite_is_staged(tmp_path: Path) -> None:
+    # A remote_store Store that is not pds's own backend overwrites by
+    # delete-then-write: the output goes to a staging dataset first, so a
+    # stream that fails leaves the dataset, and none stays behind.
+    from remote_store import Store
+    from remote_store.backends import LocalBackend
+
+    from pds.dagster import dagster_dataset_io_manager
+
+    store = Store(LocalBackend(root=str(tmp_path)))
+    assert pds.ParquetDatasetStore(store)._native is None
+    resources = {"io_manager": dagster_dataset_io_manager(store)}
 
     @dg.asset
     def snapshot(context: dg.AssetExecutionContext) -> Any:
-        n = int(context.run.tags.get("n", "3"))
-        return pa.table({"x": list(range(n))})
+        rows = pa.table({"x": [1, 2, 3]})
+        if context.run.tags.get("fail") != "stream":
+            return rows.slice(0, int(context.run.tags.get("n", "3")))
 
-    run([snapshot], lake)
-    faulty.proxy.fail("PUT", r"/snapshot/manifest\.json$", status=400, times=None)
-    message = _failure(run([snapshot], lake, tags={"n": "4"}, ok=False))
-    faulty.proxy.clear_rules()
-    (staging,) = re.findall(r"kept in the dataset '(_pds_staging/[0-9a-f]+)'", message)
-    datasets = pds.ParquetDatasetStore(faulty.direct)
-    assert datasets.read_dataset(staging).column("x").to_pylist() == [0, 1, 2, 3]
-    run([snapshot], lake, tags={"n": "4"})
-    assert datasets.read_dataset("snapshot").column("x").to_pylist() == [0, 1, 2, 3]
+        def batches() -> Any:
+            yield rows.to_batches()[0]
+            raise RuntimeError("the source broke mid-stream")
+
+        return pa.RecordBatchReader.from_batches(rows.schema, batches())
+
+    assert dg.materialize([snapshot], resources=resources).success
+    bad = dg.materialize([snapshot], resources=resources, tags={"fail": "stream"}, raise_on_error=False)
+    assert "the source broke mid-stream" in _failure(bad)
+    datasets = pds.ParquetDatasetStore(store)
+    assert datasets.read_dataset("snapshot").column("x").to_pylist() == [1, 2, 3]
+    assert dg.materialize([snapshot], resources=resources, tags={"n": "2"}).success
+    assert datasets.read_dataset("snapshot").column("x").to_pylist() == [1, 2]
+    assert not [f for f in store.list_files("", recursive=True) if "_pds_staging" in str(f.path)]
 
 
 # -- the resource --------------------------------------------------------------

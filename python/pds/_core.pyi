@@ -316,6 +316,17 @@ def dataset_claim_release(store: RustStore, location: str, token: bytes) -> None
     """Remove the claim on *location* if it still holds *token*; never
     raises for a lost claim. Cost: 1 GET + 1 DELETE."""
 
+def dataset_swap_manifest(store: RustStore, location: str, token: bytes, manifest: str) -> bool:
+    """Commit *manifest* (JSON text) over the dataset committed at *location*
+    for the holder of the claim *token* (a Spark overwrite whose parts have
+    names of their own): ``manifest.json`` is replaced by compare-and-swap,
+    ``_SUCCESS`` stays, so readers switch from the old dataset to the new
+    one at once. Returns ``True`` if swapped, ``False`` if no dataset is
+    committed there (nothing written). Raises ``remote_store.AlreadyExists``
+    if the claim was lost or another writer committed first. Cost: 3
+    requests in sequence (the committed manifest), 1 GET, 1 PUT (+1 GET if
+    refused)."""
+
 def check_key_free(store: RustStore, key: str, creating: Literal["dataset", "table", "pipeline"]) -> str | None:
     """Raise ``remote_store.AlreadyExists``, naming what is there and its key,
     unless a *creating* may be created at *key*: nothing of another kind at

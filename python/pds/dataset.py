@@ -389,8 +389,9 @@ class ParquetDatasetStore:
         valid, empty dataset.
 
         Sequence: parts (each written atomically), then ``manifest.json``, then
-        ``_SUCCESS``. If anything fails, neither of the last two is written and
-        the parts written so far are removed.
+        ``_SUCCESS``; an overwrite of a committed dataset on pds's own backend
+        swaps ``manifest.json`` in place instead (see Concurrency). If anything
+        fails, nothing is committed and the parts written so far are removed.
 
         With ``progress=True`` (``None``, the default: if ``PDS_PROGRESS`` is
         set), the rows, parts and bytes written so far show on stderr while it
@@ -423,14 +424,27 @@ class ParquetDatasetStore:
         Concurrency: the key is claimed before the first part (a create-only
         ``_WRITING``), so of writers racing without *overwrite* exactly one
         wins. ``overwrite=True`` takes the key from whoever holds it (a live
-        writer then fails, a killed one's claim is cleared), withdraws the
-        committed dataset (``_SUCCESS`` first) and deletes its files
-        (PDS-011's delete-then-write). On pds's own backend, parts are created
-        create-only and a writer checks, after its ``_SUCCESS``, that every
-        part is still the object it wrote: a writer told ok keeps exactly its
-        rows until a later write replaces them whole, racing overwrites commit
-        one writer's rows or none, and a reader never gets a mix. A lost reply
-        to the claim or to ``_SUCCESS`` is recognised as the writer's own.
+        writer then fails, a killed one's claim is cleared). On pds's own
+        backend an overwrite of a committed dataset is atomic: the old
+        dataset stays committed and readable while the new parts upload
+        (named ``part-<12 hex>-NNNNN.parquet``, for this write alone), one
+        compare-and-swap of ``manifest.json`` commits (``_SUCCESS`` stays),
+        and only then are the old parts deleted. Readers never see the
+        dataset missing or a mix of rows; an overwrite that fails or is
+        killed leaves the old dataset exactly as it was; of overwrites
+        racing, one commits and the others raise ``AlreadyExists``, removing
+        their parts. A lost reply to the swap is recognised as the writer's
+        own (the manifest holds its bytes). Where no dataset is committed,
+        the key is cleared and parts get RFC-0008's names. On a foreign
+        remote_store Store, an overwrite withdraws the committed dataset
+        (``_SUCCESS`` first) and deletes its files before writing (PDS-011's
+        delete-then-write): readers see no dataset meanwhile, and a failure
+        leaves none. On pds's own backend, parts are created create-only and
+        a writer checks, after its commit, that every part is still the
+        object it wrote: a writer told ok keeps exactly its rows until a
+        later write replaces them whole, and a reader never gets a mix. A
+        lost reply to the claim or to ``_SUCCESS`` is recognised as the
+        writer's own.
 
         Cost: on the fast path, memory per part in flight (one per core) is
         the compressed pages of one row group, 64Ki rows of input and its
@@ -439,15 +453,19 @@ class ParquetDatasetStore:
         and a DELETE for the first part of a stream of unknown length with
         *max_rows_per_file* that grows past 16 MiB and proves the only part
         (uploaded as ``part-00000.parquet`` before its name is known), plus
-        two small PUTs; the claim (1 PUT, 4 GETs, 1 DELETE; 1 GET per part
-        after the first, and a GET and a HEAD before each multipart part
-        completes); clearing the key (1 LIST, a DELETE per object found, and
-        one for ``_SUCCESS`` with *overwrite*); the check after the commit
-        (1 LIST per 1,000 parts); and the exclusivity check: 5 HEADs per
-        level of *key* (``a/b``: 10, at once), 1 LIST of at most 1,000
-        objects below it (markers further down are not seen), and 1-3 GETs
-        per table or pipeline found. An overwrite checks once more before it
-        takes the key.
+        two small PUTs (one, a compare-and-swap, for an overwrite of a
+        committed dataset); the claim (1 PUT, 4 GETs, 1 DELETE; 1 GET per
+        part after the first, and a GET and a HEAD before each multipart part
+        completes); with *overwrite*, the committed manifest read first (a
+        GET and 2 HEADs); clearing the key where no dataset is committed (1
+        LIST, a DELETE per object found, and one for ``_SUCCESS`` with
+        *overwrite*), or, after an overwrite's swap, a DELETE per object of
+        the replaced dataset; the check after the commit (1 LIST per 1,000
+        parts); and the exclusivity check: 5 HEADs per level of *key*
+        (``a/b``: 10, at once), 1 LIST of at most 1,000 objects below it
+        (markers further down are not seen), and 1-3 GETs per table or
+        pipeline found. An overwrite checks once more before it takes the
+        key.
         """
         key = _check_key(key)
         show = _progress.enabled(progress)

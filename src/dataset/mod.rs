@@ -10,10 +10,13 @@
 //!
 //! **One writer per key.** RFC-0008's part names are fixed (`data.parquet`,
 //! `part-NNNNN.parquet`), so two writers of one key would write the same
-//! objects. The protocol below keeps them and still guarantees: a writer
-//! told ok keeps exactly its rows until a later write replaces them whole;
-//! of writers racing on one key (with or without `overwrite`), one commits
-//! its rows or none does; a reader never gets a mix.
+//! objects. The protocol below keeps them for a first write and still
+//! guarantees: a writer told ok keeps exactly its rows until a later write
+//! replaces them whole; of writers racing on one key (with or without
+//! `overwrite`), one commits its rows or none does; a reader never gets a
+//! mix; and an overwrite of a committed dataset is atomic: readers see the
+//! old dataset until the new one is committed, never none, and an
+//! overwrite that fails or is killed leaves the old one as it was.
 //!
 //! 1. **Claim.** A writer creates `_WRITING` under the key holding a token
 //!    of its own: create-only (If-None-Match) without `overwrite`, so a
@@ -21,11 +24,11 @@
 //!    overwrite replaces it, so the writer it took the key from fails at
 //!    its next check. A create whose reply was lost reads the claim back
 //!    and recognises its own token.
-//! 2. **Clear.** Holding the claim, an overwrite removes `_SUCCESS` first
-//!    (readers then see no dataset, never a mix), then every other object
-//!    of the dataset layout under the key; a plain write removes what a
-//!    failed or killed writer left (parts, a manifest), as nothing is
-//!    committed there.
+//! 2. **Clear**, where no dataset is committed (no `_SUCCESS`; an overwrite
+//!    reads the committed manifest first, and skips this step if there is
+//!    one: see **Replace** below). Holding the claim, the writer removes
+//!    every object of the dataset layout under the key but the claim: what
+//!    a failed or killed writer left (parts, a manifest).
 //! 3. **Parts** are created create-only: a late part of a writer that lost
 //!    the key can never replace a part of the holder. A part larger than
 //!    one chunk goes up as a multipart upload, which object stores cannot
@@ -41,33 +44,73 @@
 //!    the writer withdraws its `_SUCCESS` and fails with `ClaimLost`:
 //!    it is told ok only for a dataset that is exactly its own.
 //!
+//! **Replace.** An overwrite that finds a committed dataset (its manifest
+//! read as a reader reads it, below, with the manifest's ETag / version)
+//! removes nothing before it commits ([`write_replacing`]):
+//!
+//! - its parts are named for this write alone,
+//!   `part-<12 random hex>-NNNNN.parquet` (as Spark writes name theirs), so
+//!   they never collide with the committed dataset's or another writer's;
+//! - the commit is one compare-and-swap of `manifest.json` (If-Match the
+//!   ETag read; every store pds supports decides it, `file://` through
+//!   `store::local_cas`), after a claim check; `_SUCCESS` is there before and
+//!   after. A swap refused after a lost reply is recognised as the writer's
+//!   own by the manifest's bytes; refused otherwise, another writer committed
+//!   first: this write removes its parts and fails with `AlreadyExists`;
+//! - one LIST then confirms that the parts are still this writer's objects
+//!   (if the manifest there is no longer this writer's, a later write
+//!   replaced it whole, and this one committed); if one was replaced, the
+//!   manifest is swapped back and the write fails with `ClaimLost`;
+//! - then the claim is checked and the objects of the dataset layout that
+//!   LIST found, but the new parts, the manifest, `_SUCCESS` and the claim,
+//!   are deleted: the replaced dataset's parts and debris of killed
+//!   writers. A writer that took the key after that check wrote its parts
+//!   after the LIST, so none of them is deleted. Without the claim the
+//!   cleanup is skipped (a later overwrite removes what is left).
+//!
+//! A killed overwrite leaves its parts and its claim beside the committed
+//! dataset, which is unchanged. Old pds versions and remote-store read a
+//! dataset written this way: the manifest's format is the same, and parts
+//! are read by the names it lists.
+//!
 //! **Reading.** A dataset is committed while `_SUCCESS` is there: the
 //! manifest under it then is the committed one. A reader needs a moment at
 //! which both held, and two requests sent together cannot give one: a HEAD
-//! of `_SUCCESS` answered before an overwrite withdrew it and a GET of
-//! `manifest.json` answered after that overwrite created its own (but not
+//! of `_SUCCESS` answered before a delete withdrew it and a GET of
+//! `manifest.json` answered after a new write created its own (but not
 //! yet its `_SUCCESS`, which may never come: the writer fails or is killed)
 //! would pair the old marker with a manifest never committed. So
 //! [`read_committed_manifest`] asks in sequence: GET `manifest.json` (at
 //! t1), HEAD `_SUCCESS` (t2), HEAD `manifest.json` (t3), and takes the
 //! manifest if `_SUCCESS` was there at t2 and the manifest at t3 is the
 //! object read at t1. Then the manifest was there throughout [t1, t3]: it
-//! is created create-only, so it changes only by being deleted and created
-//! anew, and a new one is another object (another ETag; where a store
-//! gives no ETag, other bytes: every manifest records its write's time to
-//! the microsecond). So at t2 both were there. Comparing `_SUCCESS`
-//! instead cannot work: it is empty, so its ETag is the same for every
-//! commit, and its Last-Modified has a resolution of one second on S3,
-//! where several commits fit. Anything else is asked again, a few times
-//! with a pause: no `_SUCCESS` at t2 is `DatasetIncomplete` (no dataset
-//! is committed at t2: a write in progress, withdrawn or deleted);
-//! `_SUCCESS` without a manifest at t1, or a manifest replaced by t3, is
-//! an overwrite committed meanwhile.
+//! changes only by being created anew (after a delete) or swapped in place
+//! by an overwrite, and either way the new one is another object (another
+//! ETag; where a store gives no ETag, other bytes: every manifest records
+//! its write's time to the microsecond). So at t2 both were there, and a
+//! manifest swapped in place is committed the moment it lands, `_SUCCESS`
+//! being there already. (A swap back to the old bytes, after a failed
+//! check, may give the old ETag again: the manifest read is then the old
+//! committed one, whose parts are untouched until a cleanup.) Comparing
+//! `_SUCCESS` instead cannot work: it is empty, so its ETag is the same for
+//! every commit, and its Last-Modified has a resolution of one second on
+//! S3, where several commits fit. Anything else is asked again, a few
+//! times with a pause: no `_SUCCESS` at t2 is `DatasetIncomplete` (no
+//! dataset is committed at t2: a first write in progress, or one deleted);
+//! `_SUCCESS` without a manifest at t1, or a manifest replaced by t3, is a
+//! commit meanwhile.
+//!
+//! A reader that took the replaced manifest may find its parts deleted by
+//! the overwrite's cleanup: [`read_dataset`] then reads the manifest again
+//! and starts over once from the new one; a streamed read ([`scan`]) that
+//! already handed out batches fails with `DatasetIncomplete` instead of
+//! repeating rows.
 //!
 //! A writer killed mid-write leaves its claim: later `overwrite=False`
 //! writes refuse the key until `delete_dataset` or an `overwrite=True`
 //! write clears it. A writer that lost the key never deletes anything
-//! there (the names may now be the new holder's).
+//! there but the parts it named for itself (the other names may now be
+//! the new holder's).
 
 pub mod manifest;
 pub mod scan;
@@ -676,24 +719,33 @@ struct OpenPart {
 
 /// Write a dataset from `reader` (fast path). Returns the manifest written.
 ///
-/// Capabilities are the caller's: this claims the key, clears it, writes
-/// parts, then `manifest.json`, then `_SUCCESS`, and checks the result (see
-/// the module docs), or, on failure, commits nothing.
+/// Capabilities are the caller's: this claims the key and writes parts,
+/// then commits and checks the result (see the module docs), or, on
+/// failure, commits nothing.
 ///
 /// Without `req.overwrite`: `AlreadyExists` if a dataset is committed at
-/// the key or another writer holds it, before any part is written. With
-/// it, the committed dataset is withdrawn (`_SUCCESS` first) and removed,
-/// and a writer holding the key loses it. Either way the key must be free
-/// of tables and pipelines, and of anything inside or around it
-/// ([`occupancy::check_free`]: 5 HEADs per level of the key and 1 LIST):
-/// `KeyOccupied` otherwise. Types pds cannot store fail with
-/// `UnsupportedType` before any I/O.
+/// the key or another writer holds it, before any part is written; the
+/// key is cleared of what failed writers left, and the parts get
+/// RFC-0008's names. With it, a writer holding the key loses it, and a
+/// committed dataset is replaced atomically: it stays readable while the
+/// parts (named for this write alone) are written, and one compare-and-swap
+/// of `manifest.json` commits ([`write_replacing`]); an overwrite that
+/// fails or is killed leaves it as it was. Where no dataset is committed,
+/// an overwrite clears the key and writes as without `overwrite`. Either
+/// way the key must be free of tables and pipelines, and of anything
+/// inside or around it ([`occupancy::check_free`]: 5 HEADs per level of the
+/// key and 1 LIST): `KeyOccupied` otherwise. Types pds cannot store fail
+/// with `UnsupportedType` before any I/O.
 ///
 /// Cost besides the parts: the claim (1 PUT, 1 GET per check: before the
-/// clear, before each part after the first, before the commit; 1 GET and 1
-/// DELETE to release it), the clear (1 LIST, and a DELETE per object found;
-/// +1 DELETE for `_SUCCESS` with `overwrite`), the commit (2 PUTs) and its
-/// check (1 LIST).
+/// clear or the read of the committed manifest, before each part after
+/// the first, before the commit; 1 GET and 1 DELETE to release it). A
+/// write where no dataset is committed: the clear (1 LIST, and a DELETE
+/// per object found; +1 DELETE for `_SUCCESS` with `overwrite`, after the
+/// 3 requests that find no committed dataset), the commit (2 PUTs) and
+/// its check (1 LIST). An overwrite of a committed dataset: its manifest
+/// read (GET, HEAD, HEAD), the swap (1 PUT), 1 LIST, 1 GET (the claim)
+/// and a DELETE per object of the replaced dataset.
 pub fn write_dataset(
     store: Arc<StoreHandle>,
     reader: Box<dyn RecordBatchReader + Send>,
@@ -705,7 +757,7 @@ pub fn write_dataset(
     let started = crate::store::counted::Started::now(&store);
     let location = req.location.clone();
     let overwrite = req.overwrite;
-    let claim = crate::runtime::block_on({
+    let (claim, replacing) = crate::runtime::block_on({
         let store = store.clone();
         async move {
             let claim = if overwrite {
@@ -730,11 +782,19 @@ pub fn write_dataset(
                 // Another writer may have taken the key during the checks:
                 // nothing is removed unless the claim still holds.
                 claim.check(&store).await?;
-                clear_for_write(&store, &location, overwrite).await?;
-                claim.check(&store).await
+                // A committed dataset stays until its manifest is swapped.
+                let replacing = match overwrite {
+                    true => committed_to_replace(&store, &location).await?,
+                    false => None,
+                };
+                if replacing.is_none() {
+                    clear_for_write(&store, &location, overwrite).await?;
+                    claim.check(&store).await?;
+                }
+                Ok(replacing)
             };
             match free.await {
-                Ok(()) => Ok(claim),
+                Ok(replacing) => Ok((claim, replacing)),
                 Err(e) => {
                     claim.release(&store).await;
                     Err(e)
@@ -742,40 +802,279 @@ pub fn write_dataset(
             }
         }
     })??;
-    let result = (|| {
-        let parts = write_parts_claimed(store.clone(), reader, &opts, &req, Some(&claim))?;
-        let manifest = build_manifest(&parts.schema, &opts, &req, &parts.names, &parts.summaries)?;
-        crate::runtime::block_on(async {
-            let mut committed =
-                commit_claimed(&store, &req.location, &manifest, &parts, &claim).await;
-            // Failing because another writer took the key is the lost claim:
-            // the key and its part names are the other writer's now.
-            if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
-                if let Err(lost @ Error::ClaimLost { .. }) = claim.check(&store).await {
-                    committed = Err(lost);
-                }
-            }
-            if let Err(e) = &committed {
-                if !matches!(e, Error::ClaimLost { .. }) {
-                    // The key is still ours: nothing of this write may stay.
-                    let mut keys: Vec<String> = parts
-                        .names
-                        .iter()
-                        .map(|n| child_key(&req.location, n))
-                        .collect();
-                    keys.push(child_key(&req.location, MANIFEST));
-                    let _ = store.delete_many(&keys).await;
-                }
-            }
-            committed
-        })??;
-        Ok(manifest)
-    })();
+    let result = match &replacing {
+        Some(old) => write_replacing(&store, reader, &opts, &req, &claim, old),
+        None => write_fresh(&store, reader, &opts, &req, &claim),
+    };
     let _ = crate::runtime::block_on(claim.release(&store));
     if let Ok(m) = &result {
         log_written(&store, m, &started);
     }
     result
+}
+
+/// A write at a key where no dataset is committed (cleared, holding the
+/// claim): RFC-0008's part names, then `manifest.json` and `_SUCCESS`
+/// created create-only ([`commit_claimed`]). On failure nothing of it stays
+/// while the key is still this writer's.
+fn write_fresh(
+    store: &Arc<StoreHandle>,
+    reader: Box<dyn RecordBatchReader + Send>,
+    opts: &EncodeOptions,
+    req: &WriteRequest,
+    claim: &Claim,
+) -> Result<Manifest> {
+    let parts = write_parts_claimed(store.clone(), reader, opts, req, Some(claim), false)?;
+    let manifest = build_manifest(&parts.schema, opts, req, &parts.names, &parts.summaries)?;
+    crate::runtime::block_on(async {
+        let mut committed = commit_claimed(store, &req.location, &manifest, &parts, claim).await;
+        // Failing because another writer took the key is the lost claim:
+        // the key and its part names are the other writer's now.
+        if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
+            if let Err(lost @ Error::ClaimLost { .. }) = claim.check(store).await {
+                committed = Err(lost);
+            }
+        }
+        if let Err(e) = &committed {
+            if !matches!(e, Error::ClaimLost { .. }) {
+                // The key is still ours: nothing of this write may stay.
+                let mut keys = part_keys(&req.location, &parts.names);
+                keys.push(child_key(&req.location, MANIFEST));
+                let _ = store.delete_many(&keys).await;
+            }
+        }
+        committed
+    })??;
+    Ok(manifest)
+}
+
+/// The keys of parts `names` under `location`.
+fn part_keys(location: &str, names: &[String]) -> Vec<String> {
+    names.iter().map(|n| child_key(location, n)).collect()
+}
+
+/// The committed dataset an overwrite replaces in place: its manifest's
+/// bytes and the object read (ETag, version).
+struct Replaced {
+    raw: Bytes,
+    meta: crate::store::Meta,
+}
+
+/// The dataset committed at `location`, for an overwrite to swap its
+/// manifest ([`read_committed`]: 3 requests in sequence). `None` where
+/// there is none to keep: no `_SUCCESS`, no manifest or a damaged one
+/// under it, one that keeps changing, or a store that reports neither ETag
+/// nor version (no compare-and-swap); the overwrite then clears the key.
+async fn committed_to_replace(store: &StoreHandle, location: &str) -> Result<Option<Replaced>> {
+    match read_committed(store, location).await {
+        Ok(Some(Committed { raw, meta, .. })) if meta.e_tag.is_some() || meta.version.is_some() => {
+            Ok(Some(Replaced { raw, meta }))
+        }
+        Ok(_)
+        | Err(
+            Error::NotFound { .. }
+            | Error::DatasetIncomplete { .. }
+            | Error::ManifestCorrupted { .. },
+        ) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// An overwrite of the committed dataset `old` (holding the claim, the key
+/// not cleared): parts under names of this write alone
+/// (`part-<random>-NNNNN.parquet`), then the manifest swapped in place
+/// ([`swap_claimed`]). Until the swap, readers read `old`; a failure
+/// before it leaves `old` as it was and removes this write's parts.
+fn write_replacing(
+    store: &Arc<StoreHandle>,
+    reader: Box<dyn RecordBatchReader + Send>,
+    opts: &EncodeOptions,
+    req: &WriteRequest,
+    claim: &Claim,
+    old: &Replaced,
+) -> Result<Manifest> {
+    let fresh = &unique_token()[..12];
+    let req = WriteRequest {
+        part_prefix: Some(match &req.part_prefix {
+            Some(p) => format!("{p}-{fresh}"),
+            None => fresh.to_string(),
+        }),
+        ..req.clone()
+    };
+    let parts = write_parts_claimed(store.clone(), reader, opts, &req, Some(claim), true)?;
+    let built = build_manifest(&parts.schema, opts, &req, &parts.names, &parts.summaries);
+    let manifest = match built {
+        Ok(m) => m,
+        Err(e) => {
+            let keys = part_keys(&req.location, &parts.names);
+            let _ = crate::runtime::block_on(store.delete_many(&keys));
+            return Err(e);
+        }
+    };
+    crate::runtime::block_on(swap_claimed(
+        store,
+        &req.location,
+        &manifest,
+        &parts,
+        claim,
+        old,
+    ))??;
+    Ok(manifest)
+}
+
+/// The claim checked, then `manifest.json` under `key` replaced with `json`
+/// by compare-and-swap against `old` ([`StoreHandle::put_update_own`]: a
+/// swap of its own whose reply was lost is recognised). `AlreadyExists` if
+/// refused: another writer committed since `old` was read, or the dataset
+/// was deleted. 1 GET, 1 PUT (+1 GET if refused).
+async fn swap_manifest(
+    store: &StoreHandle,
+    key: &str,
+    json: Bytes,
+    claim: &Claim,
+    old: &Replaced,
+) -> Result<PutOutcome> {
+    claim.check(store).await?;
+    let mkey = child_key(key, MANIFEST);
+    let (e_tag, version) = (old.meta.e_tag.clone(), old.meta.version.clone());
+    match store.put_update_own(&mkey, json, e_tag, version).await {
+        Err(Error::Precondition { .. } | Error::NotFound { .. }) => Err(Error::AlreadyExists {
+            path: key.to_string(),
+        }),
+        other => other,
+    }
+}
+
+/// Commit `json` as the manifest of the dataset at `location` for the
+/// holder of `claim` whose parts are written under names of its own (a
+/// Spark job), if a dataset is committed there: its manifest is swapped in
+/// place ([`swap_manifest`]), `_SUCCESS` staying, and `Ok(true)`. `Ok(false)`
+/// where none is committed (nothing written: the caller commits as on a
+/// fresh key). The caller then deletes the replaced dataset's objects
+/// (listed before, claim checked after the LIST).
+///
+/// Cost: the committed manifest's read (GET, HEAD, HEAD), 1 GET (claim),
+/// 1 PUT (+1 GET if refused).
+pub async fn swap_committed_manifest(
+    store: &StoreHandle,
+    location: &str,
+    claim: &Claim,
+    json: Bytes,
+) -> Result<bool> {
+    crate::store::keys::object_segments(location)?;
+    let Some(old) = committed_to_replace(store, location).await? else {
+        return Ok(false);
+    };
+    swap_manifest(store, location, json, claim, &old).await?;
+    Ok(true)
+}
+
+/// Commit `manifest` over the committed dataset `old` for the holder of
+/// `claim` whose parts (named for this write alone) are `parts`:
+///
+/// 1. the claim checked, then `manifest.json` replaced by compare-and-swap
+///    against the manifest `old` read ([`StoreHandle::put_update_own`],
+///    which recognises its own swap after a lost reply). Refused (another
+///    writer committed since `old` was read, or the dataset was deleted):
+///    this write's parts are removed and the result is `AlreadyExists`.
+///    `_SUCCESS` stays throughout: readers see `old`, then this dataset.
+/// 2. One LIST confirms that the parts are still the objects this writer
+///    created. If the manifest there is no longer this writer's, a later
+///    write replaced it whole: this write committed. If a part was removed
+///    or replaced, the manifest is swapped back to `old` and the result is
+///    `ClaimLost`.
+/// 3. The objects of the dataset layout that LIST found, but this write's
+///    parts, the manifest, `_SUCCESS` and the claim, are deleted (`old`'s
+///    parts, debris of killed writers), if the claim still holds after the
+///    LIST: a writer that took the key later wrote its parts after the
+///    LIST, so none of them is deleted. Without the claim they stay, for a
+///    later overwrite to remove; the write is committed all the same.
+///
+/// Cost: 1 GET (claim), 1 PUT (+1 GET if refused), 1 LIST, 1 GET (claim)
+/// and a DELETE per object removed (batched where the store can).
+async fn swap_claimed(
+    store: &StoreHandle,
+    key: &str,
+    manifest: &Manifest,
+    parts: &WrittenParts,
+    claim: &Claim,
+    old: &Replaced,
+) -> Result<()> {
+    let own_parts = part_keys(key, &parts.names);
+    let json = Bytes::from(manifest.to_json()?);
+    let mkey = child_key(key, MANIFEST);
+    let put = match swap_manifest(store, key, json.clone(), claim, old).await {
+        Ok(put) => put,
+        Err(e) => {
+            // Not swapped: the parts go. After a failure that may have
+            // been applied, only if the manifest there is not this one
+            // (1 GET); if that cannot be told, they stay (maybe committed).
+            let not_ours =
+                !e.may_have_applied() || matches!(manifest_is(store, key, &json).await, Ok(false));
+            if not_ours {
+                let _ = store.delete_many(&own_parts).await;
+            }
+            return Err(e);
+        }
+    };
+    let checked = match store.list(key, false).await {
+        Ok(listing) => {
+            let root = format!("{}/", key.trim_end_matches('/'));
+            let expected_manifest = [(MANIFEST, json.len() as u64, put.e_tag.as_deref())];
+            if all_landed(key, &listing.objects, &expected_manifest).is_err() {
+                // A later write replaced the manifest (or deleted the
+                // dataset): it replaced this one whole, and cleans up.
+                return Ok(());
+            }
+            let expected: Vec<(&str, u64, Option<&str>)> = parts
+                .names
+                .iter()
+                .zip(&parts.summaries)
+                .zip(&parts.e_tags)
+                .map(|((n, s), e)| (n.as_str(), s.size_bytes, e.as_deref()))
+                .collect();
+            all_landed(key, &listing.objects, &expected).map(|()| {
+                listing
+                    .objects
+                    .into_iter()
+                    .filter(|o| {
+                        o.key.strip_prefix(&root).is_some_and(|name| {
+                            is_own_object(name)
+                                && ![MANIFEST, SUCCESS, WRITING].contains(&name)
+                                && !parts.names.iter().any(|n| n == name)
+                        })
+                    })
+                    .map(|o| o.key)
+                    .collect::<Vec<_>>()
+            })
+        }
+        Err(e) => Err(e),
+    };
+    let replaced = match checked {
+        Ok(replaced) => replaced,
+        Err(e) => {
+            // Not exactly this writer's dataset: put `old` back.
+            let back = store
+                .put_update_own(
+                    &mkey,
+                    old.raw.clone(),
+                    put.e_tag.clone(),
+                    put.version.clone(),
+                )
+                .await;
+            if back.is_ok() {
+                let _ = store.delete_many(&own_parts).await;
+            }
+            return Err(match e {
+                Error::ClaimLost { .. } => claim.lost(),
+                other => other,
+            });
+        }
+    };
+    if claim.check(store).await.is_ok() {
+        let _ = store.delete_many(&replaced).await;
+    }
+    Ok(())
 }
 
 /// Log at INFO (target `pds::dataset`) that the dataset `m` was written by
@@ -955,18 +1254,20 @@ pub fn write_parts(
     opts: &EncodeOptions,
     req: &WriteRequest,
 ) -> Result<WrittenParts> {
-    write_parts_claimed(store, reader, opts, req, None)
+    write_parts_claimed(store, reader, opts, req, None, false)
 }
 
 /// [`write_parts`], checking before each part after the first that `claim`
-/// still holds. If it was lost, the parts are left alone: they may now be
-/// the new holder's.
+/// still holds. If it was lost, the parts are left alone (they may now be
+/// the new holder's), unless `own_names`: named for this write alone, they
+/// are removed whatever failed.
 fn write_parts_claimed(
     store: Arc<StoreHandle>,
     reader: Box<dyn RecordBatchReader + Send>,
     opts: &EncodeOptions,
     req: &WriteRequest,
     claim: Option<&Claim>,
+    own_names: bool,
 ) -> Result<WrittenParts> {
     crate::store::keys::object_segments(&req.location)?;
     crate::parquet::storage_types::check_writable(&reader.schema())?;
@@ -1117,11 +1418,8 @@ fn write_parts_claimed(
                 e = lost;
             }
         }
-        if !matches!(e, Error::ClaimLost { .. }) {
-            let keys: Vec<String> = written
-                .iter()
-                .map(|n| child_key(&req.location, n))
-                .collect();
+        if own_names || !matches!(e, Error::ClaimLost { .. }) {
+            let keys = part_keys(&req.location, &written);
             let _ = handle.block_on(store.delete_many(&keys));
         }
         return Err(e);
@@ -1241,6 +1539,31 @@ pub async fn read_committed_manifest(
     dataset_key: &str,
 ) -> Result<(Manifest, bytes::Bytes)> {
     crate::store::keys::object_segments(dataset_key)?;
+    match read_committed(store, dataset_key).await? {
+        Some(Committed { manifest, raw, .. }) => Ok((manifest, raw)),
+        None => {
+            store.check_bucket().await?;
+            Err(Error::DatasetIncomplete {
+                key: dataset_key.to_string(),
+                reason: absent_reason(store, dataset_key).await,
+            })
+        }
+    }
+}
+
+/// A committed dataset's manifest as [`read_committed`] found it.
+struct Committed {
+    manifest: Manifest,
+    /// Its bytes.
+    raw: Bytes,
+    /// The object read (its ETag and version: what a compare-and-swap of
+    /// the manifest expects).
+    meta: crate::store::Meta,
+}
+
+/// [`read_committed_manifest`]'s attempts; `None`: no `_SUCCESS` at the
+/// moment it was asked (no dataset is committed), without asking why.
+async fn read_committed(store: &StoreHandle, dataset_key: &str) -> Result<Option<Committed>> {
     let success = child_key(dataset_key, SUCCESS);
     let key = child_key(dataset_key, MANIFEST);
     let mut changed = false;
@@ -1256,17 +1579,18 @@ pub async fn read_committed_manifest(
             Err(e) => return Err(e),
         };
         if store.try_head(&success).await?.is_none() {
-            store.check_bucket().await?;
-            return Err(Error::DatasetIncomplete {
-                key: dataset_key.to_string(),
-                reason: absent_reason(store, dataset_key).await,
-            });
+            return Ok(None);
         }
         // No manifest under the marker: a commit landed between the two
         // requests (or the manifest was removed): ask again.
         let Some((raw, meta)) = read else { continue };
         if still_there(store, &key, &raw, &meta).await? {
-            return Ok((Manifest::from_json(&raw, &key)?, raw));
+            let manifest = Manifest::from_json(&raw, &key)?;
+            return Ok(Some(Committed {
+                manifest,
+                raw,
+                meta,
+            }));
         }
         changed = true;
     }
@@ -2090,6 +2414,218 @@ mod tests {
             .unwrap()
             .objects
             .is_empty());
+    }
+
+    /// The names of the objects directly under `key`, sorted.
+    fn names_under(store: &StoreHandle, key: &str) -> Vec<String> {
+        let rt = crate::runtime::get().unwrap();
+        let mut names: Vec<String> = rt
+            .block_on(store.list(key, false))
+            .unwrap()
+            .objects
+            .into_iter()
+            .map(|o| o.key.trim_start_matches(&format!("{key}/")).to_string())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// An overwrite of `key` with the rows of `b`, `max` rows per part.
+    fn overwrite(
+        store: &Arc<StoreHandle>,
+        key: &str,
+        schema: SchemaRef,
+        b: impl Iterator<Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>>
+            + Send
+            + 'static,
+        max: usize,
+    ) -> Result<Manifest> {
+        let reader = Box::new(RecordBatchIterator::new(b, schema));
+        let opts = EncodeOptions::new("zstd", Some(10), Some(max)).unwrap();
+        let req = WriteRequest {
+            location: key.into(),
+            dataset_key: key.into(),
+            schema_hash: "h".into(),
+            parallelism: 2,
+            overwrite: true,
+            ..Default::default()
+        };
+        write_dataset(store.clone(), reader, opts, req)
+    }
+
+    fn rows(store: &Arc<StoreHandle>, key: &str) -> Result<u64> {
+        read_dataset(store.clone(), key, ReadOptions::default(), true, 2, None).map(|d| d.file_rows)
+    }
+
+    /// The objects of a committed dataset of `parts`, sorted.
+    fn layout_of(parts: &[String]) -> Vec<String> {
+        let mut names = parts.to_vec();
+        names.extend(["_SUCCESS".into(), "manifest.json".into()]);
+        names.sort_unstable();
+        names
+    }
+
+    /// A part name of an overwrite of a committed dataset.
+    fn is_swapped_part(name: &str) -> bool {
+        let Some(rest) = name.strip_prefix("part-") else {
+            return false;
+        };
+        rest.len() == "0123456789ab-00000.parquet".len()
+            && rest.ends_with(".parquet")
+            && rest[..12].chars().all(|c| c.is_ascii_hexdigit())
+    }
+
+    #[test]
+    fn an_overwrite_keeps_the_old_dataset_readable_until_it_commits() {
+        let (file, _dir) = file_store();
+        for store in [memory(), file] {
+            // Nothing committed yet: an overwrite writes RFC-0008's names.
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            let (schema, b) = batches(3, 10);
+            overwrite(&store, "one", schema, b.into_iter().map(Ok), 20).unwrap();
+            assert_eq!(
+                names_under(&store, "one"),
+                ["_SUCCESS", "data.parquet", "manifest.json"]
+            );
+            // Debris of a killed overwrite.
+            let rt = crate::runtime::get().unwrap();
+            rt.block_on(store.put(
+                "ds/part-0123456789ab-00000.parquet",
+                Bytes::from_static(b"junk"),
+                PutMode::Create,
+            ))
+            .unwrap();
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let (schema, b) = batches(60, 10);
+            let (st, log) = (store.clone(), seen.clone());
+            let input = b.into_iter().enumerate().map(move |(i, batch)| {
+                // Once a part of the overwrite landed, read the dataset.
+                for _ in 0..200 {
+                    let landed = names_under(&st, "ds")
+                        .iter()
+                        .any(|n| is_swapped_part(n) && !n.starts_with("part-0123456789ab"));
+                    if i < 4 || landed {
+                        let read = rows(&st, "ds").map_err(|e| e.to_string());
+                        log.lock().unwrap().push((i, landed, read));
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Ok(batch)
+            });
+            let m = overwrite(&store, "ds", schema, input, 20).unwrap();
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 6, "{seen:?}");
+            assert!(seen.iter().any(|(_, landed, _)| *landed), "{seen:?}");
+            for (_, _, read) in &seen {
+                assert_eq!(read, &Ok(50), "{:?}: {seen:?}", store.scheme());
+            }
+            assert_eq!(rows(&store, "ds").unwrap(), 60);
+            // The old parts and the debris are gone; the claim is released.
+            assert!(m.parts.iter().all(|n| is_swapped_part(n)), "{:?}", m.parts);
+            assert_eq!(names_under(&store, "ds"), layout_of(&m.parts));
+            // And again: the next overwrite replaces those.
+            let (schema, b) = batches(5, 5);
+            let next = overwrite(&store, "ds", schema, b.into_iter().map(Ok), 20).unwrap();
+            assert_eq!(rows(&store, "ds").unwrap(), 5);
+            assert!(next.parts.iter().all(|n| !m.parts.contains(n)));
+            assert_eq!(names_under(&store, "ds"), layout_of(&next.parts));
+        }
+    }
+
+    #[test]
+    fn a_failed_overwrite_leaves_the_old_dataset_and_removes_its_parts() {
+        let (file, _dir) = file_store();
+        for store in [memory(), file] {
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            let before = names_under(&store, "ds");
+            let rt = crate::runtime::get().unwrap();
+            let manifest = rt.block_on(store.get("ds/manifest.json")).unwrap();
+            let (schema, b) = batches(40, 10);
+            let died = std::iter::once(Err(arrow_schema::ArrowError::ComputeError(
+                "source died".into(),
+            )));
+            let input = b.into_iter().map(Ok).chain(died);
+            let r = overwrite(&store, "ds", schema, input, 20);
+            assert!(r.is_err(), "{r:?}");
+            assert_eq!(rows(&store, "ds").unwrap(), 50);
+            assert_eq!(
+                rt.block_on(store.get("ds/manifest.json")).unwrap(),
+                manifest
+            );
+            assert_eq!(names_under(&store, "ds"), before, "{:?}", store.scheme());
+        }
+    }
+
+    #[test]
+    fn racing_overwrites_commit_one_and_the_loser_leaves_no_parts() {
+        let (file, _dir) = file_store();
+        for store in [memory(), file] {
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            // A second overwrite runs whole while the first writes its parts.
+            let (schema, b) = batches(60, 10);
+            let st = store.clone();
+            let second = Arc::new(std::sync::Mutex::new(None));
+            let result = second.clone();
+            let input = b.into_iter().enumerate().map(move |(i, batch)| {
+                if i == 3 {
+                    let (schema, b) = batches(7, 7);
+                    let r = overwrite(&st, "ds", schema, b.into_iter().map(Ok), 20);
+                    *result.lock().unwrap() = Some(r.map(|m| m.parts));
+                }
+                Ok(batch)
+            });
+            let first = overwrite(&store, "ds", schema, input, 20);
+            assert!(matches!(first, Err(Error::ClaimLost { .. })), "{first:?}");
+            let won = second.lock().unwrap().take().unwrap().unwrap();
+            assert_eq!(rows(&store, "ds").unwrap(), 7);
+            assert_eq!(
+                names_under(&store, "ds"),
+                layout_of(&won),
+                "{:?}",
+                store.scheme()
+            );
+        }
+    }
+
+    #[test]
+    fn a_swap_refused_because_another_writer_committed_removes_its_parts() {
+        let (file, _dir) = file_store();
+        for store in [memory(), file] {
+            write(&store, "ds", 50, Some(20), None).unwrap();
+            let rt = crate::runtime::get().unwrap();
+            let claim = rt.block_on(Claim::take_over(&store, "ds")).unwrap();
+            let old = rt
+                .block_on(committed_to_replace(&store, "ds"))
+                .unwrap()
+                .unwrap();
+            // Another writer's commit lands after this one read the manifest.
+            let other = Bytes::from(
+                rt.block_on(store.get("ds/manifest.json"))
+                    .unwrap()
+                    .to_vec()
+                    .into_iter()
+                    .chain(*b" ")
+                    .collect::<Vec<u8>>(),
+            );
+            rt.block_on(store.put("ds/manifest.json", other.clone(), PutMode::Overwrite))
+                .unwrap();
+            let before = names_under(&store, "ds");
+            let (schema, b) = batches(30, 10);
+            let reader = Box::new(RecordBatchIterator::new(b.into_iter().map(Ok), schema));
+            let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
+            let req = WriteRequest {
+                location: "ds".into(),
+                dataset_key: "ds".into(),
+                parallelism: 2,
+                overwrite: true,
+                ..Default::default()
+            };
+            let r = write_replacing(&store, reader, &opts, &req, &claim, &old);
+            assert!(matches!(r, Err(Error::AlreadyExists { .. })), "{r:?}");
+            assert_eq!(rt.block_on(store.get("ds/manifest.json")).unwrap(), other);
+            assert_eq!(names_under(&store, "ds"), before, "{:?}", store.scheme());
+        }
     }
 
     #[test]

@@ -352,6 +352,30 @@ pub fn dataset_claim_check(
     super::run(py, async move { claim.check(&handle).await })
 }
 
+/// Commit `manifest` (its JSON text) over the dataset committed at
+/// `location` for the holder of the claim `token` (a Spark overwrite whose
+/// parts have names of their own): its `manifest.json` replaced by
+/// compare-and-swap, `_SUCCESS` staying, so readers switch from the old
+/// dataset to the new one at once. `True` if swapped; `False` if no dataset
+/// is committed there (nothing written). `AlreadyExists` if the claim was
+/// lost or another writer committed first. 3 requests in sequence to read
+/// the committed manifest, 1 GET, 1 PUT (+1 GET if refused).
+#[pyfunction]
+pub fn dataset_swap_manifest(
+    py: Python<'_>,
+    store: &PyRustStore,
+    location: &str,
+    token: &[u8],
+    manifest: &str,
+) -> PyResult<bool> {
+    let handle = store.inner.clone();
+    let claim = dataset::Claim::resume(location, bytes::Bytes::copy_from_slice(token));
+    let json = bytes::Bytes::copy_from_slice(manifest.as_bytes());
+    super::run(py, async move {
+        dataset::swap_committed_manifest(&handle, location, &claim, json).await
+    })
+}
+
 /// Remove the claim on `location` if it still holds `token` (best effort:
 /// never raises for a lost claim). 1 GET + 1 DELETE.
 #[pyfunction]

@@ -86,6 +86,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::dataset_claim, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::dataset_claim_check, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::dataset_claim_release, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::dataset_swap_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free_with, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::describe_key, m)?)?;

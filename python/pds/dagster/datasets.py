@@ -17,9 +17,11 @@ from pds.dagster._stream import CheckedStream
 from pds.dagster.handlers import from_reader, to_reader, value_type
 from pds.dataset import ParquetDatasetStore
 from pds.errors import DatasetIncomplete
+from pds.manifest import DatasetManifest
 
-#: Where an output is staged before it replaces an existing dataset (one
-#: dataset per write, ``_pds_staging/<hex>``, removed once copied).
+#: Where an output is staged before it replaces an existing dataset on a
+#: foreign Store (one dataset per write, ``_pds_staging/<hex>``, removed
+#: once copied); pds's own backend overwrites atomically, without it.
 STAGING = "_pds_staging"
 
 _log = logging.getLogger("pds.dagster")
@@ -27,14 +29,20 @@ _log = logging.getLogger("pds.dagster")
 
 def write_output(store: Store, context: OutputContext, obj: object, uri: str | None) -> None:
     """Write *obj* as the dataset of the output's asset (or partition),
-    replacing what is there. When the dataset exists, the output is first
-    written whole to a staging dataset under ``_pds_staging/`` and then
-    copied over, so that an exception while it streams, a store failure
-    while it uploads, or a killed process leaves the dataset as it was.
-    Only the copy itself replaces the dataset: a reader during the copy
-    gets ``DatasetIncomplete``, and a copy that fails keeps the staging
-    dataset (the error names it) so the new rows are not lost. Nothing is
-    written for ``None``.
+    replacing what is there, so that an exception while it streams, a store
+    failure while it uploads, or a killed process leaves the dataset as it
+    was. Nothing is written for ``None``.
+
+    On pds's own backend (any store :func:`pds.open_store` opens) this is
+    one ``write_dataset(..., overwrite=True)``, which is atomic: the old
+    dataset stays readable until the new one's manifest replaces it (one
+    compare-and-swap), and an overwrite that fails changes nothing. A
+    foreign remote_store ``Store`` overwrites by delete-then-write, so there
+    the output is first written whole to a staging dataset under
+    ``_pds_staging/`` and then copied over: a failure while the output
+    streams leaves the dataset as it was, readers during the copy get
+    ``DatasetIncomplete``, and a copy that fails keeps the staging dataset
+    (the error names it) so the new rows are not lost.
 
     Raises:
         TypeError: an output type no handler takes ("Dataset mode expects a
@@ -57,22 +65,8 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str | N
         raise TypeError(f"Dataset mode expects a DataFrame or an Arrow stream: {exc}") from None
     datasets = ParquetDatasetStore(store)
     stream = CheckedStream(out.reader, None, context.asset_key.to_user_string())
-    if datasets.dataset_exists(key):
-        staging = f"{STAGING}/{uuid.uuid4().hex}"
-        try:
-            datasets.write_dataset(stream.reader, staging)
-        except BaseException:
-            _drop_staging(datasets, staging)
-            raise
-        try:
-            manifest = datasets.write_dataset(datasets.iter_batches(staging), key, overwrite=True)
-        except Exception as exc:
-            raise RuntimeError(
-                f"asset {context.asset_key.to_user_string()}: copying the new rows over dataset {key!r} failed "
-                f"({type(exc).__name__}: {exc}); {key!r} is incomplete, and the new rows are kept in the "
-                f"dataset {staging!r}: materialise the asset again (and delete that dataset)"
-            ) from exc
-        _drop_staging(datasets, staging)
+    if datasets._native is None and datasets.dataset_exists(key):
+        manifest = _staged_overwrite(datasets, stream.reader, key, context.asset_key.to_user_string())
     else:
         manifest = datasets.write_dataset(stream.reader, key, overwrite=True)
     meta: dict[str, Any] = {
@@ -83,6 +77,29 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str | N
     if uri is not None:
         meta["dagster/uri"] = uri
     context.add_output_metadata(meta)
+
+
+def _staged_overwrite(
+    datasets: ParquetDatasetStore, reader: pa.RecordBatchReader, key: str, asset: str
+) -> DatasetManifest:
+    """Overwrite *key* on a foreign Store (delete-then-write) through a
+    staging dataset: written whole first, then copied over *key*."""
+    staging = f"{STAGING}/{uuid.uuid4().hex}"
+    try:
+        datasets.write_dataset(reader, staging)
+    except BaseException:
+        _drop_staging(datasets, staging)
+        raise
+    try:
+        manifest = datasets.write_dataset(datasets.iter_batches(staging), key, overwrite=True)
+    except Exception as exc:
+        raise RuntimeError(
+            f"asset {asset}: copying the new rows over dataset {key!r} failed "
+            f"({type(exc).__name__}: {exc}); {key!r} is incomplete, and the new rows are kept in the "
+            f"dataset {staging!r}: materialise the asset again (and delete that dataset)"
+        ) from exc
+    _drop_staging(datasets, staging)
+    return manifest
 
 
 def _drop_staging(datasets: ParquetDatasetStore, staging: str) -> None:

@@ -467,11 +467,16 @@ class WriteJob(StoreJob):
 
         *results* holds one entry per partition that succeeded. Parts are
         listed by partition id, then part index. A job without rows writes
-        one empty part, so the dataset keeps its schema.
+        one empty part, so the dataset keeps its schema. An overwrite of a
+        committed dataset swaps its ``manifest.json`` in place (one
+        compare-and-swap, ``_SUCCESS`` staying), so readers see the old
+        dataset until then and the new one after, never none; then the old
+        dataset's files are deleted.
 
         Raises:
             AlreadyExists: another writer took the key over (an overwrite)
-                while the job ran, or committed a dataset at the key.
+                while the job ran, or committed a dataset at the key (for an
+                overwrite: since the job read the committed manifest).
             DatasetIncomplete: a part of a successful attempt is missing
                 (another writer deleted it); nothing is committed.
             RuntimeError: two results for one partition.
@@ -495,10 +500,6 @@ class WriteJob(StoreJob):
             )
         success = f"{location}/{_SUCCESS}"
         claim = f"{location}/{_WRITING}"
-        _core.dataset_claim_check(rust, location, self.claim)
-        if success in present:
-            rust.delete(success)  # retract the overwritten dataset first
-        self._delete(sorted(present - ours - {success, claim}))
         manifest = DatasetManifest(
             dataset_key=self.key,
             parts=[p.name for p in parts],
@@ -511,8 +512,26 @@ class WriteJob(StoreJob):
             arrow_schema=schema_to_ipc(self.schema),
             part_info=parts,
         )
-        _core.dataset_claim_check(rust, location, self.claim)
         text = manifest.to_json().encode("utf-8")
+        # An overwrite of a committed dataset replaces it in place: one
+        # compare-and-swap of its manifest (_SUCCESS stays), then its files
+        # go. They were listed before the claim check, so a writer that
+        # takes the key after the check wrote nothing that is deleted here.
+        swap = self.overwrite and success in present
+        if swap and _core.dataset_swap_manifest(rust, location, self.claim, text.decode("utf-8")):
+            try:
+                _core.dataset_claim_check(rust, location, self.claim)
+            except AlreadyExists:
+                pass  # committed; a later overwrite removes the replaced files
+            else:
+                self._delete(sorted(present - ours - {success, claim, f"{location}/{_MANIFEST}"}))
+            _core.dataset_claim_release(rust, location, self.claim)
+            return manifest
+        _core.dataset_claim_check(rust, location, self.claim)
+        if success in present:
+            rust.delete(success)  # retract a dataset withdrawn meanwhile
+        self._delete(sorted(present - ours - {success, claim}))
+        _core.dataset_claim_check(rust, location, self.claim)
         self.store.write_atomic(f"{self.key}/{_MANIFEST}", text, overwrite=True)
         try:
             rust.put(success, b"", mode="create")

@@ -1,0 +1,265 @@
+"""An overwrite of a committed dataset is atomic on pds's own backend.
+
+The old dataset stays committed and readable while the new parts are
+written (under names of that write alone), one compare-and-swap of
+``manifest.json`` switches readers to the new one, and only then are the
+old parts removed. So a reader never gets ``DatasetIncomplete`` from an
+overwrite and never a mix of rows; an overwrite that fails or is killed
+leaves the old dataset exactly as it was. Real stores: ``file://`` and
+SeaweedFS, faults from the fault proxy, writers in real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import Faulty, Lake
+
+import pds
+
+KINDS = ["file_store", "s3_store"]
+#: A part of an overwrite of a committed dataset: ``part-<12 hex>-NNNNN.parquet``.
+SWAPPED_PART = re.compile(r"^part-[0-9a-f]{12}-\d{5}\.parquet$")
+
+
+@pytest.fixture(params=KINDS)
+def lake(request: pytest.FixtureRequest) -> Lake:
+    lake: Lake = request.getfixturevalue(request.param)
+    return lake
+
+
+def _rows(tag: int, n: int) -> pa.Table:
+    return pa.table({"tag": pa.array([tag] * n, pa.int64()), "x": pa.array(range(n), pa.int64())})
+
+
+def _names(store: Any, key: str) -> list[str]:
+    return sorted(f.name for f in store.list_files(key))
+
+
+def _which(got: pa.Table, tables: dict[int, pa.Table]) -> int:
+    """The tag of the table *got* is exactly, else fail (a mix, or rows lost)."""
+    tags = set(got.column("tag").to_pylist())
+    assert len(tags) == 1, f"a mix of writers' rows: {tags}"
+    (tag,) = tags
+    assert got.sort_by("x").equals(tables[tag]), f"rows of writer {tag} altered"
+    return int(tag)
+
+
+def test_a_reader_never_misses_the_dataset_during_an_overwrite(lake: Lake) -> None:
+    _, _, store = lake
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=10_000, row_group_size=5_000)
+    tables = {1: _rows(1, 25_000), 2: _rows(2, 300_000)}
+    ds.write_dataset(tables[1], "ds")
+    seen: list[int] = []
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def read() -> None:
+        reader = pds.ParquetDatasetStore(store)
+        while not done.is_set():
+            try:
+                seen.append(_which(reader.read_dataset("ds"), tables))
+            except Exception as e:  # noqa: BLE001 - reported by the test below
+                errors.append(e)
+                return
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        while not seen:  # the reader is reading before the overwrite starts
+            time.sleep(0.01)
+        ds.write_dataset(tables[2], "ds", overwrite=True)
+        written = len(seen)
+        while len(seen) < written + 2 and thread.is_alive():
+            time.sleep(0.01)
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert seen.count(1) >= 2 and seen[-1] == 2, seen
+    # Once readers switched, never back.
+    assert seen == sorted(seen), seen
+    manifest = ds.read_manifest("ds")
+    assert _names(store, "ds") == sorted([*manifest.parts, "_SUCCESS", "manifest.json"])
+    assert len(manifest.parts) == 30 and all(SWAPPED_PART.match(p) for p in manifest.parts)
+
+
+CHILD = r"""
+import json, sys, time
+import pyarrow as pa, pds
+url, options, tag, go = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+batches, per, pause = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+schema = pa.schema([("tag", pa.int64()), ("x", pa.int64())])
+def gen():
+    for i in range(batches):
+        time.sleep(pause)
+        yield pa.record_batch([pa.array([tag] * per, pa.int64()), pa.array(range(i * per, (i + 1) * per), pa.int64())], schema=schema)
+ds = pds.ParquetDatasetStore(pds.open_store(url, **options), max_rows_per_file=2 * per)
+print("ready", flush=True)
+while go and not __import__("os").path.exists(go):
+    time.sleep(0.005)
+try:
+    ds.write_dataset(pa.RecordBatchReader.from_batches(schema, gen()), "ds", overwrite=True)
+except pds.AlreadyExists as e:
+    print("lost", type(e).__name__, e, flush=True)
+else:
+    print("done", flush=True)
+"""
+
+
+def _child(url: str, options: dict[str, str], tag: int, go: str, batches: int, per: int, pause: float) -> Any:
+    args = [url, json.dumps(options), str(tag), go, str(batches), str(per), str(pause)]
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_killed_overwrite_leaves_the_old_dataset(lake: Lake) -> None:
+    url, options, store = lake
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=1_000)
+    old = _rows(1, 3_500)
+    ds.write_dataset(old, "ds")
+    before = _names(store, "ds")
+    manifest = store.read_bytes("ds/manifest.json")
+    proc = _child(url, options, 2, "", 10_000, 500, 0.01)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(SWAPPED_PART.match(n) for n in _names(store, "ds")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no part of the overwrite landed"
+            assert _which(ds.read_dataset("ds"), {1: old}) == 1
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    # Killed after a part landed: the old dataset, exactly; its debris beside it.
+    assert _which(ds.read_dataset("ds"), {1: old}) == 1
+    assert store.read_bytes("ds/manifest.json") == manifest
+    debris = sorted(set(_names(store, "ds")) - set(before))
+    assert debris and all(n == "_WRITING" or SWAPPED_PART.match(n) for n in debris), debris
+    # A later overwrite takes the key over and removes the debris.
+    new = _rows(3, 2_500)
+    written = ds.write_dataset(new, "ds", overwrite=True)
+    assert _which(ds.read_dataset("ds"), {3: new}) == 3
+    assert _names(store, "ds") == sorted([*written.parts, "_SUCCESS", "manifest.json"])
+
+
+def test_racing_overwrites_from_two_processes_leave_one_writers_rows(lake: Lake, tmp_path: Path) -> None:
+    url, options, store = lake
+    ds = pds.ParquetDatasetStore(store)
+    tables = {1: _rows(1, 1_000)}
+    ds.write_dataset(tables[1], "ds")
+    go = tmp_path / "go"
+    batches, per = 12, 1_000
+    procs = {tag: _child(url, options, tag, str(go), batches, per, 0.01) for tag in (2, 3)}
+    go.touch()
+    outcomes = {}
+    for tag, proc in procs.items():
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, out
+        outcomes[tag] = out.strip()
+        tables[tag] = _rows(tag, batches * per)
+    assert any(o == "done" for o in outcomes.values()), outcomes
+    for o in outcomes.values():
+        assert o == "done" or o.startswith("lost AlreadyExists"), outcomes
+    winner = _which(ds.read_dataset("ds"), tables)
+    assert winner in (2, 3) and outcomes[winner] == "done", (winner, outcomes)
+    # The loser's parts and the old ones are gone.
+    manifest = ds.read_manifest("ds")
+    assert all(SWAPPED_PART.match(p) for p in manifest.parts), manifest.parts
+    assert _names(store, "ds") == sorted([*manifest.parts, "_SUCCESS", "manifest.json"])
+
+
+def test_a_lost_reply_to_the_manifest_swap_is_recognised(faulty: Faulty) -> None:
+    ds = pds.ParquetDatasetStore(faulty.store, max_rows_per_file=1_000)
+    ds.write_dataset(_rows(1, 2_500), "ds")
+    faulty.proxy.clear()
+    faulty.proxy.drop_reply("PUT", r"/ds/manifest\.json$", times=1)
+    new = _rows(2, 3_000)
+    written = ds.write_dataset(new, "ds", overwrite=True)
+    puts = [e for e in faulty.proxy.log if e.method == "PUT" and e.path.endswith("/ds/manifest.json")]
+    assert puts[0].action == "drop_reply", puts
+    # One commit: the swap landed once; the retry (if any) was refused and recognised.
+    assert [e.status for e in puts[1:]] in ([], [412]), puts
+    direct = pds.ParquetDatasetStore(faulty.direct)
+    assert _which(direct.read_dataset("ds"), {2: new}) == 2
+    assert direct.read_manifest("ds").parts == written.parts
+    assert all(SWAPPED_PART.match(p) for p in written.parts), written.parts
+    assert _names(faulty.direct, "ds") == sorted([*written.parts, "_SUCCESS", "manifest.json"])
+
+
+@pytest.mark.parametrize("status", [503, 400])
+def test_a_failed_manifest_swap_leaves_the_old_dataset(faulty: Faulty, status: int) -> None:
+    ds = pds.ParquetDatasetStore(faulty.store, max_rows_per_file=1_000)
+    old = _rows(1, 2_500)
+    ds.write_dataset(old, "ds")
+    before = _names(faulty.direct, "ds")
+    manifest = faulty.direct.read_bytes("ds/manifest.json")
+    faulty.proxy.clear()
+    # Every swap request fails (retries included): the write fails.
+    faulty.proxy.fail("PUT", r"/ds/manifest\.json$", status=status, times=None)
+    with pytest.raises(Exception) as raised:
+        ds.write_dataset(_rows(2, 3_000), "ds", overwrite=True)
+    assert not isinstance(raised.value, pds.DatasetIncomplete), raised.value
+    assert any(e.action == "fail" for e in faulty.proxy.log)
+    faulty.proxy.clear()
+    direct = pds.ParquetDatasetStore(faulty.direct)
+    assert _which(direct.read_dataset("ds"), {1: old}) == 1
+    assert faulty.direct.read_bytes("ds/manifest.json") == manifest
+    # This write's parts are removed, its claim released.
+    assert _names(faulty.direct, "ds") == before
+
+
+def test_a_spark_overwrite_swaps_the_manifest_in_place(faulty: Faulty) -> None:
+    """A Spark overwrite (its driver's commit) keeps the old dataset
+    committed and whole until the one compare-and-swap of its manifest:
+    ``_SUCCESS`` is never withdrawn, and the old parts go only after."""
+    from pds.spark._job import WriteJob, WriteSettings
+
+    old, new = _rows(1, 2_500), _rows(2, 3_000)
+    pds.ParquetDatasetStore(faulty.direct, max_rows_per_file=1_000).write_dataset(old, "ds")
+    job = WriteJob.start(faulty.store, "ds", old.schema, WriteSettings(max_rows_per_file=1_000), overwrite=True)
+    results = [job.write_task(new.slice(i * 1_500, 1_500).to_batches(), identity=(i, 0, 10 + i, 1)) for i in range(2)]
+    seen: list[int] = []
+
+    def read_old(_: Any) -> None:
+        seen.append(_which(pds.ParquetDatasetStore(faulty.direct).read_dataset("ds"), {1: old}))
+
+    faulty.proxy.clear()
+    faulty.proxy.observe("PUT", r"/ds/manifest\.json$", before=read_old, times=1)
+    manifest = job.commit(results)
+    assert seen == [1]  # just before the swap, the old dataset, whole
+    assert not faulty.proxy.requests("DELETE", r"/ds/_SUCCESS$")
+    direct = pds.ParquetDatasetStore(faulty.direct)
+    assert _which(direct.read_dataset("ds"), {2: new}) == 2
+    assert _names(faulty.direct, "ds") == sorted([*manifest.parts, "_SUCCESS", "manifest.json"])
+
+
+def test_a_stream_overtaken_by_an_overwrite_fails_without_repeating_rows(lake: Lake) -> None:
+    """A streamed read holds the replaced manifest; the overwrite's cleanup
+    deletes the parts it has not read yet. It raises ``DatasetIncomplete``
+    (never a row twice, never the new rows mixed in); a new read gets the
+    new dataset."""
+    _, _, store = lake
+    ds = pds.ParquetDatasetStore(store, max_rows_per_file=500, row_group_size=500)
+    old, new = _rows(1, 20_000), _rows(2, 700)
+    ds.write_dataset(old, "ds")
+    stream = ds.iter_batches("ds")
+    got = [stream.read_next_batch()]
+    ds.write_dataset(new, "ds", overwrite=True)
+    with pytest.raises(pds.DatasetIncomplete):
+        while True:
+            got.append(stream.read_next_batch())  # StopIteration would fail the test
+    rows = pa.Table.from_batches(got)
+    assert set(rows.column("tag").to_pylist()) == {1}
+    assert len(set(rows.column("x").to_pylist())) == rows.num_rows  # no row twice
+    assert _which(ds.read_dataset("ds"), {2: new}) == 2

@@ -154,3 +154,24 @@ def rewrite_segment(
         ref["tombstone_count"] = len(body["tombstones"])
     store.write(f"{table}/{ref['path']}", raw, overwrite=True)
     store.write(f"{table}/manifest/v{version:08d}.json", seal(root), overwrite=True)
+
+
+def run_together(argvs: list[list[str]], timeout: float = 600) -> list[str]:
+    """Run one process per argv, started together: each prints ``ready``,
+    then waits for a line on stdin before it works. Returns their stdouts,
+    after checking that each exited with 0."""
+    import subprocess
+
+    procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for argv in argvs]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        assert p.returncode == 0, out
+        outs.append(out)
+    return outs

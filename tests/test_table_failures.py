@@ -23,7 +23,7 @@ from conftest import REMOTE, lake_url
 import pds
 from pds import Table
 
-from helpers import table_manifest
+from helpers import run_together, table_manifest
 
 APPENDER = r"""
 import json, sys
@@ -76,24 +76,10 @@ def test_eight_processes_appending_all_land_in_contiguous_versions(
 ) -> None:
     url, options = _urls(tmp_path, request, kind)
     Table.create(url, "t", _schema(), **options)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", APPENDER, url, json.dumps(options), str(w), "5"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for w in range(8)
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    for p in procs:
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0 and "done" in out
+    outs = run_together(
+        [[sys.executable, "-c", APPENDER, url, json.dumps(options), str(w), "5"] for w in range(8)], 300
+    )
+    assert all("done" in out for out in outs)
     t = Table.open(url, "t", **options)
     assert t.version == 40
     history = t.history()

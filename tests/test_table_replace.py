@@ -43,7 +43,7 @@ from test_faults import (
 import pds
 from pds import DataError, Table
 
-from helpers import files
+from helpers import files, run_together
 
 pytestmark = pytest.mark.spec("K-1")
 
@@ -90,12 +90,61 @@ def test_a_replace_swaps_a_partitions_rows_in_one_version(fast_store: Store) -> 
     # A new partition: nothing removed, the rows added.
     assert t.replace([("day", "==", "2026-01-04")], day_rows("2026-01-04", [7])) == 3
     assert by_day(t)["2026-01-04"] == [(7, 0)]
-    # Nothing matching and nothing to add: no version.
-    assert t.replace([("day", "==", "2026-01-09")], day_rows("2026-01-09", [])) == 3
     # An emptied partition is one version too.
     assert t.replace([("day", "==", "2026-01-04")], day_rows("2026-01-04", [])) == 4
     assert "2026-01-04" not in by_day(t)
     assert Table.open(fast_store, "t").version == 4
+
+
+def test_a_replace_of_nothing_by_nothing_is_one_version_too(fast_store: Store) -> None:
+    """Re-materialising an empty partition with no rows (nothing matches,
+    no data) still adds exactly one version, whose commit id the table
+    reports: a run says which commit it made."""
+    t = daily(fast_store)
+    before = by_day(t)
+    for expected in (1, 2):
+        assert t.replace([("day", "==", "2026-01-09")], day_rows("2026-01-09", [])) == expected
+        assert Table.open(fast_store, "t").version == expected
+        last = t.history(1)[0]
+        assert last["operation"] == "replace" and last["version"] == expected
+        assert t.commit_id is not None and t.commit_id == last["commit_id"]
+        assert by_day(t) == before
+    # The whole-table replace of an empty table by no rows: one version too.
+    empty = Table.create(fast_store, "e", DAYS)
+    assert empty.replace([], day_rows("x", [])) == 1
+    assert empty.replace([], day_rows("x", [])) == 2
+    assert empty.to_arrow().num_rows == 0
+
+
+def test_commit_id_names_the_commit_of_the_version_read(fast_store: Store) -> None:
+    t = daily(fast_store)
+    ids = [t.commit_id]
+    t.append(day_rows("2026-01-04", [1]))
+    ids.append(t.commit_id)
+    t.replace([("day", "==", "2026-01-04")], day_rows("2026-01-04", [2]))
+    ids.append(t.commit_id)
+    assert None not in ids and len(set(ids)) == 3, "a commit id per version"
+    history = {h["version"]: h["commit_id"] for h in t.history()}
+    assert ids == [history[0], history[1], history[2]]
+    assert t.at(version=1).commit_id == history[1]
+    assert Table.open(fast_store, "t").commit_id == history[2]
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda t: t.append(pa.array([1])), "Table.append"),
+        (lambda t: t.replace([], pa.array([1])), "Table.replace"),
+        (lambda t: t.upsert(object()), "Table.upsert"),
+        (lambda t: Table.create(t._store, "other", data=[1, 2]), "Table.create"),
+    ],
+)
+def test_bad_data_is_refused_naming_the_method_called(fast_store: Store, call: Any, name: str) -> None:
+    t = Table.create(fast_store, "t", DAYS, primary_key="id")
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} expects ") as err:
+        call(t)
+    assert "write_dataset" not in str(err.value)
+    assert t.refresh() == 0
 
 
 def test_an_empty_filter_replaces_every_row(fast_store: Store) -> None:
@@ -212,6 +261,15 @@ for i in range(count):
     rows = pa.table({"day": [day] * 4, "id": pa.array(ids, pa.int64()), "x": [worker] * 4}, schema=schema)
     if op == "replace":
         done.append([t.replace([("day", "==", day)], rows), op, day, ids])
+    elif op == "compact":
+        # New small files of another partition, then all of them merged.
+        done.append([t.append(rows), "append", day, ids])
+        for _ in range(50):  # replaces landing on the files it rewrites make it give up: again
+            try:
+                done.append([t.compact(), op, day, []])
+                break
+            except pds.CommitConflict:
+                t.refresh()
     else:
         done.append([t.append(rows), op, day, ids])
 print(json.dumps(done), flush=True)
@@ -221,25 +279,12 @@ print(json.dumps(done), flush=True)
 def _race(url: str, options: dict[str, str], plan: list[tuple[str, str]], count: int) -> list[list[Any]]:
     """Run one process per (op, day) of *plan*, started together; their
     commits as ``[version, op, day, ids]``."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, json.dumps(options), str(w + 1), op, day, str(count)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+    argvs = [
+        [sys.executable, "-c", WORKER, url, json.dumps(options), str(w + 1), op, day, str(count)]
         for w, (op, day) in enumerate(plan)
     ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
     commits: list[list[Any]] = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out
+    for out in run_together(argvs):
         commits += json.loads(out.strip().splitlines()[-1])
     return commits
 
@@ -248,6 +293,8 @@ def _replay(t: Table, commits: list[list[Any]]) -> dict[str, list[tuple[int, int
     """Version 0's rows with *commits* applied in version order."""
     model = {day: list(rows) for day, rows in by_day(t, version=0).items()}
     for _, op, day, ids in sorted(commits):
+        if op == "compact":  # the same rows, in other files
+            continue
         x = ids[0] // 1000
         if op == "replace":
             model[day] = [(i, x) for i in ids]
@@ -291,6 +338,134 @@ def test_a_replace_racing_appends_to_its_partition_ends_as_the_serial_order(
     assert sorted(c[0] for c in commits) == list(range(1, 9))
     for v in range(1, 9):
         assert by_day(t, version=v) == _replay(t, [c for c in commits if c[0] <= v]), f"version {v}"
+
+
+def _replays_in_order(t: Table, commits: list[list[Any]]) -> None:
+    """Every version from 1 to the latest reads as the replay of the commits
+    up to it."""
+    for v in range(1, t.version + 1):
+        assert by_day(t, version=v) == _replay(t, [c for c in commits if c[0] <= v]), f"version {v}"
+
+
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
+def test_processes_replacing_the_same_partition_at_once_leave_one_of_them(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two processes re-materialise the same partition at once, three times
+    each: six versions; the partition holds exactly the rows of the replace
+    with the last version (none doubled, none of the other), every version
+    reads as the serial order up to it."""
+    url, options = lake_url(kind, tmp_path, request)
+    daily(url, **options)
+    commits = _race(url, options, [("replace", "2026-01-02"), ("replace", "2026-01-02")], 3)
+    t = Table.open(url, "t", **options)
+    assert sorted(c[0] for c in commits) == list(range(1, 7)), "each replace is one version of its own"
+    last = max(commits)
+    assert by_day(t)["2026-01-02"] == [(i, last[3][0] // 1000) for i in last[3]]
+    _replays_in_order(t, commits)
+
+
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
+def test_a_compaction_racing_a_replace_loses_and_doubles_no_row(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """One process replaces a partition while another appends small files
+    and compacts the table (rewriting the files the replace marks): the
+    replace starts over on the compacted files, and every version reads as
+    the serial order of the commits (compactions change no row)."""
+    url, options = lake_url(kind, tmp_path, request)
+    daily(url, **options)
+    commits = _race(url, options, [("replace", "2026-01-02"), ("compact", "2026-01-03")], 4)
+    t = Table.open(url, "t", **options)
+    writes = sorted(c[0] for c in commits if c[1] != "compact")
+    assert len(set(writes)) == 8, "each replace and append is one version"
+    assert any(h["operation"] == "compact" for h in t.history()), "a compaction committed"
+    _replays_in_order(t, commits)
+    replaces = [c for c in commits if c[1] == "replace"]
+    assert by_day(t)["2026-01-02"] == [(i, 1) for i in max(replaces)[3]]
+
+
+MERGER = r"""
+import json, sys
+import pyarrow as pa, pds
+t = pds.Table.open(sys.argv[1], "t", **json.loads(sys.argv[2]))
+row = {"day": ["2026-01-09"], "id": pa.array([900], pa.int64()), "x": pa.array([9], pa.int64()), "note": ["n"]}
+t.append(pa.table(row), schema_mode="merge")
+"""
+
+
+def _midway(data: pa.Table, other_writer: Any) -> pa.RecordBatchReader:
+    """*data* as a stream that calls *other_writer* after its first batch:
+    after the replace reading it took its snapshot, before it commits."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        first, *rest = data.to_batches(max_chunksize=2)
+        yield first
+        other_writer()
+        yield from rest
+
+    return pa.RecordBatchReader.from_batches(data.schema, batches())
+
+
+@pytest.mark.parametrize("kind", ["file", *REMOTE])
+def test_a_whole_table_replace_fits_a_schema_another_process_merged_meanwhile(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Another process adds a column (a merge-mode append) while a replace
+    of every row streams its data. In strict mode the data no longer has
+    the table's columns: SchemaMismatch naming both schemas, nothing
+    changed. In merge mode the data fits the new schema (the new column
+    null), and the replace commits on top of the append."""
+    url, options = lake_url(kind, tmp_path, request)
+    daily(url, **options)
+    t = Table.open(url, "t", **options)
+
+    def merge() -> None:
+        subprocess.run([sys.executable, "-c", MERGER, url, json.dumps(options)], check=True, timeout=300)
+
+    new = day_rows("2026-02-01", range(5))
+    with pytest.raises(pds.SchemaMismatch) as err:
+        t.replace([], _midway(new, merge))
+    text = str(err.value)
+    assert "schema changed while this replace ran" in text, text
+    assert "it is now (day: Utf8, id: Int64, x: Int64, note: Utf8)" in text, text
+    assert "the data's schema (day: Utf8, id: Int64, x: Int64)" in text, text
+    assert '"note" is missing' in text, text
+    now = Table.open(url, "t", **options)
+    assert now.version == 1 and now.to_arrow().num_rows == 16, "the merge landed, the replace did not"
+
+    assert t.replace([], _midway(new, merge), schema_mode="merge") == 3
+    assert t.schema.names == ["day", "id", "x", "note"]
+    got = t.to_arrow().sort_by("id")
+    assert got.select(["day", "id", "x"]).equals(new.sort_by("id"))
+    assert got.column("note").null_count == 5
+    assert t.history(1)[0]["operation"] == "replace"
+    assert by_day(t, version=2)["2026-01-09"] == [(900, 9)] * 2, "the version before has both merged rows"
+
+
+@pytest.mark.s3
+def test_a_replace_uploads_its_data_once_whatever_its_commit_retries(faulty: Any) -> None:
+    """A replace whose commit loses a race (another writer commits rows of
+    its partition while it streams) and meets a failed manifest PUT plans
+    and commits again, reusing its data files: each is PUT once (counted by
+    the fault proxy), and the version names exactly those files."""
+    daily(faulty.direct)
+    t = Table.open(faulty.store, "t")
+    other = Table.open(faulty.direct, "t")  # straight to the server: not counted
+    faulty.proxy.fail("PUT", r"/t/manifest/v\d{8}\.json$", status=503, times=1)
+    data = day_rows("2026-01-02", range(100, 120))
+
+    version = t.replace(
+        [("day", "==", "2026-01-02")], _midway(data, lambda: other.append(day_rows("2026-01-02", [77])))
+    )
+    assert version == 2
+    assert by_day(t)["2026-01-02"] == [(i, 0) for i in range(100, 120)], "the row appended meanwhile is replaced"
+    puts = [e.path for e in faulty.proxy.requests("PUT", r"/t/data/part-[^/]+\.parquet$")]
+    assert puts, "the data went through the proxy"
+    assert len(puts) == len(set(puts)), f"a data file was uploaded twice: {puts}"
+    added = {f["path"] for f in t.manifest["data_files"]} - {f["path"] for f in t.at(version=1).manifest["data_files"]}
+    assert sorted(p.rsplit("/t/", 1)[1] for p in puts) == sorted(added)
+    assert len(faulty.proxy.requests("PUT", r"/t/manifest/v\d{8}\.json$")) >= 2, "the commit was tried again"
 
 
 # -- faults, through the fault proxy (see tests/test_faults.py) --------------------------

@@ -21,6 +21,8 @@ from remote_store import Store
 import pds
 from pds import Table
 
+from helpers import run_together
+
 pytestmark = pytest.mark.spec("T-3")
 
 FILES = 1200  # one row each: two segments of 600
@@ -207,24 +209,7 @@ def test_processes_appending_to_a_segmented_table_all_land(
     url, options = _urls(tmp_path, request, kind)
     store = pds.open_store(url, **options)
     many_files(store, n=30)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", APPENDER, url, json.dumps(options), str(w)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for w in range(4)
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    for p in procs:
-        p.communicate(timeout=600)
-        assert p.returncode == 0
+    run_together([[sys.executable, "-c", APPENDER, url, json.dumps(options), str(w)] for w in range(4)])
     t = Table.open(store, "t")
     assert t.version == 24
     want = [*range(30), *(100_000 + 100 * w + i for w in range(4) for i in range(6))]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from remote_store import Store
 import pds
 from pds import Table
 
-from helpers import files
+from helpers import files, run_together
 
 pytestmark = pytest.mark.spec("T-1")
 
@@ -310,25 +309,9 @@ def test_processes_upserting_overlapping_keys_and_updating_end_serially(
     initial = pa.table({"id": pa.array(range(200), pa.int64()), "w": [-1] * 200, "n": [0] * 200})
     Table.create(url, "t", data=initial, primary_key="id", **options)
     plan = [("upsert", 0), ("upsert", 1), ("upsert", 2), ("update", 3), ("update", 4)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, json.dumps(options), str(w), op, "3"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for op, w in plan
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
+    argvs = [[sys.executable, "-c", WORKER, url, json.dumps(options), str(w), op, "3"] for op, w in plan]
     commits: list[tuple[int, int, list[int] | None]] = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out
+    for out in run_together(argvs):
         commits += [tuple(c) for c in json.loads(out.strip().splitlines()[-1])]  # type: ignore[misc]
     t = Table.open(url, "t", **options)
     assert len({v for v, _, _ in commits}) == len(commits) == 15, "each commit has its own version"

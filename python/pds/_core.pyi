@@ -467,8 +467,9 @@ def table_replace(
 ) -> tuple[str, int | None, bool]:
     """Remove the rows matching *filter* (none: every row) and add *data*
     (streamed), in one commit: (manifest JSON, rows removed or None,
-    committed). ``pds.DataError`` naming the first row of *data* the filter
-    does not match, before anything is committed."""
+    committed, always ``True``: a replace of nothing by nothing is a version
+    too). ``pds.DataError`` naming the first row of *data* the filter does
+    not match, before anything is committed."""
 
 def table_upsert_files(
     store: RustStore, key: str, files: str, *, schema: pa.Schema, parallelism: int

@@ -156,9 +156,10 @@ class _InputGuard:
             raise self.interrupt
 
 
-def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None, _InputGuard | None]:
+def _arrow_input(data: object, caller: str = "write_dataset") -> tuple[Any, pa.Schema, int | None, _InputGuard | None]:
     """The input as something Rust can stream, its schema, its row count if
-    known, and the guard of a streamed input.
+    known, and the guard of a streamed input. *caller* (the public call that
+    takes *data*) is named in the ``TypeError`` for an input it cannot take.
 
     Nothing is copied: Tables and readers pass through the Arrow C stream.
     """
@@ -169,7 +170,7 @@ def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None, _InputGuard 
         return table, table.schema, table.num_rows, None
     if isinstance(data, pa.Array | pa.ChunkedArray):
         raise TypeError(
-            f"write_dataset expects {_ACCEPTED}; got a {type(data).__name__} (one column): "
+            f"{caller} expects {_ACCEPTED}; got a {type(data).__name__} (one column): "
             "wrap it in a table, e.g. pa.table({'name': data})"
         )
     if hasattr(data, "__arrow_c_stream__"):
@@ -181,10 +182,10 @@ def _arrow_input(data: object) -> tuple[Any, pa.Schema, int | None, _InputGuard 
             try:
                 reader = pa.RecordBatchReader.from_stream(data)
             except (pa.ArrowException, TypeError, ValueError) as exc:
-                raise TypeError(f"write_dataset expects a stream of record batches: {exc}") from exc
+                raise TypeError(f"{caller} expects a stream of record batches: {exc}") from exc
         guard = _InputGuard(reader)
         return pa.RecordBatchReader.from_batches(reader.schema, guard.batches()), reader.schema, None, guard
-    raise TypeError(f"write_dataset expects {_ACCEPTED}; got {type(data).__module__}.{type(data).__qualname__}")
+    raise TypeError(f"{caller} expects {_ACCEPTED}; got {type(data).__module__}.{type(data).__qualname__}")
 
 
 def _check_columns(columns: object) -> list[str] | None:

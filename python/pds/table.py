@@ -32,7 +32,7 @@ import base64
 import collections
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -260,7 +260,7 @@ class Table:
             raise TypeError("primary_key must be a column name (str); composite keys are not supported")
         reader = None
         if data is not None:
-            reader, data_schema, _, _ = _arrow_input(data)
+            reader, data_schema, _, _ = _arrow_input(data, "Table.create")
             schema = schema if schema is not None else data_schema
         if schema is None:
             raise TypeError("Table.create needs a schema or data")
@@ -312,6 +312,17 @@ class Table:
     def version(self) -> int:
         """The version this object reads."""
         return int(self._manifest["version"])
+
+    @property
+    def commit_id(self) -> str | None:
+        """The id of the commit that wrote :attr:`version` (each commit
+        records a random one in its manifest; :meth:`history` shows it per
+        version). After a write by this object, the id of that write's
+        commit: a version and its commit id name what one call committed.
+        ``None`` for a version written by a pds from before commit ids.
+        No I/O."""
+        cid = self._manifest.get("commit_id")
+        return str(cid) if cid is not None else None
 
     @property
     def schema(self) -> pa.Schema:
@@ -447,9 +458,10 @@ class Table:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
         ):
             raise TypeError("metadata must be a mapping of str to str")
-        reader, _, _, guard = _arrow_input(data)
-        try:
-            text = _core.table_append(
+        return self._write_stream(
+            data,
+            "Table.append",
+            lambda reader: _core.table_append(
                 self._native,
                 self._path,
                 reader,
@@ -457,7 +469,17 @@ class Table:
                 metadata=dict(metadata) if metadata is not None else None,
                 parallelism=_parallelism(),
                 table_id=self._table_id,
-            )
+            ),
+        )
+
+    def _write_stream(self, data: object, caller: str, write: Callable[[Any], str]) -> int:
+        """Run *write* (a ``_core`` call that returns the manifest JSON of
+        the version it leaves) on *data* as a stream; an exception the input
+        itself raised while it was read is re-raised as it is. This object
+        then reads that version, which is returned."""
+        reader, _, _, guard = _arrow_input(data, caller)
+        try:
+            text = write(reader)
         finally:
             if guard is not None:
                 guard.reraise()
@@ -524,7 +546,13 @@ class Table:
 
         Args:
             data: Anything with ``__arrow_c_stream__``, holding the primary
-                key column. It is read into memory first, to check its keys.
+                key column. It is read into memory whole first (a stream is
+                collected), to check its keys: an upsert needs memory for
+                all of *data* at once (its Arrow size, plus a copy of the
+                key column while the keys are checked), unlike
+                :meth:`append` and :meth:`replace`, which stream. Upsert a
+                large input in parts, each of its own keys (one version
+                each).
             schema_mode: As :meth:`append`.
 
         Serializable: two upserts of overlapping keys give the result of one
@@ -558,7 +586,7 @@ class Table:
                 f"upsert replaces rows by primary key, and table {self._key!r} declares none "
                 "(create it with primary_key=...)"
             )
-        rows = _in_memory(data)
+        rows = _in_memory(data, "Table.upsert")
         _check_keys(rows, pk)
         text, _replaced, _committed = _core.table_upsert(
             self._native,
@@ -593,8 +621,11 @@ class Table:
                 never held whole. Every row must match *filter*.
             schema_mode: As :meth:`append`.
 
-        A replace that removes no row and adds none commits nothing and
-        returns the latest version.
+        Every replace commits one version, even one that removes no row and
+        adds none (nothing matches *filter* and *data* is empty): so
+        re-materialising a partition adds exactly one version, and
+        :attr:`version` and :attr:`commit_id` afterwards name this call's
+        commit.
 
         Serializable: rows that a concurrent commit adds before this replace
         commits and that match *filter* are removed too (planned in one more
@@ -621,7 +652,14 @@ class Table:
                 position in *data*, its values and the condition it fails).
                 Also: the input stream failed while it was read. The files
                 already uploaded are removed and nothing is committed.
-            pds.SchemaMismatch: as :meth:`append`.
+            pds.SchemaMismatch: as :meth:`append`. A schema another writer
+                changed while this replace ran (a ``"merge"`` append): with
+                ``filter=[]`` the data is fitted to the new schema as if the
+                replace had started on it, and commits if it fits in
+                *schema_mode* (``"strict"``: the new schema's columns);
+                otherwise this error, naming both schemas. With a filter,
+                any such change fails the replace; retry it. Nothing is
+                committed either way.
             pds.CommitConflict / pds.CommitUnknown: as :meth:`append` (the
                 new files and tombstone are removed unless the outcome is
                 unknown).
@@ -635,9 +673,10 @@ class Table:
             raise TypeError("replace takes a list of (column, op, value) tuples, not an Expression")
         self.refresh()
         conditions = core_conditions(raw, self.schema)
-        reader, _, _, guard = _arrow_input(data)
-        try:
-            text, _removed, _committed = _core.table_replace(
+        return self._write_stream(
+            data,
+            "Table.replace",
+            lambda reader: _core.table_replace(
                 self._native,
                 self._path,
                 conditions,
@@ -645,12 +684,8 @@ class Table:
                 schema_mode=schema_mode,
                 parallelism=_parallelism(),
                 table_id=self._table_id,
-            )
-        finally:
-            if guard is not None:
-                guard.reraise()
-        self._manifest = json.loads(text)
-        return self.version
+            )[0],
+        )
 
     def update(self, filter: Filter | None, set: Mapping[str, Any]) -> int:
         """Set columns of the rows that match *filter*, in one commit; return
@@ -1201,9 +1236,10 @@ def drop_table(store: Store | str, key: str, **storage_options: object) -> list[
     return list(_core.table_drop(handle, st.native_path(key)))
 
 
-def _in_memory(data: object) -> pa.Table:
-    """*data* (anything with ``__arrow_c_stream__``) read into a table."""
-    source, _, _, guard = _arrow_input(data)
+def _in_memory(data: object, caller: str) -> pa.Table:
+    """*data* (anything with ``__arrow_c_stream__``) read into a table;
+    *caller* is named if it is not such a thing."""
+    source, _, _, guard = _arrow_input(data, caller)
     try:
         return source if isinstance(source, pa.Table) else source.read_all()
     finally:

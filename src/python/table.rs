@@ -2,6 +2,7 @@
 //! Arrow C streams. The GIL is released around all I/O and encoding.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3_arrow::{PyRecordBatchReader, PySchema};
@@ -11,11 +12,14 @@ use super::errors::IntoPy;
 use super::progress::PyProgress;
 use super::store::PyRustStore;
 use crate::error::Error;
+use crate::store::StoreHandle;
 use crate::table::commit::Depth;
 use crate::table::identity::expecting;
+use crate::table::rewrite::Rewritten;
 use crate::table::scan::{At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::TableProperties;
+use crate::table::write::BoxedReader;
 use crate::table::{delete, scan, write};
 
 /// A manifest as the JSON text Python parses.
@@ -89,15 +93,35 @@ pub fn table_append(
     parallelism: usize,
     table_id: Option<String>,
 ) -> PyResult<String> {
+    let append = |handle: Arc<StoreHandle>, reader: BoxedReader, mode: SchemaMode| {
+        write::append(handle, &key, reader, mode, metadata, parallelism)
+    };
+    let m = write_stream(py, store, data, schema_mode, table_id, append)?;
+    manifest_json(&m)
+}
+
+/// Run a write of `data` (in `schema_mode`) on the store's handle with the
+/// GIL released, checking that the table is still the one `table_id`
+/// names ([`expecting`]).
+fn write_stream<T: Send>(
+    py: Python<'_>,
+    store: &PyRustStore,
+    data: PyRecordBatchReader,
+    schema_mode: &str,
+    table_id: Option<String>,
+    write: impl FnOnce(Arc<StoreHandle>, BoxedReader, SchemaMode) -> crate::error::Result<T> + Send,
+) -> PyResult<T> {
     let mode = SchemaMode::parse(schema_mode).py_err()?;
     let reader = data.into_reader()?;
     let handle = store.inner.clone();
-    let m = super::detach(py, || {
-        expecting(table_id.as_deref(), || {
-            write::append(handle, &key, reader, mode, metadata, parallelism)
-        })
-    })?;
-    manifest_json(&m)
+    super::detach(py, || {
+        expecting(table_id.as_deref(), || write(handle, reader, mode))
+    })
+}
+
+/// `(manifest JSON, rows removed or None, committed)` of a rewrite.
+fn rewritten(done: &Rewritten) -> PyResult<(String, Option<u64>, bool)> {
+    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
 }
 
 /// Delete rows matching `filter`; returns `(manifest JSON, rows deleted or
@@ -451,15 +475,11 @@ pub fn table_upsert(
     parallelism: usize,
     table_id: Option<String>,
 ) -> PyResult<(String, Option<u64>, bool)> {
-    let mode = SchemaMode::parse(schema_mode).py_err()?;
-    let reader = data.into_reader()?;
-    let handle = store.inner.clone();
-    let done = super::detach(py, || {
-        expecting(table_id.as_deref(), || {
-            crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
-        })
-    })?;
-    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+    let upsert = |handle: Arc<StoreHandle>, reader: BoxedReader, mode: SchemaMode| {
+        crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
+    };
+    let done = write_stream(py, store, data, schema_mode, table_id, upsert)?;
+    rewritten(&done)
 }
 
 /// Replace the rows matching `filter` (conditions; none: every row) with
@@ -478,19 +498,15 @@ pub fn table_replace(
     parallelism: usize,
     table_id: Option<String>,
 ) -> PyResult<(String, Option<u64>, bool)> {
-    let mode = SchemaMode::parse(schema_mode).py_err()?;
     let predicate = read_options(None, Some(filter), None)?
         .predicate
         .map(|p| p.as_ref().clone())
         .unwrap_or_default();
-    let reader = data.into_reader()?;
-    let handle = store.inner.clone();
-    let done = super::detach(py, || {
-        expecting(table_id.as_deref(), || {
-            crate::table::replace::replace(handle, &key, predicate, reader, mode, parallelism)
-        })
-    })?;
-    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+    let replace = |handle: Arc<StoreHandle>, reader: BoxedReader, mode: SchemaMode| {
+        crate::table::replace::replace(handle, &key, predicate, reader, mode, parallelism)
+    };
+    let done = write_stream(py, store, data, schema_mode, table_id, replace)?;
+    rewritten(&done)
 }
 
 /// Upsert the rows of data files uploaded by [`table_write_files`] (a Spark
@@ -512,7 +528,7 @@ pub fn table_upsert_files(
     let done = super::detach(py, || {
         crate::table::upsert::upsert_files(handle, &key, files, schema, parallelism)
     })?;
-    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+    rewritten(&done)
 }
 
 /// Update rows: `filter` (conditions, pushed down) picks the candidates,
@@ -589,7 +605,7 @@ pub fn table_update(
         return Err(e);
     }
     let done = result?;
-    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+    rewritten(&done)
 }
 
 /// Whether a column of type `input` may be appended to a column of type

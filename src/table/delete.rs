@@ -544,6 +544,7 @@ pub fn delete(
         files: Vec::new(),
         reads_rows: false,
         schema: None,
+        commits_always: false,
     };
     let done =
         commit_removal(&store, table, op, None, parallelism)?.logged(&store, table, &started);

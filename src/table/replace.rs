@@ -25,8 +25,9 @@
 //!    settings and its history.
 //!
 //! A replace that removes no row and adds none (no data, nothing matching;
-//! for an empty filter: no data and no data file in the table) commits
-//! nothing.
+//! for an empty filter: no data and no data file in the table) commits a
+//! version all the same: re-materialising a partition adds exactly one
+//! version, and the caller reports the version and commit id it made.
 //!
 //! **Serializable.** The result must be the one some serial order of the
 //! commits gives, in version order, so that time travel agrees with it.
@@ -48,8 +49,13 @@
 //!   caller, not from the rows removed.
 //! - C removed a file this replace's tombstone marks (a compaction): the
 //!   plan starts over on C's version (compaction wrote those rows again).
-//! - C changed the schema: `SchemaMismatch`, nothing committed (as for an
-//!   append).
+//! - C changed the schema (a merge-mode append): with a filter,
+//!   `SchemaMismatch`, nothing committed (as for an append). The empty
+//!   filter fits its data to C's schema as if it had started on C (see
+//!   [`fit`]): it commits if the data's schema reconciles with C's in the
+//!   replace's mode (strict: the same columns) and the files read as the
+//!   result (the files then record the schema they were written in);
+//!   otherwise `SchemaMismatch` naming both schemas.
 //!
 //! For the empty filter the commit drops whatever files the version it
 //! builds on holds, so the rows of every earlier commit go, as they would in
@@ -84,7 +90,7 @@ use super::delete;
 use super::manifest_key;
 use super::rewrite::{CheckedSchema, Rewrite, Rewritten};
 use super::schema::{describe_change, reconcile, SchemaMode};
-use super::snapshot::{DataFile, TableSchema};
+use super::snapshot::TableSchema;
 use super::write::{self, BoxedReader};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
@@ -94,7 +100,7 @@ use crate::store::StoreHandle;
 
 /// Replace the rows of `table` that `predicate` matches with `reader`'s
 /// rows, in one commit (see the module docs); an empty predicate replaces
-/// every row. Returns the version after it (the latest, unchanged, when
+/// every row. Returns the version after it (always a new one, even when
 /// nothing was removed or added).
 pub fn replace(
     store: Arc<StoreHandle>,
@@ -136,59 +142,146 @@ fn replace_on(
     let old = base.arrow_schema(&manifest_key(table, base.version))?;
     // A bad filter fails here, before anything is written.
     predicate.clone().bind(&old)?;
-    let target = reconcile(&old, &reader.schema(), mode, table)?;
-    // The input is cast to `target` as it streams (see `write::append`).
-    crate::parquet::storage_types::check_writable(&target)?;
-    let change = describe_change(&old, &target);
-    let schema_change = if change.is_empty() {
-        None
-    } else {
-        Some((TableSchema::of(&target)?, change))
-    };
-    let checked: CheckedSchema = (base.schema.arrow_schema.clone(), schema_change);
-    let reader: BoxedReader = if predicate.conditions.is_empty() {
-        reader
-    } else {
-        Box::new(Within::new(reader, &predicate, &target, table)?)
-    };
-    let files = write::upload(
+    let whole = predicate.conditions.is_empty();
+    let up = write::upload_reconciled(
         store,
         table,
-        reader,
-        target,
+        &old,
         &base.properties,
+        reader,
+        mode,
         parallelism,
-        None,
+        |reader, target| -> Result<BoxedReader> {
+            if whole {
+                Ok(reader)
+            } else {
+                Ok(Box::new(Within::new(reader, &predicate, target, table)?))
+            }
+        },
     )?;
-    if predicate.conditions.is_empty() {
-        return replace_all(store, table, latest, files, checked, started);
+    if whole {
+        return replace_all(store, table, latest, up, mode, started);
     }
+    let schema_change = if up.change.is_empty() {
+        None
+    } else {
+        Some((up.table_schema, up.change))
+    };
+    let checked: CheckedSchema = (base.schema.arrow_schema.clone(), schema_change);
     let mut params = BTreeMap::new();
     params.insert("filter".to_string(), delete::describe(&predicate));
     let op = Rewrite {
         operation: "replace",
         params,
         predicate: Some(predicate.clone()),
-        files,
+        files: up.files,
         reads_rows: false,
         schema: Some(checked),
+        commits_always: true,
     };
     delete::commit_removal(store, table, op, Some(latest), parallelism)
         .map(|done| done.logged(store, table, started))
 }
 
-/// The whole-table replace: one version holding exactly `files`, built on
-/// whatever version is the latest when it commits (its root alone is read).
+/// How a whole-table replace's files go into the version it commits on:
+/// that version's schema reconciled with the data's (as if the replace had
+/// started on it), and the schema the files were written in when it is
+/// not that one.
+struct Fit {
+    /// The schema of the version committed.
+    schema: TableSchema,
+    /// How it differs from the schema of the version it builds on.
+    change: Vec<String>,
+    /// The schema the files were written in, when it is not `schema`.
+    files_in: Option<TableSchema>,
+}
+
+/// The [`Fit`] of `up` (uploaded in `mode`) on version `now`.
+/// `SchemaMismatch` naming both schemas when the data does not fit `now`'s
+/// schema (in strict mode: its columns are not `now`'s), or the files were
+/// written in a schema that does not read as the result (a type `now`
+/// changed in a way no widening gives).
+fn fit(
+    now: &super::snapshot::TableManifest,
+    table: &str,
+    up: &write::Uploaded,
+    mode: SchemaMode,
+) -> Result<Fit> {
+    let current = now.arrow_schema(&manifest_key(table, now.version))?;
+    let refused = |why: String| Error::SchemaMismatch {
+        key: table.to_string(),
+        reason: format!(
+            "the table's schema changed while this replace ran: it is now ({}), and the data's \
+             schema ({}) does not fit it in {} mode: {why}; nothing was changed",
+            show(&current),
+            show(&up.input),
+            match mode {
+                SchemaMode::Strict => "strict",
+                SchemaMode::Merge => "merge",
+            },
+        ),
+    };
+    let target = match reconcile(&current, &up.input, mode, table) {
+        Ok(t) => t,
+        Err(Error::SchemaMismatch { reason, .. }) => return Err(refused(reason)),
+        Err(e) => return Err(e),
+    };
+    let same = |a: &Schema, b: &Schema| a.fields() == b.fields();
+    // The files hold `up.target`: they read as `target` if merging it in
+    // changes nothing (it lacks columns, or holds narrower types).
+    let readable = reconcile(&target, &up.target, SchemaMode::Merge, table)
+        .map(|t| same(&t, &target))
+        .unwrap_or(false);
+    if !readable {
+        return Err(refused(format!(
+            "the data was written as ({}), which does not read as ({})",
+            show(&up.target),
+            show(&target)
+        )));
+    }
+    let change = describe_change(&current, &target);
+    let schema = if change.is_empty() {
+        now.schema.clone()
+    } else {
+        TableSchema::of(&target)?
+    };
+    let files_in = if same(&up.target, &target) {
+        None
+    } else {
+        Some(up.table_schema.clone())
+    };
+    Ok(Fit {
+        schema,
+        change,
+        files_in,
+    })
+}
+
+/// `name: type, ...`, for messages.
+fn show(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The whole-table replace: one version holding exactly the uploaded files,
+/// built on whatever version is the latest when it commits (its root alone
+/// is read). A schema changed since the snapshot (a concurrent merge) is
+/// fitted again ([`fit`]). A version is committed even when it removes
+/// nothing and adds nothing.
 fn replace_all(
     store: &Arc<StoreHandle>,
     table: &str,
     latest: commit::Latest,
-    files: Vec<DataFile>,
-    checked: CheckedSchema,
+    up: write::Uploaded,
+    mode: SchemaMode,
     started: &Started,
 ) -> Result<Rewritten> {
+    let files = &up.files;
     let rows_added: u64 = files.iter().map(|f| f.total_rows).sum();
-    let mut unchanged = None;
     let opts = CommitOptions {
         depth: Depth::Root,
         ..Default::default()
@@ -197,19 +290,8 @@ fn replace_all(
         let now = now.ok_or_else(|| Error::NotFound {
             path: table.to_string(),
         })?;
-        if now.schema.arrow_schema != checked.0 {
-            return Err(Error::SchemaMismatch {
-                key: table.to_string(),
-                reason: "the table's schema changed while this replace ran; nothing was \
-                             changed, retry it"
-                    .into(),
-            });
-        }
+        let fit = fit(now, table, &up, mode)?;
         let removed = now.file_count();
-        if removed == 0 && files.is_empty() {
-            unchanged = Some(now.clone());
-            return Ok(None);
-        }
         let mut next = now.clone();
         next.created_at = now_iso8601();
         next.operation = "replace".into();
@@ -218,14 +300,25 @@ fn replace_all(
         params.insert("files_removed".into(), removed.into());
         params.insert("rows_added".into(), rows_added.into());
         params.insert("files_added".into(), files.len().into());
-        if let Some((schema, change)) = &checked.1 {
-            next.schema = schema.clone();
-            params.insert("schema_change".into(), change.clone().into());
+        if !fit.change.is_empty() {
+            params.insert("schema_change".into(), fit.change.clone().into());
         }
+        next.schema = fit.schema;
         next.operation_parameters = params;
-        // No file is left that was written in an older schema.
+        // No file is left but the new ones.
         next.file_schemas = BTreeMap::new();
-        next.replace_files(files.clone());
+        let mut added = files.clone();
+        if let Some(written) = fit.files_in {
+            let id = crate::parquet::encode::sha256_hex(written.arrow_schema.as_bytes())[..16]
+                .to_string();
+            for f in &mut added {
+                f.schema = Some(id.clone());
+            }
+            if !added.is_empty() {
+                next.file_schemas.insert(id, written);
+            }
+        }
+        next.replace_files(added);
         Ok(Some(next))
     }))
     .and_then(|r| r);
@@ -237,19 +330,12 @@ fn replace_all(
             committed: true,
         }),
         Ok(Outcome::Unchanged { .. }) => {
-            // Nothing to remove and nothing added: no file was uploaded.
-            let manifest =
-                unchanged.ok_or_else(|| Error::Task("replace committed nothing".into()))?;
-            Ok(Rewritten {
-                manifest,
-                rows: Some(0),
-                rows_added: 0,
-                committed: false,
-            })
+            write::discard(store, table, files);
+            Err(Error::Task("replace committed nothing".into()))
         }
         Err(e) => {
             if write::may_discard(&e) {
-                write::discard(store, table, &files);
+                write::discard(store, table, files);
             }
             Err(e)
         }
@@ -516,13 +602,17 @@ mod tests {
             ids(&store, At::Latest, None),
             without(&store, At::Version(0), "c3", &[7])
         );
-        // Nothing matches and no data: nothing is committed.
+        // Nothing matches and no data: a version all the same (a
+        // re-materialisation adds exactly one), holding the same rows.
+        let before = ids(&store, At::Latest, None);
         let none = run(&store, of("zz"), Vec::new()).unwrap();
-        assert!(!none.committed);
-        assert_eq!(none.manifest.version, 2);
+        assert!(none.committed);
+        assert_eq!(none.manifest.version, 3);
+        assert_eq!(none.manifest.operation, "replace");
+        assert_eq!(ids(&store, At::Latest, None), before);
         // No data, rows match: the partition is emptied, in one version.
         let emptied = run(&store, of("c3"), Vec::new()).unwrap();
-        assert_eq!(emptied.manifest.version, 3);
+        assert_eq!(emptied.manifest.version, 4);
         assert_eq!(
             ids(&store, At::Latest, None),
             without(&store, At::Version(0), "c3", &[])
@@ -674,6 +764,108 @@ mod tests {
         assert!(all.manifest.tombstones.is_empty());
         assert_eq!(ids(&store, At::Latest, None), vec![1, 2]);
         assert_eq!(ids(&store, At::Version(4), None).len(), 70 - 10 + 1 + 1 + 1);
+    }
+
+    #[test]
+    fn an_empty_whole_table_replace_of_an_empty_table_commits_a_version() {
+        let store = table();
+        let all = |data| {
+            replace(
+                store.clone(),
+                "t",
+                Predicate::default(),
+                data,
+                SchemaMode::Strict,
+                2,
+            )
+        };
+        assert_eq!(all(stream(Vec::new())).unwrap().manifest.version, 1);
+        let again = all(stream(Vec::new())).unwrap();
+        assert!(again.committed);
+        assert_eq!(again.manifest.version, 2, "one version per replace");
+        assert!(ids(&store, At::Latest, None).is_empty());
+    }
+
+    #[test]
+    fn a_whole_table_replace_fits_its_data_to_a_schema_merged_since_its_snapshot() {
+        let store = table();
+        let started = Started::now(&store);
+        let stale = commit::latest_existing(&store, "t").unwrap();
+        // Another writer adds a column (merge mode) after the snapshot.
+        let wide = Arc::new(Schema::new(vec![
+            Field::new("id", arrow_schema::DataType::Int64, false),
+            Field::new("customer", arrow_schema::DataType::Utf8, true),
+            Field::new("extra", arrow_schema::DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            wide.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![900])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["c1"])),
+                Arc::new(Int64Array::from(vec![5])),
+            ],
+        )
+        .unwrap();
+        let merged = Box::new(RecordBatchIterator::new(vec![Ok(batch)], wide));
+        append(store.clone(), "t", merged, SchemaMode::Merge, None, 2).unwrap();
+        let all = |mode| {
+            replace_on(
+                &store,
+                "t",
+                stale.clone(),
+                Predicate::default(),
+                stream(vec![part(&[1, 2], "c0")]),
+                mode,
+                2,
+                &started,
+            )
+        };
+        // Strict: the data lacks a column the table has now.
+        let err = all(SchemaMode::Strict).unwrap_err();
+        match &err {
+            Error::SchemaMismatch { reason, .. } => {
+                assert!(
+                    reason.contains("it is now (id: Int64, customer: Utf8, extra: Int64)"),
+                    "{reason}"
+                );
+                assert!(
+                    reason.contains("the data's schema (id: Int64, customer: Utf8)"),
+                    "{reason}"
+                );
+                assert!(reason.contains("\"extra\" is missing"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let latest = commit::latest_existing(&store, "t").unwrap();
+        assert_eq!(latest.manifest.version, 1, "nothing committed");
+        // Merge: the data fits the new schema; its files lack the column.
+        let done = all(SchemaMode::Merge).unwrap();
+        assert_eq!(done.manifest.version, 2);
+        assert_eq!(ids(&store, At::Latest, None), vec![1, 2]);
+        let m = crate::runtime::block_on(super::super::scan::resolve(&store, "t", At::Latest))
+            .unwrap()
+            .unwrap();
+        let schema = m.arrow_schema("t").unwrap();
+        assert!(
+            schema.field_with_name("extra").is_ok(),
+            "the merged column stays"
+        );
+        let opts = super::super::scan::ScanOptions {
+            columns: None,
+            predicate: None,
+            batch_size: None,
+            parallelism: 2,
+            files: None,
+        };
+        let batches: Vec<RecordBatch> = super::super::scan::scan(store.clone(), "t", &m, opts)
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect();
+        let extra: usize = batches
+            .iter()
+            .map(|b| b.column_by_name("extra").unwrap().null_count())
+            .sum();
+        assert_eq!(extra, 2, "the files written before the merge read nulls");
     }
 
     #[test]

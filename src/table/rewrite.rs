@@ -76,6 +76,10 @@ pub struct Rewrite {
     /// commit that finds another fails with `SchemaMismatch`. With a schema
     /// change (merge mode) the new schema and its description.
     pub schema: Option<CheckedSchema>,
+    /// Whether a version is committed even when the plan removes no row
+    /// and nothing is added (a replace: re-materialising a partition adds
+    /// exactly one version, whatever it held).
+    pub commits_always: bool,
 }
 
 /// The schema text an operation checked its rows against, and the schema
@@ -270,7 +274,11 @@ where
         let state = progress
             .as_ref()
             .ok_or_else(|| Error::Task("no plan".into()))?;
-        if state.tombstones.is_empty() && state.files.is_empty() && op.files.is_empty() {
+        if !op.commits_always
+            && state.tombstones.is_empty()
+            && state.files.is_empty()
+            && op.files.is_empty()
+        {
             return Ok(Rewritten {
                 manifest: base,
                 rows: Some(0),

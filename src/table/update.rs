@@ -259,6 +259,7 @@ pub fn update(
         files: Vec::new(),
         reads_rows: true,
         schema: Some((latest.manifest.schema.arrow_schema.clone(), None)),
+        commits_always: false,
     };
     rewrite(&store, table, op, Some(latest), |base, files| {
         round(&store, table, base, files, &opts, f)

@@ -301,6 +301,7 @@ fn commit_upsert(
         files,
         reads_rows: false,
         schema: Some(schema),
+        commits_always: false,
     };
     delete::commit_removal(store, table, op, Some(latest), parallelism)
 }

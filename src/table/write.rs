@@ -495,22 +495,21 @@ pub fn append(
     let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
-    let target = reconcile(&old, &reader.schema(), mode, table)?;
-    // The input is cast to `target` as it streams, so `target` is what must
-    // be storable (an input column of an unstorable variant of the table's
-    // type, a list view say, is cast to the table's type first).
-    crate::parquet::storage_types::check_writable(&target)?;
     let checked = base.schema.arrow_schema.clone();
-    let new_schema = TableSchema::of(&target)?;
-    let change = describe_change(&old, &target);
-    let files = upload(
+    let Uploaded {
+        table_schema: new_schema,
+        change,
+        files,
+        ..
+    } = upload_reconciled(
         &store,
         table,
-        reader,
-        target,
+        &old,
         &base.properties,
+        reader,
+        mode,
         parallelism,
-        None,
+        |r, _| Ok(r),
     )?;
     if files.is_empty() {
         return Ok(base);
@@ -560,6 +559,68 @@ pub fn append(
         Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
         Outcome::Unchanged { .. } => Err(Error::Task("append committed nothing".into())),
     }
+}
+
+/// Data an append or a replace uploaded: its schema reconciled with the
+/// table's, and its new data files.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    /// The data's own schema, as its reader declared it.
+    pub input: SchemaRef,
+    /// The schema the files are written in: the table's, reconciled with
+    /// `input` ([`reconcile`]).
+    pub target: SchemaRef,
+    /// `target` as a manifest records it.
+    pub table_schema: TableSchema,
+    /// How `target` differs from the table's schema, for the history
+    /// (empty: it does not).
+    pub change: Vec<String>,
+    /// The new data files (none for data without rows).
+    pub files: Vec<DataFile>,
+}
+
+/// Reconcile `reader`'s schema with `old`, the table's (per `mode`), then
+/// stream the reader `check` makes of it (given the target schema; a
+/// replace checks every row against its filter there) into new data files
+/// of the target schema, cast as they stream ([`upload`]). A schema that
+/// does not fit, or a type that cannot be stored, fails before anything is
+/// uploaded; a failing stream removes what was uploaded.
+#[allow(clippy::too_many_arguments)]
+pub fn upload_reconciled(
+    store: &Arc<StoreHandle>,
+    table: &str,
+    old: &arrow_schema::Schema,
+    props: &TableProperties,
+    reader: BoxedReader,
+    mode: SchemaMode,
+    parallelism: usize,
+    check: impl FnOnce(BoxedReader, &arrow_schema::Schema) -> Result<BoxedReader>,
+) -> Result<Uploaded> {
+    let input = reader.schema();
+    let target = reconcile(old, &input, mode, table)?;
+    // The input is cast to `target` as it streams, so `target` is what must
+    // be storable (an input column of an unstorable variant of the table's
+    // type, a list view say, is cast to the table's type first).
+    crate::parquet::storage_types::check_writable(&target)?;
+    let table_schema = TableSchema::of(&target)?;
+    let change = describe_change(old, &target);
+    let reader = check(reader, &target)?;
+    let files = upload(
+        store,
+        table,
+        reader,
+        target.clone(),
+        props,
+        parallelism,
+        None,
+    )?;
+    Ok(Uploaded {
+        input,
+        target,
+        table_schema,
+        change,
+        files,
+    })
 }
 
 /// Check files from [`upload`] before a commit names them: each is a

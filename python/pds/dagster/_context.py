@@ -9,6 +9,9 @@ from typing import Any
 
 import pyarrow as pa
 from dagster import DagsterInvariantViolationError, InputContext, MetadataValue, OutputContext, TableColumn, TableSchema
+from remote_store import Store
+
+from pds.table import is_table
 
 FORMATS = ("dataset", "table")
 
@@ -49,6 +52,22 @@ def output_format(meta: Mapping[str, Any], asset: str) -> str:
     if fmt not in FORMATS:
         raise ValueError(f"asset {asset}: pds/format must be one of {FORMATS}, got {fmt!r}")
     return str(fmt)
+
+
+def input_format(context: InputContext, store: Store) -> str:
+    """The format of the asset an input loads: ``pds/format`` of its
+    definition metadata; when that says nothing (a ``SourceAsset`` or an
+    ``AssetSpec`` without it, an asset of another code location), what the
+    store holds at its key: a table if a table's pointer or first manifest
+    is there (1 HEAD, 2 when there is none), else a dataset.
+
+    Raises:
+        ValueError: ``pds/format`` is neither ``"dataset"`` nor ``"table"``.
+    """
+    meta = upstream_metadata(context)
+    if "pds/format" in meta:
+        return output_format(meta, context.asset_key.to_user_string())
+    return "table" if is_table(store, store_key(context)) else "dataset"
 
 
 def annotation(context: InputContext) -> object:

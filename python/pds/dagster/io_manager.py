@@ -9,7 +9,7 @@ from pydantic import Field
 from remote_store import Store
 
 from pds.dagster import datasets, tables
-from pds.dagster._context import metadata, output_format, store_key, upstream_metadata
+from pds.dagster._context import input_format, metadata, output_format, store_key
 from pds.dagster._stores import asset_uri, shared_store
 
 
@@ -32,7 +32,10 @@ class PdsIOManager(ConfigurableIOManager):
     nothing. Inputs: by annotation, ``pyarrow.Table`` (default),
     ``pyarrow.RecordBatchReader`` (streamed), ``polars.DataFrame`` /
     ``LazyFrame`` or ``pandas.DataFrame``; ``AssetIn`` metadata
-    ``"columns"``, ``"pds/filter"`` and ``"pds/version"`` (tables).
+    ``"columns"``, ``"pds/filter"`` and ``"pds/version"`` (tables). An
+    upstream asset whose metadata states no ``"pds/format"`` (a
+    ``SourceAsset``, an ``AssetSpec``, an asset of another code location)
+    is read as a table if one is at its key, else as a dataset.
 
     The store is opened once per process and shared by the runs in it (a
     ``memory://`` store keeps its objects for the life of the process).
@@ -61,7 +64,6 @@ class PdsIOManager(ConfigurableIOManager):
 
     def load_input(self, context: InputContext) -> Any:
         """Read the input's dataset(s) or table (see the class)."""
-        asset = context.asset_key.to_user_string()
-        if output_format(upstream_metadata(context), asset) == "table":
+        if input_format(context, self.store()) == "table":
             return tables.load_input(self.store(), context)
         return datasets.load_input(self.store(), context)

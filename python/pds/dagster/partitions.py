@@ -6,7 +6,10 @@ type: a ``date`` (whole-day windows only), a ``timestamp`` with a time zone
 (the instants), a ``timestamp`` without one (the wall-clock time in the
 partitions definition's time zone), or a string (the bounds formatted with the
 partitions definition's own ``fmt``, which must sort as time does: ISO
-formats such as ``%Y-%m-%d`` do). A static or dynamic key is ``column ==
+formats such as ``%Y-%m-%d`` do). Wall-clock columns (a timestamp without a
+time zone, or a string) are refused for windows shorter than a day in a time
+zone with daylight saving time: the hour repeated when the clocks go back
+would be two partitions with the same bounds. A static or dynamic key is ``column ==
 key``, the key parsed as the column's type. Multi-partitions map each
 dimension to its column with a dict. Every key is checked against the
 column's type before any I/O.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import re
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -102,6 +106,46 @@ def _time_value(when: datetime.datetime, field: pa.Field, fmt: str, tz: str, ass
     )
 
 
+def _is_wall_clock(field: pa.Field) -> bool:
+    """Whether *field* holds wall-clock times: a timestamp without a time
+    zone, or a string (formatted times)."""
+    t = field.type.value_type if pat.is_dictionary(field.type) else field.type
+    if pat.is_timestamp(t):
+        return t.tz is None
+    return bool(pat.is_string(t) or pat.is_large_string(t) or t == pa.string_view())
+
+
+def _check_unambiguous(time: TimeWindowPartitionsDefinition, key: str, field: pa.Field, asset: str) -> None:
+    """Refuse sub-daily windows of a time zone with daylight saving time on
+    a wall-clock column: when the clocks go back, two windows (the hour
+    repeated) have the same wall-clock bounds, so neither's rows can be told
+    apart (and one window's bounds are equal: it selects nothing). Refused
+    for every partition, not only those at the change, so that a pipeline
+    does not fail once a year."""
+    if not _is_wall_clock(field):
+        return
+    window = time.time_window_for_partition_key(key)
+    utc = datetime.UTC
+    if window.end.astimezone(utc) - window.start.astimezone(utc) >= datetime.timedelta(hours=23):
+        return
+    tz = str(time.timezone)
+    try:
+        zone = zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return
+    year = window.start.year
+    offsets = {datetime.datetime(year, month, 1, tzinfo=zone).utcoffset() for month in range(1, 13)}
+    if len(offsets) > 1:
+        kind = "a timestamp without a time zone" if pat.is_timestamp(field.type) else "a string"
+        raise ValueError(
+            f"asset {asset}: partition column {field.name!r} is {kind}, which holds wall-clock times, and the "
+            f"partitions are shorter than a day in time zone {tz!r}, which has daylight saving time: when the "
+            "clocks go back, two partitions have the same wall-clock bounds, and their rows cannot be told apart. "
+            "Use a timestamp column with a time zone (such as pa.timestamp('us', tz='UTC')), or partitions in "
+            "UTC; nothing was written"
+        )
+
+
 def _key_value(key: str, field: pa.Field, asset: str) -> Any:
     """A static partition key parsed as the type of *field*."""
     t = field.type.value_type if pat.is_dictionary(field.type) else field.type
@@ -176,7 +220,9 @@ def partition_slice(
             does not parse as its column's type, or a column's type cannot
             hold the partitions (an integer column for time windows, hourly
             windows on a date column, a string format that does not sort as
-            time does). All before any I/O.
+            time does, windows shorter than a day in a time zone with
+            daylight saving time on a timestamp column without a time zone
+            or a string column). All before any I/O.
         TypeError: *partition_expr* has the wrong shape.
     """
     if partition_expr is None:
@@ -205,6 +251,7 @@ def partition_slice(
     for name, dim in dims.items():
         dim_keys = sorted({p[name] for p in per_key})
         if dim.time is not None:
+            _check_unambiguous(dim.time, dim_keys[0], dim.field, asset)
             windows = sorted(dim.time.time_window_for_partition_key(k) for k in dim_keys)
             for k in dim_keys:
                 w = dim.time.time_window_for_partition_key(k)

@@ -5,7 +5,9 @@ Write modes (``pds/write_mode``): ``replace`` (default) swaps the
 partition's rows, or all rows of an unpartitioned asset, for the output in
 one commit (:meth:`pds.Table.replace`: readers never see the partition empty
 or doubled); ``append`` adds the rows; ``upsert`` replaces rows by primary
-key (``pds/primary_key``). Every row written is checked to lie in the
+key (``pds/primary_key``; the output is collected in memory first, see
+:meth:`pds.Table.upsert`, whereas replace and append stream it). Every row
+written is checked to lie in the
 partitions being written, and nothing commits unless the whole output was
 read: a failed materialisation leaves the table as it was.
 """
@@ -62,7 +64,12 @@ def _slice(context: OutputContext | InputContext, partition_expr: object, schema
 def write_output(store: Store, context: OutputContext, obj: object, uri: str) -> None:
     """Write *obj* to the output's table as its write mode says, and report
     ``dagster/row_count``, ``dagster/column_schema``, ``dagster/uri``,
-    ``pds/version`` and ``pds/commit_id``. Nothing is written for ``None``.
+    ``pds/committed`` (whether this run committed a version), and
+    ``pds/version`` and ``pds/commit_id``: those of the last commit this
+    run made (a replace always commits one, even of no rows; an append or
+    upsert of no rows commits none: ``pds/committed`` is then ``False``,
+    ``pds/version`` is the table's version as the run left it, and there is
+    no ``pds/commit_id``). Nothing is written for ``None``.
 
     A missing table is created from the output (its schema, and
     ``pds/primary_key``) as version 0.
@@ -106,47 +113,60 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str) ->
             f"asset {asset}: the partitions of this run ({where.description}) are not one range per dimension, "
             "so no single filter replaces them; materialise them in separate runs"
         )
+    # The version and commit id of the last commit this run made, if any.
+    made: tuple[int, str | None] | None = None
     while True:
         stream = CheckedStream(out.reader, where, asset, streamed=out.streamed)
         try:
             if table is None:
                 table = _create(store, key, stream, pk)
-                if table is not None:
-                    break
-                # Another run created the table first: write to it. An output read
-                # by the lost attempt is read again if it is in memory.
-                table = Table.open(store, key)
-                where = _slice(context, partition_expr, table.schema)
-                if stream.started:
-                    out = to_reader(obj)
+                if table is None:
+                    # Another run created the table first: write to it. An output read
+                    # by the lost attempt is read again if it is in memory.
+                    table = Table.open(store, key)
+                    where = _slice(context, partition_expr, table.schema)
+                    if stream.started:
+                        out = to_reader(obj)
+                    continue
+                made = (table.version, table.commit_id)
+                if not stream.streamed:
+                    break  # created with the rows, as version 0
+                # Created empty from a streamed output's schema: the rows go in next.
                 continue
             table = _write(table, mode, schema_mode, where, stream)
+            # A replace always commits; an append or upsert of no rows commits nothing.
+            if mode == "replace" or stream.rows:
+                made = (table.version, table.commit_id)
             break
         except Exception as exc:
             stream.reraise(exc)
             raise
-    context.add_output_metadata(
-        {
-            "dagster/row_count": stream.rows,
-            "dagster/column_schema": column_schema(table.schema),
-            "dagster/uri": uri,
-            "pds/version": table.version,
-            "pds/commit_id": str(table._manifest.get("commit_id", "")),
-        }
-    )
+    report: dict[str, Any] = {
+        "dagster/row_count": stream.rows,
+        "dagster/column_schema": column_schema(table.schema),
+        "dagster/uri": uri,
+        "pds/committed": made is not None,
+    }
+    if made is not None:
+        report["pds/version"] = made[0]
+        if made[1] is not None:
+            report["pds/commit_id"] = made[1]
+    else:
+        report["pds/version"] = table.version
+    context.add_output_metadata(report)
 
 
 def _create(store: Store, key: str, stream: CheckedStream, pk: str | None) -> Table | None:
-    """The table created from *stream*; ``None`` if another writer created
-    it first (the output is then written to that table).
+    """The table created from *stream* (with its rows; for a streamed
+    output, empty, see below); ``None`` if another writer created it first
+    (the output is then written to that table).
 
     A streamed output cannot be read twice, so its table is created empty
     from the stream's schema first (that create is what races); the rows go
     in by the caller's next step, as for an existing table."""
     try:
         if stream.streamed:
-            Table.create(store, key, schema=stream.reader.schema, primary_key=pk)
-            return None
+            return Table.create(store, key, schema=stream.reader.schema, primary_key=pk)
         return Table.create(store, key, data=stream.reader, primary_key=pk)
     except AlreadyExists:
         if (stream.started and stream.streamed) or _open(store, key) is None:

@@ -40,7 +40,7 @@ ZIG_MATURIN := env -u PYO3_PYTHON VIRTUAL_ENV=$(ZIG_TOOLS) PATH=$(ZIG_TOOLS)/bin
 	$(ZIG_TOOLS)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 MATURIN := VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin
 
-.PHONY: help venv build wheel wheel-x86_64 wheel-aarch64 wheel-check sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark clean
+.PHONY: help venv build wheel wheel-x86_64 wheel-aarch64 wheel-check sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark compare-dagster clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -149,6 +149,10 @@ compare-producers-spark: build ## pds pipeline updated on Spark vs Spark's recom
 
 compare-spark: build ## Spark native Parquet vs the pds data source and mapInArrow helper
 	$(PY) benches/spark_compare.py $(COMPARE_ARGS)
+
+compare-dagster: build ## pds.dagster vs dagster-deltalake: 30 daily partitions of 1M rows, 3 re-materialised (~3 min)
+	$(PY) -m pip install --quiet "dagster-deltalake>=0.29,<0.30"  # the release for Dagster 1.13
+	$(PY) benches/dagster_compare.py $(COMPARE_ARGS)
 
 clean: ## Remove the venv and demo data (the cargo cache stays in CARGO_TARGET_DIR)
 	rm -rf $(VENV) demo-data dist .pytest_cache .mypy_cache .ruff_cache

@@ -331,6 +331,9 @@ class WriteJob(StoreJob):
     job_id: str
     claim: bytes = dataclasses.field(default=b"", repr=False)
     """The token of this job's ``_WRITING`` claim (see the module docs)."""
+    committed: bool = dataclasses.field(default=False, compare=False)
+    """Set by :meth:`commit` once the job's manifest is committed: from then
+    on :meth:`abort` deletes none of its parts (the manifest names them)."""
 
     @classmethod
     def start(cls, store: Store, key: str, schema: pa.Schema, settings: WriteSettings, *, overwrite: bool) -> WriteJob:
@@ -471,7 +474,11 @@ class WriteJob(StoreJob):
         committed dataset swaps its ``manifest.json`` in place (one
         compare-and-swap, ``_SUCCESS`` staying), so readers see the old
         dataset until then and the new one after, never none; then the old
-        dataset's files are deleted.
+        dataset's files are deleted. Once the manifest is committed (a swap
+        whose reply was lost included, recognised by reading it back), the
+        job is :attr:`committed`: the cleanup (deleting the replaced files,
+        releasing the claim) is best effort, logged and not raised, and
+        :meth:`abort` leaves the job's parts alone.
 
         Raises:
             AlreadyExists: another writer took the key over (an overwrite)
@@ -513,23 +520,19 @@ class WriteJob(StoreJob):
             part_info=parts,
         )
         text = manifest.to_json().encode("utf-8")
+        manifest_key = f"{location}/{_MANIFEST}"
         # An overwrite of a committed dataset replaces it in place: one
         # compare-and-swap of its manifest (_SUCCESS stays), then its files
         # go. They were listed before the claim check, so a writer that
         # takes the key after the check wrote nothing that is deleted here.
-        swap = self.overwrite and success in present
-        if swap and _core.dataset_swap_manifest(rust, location, self.claim, text.decode("utf-8")):
-            try:
-                _core.dataset_claim_check(rust, location, self.claim)
-            except AlreadyExists:
-                pass  # committed; a later overwrite removes the replaced files
-            else:
-                self._delete(sorted(present - ours - {success, claim, f"{location}/{_MANIFEST}"}))
-            _core.dataset_claim_release(rust, location, self.claim)
+        if self.overwrite and success in present and self._swap(text, manifest_key):
+            self._settle_committed(sorted(present - ours - {success, claim, manifest_key}))
             return manifest
+        # No committed dataset to swap (none, or a backend without ETags):
+        # withdraw what is there (_SUCCESS first), then commit.
         _core.dataset_claim_check(rust, location, self.claim)
         if success in present:
-            rust.delete(success)  # retract a dataset withdrawn meanwhile
+            rust.delete(success)
         self._delete(sorted(present - ours - {success, claim}))
         _core.dataset_claim_check(rust, location, self.claim)
         self.store.write_atomic(f"{self.key}/{_MANIFEST}", text, overwrite=True)
@@ -538,15 +541,60 @@ class WriteJob(StoreJob):
         except AlreadyExists:
             # A create whose reply was lost and that was retried finds its own
             # marker: the manifest under it is this job's.
-            if _held(rust, f"{location}/{_MANIFEST}") == text:
-                _core.dataset_claim_release(rust, location, self.claim)
-                return manifest
-            raise AlreadyExists(
-                f"another writer committed a dataset at {self.key!r} while this job ran; this job was not committed",
-                path=self.key,
-            ) from None
-        _core.dataset_claim_release(rust, location, self.claim)
+            if _held(rust, manifest_key) != text:
+                raise AlreadyExists(
+                    f"another writer committed a dataset at {self.key!r} while this job ran; "
+                    "this job was not committed",
+                    path=self.key,
+                ) from None
+        self._settle_committed(())
         return manifest
+
+    def _swap(self, text: bytes, manifest_key: str) -> bool:
+        """Swap the committed manifest for *text*: ``True`` once committed,
+        ``False`` if there was no committed dataset to swap. A swap that
+        failed after the store applied it (its reply lost, the retry
+        refused) is recognised by reading the manifest back."""
+        rust = self._rust()
+        try:
+            return _core.dataset_swap_manifest(rust, self.location, self.claim, text.decode("utf-8"))
+        except AlreadyExists:
+            raise
+        except Exception:
+            try:
+                held = _held(rust, manifest_key)
+            except Exception:  # noqa: BLE001 - the swap's own error is the one to raise
+                held = None
+            if held != text:
+                raise
+            return True
+
+    def _settle_committed(self, replaced: Sequence[str]) -> None:
+        """After the commit: mark the job committed, delete the *replaced*
+        files (if the job still holds the key; else the writer that took it
+        over removes them) and release the claim. Best effort: an error is
+        logged, never raised, since the dataset is committed."""
+        object.__setattr__(self, "committed", True)
+        rust = self._rust()
+        try:
+            if replaced:
+                _core.dataset_claim_check(rust, self.location, self.claim)
+                self._delete(replaced)
+        except AlreadyExists:
+            pass  # taken over; a later overwrite removes the replaced files
+        except Exception as exc:  # noqa: BLE001 - committed; leftovers go with the next overwrite
+            _log.warning(
+                "pds.spark: job %s committed %r but could not remove the files it replaced: %s",
+                self.job_id,
+                self.key,
+                exc,
+            )
+        try:
+            _core.dataset_claim_release(rust, self.location, self.claim)
+        except Exception as exc:  # noqa: BLE001 - as above; a later writer takes the claim over
+            _log.warning(
+                "pds.spark: job %s committed %r but could not release its claim: %s", self.job_id, self.key, exc
+            )
 
     def abort(self, results: Iterable[TaskParts | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
         """Remove every part this job wrote (driver side, best effort).
@@ -558,11 +606,15 @@ class WriteJob(StoreJob):
         until it has stayed empty for *settle* seconds (at most
         ``ABORT_SETTLE_LIMIT`` seconds in all). Other objects, such as a
         dataset an overwrite would have replaced, are left alone. Then the
-        job's claim on the key is released (if it still holds it). Errors
+        job's claim on the key is released (if it still holds it). A
+        :attr:`committed` job is left alone (its manifest names its parts). Errors
         are logged (without credentials), not raised, so the job's own
         failure is what the caller sees.
         """
         location = self.location
+        if self.committed:
+            _log.warning("pds.spark: abort of job %s ignored: it committed %r", self.job_id, self.key)
+            return
         keys = {f"{location}/{p.name}" for r in results if r is not None for p in r.parts}
         prefix = f"{location}/part-{self.job_id}-"
         try:

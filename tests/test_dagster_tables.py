@@ -95,6 +95,30 @@ def test_hourly_partitions_with_daylight_saving_refuse_wall_clock_columns(
     assert not is_table(store_of(file_lake), "clicks")
 
 
+@pytest.mark.parametrize("column", [pa.timestamp("us"), pa.string()], ids=["naive-timestamp", "string"])
+def test_hourly_partitions_on_wall_clock_columns_still_load(
+    file_lake: tuple[str, dict[str, str]], column: pa.DataType
+) -> None:
+    """The refusal is for writes only: a table such partitions select from
+    (written before it was refused, or by other means) still loads
+    partition by partition, away from the clock change exactly."""
+    hours = [datetime.datetime(2026, 10, 24, h) for h in (9, 10, 10, 11)]
+    values: list[Any] = hours if pa.types.is_timestamp(column) else [h.strftime("%Y-%m-%d-%H:%M") for h in hours]
+    pds.Table.create(store_of(file_lake), "clicks", data=pa.table({"at": pa.array(values, column), "n": [1, 2, 3, 4]}))
+    seen: dict[str, Any] = {}
+
+    @dg.asset(partitions_def=BERLIN, metadata={**TABLE, "partition_expr": "at"})
+    def clicks() -> pa.Table:
+        raise AssertionError("not materialised: only read")
+
+    @dg.asset(partitions_def=BERLIN, metadata=TABLE)
+    def per_hour(clicks: pa.Table) -> None:
+        seen["rows"] = clicks
+
+    run([clicks, per_hour], file_lake, partition="2026-10-24-10:00", selection=[per_hour])
+    assert sorted(seen["rows"].column("n").to_pylist()) == [2, 3]
+
+
 def test_hourly_partitions_across_daylight_saving_on_a_zoned_timestamp_column(
     file_lake: tuple[str, dict[str, str]],
 ) -> None:

@@ -146,7 +146,7 @@ def _check_unambiguous(time: TimeWindowPartitionsDefinition, key: str, field: pa
         )
 
 
-def _key_value(key: str, field: pa.Field, asset: str) -> Any:
+def _key_value(key: str, field: pa.Field, asset: str, writing: bool) -> Any:
     """A static partition key parsed as the type of *field*."""
     t = field.type.value_type if pat.is_dictionary(field.type) else field.type
     if pat.is_string(t) or pat.is_large_string(t) or t == pa.string_view():
@@ -167,7 +167,7 @@ def _key_value(key: str, field: pa.Field, asset: str) -> Any:
     except (ValueError, TypeError, pa.ArrowException) as exc:
         raise ValueError(
             f"asset {asset}: partition key {key!r} does not parse as partition column {field.name!r}'s type "
-            f"{t} ({exc}); nothing was written"
+            f"{t} ({exc}); nothing was {'written' if writing else 'read'}"
         ) from None
 
 
@@ -212,8 +212,16 @@ def partition_slice(
     partition_expr: object,
     schema: pa.Schema,
     asset: str,
+    *,
+    writing: bool = True,
 ) -> PartitionSlice:
     """The rows of partitions *keys* of *asset*, whose table has *schema*.
+
+    *writing* is true for a write of the partitions, false for a read.
+    Windows shorter than a day on a wall-clock column in a time zone with
+    daylight saving time are refused only for a write: a read of a table
+    written before that was refused still loads (a window at the clocks
+    going back then selects the rows of both repeated hours, or none).
 
     Raises:
         ValueError: *partition_expr* is missing or names no column, a key
@@ -222,7 +230,7 @@ def partition_slice(
             windows on a date column, a string format that does not sort as
             time does, windows shorter than a day in a time zone with
             daylight saving time on a timestamp column without a time zone
-            or a string column). All before any I/O.
+            or a string column; only if *writing*). All before any I/O.
         TypeError: *partition_expr* has the wrong shape.
     """
     if partition_expr is None:
@@ -251,7 +259,8 @@ def partition_slice(
     for name, dim in dims.items():
         dim_keys = sorted({p[name] for p in per_key})
         if dim.time is not None:
-            _check_unambiguous(dim.time, dim_keys[0], dim.field, asset)
+            if writing:
+                _check_unambiguous(dim.time, dim_keys[0], dim.field, asset)
             windows = sorted(dim.time.time_window_for_partition_key(k) for k in dim_keys)
             for k in dim_keys:
                 w = dim.time.time_window_for_partition_key(k)
@@ -265,7 +274,7 @@ def partition_slice(
             if any(a.end != b.start for a, b in itertools.pairwise(windows)):
                 exact = False
         else:
-            values = [_key_value(k, dim.field, asset) for k in dim_keys]
+            values = [_key_value(k, dim.field, asset, writing) for k in dim_keys]
             typed.update({(name, k): v for k, v in zip(dim_keys, values, strict=True)})
             conditions.append((dim.column, "==", values[0]) if len(values) == 1 else (dim.column, "in", values))
     sizes = [len({p[name] for p in per_key}) for name in dims]

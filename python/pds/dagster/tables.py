@@ -58,7 +58,8 @@ def _slice(context: OutputContext | InputContext, partition_expr: object, schema
     if keys is None:
         return None
     asset = context.asset_key.to_user_string()
-    return partition_slice(context.asset_partitions_def, keys, partition_expr, schema, asset)
+    writing = isinstance(context, OutputContext)
+    return partition_slice(context.asset_partitions_def, keys, partition_expr, schema, asset, writing=writing)
 
 
 def write_output(store: Store, context: OutputContext, obj: object, uri: str) -> None:
@@ -69,7 +70,12 @@ def write_output(store: Store, context: OutputContext, obj: object, uri: str) ->
     run made (a replace always commits one, even of no rows; an append or
     upsert of no rows commits none: ``pds/committed`` is then ``False``,
     ``pds/version`` is the table's version as the run left it, and there is
-    no ``pds/commit_id``). Nothing is written for ``None``.
+    no ``pds/commit_id``). Nothing is written for ``None``. An append or
+    upsert of no rows that created the table from a streamed output (a
+    ``RecordBatchReader``, or an object with ``__arrow_c_stream__``: the table is created
+    empty from its schema, then the rows go in) reports ``pds/committed``
+    ``True``: that run committed version 0, which ``pds/version`` and
+    ``pds/commit_id`` name.
 
     A missing table is created from the output (its schema, and
     ``pds/primary_key``) as version 0.

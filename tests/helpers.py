@@ -159,19 +159,29 @@ def rewrite_segment(
 def run_together(argvs: list[list[str]], timeout: float = 600) -> list[str]:
     """Run one process per argv, started together: each prints ``ready``,
     then waits for a line on stdin before it works. Returns their stdouts,
-    after checking that each exited with 0."""
+    after checking that each exited with 0. Whatever fails, every child
+    is killed and waited for before this returns or raises."""
     import subprocess
 
-    procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for argv in argvs]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        assert p.returncode == 0, out
-        outs.append(out)
-    return outs
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for argv in argvs:
+            procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = []
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            assert p.returncode == 0, out
+            outs.append(out)
+        return outs
+    finally:
+        # On a failed check or a timeout, no child outlives the test.
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)

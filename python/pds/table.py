@@ -317,8 +317,11 @@ class Table:
     def commit_id(self) -> str | None:
         """The id of the commit that wrote :attr:`version` (each commit
         records a random one in its manifest; :meth:`history` shows it per
-        version). After a write by this object, the id of that write's
-        commit: a version and its commit id name what one call committed.
+        version). After a write by this object that committed a version,
+        the id of that write's commit: a version and its commit id name
+        what one call committed. A call that commits nothing (an append or
+        upsert of no rows, an update or delete that matches no row) leaves
+        both as they were: the version this object read before it.
         ``None`` for a version written by a pds from before commit ids.
         No I/O."""
         cid = self._manifest.get("commit_id")

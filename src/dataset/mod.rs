@@ -863,19 +863,17 @@ struct Replaced {
 /// The dataset committed at `location`, for an overwrite to swap its
 /// manifest ([`read_committed`]: 3 requests in sequence). `None` where
 /// there is none to keep: no `_SUCCESS`, no manifest or a damaged one
-/// under it, one that keeps changing, or a store that reports neither ETag
-/// nor version (no compare-and-swap); the overwrite then clears the key.
+/// under it (nothing readable to keep), or a store that reports neither
+/// ETag nor version (no compare-and-swap); the overwrite then clears the
+/// key. A dataset that keeps changing while it is read (overwrites back to
+/// back) is `DatasetIncomplete`: the overwrite fails before writing
+/// anything rather than clear a committed dataset, and may be tried again.
 async fn committed_to_replace(store: &StoreHandle, location: &str) -> Result<Option<Replaced>> {
     match read_committed(store, location).await {
         Ok(Some(Committed { raw, meta, .. })) if meta.e_tag.is_some() || meta.version.is_some() => {
             Ok(Some(Replaced { raw, meta }))
         }
-        Ok(_)
-        | Err(
-            Error::NotFound { .. }
-            | Error::DatasetIncomplete { .. }
-            | Error::ManifestCorrupted { .. },
-        ) => Ok(None),
+        Ok(_) | Err(Error::NotFound { .. } | Error::ManifestCorrupted { .. }) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -977,20 +975,29 @@ pub async fn swap_committed_manifest(
 ///    which recognises its own swap after a lost reply). Refused (another
 ///    writer committed since `old` was read, or the dataset was deleted):
 ///    this write's parts are removed and the result is `AlreadyExists`.
+///    Any failure of the swap is settled by reading the manifest back: this
+///    write's bytes there are its commit; another's, no commit (the parts
+///    are removed); unreadable, the error stands and the parts stay (the
+///    outcome is unknown; a later overwrite removes them if unused).
 ///    `_SUCCESS` stays throughout: readers see `old`, then this dataset.
 /// 2. One LIST confirms that the parts are still the objects this writer
 ///    created. If the manifest there is no longer this writer's, a later
 ///    write replaced it whole: this write committed. If a part was removed
-///    or replaced, the manifest is swapped back to `old` and the result is
-///    `ClaimLost`.
+///    or replaced (a delete-then-write writer of an older pds, or
+///    `delete_dataset`, ran meanwhile), the manifest is swapped back to
+///    `old` and the result is `ClaimLost`. A LIST that fails leaves the
+///    commit as it is (readers may have read it) and skips step 3.
 /// 3. The objects of the dataset layout that LIST found, but this write's
 ///    parts, the manifest, `_SUCCESS` and the claim, are deleted (`old`'s
-///    parts, debris of killed writers), if the claim still holds after the
-///    LIST: a writer that took the key later wrote its parts after the
-///    LIST, so none of them is deleted. Without the claim they stay, for a
-///    later overwrite to remove; the write is committed all the same.
+///    parts, debris of killed overwrites), if the claim still holds after
+///    the LIST: a writer that took the key later wrote its parts after the
+///    LIST, so none of them is deleted (its parts have names of their own;
+///    only a `delete_dataset` racing this cleanup, then a first write
+///    reusing an RFC-0008 name, could lose that part: a delete racing a
+///    write). Without the claim the objects stay, for a later overwrite to
+///    remove; the write is committed all the same.
 ///
-/// Cost: 1 GET (claim), 1 PUT (+1 GET if refused), 1 LIST, 1 GET (claim)
+/// Cost: 1 GET (claim), 1 PUT (+1 GET if it fails), 1 LIST, 1 GET (claim)
 /// and a DELETE per object removed (batched where the store can).
 async fn swap_claimed(
     store: &StoreHandle,
@@ -1005,17 +1012,22 @@ async fn swap_claimed(
     let mkey = child_key(key, MANIFEST);
     let put = match swap_manifest(store, key, json.clone(), claim, old).await {
         Ok(put) => put,
-        Err(e) => {
-            // Not swapped: the parts go. After a failure that may have
-            // been applied, only if the manifest there is not this one
-            // (1 GET); if that cannot be told, they stay (maybe committed).
-            let not_ours =
-                !e.may_have_applied() || matches!(manifest_is(store, key, &json).await, Ok(false));
-            if not_ours {
+        // Whatever the error, the manifest there decides (1 GET): this
+        // write's own (a swap applied whose outcome was lost) is a commit;
+        // another's means not swapped, and the parts go; if that cannot be
+        // told, they stay (maybe committed) and the error stands.
+        Err(e) => match manifest_is(store, key, &json).await {
+            Ok(true) => PutOutcome {
+                e_tag: None,
+                version: None,
+                size: json.len() as u64,
+            },
+            Ok(false) => {
                 let _ = store.delete_many(&own_parts).await;
+                return Err(e);
             }
-            return Err(e);
-        }
+            Err(_) => return Err(e),
+        },
     };
     let checked = match store.list(key, false).await {
         Ok(listing) => {
@@ -1048,7 +1060,10 @@ async fn swap_claimed(
                     .collect::<Vec<_>>()
             })
         }
-        Err(e) => Err(e),
+        // The swap is committed and readers may have read it: a LIST that
+        // fails is no reason to take it back. The cleanup is skipped (a
+        // later overwrite removes what it would have).
+        Err(_) => return Ok(()),
     };
     let replaced = match checked {
         Ok(replaced) => replaced,
@@ -1072,7 +1087,12 @@ async fn swap_claimed(
         }
     };
     if claim.check(store).await.is_ok() {
-        let _ = store.delete_many(&replaced).await;
+        if let Err(e) = store.delete_many(&replaced).await {
+            log::warn!(
+                target: "pds::dataset",
+                "dataset {key}: committed, but removing the replaced dataset's files failed                  (a later overwrite removes them): {e}"
+            );
+        }
     }
     Ok(())
 }
@@ -2500,7 +2520,8 @@ mod tests {
             let (st, log) = (store.clone(), seen.clone());
             let input = b.into_iter().enumerate().map(move |(i, batch)| {
                 // Once a part of the overwrite landed, read the dataset.
-                for _ in 0..200 {
+                // Up to 30 s: a loaded machine may take long for a part to land.
+                for _ in 0..3000 {
                     let landed = names_under(&st, "ds")
                         .iter()
                         .any(|n| is_swapped_part(n) && !n.starts_with("part-0123456789ab"));

@@ -526,6 +526,10 @@ impl StoreHandle {
                 Ok(_) | Err(Error::NotFound { .. }) if refused => Err(Error::Precondition {
                     path: key.to_string(),
                 }),
+                // Refused, but unread: this writer's own swap (its reply
+                // lost) cannot be told from another's, so the outcome is
+                // unknown; the read's error says so (it may have applied).
+                Err(read) if refused && read.may_have_applied() => Err(read),
                 _ => Err(failed),
             };
         }

@@ -549,13 +549,11 @@ class Table:
 
         Args:
             data: Anything with ``__arrow_c_stream__``, holding the primary
-                key column. It is read into memory whole first (a stream is
-                collected), to check its keys: an upsert needs memory for
-                all of *data* at once (its Arrow size, plus a copy of the
-                key column while the keys are checked), unlike
-                :meth:`append` and :meth:`replace`, which stream. Upsert a
-                large input in parts, each of its own keys (one version
-                each).
+                key column. Streamed, as :meth:`append` streams: the rows
+                are encoded and uploaded as they arrive and only the key
+                column is kept (in the table's key type) to find the rows
+                they replace, so an upsert's memory is its key column plus
+                the parts being encoded, not the whole of *data*.
             schema_mode: As :meth:`append`.
 
         Serializable: two upserts of overlapping keys give the result of one
@@ -573,9 +571,13 @@ class Table:
         the commit's 2 PUTs (manifest, pointer) when it wins at once.
 
         Raises:
-            ValueError: the table has no primary key, *data* lacks its
-                column, or holds a null, NaN or repeated key (naming a
-                repeated one), before any I/O.
+            ValueError: the table has no primary key or *data* lacks its
+                column (before any I/O), or *data* holds a null, NaN or
+                repeated key (naming a repeated one). A ``pyarrow.Table`` or
+                ``RecordBatch`` is checked before any I/O; a stream is
+                checked as it is read (a null key at its batch, a repeated
+                or NaN key at its end), and the files it uploaded are then
+                removed: nothing is committed either way.
             pds.SchemaMismatch: as :meth:`append`.
             pds.CommitConflict / pds.CommitUnknown: as :meth:`append` (the
                 new files and tombstone are removed unless the outcome is
@@ -589,18 +591,21 @@ class Table:
                 f"upsert replaces rows by primary key, and table {self._key!r} declares none "
                 "(create it with primary_key=...)"
             )
-        rows = _in_memory(data, "Table.upsert")
-        _check_keys(rows, pk)
-        text, _replaced, _committed = _core.table_upsert(
-            self._native,
-            self._path,
-            rows,
-            schema_mode=schema_mode,
-            parallelism=_parallelism(),
-            table_id=self._table_id,
+        if isinstance(data, pa.Table | pa.RecordBatch):
+            # In memory already: its keys are checked before any I/O.
+            _check_keys(pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data, pk)
+        return self._write_stream(
+            data,
+            "Table.upsert",
+            lambda reader: _core.table_upsert(
+                self._native,
+                self._path,
+                reader,
+                schema_mode=schema_mode,
+                parallelism=_parallelism(),
+                table_id=self._table_id,
+            )[0],
         )
-        self._manifest = json.loads(text)
-        return self.version
 
     def replace(self, filter: Sequence[tuple[str, str, Any]], data: object, *, schema_mode: str = "strict") -> int:
         """Remove the rows matching *filter* and add *data*, in one commit;
@@ -1237,17 +1242,6 @@ def drop_table(store: Store | str, key: str, **storage_options: object) -> list[
     st, handle = _native(store, storage_options)
     key = _check_key(key)
     return list(_core.table_drop(handle, st.native_path(key)))
-
-
-def _in_memory(data: object, caller: str) -> pa.Table:
-    """*data* (anything with ``__arrow_c_stream__``) read into a table;
-    *caller* is named if it is not such a thing."""
-    source, _, _, guard = _arrow_input(data, caller)
-    try:
-        return source if isinstance(source, pa.Table) else source.read_all()
-    finally:
-        if guard is not None:
-            guard.reraise()
 
 
 def _check_keys(rows: pa.Table, pk: str) -> None:

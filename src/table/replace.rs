@@ -80,7 +80,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, RecordBatchReader};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 use serde_json::Value;
@@ -155,7 +155,8 @@ fn replace_on(
             if whole {
                 Ok(reader)
             } else {
-                Ok(Box::new(Within::new(reader, &predicate, target, table)?))
+                let mut within = Within::new(&predicate, target, table)?;
+                Ok(write::Checked::boxed(reader, move |b| within.check(b)))
             }
         },
     )?;
@@ -346,7 +347,6 @@ fn replace_all(
 /// (compared in the table's types: the filter columns are cast as the
 /// upload casts them); the first row that does not is `RowsRefused`.
 struct Within {
-    inner: BoxedReader,
     /// The filter, bound to `columns`.
     filter: Predicate,
     /// The filter's columns, of the types the rows are stored in, nullable.
@@ -357,12 +357,7 @@ struct Within {
 }
 
 impl Within {
-    fn new(
-        inner: BoxedReader,
-        predicate: &Predicate,
-        target: &Schema,
-        table: &str,
-    ) -> Result<Self> {
+    fn new(predicate: &Predicate, target: &Schema, table: &str) -> Result<Self> {
         let fields: Vec<Field> = predicate
             .columns()
             .iter()
@@ -377,7 +372,6 @@ impl Within {
         let columns = Arc::new(Schema::new(fields));
         let filter = predicate.clone().bind(&columns)?;
         Ok(Self {
-            inner,
             filter,
             columns,
             seen: 0,
@@ -487,32 +481,10 @@ fn op_text(op: Op) -> &'static str {
     }
 }
 
-impl Iterator for Within {
-    type Item = std::result::Result<RecordBatch, ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let batch = match self.inner.next()? {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
-        Some(
-            self.check(&batch)
-                .map(|()| batch)
-                .map_err(|e| ArrowError::ExternalError(Box::new(e))),
-        )
-    }
-}
-
-impl RecordBatchReader for Within {
-    fn schema(&self) -> SchemaRef {
-        self.inner.schema()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::scan::At;
-    use super::super::tests::{cond, counting_store, ids, props, rows, schema, text};
+    use super::super::tests::{cond, counting_store, data_files, ids, props, rows, schema, text};
     use super::super::write::{append, create};
     use super::*;
     use crate::parquet::filter::predicate;
@@ -573,13 +545,6 @@ mod tests {
         out.extend_from_slice(new);
         out.sort_unstable();
         out
-    }
-
-    fn data_files(store: &Arc<StoreHandle>) -> Vec<String> {
-        let listing = crate::runtime::block_on(store.list("t/data", true))
-            .unwrap()
-            .unwrap();
-        listing.objects.into_iter().map(|m| m.key).collect()
     }
 
     #[test]

@@ -217,6 +217,14 @@ pub(crate) fn text(v: &str) -> Option<ArrayRef> {
     Some(Arc::new(StringArray::from(vec![v])))
 }
 
+/// The keys of table `t`'s data files in the store (committed or not).
+pub(crate) fn data_files(store: &Arc<StoreHandle>) -> Vec<String> {
+    let listing = crate::runtime::block_on(store.list("t/data", true))
+        .unwrap()
+        .unwrap();
+    listing.objects.into_iter().map(|m| m.key).collect()
+}
+
 /// The sorted ids of a version, optionally filtered.
 pub(crate) fn ids(store: &Arc<StoreHandle>, at: At, pred: Option<Predicate>) -> Vec<i64> {
     let m = crate::runtime::block_on(resolve(store, "t", at))

@@ -1,9 +1,12 @@
 //! Upsert by primary key: replace the rows whose key is in the data and
 //! insert the rest, in one commit, rewriting no data file.
 //!
-//! 1. The data is checked before any I/O but the latest version's read: it
-//!    must hold the key column, without nulls, NaN or duplicate keys.
-//! 2. Its rows are uploaded as new data files (as an append's).
+//! 1. The data must hold the key column (checked before any I/O but the
+//!    latest version's read).
+//! 2. Its rows stream into new data files (as an append's); only their key
+//!    column is kept. A null key fails the stream at its batch; repeated or
+//!    NaN keys fail the upsert once the stream ends. The files uploaded so
+//!    far are then removed and nothing is committed.
 //! 3. The replaced rows are found as a delete by key finds them
 //!    ([`super::delete::plan`]): when the keys are consecutive integers, as
 //!    one key range (no data file read once a live match is proven);
@@ -21,15 +24,15 @@
 //! the commit's 2 PUTs (manifest, pointer) when it wins at once.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchIterator, RecordBatchReader};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchReader};
 use arrow_schema::{DataType, Schema};
 
 use super::commit;
 use super::delete;
 use super::rewrite::{CheckedSchema, Rewrite, Rewritten};
-use super::schema::{describe_change, reconcile, SchemaMode};
+use super::schema::SchemaMode;
 use super::snapshot::{DataFile, TableManifest, TableSchema};
 use super::write::{self, BoxedReader};
 use crate::error::{Error, Result};
@@ -48,14 +51,47 @@ pub fn distinct_keys(keys: &ArrayRef, pk: &str) -> Result<ValueSet> {
     }
     let set = ValueSet::new(keys)?;
     if set.len() != keys.len() {
-        return Err(Error::InvalidArgument(format!(
-            "the data holds {} rows but {} distinct keys in the primary-key column {pk:?} \
-             (repeated keys, or NaN, which equals no key): an upsert needs one row per key",
-            keys.len(),
-            set.len()
-        )));
+        let (rows, distinct) = (keys.len(), set.len());
+        return Err(Error::InvalidArgument(match repeated_key(keys)? {
+            Some(k) => format!(
+                "the data repeats primary keys of {pk:?}: {k} among them ({rows} rows, \
+                 {distinct} distinct keys); an upsert needs one row per key"
+            ),
+            None => format!(
+                "the data holds NaN keys in {pk:?} ({rows} rows, {distinct} distinct keys); \
+                 NaN equals no key, and an upsert needs one row per key"
+            ),
+        }));
     }
     Ok(set)
+}
+
+/// A key that `keys` holds more than once, as text (`None` if every key is
+/// distinct, or only NaN makes them seem not to be).
+fn repeated_key(keys: &ArrayRef) -> Result<Option<String>> {
+    if keys.len() < 2 {
+        return Ok(None);
+    }
+    let sorted = arrow_ord::sort::sort(keys, None)?;
+    let n = sorted.len();
+    let same = arrow_ord::cmp::eq(&sorted.slice(0, n - 1), &sorted.slice(1, n - 1))?;
+    let Some(at) = (0..same.len()).find(|&i| same.is_valid(i) && same.value(i)) else {
+        return Ok(None);
+    };
+    let shown = arrow_cast::display::ArrayFormatter::try_new(
+        sorted.as_ref(),
+        &arrow_cast::display::FormatOptions::default(),
+    )?
+    .value(at)
+    .to_string();
+    if shown == "NaN" {
+        return Ok(None);
+    }
+    let text = matches!(
+        keys.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    Ok(Some(if text { format!("{shown:?}") } else { shown }))
 }
 
 /// The rows with a key in `keys`, as a predicate on `pk`: a closed range
@@ -202,6 +238,12 @@ fn key_and_schema(base: &TableManifest, table: &str) -> Result<(String, Arc<Sche
 
 /// Upsert `reader`'s rows into `table` (see the module docs). Returns the
 /// version after it; nothing is committed for no rows.
+///
+/// The rows stream: they are encoded and uploaded as they arrive, and only
+/// their key column is kept (cast to the table's key type) to find the
+/// rows they replace. A null key fails the stream at its batch; repeated
+/// keys fail it at the end. Either way, and whenever the input itself
+/// fails, the files uploaded so far are removed and nothing is committed.
 pub fn upsert(
     store: Arc<StoreHandle>,
     table: &str,
@@ -214,19 +256,39 @@ pub fn upsert(
     let latest = commit::latest_existing(&store, table)?;
     let base = latest.manifest.clone();
     let (pk, old) = key_and_schema(&base, table)?;
-    let input = reader.schema();
-    if input.field_with_name(&pk).is_err() {
+    if reader.schema().field_with_name(&pk).is_err() {
         return Err(Error::InvalidArgument(format!(
             "the data lacks the primary-key column {pk:?}; an upsert needs every row's key"
         )));
     }
-    let target = reconcile(&old, &input, mode, table)?;
-    crate::parquet::storage_types::check_writable(&target)?;
-    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
-    let key_type = target.field_with_name(&pk)?.data_type().clone();
-    let keys = key_column(&batches, &pk, &key_type)?;
-    let set = distinct_keys(&keys, &pk)?;
-    if keys.is_empty() {
+    let seen: Arc<Mutex<Vec<ArrayRef>>> = Arc::default();
+    let up = write::upload_reconciled(
+        &store,
+        table,
+        &old,
+        &base.properties,
+        reader,
+        mode,
+        parallelism,
+        |reader, target| -> Result<BoxedReader> {
+            let key_type = target.field_with_name(&pk)?.data_type().clone();
+            let (pk, seen) = (pk.clone(), seen.clone());
+            Ok(write::Checked::boxed(reader, move |batch| {
+                keep_keys(batch, &pk, &key_type, &seen)
+            }))
+        },
+    )?;
+    let parts = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    let checked = concat_keys(parts, &up.target, &pk)
+        .and_then(|keys| distinct_keys(&keys, &pk).map(|set| (keys, set)));
+    let (keys, set) = match checked {
+        Ok(k) => k,
+        Err(e) => {
+            write::discard(&store, table, &up.files);
+            return Err(e);
+        }
+    };
+    if up.files.is_empty() {
         return Ok(Rewritten {
             manifest: base,
             rows: Some(0),
@@ -234,26 +296,11 @@ pub fn upsert(
             committed: false,
         });
     }
-    let change = describe_change(&old, &target);
-    let schema_change = if change.is_empty() {
+    let schema_change = if up.change.is_empty() {
         None
     } else {
-        Some((TableSchema::of(&target)?, change))
+        Some((up.table_schema, up.change))
     };
-    let checked = base.schema.arrow_schema.clone();
-    let rows = Box::new(RecordBatchIterator::new(
-        batches.into_iter().map(Ok),
-        input.clone(),
-    ));
-    let files = write::upload(
-        &store,
-        table,
-        rows,
-        target,
-        &base.properties,
-        parallelism,
-        None,
-    )?;
     commit_upsert(
         &store,
         table,
@@ -261,11 +308,42 @@ pub fn upsert(
         &pk,
         &keys,
         &set,
-        files,
-        (checked, schema_change),
+        up.files,
+        (base.schema.arrow_schema.clone(), schema_change),
         parallelism,
     )
     .map(|done| done.logged(&store, table, &started))
+}
+
+/// The key columns an upload's [`KeyTap`] kept, as one array of the key's
+/// type in `target`.
+fn concat_keys(parts: Vec<ArrayRef>, target: &Schema, pk: &str) -> Result<ArrayRef> {
+    if parts.is_empty() {
+        let key_type = target.field_with_name(pk)?.data_type();
+        return Ok(arrow_array::new_empty_array(key_type));
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    Ok(arrow_select::concat::concat(&refs)?)
+}
+
+/// Keep `batch`'s key column (cast to the table's key type) in `seen`, as
+/// the upload streams it; a batch with a null key fails the stream there,
+/// so the upload stops and removes what it wrote.
+fn keep_keys(
+    batch: &RecordBatch,
+    pk: &str,
+    key_type: &DataType,
+    seen: &Mutex<Vec<ArrayRef>>,
+) -> Result<()> {
+    let keys = key_column(std::slice::from_ref(batch), pk, key_type)?;
+    if keys.null_count() > 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the data holds null keys in the primary-key column {pk:?}; every row needs a key \
+             (nothing was committed)"
+        )));
+    }
+    seen.lock().unwrap_or_else(|p| p.into_inner()).push(keys);
+    Ok(())
 }
 
 /// Plan and commit the replacement of `keys` with the uploaded `files`.
@@ -308,8 +386,133 @@ fn commit_upsert(
 
 #[cfg(test)]
 mod tests {
+    use super::super::scan::At;
+    use super::super::tests::{counting_store, data_files, ids, props, schema};
+    use super::super::write::create;
     use super::*;
-    use arrow_array::{Int64Array, StringArray};
+    use arrow_array::{Int64Array, RecordBatchIterator, StringArray};
+
+    /// [`schema`] with a nullable key column.
+    fn nullable() -> arrow_schema::SchemaRef {
+        let fields: Vec<_> = schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// One batch of rows `ids` (customer `u<id>`).
+    fn batch(ids: &[Option<i64>]) -> RecordBatch {
+        RecordBatch::try_new(
+            nullable(),
+            vec![
+                arr(Int64Array::from(ids.to_vec())),
+                arr(StringArray::from_iter_values(
+                    ids.iter().map(|i| format!("u{}", i.unwrap_or(-1))),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// The batches as a stream, counting how many were read.
+    fn stream(batches: Vec<RecordBatch>, read: Arc<Mutex<usize>>) -> BoxedReader {
+        let counted = batches.into_iter().map(move |b| {
+            *read.lock().unwrap() += 1;
+            Ok(b)
+        });
+        Box::new(RecordBatchIterator::new(counted, nullable()))
+    }
+
+    fn run(store: &Arc<StoreHandle>, batches: Vec<RecordBatch>) -> (Result<Rewritten>, usize) {
+        let read = Arc::new(Mutex::new(0));
+        let out = upsert(
+            store.clone(),
+            "t",
+            stream(batches, read.clone()),
+            SchemaMode::Strict,
+            2,
+        );
+        let n = *read.lock().unwrap();
+        (out, n)
+    }
+
+    /// Table `t` keyed by a nullable `id`, with ids 0..100.
+    fn keyed() -> Arc<StoreHandle> {
+        let (store, _) = counting_store();
+        let rows: Vec<Option<i64>> = (0..100).map(Some).collect();
+        let data = Box::new(RecordBatchIterator::new(vec![Ok(batch(&rows))], nullable()));
+        create(
+            store.clone(),
+            "t",
+            nullable(),
+            Some(data),
+            props(Some("id")),
+            false,
+            2,
+        )
+        .unwrap();
+        store
+    }
+
+    #[test]
+    fn a_stream_of_batches_upserts_in_one_version() {
+        let store = keyed();
+        let (done, read) = run(
+            &store,
+            vec![batch(&[Some(5), Some(6)]), batch(&[Some(99), Some(150)])],
+        );
+        let done = done.unwrap();
+        assert_eq!(read, 2);
+        assert!(done.committed);
+        assert_eq!(done.manifest.version, 1);
+        assert_eq!(done.rows, Some(3), "keys 5, 6 and 99 replaced");
+        let mut expected: Vec<i64> = (0..100).collect();
+        expected.push(150);
+        assert_eq!(ids(&store, At::Latest, None), expected);
+    }
+
+    #[test]
+    fn bad_keys_in_a_stream_leave_no_file_and_no_version() {
+        let store = keyed();
+        let before = data_files(&store);
+        // A key repeated across batches: known once the stream ends.
+        let (out, read) = run(
+            &store,
+            vec![
+                batch(&[Some(1), Some(2)]),
+                batch(&[Some(3), Some(2)]),
+                batch(&[Some(4)]),
+            ],
+        );
+        assert!(
+            matches!(out, Err(Error::InvalidArgument(ref m)) if m.contains("repeats primary keys of \"id\": 2 among them")),
+            "{out:?}"
+        );
+        assert_eq!(read, 3);
+        assert_eq!(data_files(&store), before);
+        // A null key stops the stream at its batch.
+        let (out, read) = run(
+            &store,
+            vec![
+                batch(&[Some(1)]),
+                batch(&[Some(3), None]),
+                batch(&[Some(4)]),
+            ],
+        );
+        assert!(
+            matches!(out, Err(Error::InvalidArgument(ref m)) if m.contains("null keys")),
+            "{out:?}"
+        );
+        assert_eq!(read, 2);
+        assert_eq!(data_files(&store), before);
+        let latest = crate::runtime::block_on(commit::latest(&store, "t"))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.manifest.version, 0);
+    }
 
     fn arr(a: impl Array + 'static) -> ArrayRef {
         Arc::new(a)
@@ -359,6 +562,18 @@ mod tests {
             Err(Error::InvalidArgument(m)) if m.contains("null")
         ));
         let nan = arr(arrow_array::Float64Array::from(vec![1.0, f64::NAN]));
-        assert!(distinct_keys(&nan, "id").is_err());
+        assert!(matches!(
+            distinct_keys(&nan, "id"),
+            Err(Error::InvalidArgument(m)) if m.contains("NaN keys")
+        ));
+        assert!(matches!(
+            distinct_keys(&dup, "id"),
+            Err(Error::InvalidArgument(m)) if m.contains("repeats primary keys of \"id\": 1 among them")
+        ));
+        let text = arr(StringArray::from(vec!["b", "a", "b"]));
+        assert!(matches!(
+            distinct_keys(&text, "id"),
+            Err(Error::InvalidArgument(m)) if m.contains(": \"b\" among them")
+        ));
     }
 }

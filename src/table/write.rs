@@ -133,6 +133,45 @@ fn forbidden_nulls(
     None
 }
 
+/// `inner` with `check` run on each batch as it streams: a batch that
+/// fails it ends the stream with that error (so an upload stops there and
+/// removes what it wrote).
+pub struct Checked<F> {
+    inner: BoxedReader,
+    check: F,
+}
+
+impl<F: FnMut(&RecordBatch) -> Result<()> + Send> Checked<F> {
+    pub fn boxed(inner: BoxedReader, check: F) -> BoxedReader
+    where
+        F: 'static,
+    {
+        Box::new(Self { inner, check })
+    }
+}
+
+impl<F: FnMut(&RecordBatch) -> Result<()>> Iterator for Checked<F> {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = match self.inner.next()? {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(
+            (self.check)(&batch)
+                .map(|()| batch)
+                .map_err(|e| ArrowError::ExternalError(Box::new(e))),
+        )
+    }
+}
+
+impl<F: FnMut(&RecordBatch) -> Result<()>> RecordBatchReader for Checked<F> {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+}
+
 /// Batches of `inner`, each checked against `target`'s nullability (see
 /// [`check_not_null`]) and given the schema `target` (by column name; see
 /// [`part_schema::evolve`]).

@@ -5,10 +5,9 @@ Write modes (``pds/write_mode``): ``replace`` (default) swaps the
 partition's rows, or all rows of an unpartitioned asset, for the output in
 one commit (:meth:`pds.Table.replace`: readers never see the partition empty
 or doubled); ``append`` adds the rows; ``upsert`` replaces rows by primary
-key (``pds/primary_key``; the output is collected in memory first, see
-:meth:`pds.Table.upsert`, whereas replace and append stream it). Every row
-written is checked to lie in the
-partitions being written, and nothing commits unless the whole output was
+key (``pds/primary_key``). All three stream the output: only an upsert
+keeps a column in memory, its keys. Every row written is checked to lie in
+the partitions being written, and nothing commits unless the whole output was
 read: a failed materialisation leaves the table as it was.
 """
 

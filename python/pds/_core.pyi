@@ -367,6 +367,11 @@ class BatchStream(Iterator[pa.RecordBatch]):
     def __iter__(self) -> BatchStream: ...
     def __next__(self) -> pa.RecordBatch: ...
 
+def table_merge_schema(table: pa.Schema, input: pa.Schema, key: str) -> pa.Schema:
+    """The schema a table of schema *table* has after an append of data of schema *input* in
+    ``schema_mode="merge"``: its columns (widened where *input* widens them), then *input*'s new
+    columns as nullable. SchemaMismatch naming each field otherwise. No I/O."""
+
 def same_logical_type(table: pa.DataType, input: pa.DataType) -> bool:
     """Whether a column of type *input* may be appended to a column of type
     *table* under ``Table.append``'s strict rule (the same logical type:
@@ -610,8 +615,12 @@ def table_commit_files(
     row_group_size: int | None,
     target_file_size: int | None,
     metadata: Mapping[str, str] | None,
+    schema_mode: Literal["strict", "merge"] | str = "strict",
 ) -> str:
     """Commit files from table_write_files in one version (creating the table if needed).
+    With *schema_mode* ``"merge"``, an append whose *schema* is table_merge_schema of the
+    table's and the data's changes the table's schema in the same version (reading the whole
+    file list); SchemaMismatch if the table's schema changed meanwhile.
     SchemaMismatch, before any commit and with the files removed, if a file's statistics show
     nulls in a column *schema* declares not nullable."""
 

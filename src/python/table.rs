@@ -421,8 +421,11 @@ pub fn table_write_files(
 
 /// Commit files from [`table_write_files`] in one version (`append` or
 /// `overwrite`), creating the table if needed; returns the manifest JSON.
+/// With `schema_mode="merge"`, an append whose files' schema is the merge
+/// of theirs into the table's (see [`table_merge_schema`]) changes the
+/// table's schema in the same version.
 #[pyfunction]
-#[pyo3(signature = (store, key, files, *, mode, schema, primary_key, compression, row_group_size, target_file_size, metadata))]
+#[pyo3(signature = (store, key, files, *, mode, schema, primary_key, compression, row_group_size, target_file_size, metadata, schema_mode = "strict"))]
 #[allow(clippy::too_many_arguments)]
 pub fn table_commit_files(
     py: Python<'_>,
@@ -436,11 +439,13 @@ pub fn table_commit_files(
     row_group_size: Option<usize>,
     target_file_size: Option<u64>,
     metadata: Option<BTreeMap<String, String>>,
+    schema_mode: &str,
 ) -> PyResult<String> {
+    let schema_mode = SchemaMode::parse(schema_mode).py_err()?;
     let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
     let mode = match mode {
-        "append" => write::FilesMode::Append,
+        "append" => write::FilesMode::Append(schema_mode),
         "overwrite" => write::FilesMode::Overwrite,
         other => {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
@@ -606,6 +611,24 @@ pub fn table_update(
     }
     let done = result?;
     rewritten(&done)
+}
+
+/// The schema a table of schema `table` has after an append of data of
+/// schema `input` in `schema_mode="merge"`: its columns (widened where
+/// the data's type widens them), then the data's new columns as nullable.
+/// `SchemaMismatch` (naming each field, for the table `key`) otherwise.
+/// No I/O.
+#[pyfunction]
+pub fn table_merge_schema<'py>(
+    py: Python<'py>,
+    table: PySchema,
+    input: PySchema,
+    key: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let merged =
+        crate::table::schema::reconcile(table.as_ref(), input.as_ref(), SchemaMode::Merge, key)
+            .py_err()?;
+    PySchema::new(merged).into_pyarrow(py)
 }
 
 /// Whether a column of type `input` may be appended to a column of type

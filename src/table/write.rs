@@ -723,8 +723,11 @@ pub fn check_uploaded(
 /// How [`commit_files`] changes the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilesMode {
-    /// Add the files (creating the table if there is none).
-    Append,
+    /// Add the files (creating the table if there is none). In
+    /// [`SchemaMode::Merge`], files whose schema is the merge of theirs into
+    /// the table's (as an append in merge mode computes it) change the
+    /// table's schema in the same version.
+    Append(SchemaMode),
     /// Replace every file and tombstone with the files, in one version.
     Overwrite,
 }
@@ -764,7 +767,12 @@ pub fn commit_files(
     });
     crate::runtime::block_on(futures::future::try_join_all(heads))??;
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    let out = commit_or_discard(&store, table, &files, None, commit::Depth::Root, |now| {
+    // A merge may record the old schema on every file: the whole list.
+    let depth = match mode {
+        FilesMode::Append(SchemaMode::Merge) => commit::Depth::Full,
+        _ => commit::Depth::Root,
+    };
+    let out = commit_or_discard(&store, table, &files, None, depth, |now| {
         let mut params = BTreeMap::new();
         params.insert("rows_added".into(), rows.into());
         params.insert("files_added".into(), files.len().into());
@@ -780,9 +788,20 @@ pub fn commit_files(
         let mut next = now.clone();
         next.created_at = now_iso8601();
         match mode {
-            FilesMode::Append => {
+            FilesMode::Append(schema_mode) => {
                 if now.schema.arrow_schema != table_schema.arrow_schema {
                     let theirs = now.arrow_schema(table)?;
+                    if merges_into(&theirs, &schema, schema_mode, table)? {
+                        params.insert(
+                            "schema_change".into(),
+                            describe_change(&theirs, &schema).into(),
+                        );
+                        next.record_schema_change(table_schema.clone());
+                        next.operation = "append".into();
+                        next.add_files(files.iter().cloned())?;
+                        next.operation_parameters = params;
+                        return Ok(Some(next));
+                    }
                     return Err(Error::SchemaMismatch {
                         key: table.to_string(),
                         reason: format!(
@@ -815,6 +834,28 @@ pub fn commit_files(
     match out {
         Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
         Outcome::Unchanged { .. } => Err(Error::Task("commit_files committed nothing".into())),
+    }
+}
+
+/// Whether files written in `files` may be appended to a table of schema
+/// `table` in `mode`: in merge mode, when `files` is exactly the schema a
+/// merge of `files` into `table` gives (the table's columns, widened, then
+/// the new ones as nullable), as [`reconcile`] computes it for the writer.
+fn merges_into(
+    table: &arrow_schema::Schema,
+    files: &arrow_schema::Schema,
+    mode: SchemaMode,
+    key: &str,
+) -> Result<bool> {
+    if mode != SchemaMode::Merge {
+        return Ok(false);
+    }
+    match reconcile(table, files, SchemaMode::Merge, key) {
+        Ok(merged) => {
+            Ok(TableSchema::of(&merged)?.arrow_schema == TableSchema::of(files)?.arrow_schema)
+        }
+        Err(Error::SchemaMismatch { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -881,6 +922,39 @@ mod tests {
             matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("\"s.b\"")),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_merge_commit_takes_exactly_the_schema_a_merge_append_gives() {
+        let field = |name: &str, t: DataType, nullable: bool| Field::new(name, t, nullable);
+        let table = Schema::new(vec![
+            field("id", DataType::Int64, false),
+            field("n", DataType::Int32, true),
+        ]);
+        let merged = Schema::new(vec![
+            field("id", DataType::Int64, false),
+            field("n", DataType::Int64, true),
+            field("extra", DataType::Utf8, true),
+        ]);
+        assert!(merges_into(&table, &merged, SchemaMode::Merge, "t").unwrap());
+        assert!(!merges_into(&table, &merged, SchemaMode::Strict, "t").unwrap());
+        let reordered = Schema::new(vec![
+            field("extra", DataType::Utf8, true),
+            field("id", DataType::Int64, false),
+            field("n", DataType::Int64, true),
+        ]);
+        assert!(!merges_into(&table, &reordered, SchemaMode::Merge, "t").unwrap());
+        let narrowed = Schema::new(vec![
+            field("id", DataType::Int32, false),
+            field("n", DataType::Int32, true),
+        ]);
+        assert!(!merges_into(&table, &narrowed, SchemaMode::Merge, "t").unwrap());
+        let required_new = Schema::new(vec![
+            field("id", DataType::Int64, false),
+            field("n", DataType::Int32, true),
+            field("extra", DataType::Utf8, false),
+        ]);
+        assert!(!merges_into(&table, &required_new, SchemaMode::Merge, "t").unwrap());
     }
 
     #[test]

@@ -102,6 +102,7 @@ STORAGE_EXCLUDED = frozenset(
         "splitrowgroups",
         "table",
         "primary_key",
+        "schema_mode",
         "target_file_size",
         "versionasof",
         "timestampasof",

@@ -17,12 +17,14 @@ import pyarrow.types as pat
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
+from pds import _core
 from pds.errors import SchemaMismatch
 
 __all__ = [
     "arrow_to_spark",
     "check_write_schema",
     "conform_batches",
+    "merge_write_schema",
     "spark_read_target",
     "spark_readable",
     "spark_to_arrow",
@@ -177,6 +179,37 @@ def _casts(source: pa.DataType, target: pa.DataType) -> bool:
     return True
 
 
+def _fits(given: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a DataFrame column of Arrow type *given* holds the values of
+    a table column of type *table*: the same type, or the type Spark reads
+    the table's as (and pyarrow casts it back)."""
+    if given == table:
+        return True
+    mine, theirs = _spark_type(given), _spark_type(table)
+    return mine is not None and theirs is not None and _type_key(mine) == _type_key(theirs) and _casts(given, table)
+
+
+def merge_write_schema(data: pa.Schema, table: pa.Schema, key: str) -> pa.Schema:
+    """The schema a Spark append in ``schema_mode="merge"`` writes, as
+    ``pds.Table.append(..., schema_mode="merge")`` computes it: the table's
+    columns (a column Spark reads as the DataFrame's keeps the table's type,
+    as in :func:`check_write_schema`; another type must widen the table's
+    exactly, int to bigint say), then the DataFrame's new columns, nullable.
+    A nullable table column the DataFrame lacks is written as nulls. No I/O.
+
+    Raises:
+        pds.SchemaMismatch: a column that neither fits nor widens, or a
+            not-nullable table column the DataFrame lacks (naming each).
+    """
+    fields = []
+    for f in data:
+        index = table.get_field_index(f.name)
+        fits = index >= 0 and _fits(f.type, table.field(index).type)
+        fields.append(table.field(index) if fits else f)
+    merged: pa.Schema = _core.table_merge_schema(table, pa.schema(fields), key)
+    return merged
+
+
 def _shown(spark: DataType | None, arrow: pa.DataType) -> str:
     return spark.simpleString() if spark is not None else f"{arrow} (a type Spark lacks)"
 
@@ -206,16 +239,9 @@ def check_write_schema(data: pa.Schema, table: pa.Schema, key: str) -> None:
             problems.append(f"{name} is missing")
             continue
         given = data.field(index).type
-        if given == field.type:
+        if _fits(given, field.type):
             continue
         mine, theirs = _spark_type(given), _spark_type(field.type)
-        if (
-            mine is not None
-            and theirs is not None
-            and _type_key(mine) == _type_key(theirs)
-            and _casts(given, field.type)
-        ):
-            continue
         shown = f"{name} is {_shown(mine, given)} in the DataFrame, {_shown(theirs, field.type)} in the table"
         if _shown(mine, given) == _shown(theirs, field.type):
             shown += f" (Arrow {given} cannot become {field.type})"
@@ -230,28 +256,51 @@ def check_write_schema(data: pa.Schema, table: pa.Schema, key: str) -> None:
         )
 
 
+def _check_not_null(batch: pa.RecordBatch, required: set[str]) -> None:
+    """Raise ``SchemaMismatch`` if a column of *required* (the not-nullable
+    columns) holds a null (before encoding: the Rust writer would refuse the
+    batch with a bare Arrow error)."""
+    for name in sorted(required):
+        index = batch.schema.get_field_index(name)
+        if index >= 0 and batch.column(index).null_count:
+            raise SchemaMismatch(
+                f"column {name!r} is not nullable, and the data holds {batch.column(index).null_count} null(s) "
+                "in it: fill or drop them (coalesce / na.drop) before writing"
+            )
+
+
 def conform_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """*batches* with *schema*'s columns, matched by name and cast to its
     types; empty batches are dropped.
 
     Zero-copy where the names and types already match (Spark's batches
-    usually do, up to the time zone label of timestamps).
+    usually do, up to the time zone label of timestamps). A nullable column
+    of *schema* that the batches lack is filled with nulls (a merge append
+    of a DataFrame without it, see :func:`merge_write_schema`).
 
     Raises:
-        pds.SchemaMismatch: a batch whose column names are not *schema*'s,
-            or a value its column's type cannot hold (naming the column).
+        pds.SchemaMismatch: a batch with a column *schema* lacks, or without
+            a not-nullable column of *schema*, a null in a not-nullable
+            column, or a value its column's type cannot hold (naming the
+            column).
     """
-    names = sorted(schema.names)
+    names = set(schema.names)
+    required = {f.name for f in schema if not f.nullable}
     for batch in batches:
         if batch.num_rows == 0:
             continue
+        _check_not_null(batch, required)
         if batch.schema.equals(schema):
             yield batch
             continue
-        if sorted(batch.schema.names) != names:
+        given = set(batch.schema.names)
+        if not given <= names or not required <= given or len(given) != batch.num_columns:
             raise SchemaMismatch(f"a batch has the columns {batch.schema.names}, the schema {schema.names}")
         arrays = []
         for field in schema:
+            if field.name not in given:
+                arrays.append(pa.nulls(batch.num_rows, field.type))
+                continue
             col = batch.column(field.name)
             if col.type != field.type:
                 try:

@@ -37,10 +37,21 @@ from pds.spark._job import (
     check_dataset_key,
     remove_until_settled,
 )
-from pds.spark._schema import check_write_schema, conform_batches
+from pds.spark._schema import check_write_schema, conform_batches, merge_write_schema
 from pds.table import MAX_VERSION, Table, is_table
 
-__all__ = ["TableFiles", "TableSettings", "TableWriteJob", "is_table", "table_snapshot_files", "version_options"]
+__all__ = [
+    "SCHEMA_MODES",
+    "TableFiles",
+    "TableSettings",
+    "TableWriteJob",
+    "is_table",
+    "schema_mode_option",
+    "table_snapshot_files",
+    "version_options",
+]
+
+SCHEMA_MODES = ("strict", "merge")
 
 # Driver side: the files of jobs whose commit outcome is unknown. A version
 # may name them, so an abort that follows must leave them (vacuum removes
@@ -59,18 +70,22 @@ class TableSettings:
     primary_key: str | None = None
     metadata: Mapping[str, str] | None = None
     parallelism: int | None = None
+    schema_mode: str = "strict"
+    """``strict``: an append has the table's columns; ``merge``: it may add
+    columns and widen types, as ``pds.Table.append(..., schema_mode="merge")``."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TableSettings:
         """Settings from the data source options.
 
         Raises:
-            ValueError: a malformed size or ``metadata``.
+            ValueError: a malformed size, ``metadata`` or ``schema_mode``.
         """
         from pds.spark._job import WriteSettings, _positive_int
 
         base = WriteSettings.from_options(options)
         return cls(
+            schema_mode=schema_mode_option(options),
             compression=base.compression,
             row_group_size=base.row_group_size,
             target_file_size=_positive_int(options, "target_file_size"),
@@ -99,6 +114,8 @@ class TableWriteJob(StoreJob):
     settings: TableSettings
     overwrite: bool
     job_id: str
+    evolves: bool = False
+    """The job's files have a merged schema: the commit changes the table's."""
 
     @classmethod
     def start(
@@ -111,11 +128,15 @@ class TableWriteJob(StoreJob):
         types, which they must have as Spark reads them
         (:func:`pds.spark._schema.check_write_schema`: an int column for a
         bigint one is refused, as ``Table.append`` refuses int32 for int64).
+        With ``settings.schema_mode == "merge"`` it may also add columns and
+        widen types (:func:`pds.spark._schema.merge_write_schema`); the
+        commit then changes the table's schema in the same version.
         An overwrite sets the DataFrame's schema (its column order too).
 
         Raises:
             SchemaMismatch: an append whose columns are not the table's, or
-                of other types (naming each).
+                of other types (naming each); in merge mode, a column that
+                neither fits nor widens, or a missing not-nullable one.
             remote_store.AlreadyExists: a dataset or pipeline is at *key*, or
                 a dataset, table or pipeline lies at an ancestor of *key* or
                 below it (keys are exclusive), before any task runs.
@@ -128,13 +149,18 @@ class TableWriteJob(StoreJob):
         _core.check_key_free(store.unwrap(_core.RustStore), str(store.native_path(key)), "table")
         target = schema
         settings_used = settings
+        evolves = False
         try:
             table = Table.open(store, key)
         except NotFound:
             table = None
         if table is not None:
             current = table.schema
-            if not overwrite:
+            if not overwrite and settings.schema_mode == "merge":
+                merged = merge_write_schema(schema, current, key)
+                evolves = not merged.equals(current)
+                target = merged if evolves else current
+            elif not overwrite:
                 check_write_schema(schema, current, key)
                 target = current
             props = table.manifest.get("properties", {})
@@ -145,7 +171,7 @@ class TableWriteJob(StoreJob):
                 target_file_size=props.get("target_file_size", settings.target_file_size),
                 primary_key=props.get("primary_key"),
             )
-        return cls(store, key, target, settings_used, overwrite, uuid.uuid4().hex[:12])
+        return cls(store, key, target, settings_used, overwrite, uuid.uuid4().hex[:12], evolves)
 
     # -- executor side ----------------------------------------------------------------
 
@@ -233,6 +259,7 @@ class TableWriteJob(StoreJob):
             row_group_size=self.settings.row_group_size,
             target_file_size=self.settings.target_file_size,
             metadata=dict(self.settings.metadata) if self.settings.metadata else None,
+            schema_mode="merge" if self.evolves else "strict",
         )
         return text
 
@@ -266,6 +293,20 @@ class TableWriteJob(StoreJob):
 
         self._delete(sorted((keys | set(self._job_files())) - keep))
         remove_until_settled(leftovers, self._delete, settle)
+
+
+def schema_mode_option(options: Mapping[str, str]) -> str:
+    """The ``schema_mode`` option (lower-cased key): ``strict`` (the
+    default) or ``merge``, checked before any I/O.
+
+    Raises:
+        ValueError: another value.
+    """
+    raw = options.get("schema_mode")
+    mode = "strict" if raw is None or not str(raw).strip() else str(raw).strip().lower()
+    if mode not in SCHEMA_MODES:
+        raise ValueError(f"option 'schema_mode' must be strict or merge, got {raw!r}")
+    return mode
 
 
 def table_snapshot_files(table: Table) -> list[tuple[str, int]]:

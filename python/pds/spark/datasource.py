@@ -67,6 +67,7 @@ from pds.spark._table_job import (
     TableSettings,
     TableWriteJob,
     is_table,
+    schema_mode_option,
     table_snapshot_files,
     version_options,
 )
@@ -448,7 +449,12 @@ class PdsDataSource(DataSource):
       ``gs://bucket[/prefix]``, ``az://container[/prefix]`` (any URL
       :class:`pds.ObjectStoreBackend` opens but ``memory://``).
     - writing: ``compression``, ``row_group_size``, ``max_rows_per_file``,
-      ``run_id``, ``metadata`` (a JSON object of strings), ``parallelism``.
+      ``run_id``, ``metadata`` (a JSON object of strings), ``parallelism``;
+      tables: ``table`` (``true`` to create one), ``primary_key``,
+      ``target_file_size``, ``schema_mode`` (``strict``, the default: an
+      append has the table's columns; ``merge``: an append may add columns
+      and widen types, the table's schema changes in the same version, as
+      ``pds.Table.append(..., schema_mode="merge")``).
     - reading: ``columns`` (JSON list or comma-separated names),
       ``filters`` (JSON ``[[column, op, value], ...]``, see
       :mod:`pds.spark.filters`), ``pushFilters`` (``true`` to take Spark's
@@ -542,8 +548,11 @@ class PdsDataSource(DataSource):
         """A writer for ``save(key)``; runs on the driver before any task.
 
         Raises:
-            ValueError: a missing ``store`` / key, a bad option, duplicate
-                column names.
+            ValueError: a missing ``store`` / key, a bad option (a
+                ``schema_mode`` other than strict or merge; merge on a
+                dataset), duplicate column names.
+            SchemaMismatch: a table append whose columns are not the
+                table's (in ``schema_mode`` merge: neither fit nor widen).
             AlreadyExists: mode ``append`` and a dataset exists at the key,
                 or another writer holds it (its ``_WRITING`` claim); or a
                 table or pipeline (dataset or pipeline, for a table write)
@@ -555,6 +564,7 @@ class PdsDataSource(DataSource):
                 'pipelines are not written through format("pds"): update them with pds.Pipeline.update '
                 "or pds.spark.update_pipeline"
             )
+        schema_mode = schema_mode_option(self.options)
         store = store_from_options(self.options)
         key = dataset_key_from_options(self.options)
         if str(self.options.get("table", "false")).strip().lower() in _TRUE or is_table(store, key):
@@ -562,6 +572,12 @@ class PdsDataSource(DataSource):
                 store, key, spark_to_arrow(schema), TableSettings.from_options(self.options), overwrite=overwrite
             )
             return PdsTableWriter(table_job)
+        if schema_mode == "merge":
+            raise ValueError(
+                f"option 'schema_mode' merge adds columns to a table on append; {key!r} is a dataset, "
+                'written once: write a table (.option("table", "true")), or replace the dataset '
+                "with mode 'overwrite'"
+            )
         settings = WriteSettings.from_options(self.options)
         job = WriteJob.start(store, key, spark_to_arrow(schema), settings, overwrite=overwrite)
         return PdsWriter(job)

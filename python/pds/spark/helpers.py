@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -18,8 +19,9 @@ from typing import Any, Literal
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
-from remote_store import Store
+from remote_store import RemoteStoreError, Store
 
+import pds.errors
 from pds.backend import ObjectStoreBackend
 from pds.manifest import DatasetManifest, PartInfo
 from pds.producers.pipeline import Pipeline
@@ -200,8 +202,12 @@ def write_dataset(
         pds.spark.SparkWorkerError: Spark's Python workers cannot import
             pds (set ``PYSPARK_PYTHON``; checked before the job on a local
             master, recognised in the job's error elsewhere).
-        pyspark.errors.PySparkException: the Spark job failed (its parts are
-            removed; no manifest, no ``_SUCCESS``).
+        pds.errors.RemoteStoreError: a task failed on a pds error
+            (``DataError``, ``SchemaMismatch`` ...), raised as pds's own
+            class with the task's message, from Spark's exception; its
+            parts are removed.
+        pyspark.errors.PySparkException: the Spark job failed otherwise (its
+            parts are removed; no manifest, no ``_SUCCESS``).
     """
     is_overwrite = _write_mode(mode, overwrite)
     target = spark_store(store, **storage_options)
@@ -241,8 +247,9 @@ def collect_written(
     """Run *write_partition* over *df* with ``mapInArrow`` (Spark's Arrow
     byte cap lifted, the job tagged *group*) and collect its rows. If the
     job fails, wait until no task of it runs, remove everything it wrote
-    (``job.abort()``), and raise (a worker that cannot import pds as
-    ``SparkWorkerError``)."""
+    (``job.abort()``), and raise: a worker that cannot import pds as
+    ``SparkWorkerError``, a task that failed on a pds error as that error
+    (:func:`task_error`, from Spark's), anything else as Spark raised it."""
     spark = df.sparkSession
     try:
         with arrow_byte_cap_lifted(spark), tagged(spark, group, description):
@@ -250,10 +257,38 @@ def collect_written(
     except BaseException as exc:
         wait_for_tasks(spark, group)  # no task may upload after the cleanup
         job.abort()
-        clear = explain_worker_failure(exc)
+        clear: BaseException | None = explain_worker_failure(exc) or task_error(exc)
         if clear is not None:
             raise clear from exc
         raise
+
+
+# The last line of a task's Python traceback, as Spark relays it: "pds.errors.SchemaMismatch: why | path='k'".
+_TASK_ERROR = re.compile(
+    r"^(?:pds\.errors|remote_store(?:\.\w+)*)\.(\w+): (.+?)(?: \| path='([^'\n]*)')?$", re.MULTILINE
+)
+
+
+def task_error(exc: BaseException) -> RemoteStoreError | None:
+    """pds's own exception that failed a task of a Spark job, rebuilt on the
+    driver from the job's error *exc* (Spark relays a task's exception as
+    text, at the end of a long ``PythonException``), or None.
+
+    The class is pds's (``pds.errors``: ``SchemaMismatch``, ``DataError``,
+    ``PartCorrupted``, ``NotFound`` ...); its message is the task's, first.
+    The caller raises it ``from`` *exc*, which keeps Spark's whole report.
+    """
+    found = list(_TASK_ERROR.finditer(str(exc)))
+    if not found:
+        return None
+    name, message, path = found[-1].groups()
+    cls = getattr(pds.errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, RemoteStoreError)):
+        return None
+    try:
+        return cls(message, path=path)
+    except TypeError:  # a class whose constructor takes other arguments
+        return None
 
 
 def _url_and_options(store: Store) -> tuple[str, dict[str, str]]:

@@ -72,6 +72,78 @@ def spark_session() -> Iterator[Any]:
         session.stop()
 
 
+#: Spark's ``local-cluster`` master for the tests on separate executors: 2
+#: workers of 1 core and 1 GiB, each starting its own executor JVM (with its
+#: own Python workers), as on a real cluster.
+CLUSTER_MASTER = "local-cluster[2,1,1024]"
+
+
+def uses_spark_cluster(item: pytest.Item) -> bool:
+    """Whether a test runs on the ``spark_cluster`` session."""
+    return "spark_cluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(seaweed: Any) -> Iterator[Any]:
+    """One ``local-cluster[2,1,1024]`` Spark for the whole run: a master, two
+    workers and two executor JVMs of 1 core each, whose Python workers run
+    this interpreter (``PYSPARK_PYTHON``) and import pds from where this
+    process does (``spark.executorEnv.PYTHONPATH`` unless it is installed in
+    site-packages). The executors' own
+    environment holds the SeaweedFS keys (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``: their Python workers read them), so that a test
+    can leave credentials out of the store options. A task may fail 4 times.
+
+    A Python process holds one SparkContext at a time: this fixture stops
+    the local ``spark_session`` if it runs, and the tests that use this one
+    run after every other test (``pytest_collection_modifyitems`` below), so
+    the local session is never needed again. Starting takes 20-90 s (two
+    JVMs, on 2 cores); it waits until both executors have registered."""
+    import site
+    import time
+
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        running.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    # The executors' Python must import this pds: installed, or (a source
+    # tree on PYTHONPATH) from here. On a real cluster the wheel is installed there.
+    package_root = str(Path(pds.__file__).resolve().parent.parent)
+    python_path = {} if package_root in site.getsitepackages() else {"spark.executorEnv.PYTHONPATH": package_root}
+    builder = (
+        SparkSession.builder.master(CLUSTER_MASTER)
+        .appName("pds-tests-cluster")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "America/New_York")
+        .config("spark.driver.memory", "1g")
+        .config("spark.task.maxFailures", "4")
+        # No waiting for a task's preferred executor: tasks spread over both.
+        .config("spark.locality.wait", "0")
+        .config(map=python_path)
+        .config("spark.executorEnv.AWS_ACCESS_KEY_ID", seaweed.access_key)
+        .config("spark.executorEnv.AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        deadline = time.monotonic() + 180
+        while session.sparkContext._jsc.sc().getExecutorIds().size() < 2:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{CLUSTER_MASTER}: two executors did not register within 180 s")
+            time.sleep(0.5)
+        yield session
+    finally:
+        session.stop()
+
+
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real SeaweedFS S3 server on 127.0.0.1 with a fresh data dir."""
@@ -277,6 +349,14 @@ def fast_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 @pytest.fixture
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Store]:
     return lambda kind: make_store(kind, tmp_path, request)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on ``spark_cluster`` run last, after every test on the local
+    ``spark_session``: starting the cluster stops the local session, which is
+    then never restarted (one SparkContext per process)."""
+    items[:] = [i for i in items if not uses_spark_cluster(i)] + [i for i in items if uses_spark_cluster(i)]
 
 
 def pytest_configure(config: pytest.Config) -> None:

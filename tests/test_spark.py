@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,23 @@ class FlakyTableWriter(PdsTableWriter):
             marker.write_text(json.dumps(names))
             raise RuntimeError(f"injected failure after uploading {names}")
         return message
+
+
+def fail_once_mid_stream(marker: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: the first attempt of partition 1 touches
+    *marker* and fails at its fourth batch; every other task passes its
+    batches through."""
+
+    def fail_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        for i, batch in enumerate(batches):
+            if i == 3 and ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+                Path(marker).touch()
+                raise RuntimeError("injected failure mid-stream")
+            yield batch
+
+    return fail_once
 
 
 def failed_attempt_parts(marker_dir: Path) -> list[str]:
@@ -850,18 +867,8 @@ def test_helper_write_survives_a_task_retry(
     url, _, store = file_store
     table = rich_table(200)
     marker = str(tmp_path / "injected")
-
-    def fail_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx = TaskContext.get()
-        assert ctx is not None
-        for i, batch in enumerate(batches):
-            if i == 3 and ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
-                Path(marker).touch()
-                raise RuntimeError("injected failure mid-stream")
-            yield batch
-
     src = spark_df(spark, table)
-    df = src.mapInArrow(fail_once, src.schema)
+    df = src.mapInArrow(fail_once_mid_stream(marker), src.schema)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
     try:
         pds.spark.write_dataset(df, url, "retry", max_rows_per_file=10)

@@ -70,7 +70,8 @@ from test_spark_pipeline_update import (
 import pds
 import pds.spark
 
-pytestmark = [pytest.mark.s3]
+# The first test also starts the cluster (executor JVMs on a busy machine): a longer limit.
+pytestmark = [pytest.mark.s3, pytest.mark.timeout(900)]
 
 # The task functions below are defined here; executors get them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

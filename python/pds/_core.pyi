@@ -620,7 +620,9 @@ def table_commit_files(
     """Commit files from table_write_files in one version (creating the table if needed).
     With *schema_mode* ``"merge"``, an append whose *schema* is table_merge_schema of the
     table's and the data's changes the table's schema in the same version (reading the whole
-    file list); SchemaMismatch if the table's schema changed meanwhile.
+    file list); SchemaMismatch unless *schema* is the table's schema at commit time merged
+    with the data's (a change another writer made meanwhile is accepted when the files still
+    merge into it: the version committed has the files' schema).
     SchemaMismatch, before any commit and with the files removed, if a file's statistics show
     nulls in a column *schema* declares not nullable."""
 

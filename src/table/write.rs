@@ -737,8 +737,11 @@ pub enum FilesMode {
 /// with `schema` and `props` if none exists. Every file is checked to be
 /// there first (a HEAD each, at once). On failure the files are removed.
 ///
-/// `SchemaMismatch` if the table's schema is not `schema` (append), or
-/// changed while the files were written. `KeyOccupied` (and the files are
+/// `SchemaMismatch` if the table's schema is not `schema` (a strict
+/// append), or, for a merge append, unless `schema` is the table's schema
+/// at commit time merged with the data's (a schema another writer changed
+/// meanwhile is accepted if the files still merge into it, so the version
+/// committed always has the files' schema). `KeyOccupied` (and the files are
 /// removed) if a dataset or pipeline is at the key, or anything inside or
 /// around it ([`occupancy::check_free`]: 5 HEADs per level, 1 LIST).
 pub fn commit_files(

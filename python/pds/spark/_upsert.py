@@ -95,8 +95,12 @@ def upsert(df: DataFrame, store: str | Store, key: str, *, parallelism: int | No
             the table's column as (an int key for a bigint one: cast it),
             before any Spark job; the message names each.
         pds.CommitConflict / pds.CommitUnknown: as :meth:`pds.Table.upsert`.
-        pyspark.errors.PySparkException: a Spark job failed (its files are
-            removed, nothing is committed).
+        pds.SchemaMismatch / pds.DataError / remote_store errors: a task
+            failed on a pds error; raised as that error, with its message,
+            Spark's exception as its cause (files removed, nothing
+            committed).
+        pyspark.errors.PySparkException: a Spark job failed otherwise (its
+            files are removed, nothing is committed).
     """
     target = spark_store(store, **options)
     table = Table.open(target, key)

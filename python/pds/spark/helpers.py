@@ -278,10 +278,16 @@ def task_error(exc: BaseException) -> RemoteStoreError | None:
     ``PartCorrupted``, ``NotFound`` ...); its message is the task's, first.
     The caller raises it ``from`` *exc*, which keeps Spark's whole report.
     """
-    found = list(_TASK_ERROR.finditer(str(exc)))
-    if not found:
+    # The task's final exception: the first unindented line after the last
+    # traceback header (a chained exception has its own header, later).
+    parts = str(exc).rsplit("Traceback (most recent call last):", 1)
+    if len(parts) < 2:
         return None
-    name, message, path = found[-1].groups()
+    final = next((line for line in parts[1].splitlines() if line and not line[0].isspace()), "")
+    found = _TASK_ERROR.match(final)
+    if found is None:
+        return None
+    name, message, path = found.groups()
     cls = getattr(pds.errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, RemoteStoreError)):
         return None

@@ -74,6 +74,27 @@ def test_a_streamed_upsert_uploads_as_it_reads_and_equals_the_in_memory_one(fast
     assert t.history(1)[0]["operation"] == "upsert"
 
 
+def test_a_streamed_upsert_holds_its_keys_not_its_rows(tmp_path: Path) -> None:
+    """40 batches of 4 MiB: the batches already encoded are released (the
+    kept keys are copies, not views that would keep each batch alive)."""
+    store = pds.open_store((tmp_path / "m").as_uri())
+    schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
+    t = Table.create(store, "w", schema=schema, primary_key="id", row_group_size=5000, target_file_size=16 * 2**20)
+    held: list[int] = []
+    base = pa.total_allocated_bytes()
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        for k in range(40):
+            held.append(pa.total_allocated_bytes() - base)
+            ids = pa.array(range(k * 1000, k * 1000 + 1000), pa.int64())
+            yield pa.record_batch({"id": ids, "blob": pa.array([b"x" * 4096] * 1000, pa.binary())}, schema=schema)
+
+    t.upsert(pa.RecordBatchReader.from_batches(schema, stream()))
+    assert t.to_arrow(columns=["id"]).num_rows == 40_000
+    # The whole input is 160 MiB; a row group's batches (5 MiB each) are held while encoded.
+    assert max(held) < 80 * 2**20, [h >> 20 for h in held]
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

@@ -552,8 +552,9 @@ class Table:
                 key column. Streamed, as :meth:`append` streams: the rows
                 are encoded and uploaded as they arrive and only the key
                 column is kept (in the table's key type) to find the rows
-                they replace, so an upsert's memory is its key column plus
-                the parts being encoded, not the whole of *data*.
+                they replace, so an upsert holds its key column plus the
+                row groups being encoded (``row_group_size`` rows each, as
+                an append does), not the whole of *data*.
             schema_mode: As :meth:`append`.
 
         Serializable: two upserts of overlapping keys give the result of one

@@ -52,16 +52,19 @@ pub fn distinct_keys(keys: &ArrayRef, pk: &str) -> Result<ValueSet> {
     let set = ValueSet::new(keys)?;
     if set.len() != keys.len() {
         let (rows, distinct) = (keys.len(), set.len());
-        return Err(Error::InvalidArgument(match repeated_key(keys)? {
-            Some(k) => format!(
-                "the data repeats primary keys of {pk:?}: {k} among them ({rows} rows, \
+        // Naming a key is a courtesy: if that fails, the count still tells.
+        return Err(Error::InvalidArgument(
+            match repeated_key(keys).ok().flatten() {
+                Some(k) => format!(
+                    "the data repeats primary keys of {pk:?}: {k} among them ({rows} rows, \
                  {distinct} distinct keys); an upsert needs one row per key"
-            ),
-            None => format!(
-                "the data holds NaN keys in {pk:?} ({rows} rows, {distinct} distinct keys); \
-                 NaN equals no key, and an upsert needs one row per key"
-            ),
-        }));
+                ),
+                None => format!(
+                    "the data holds repeated or NaN keys in {pk:?} ({rows} rows, {distinct} \
+                 distinct keys); NaN equals no key, and an upsert needs one row per key"
+                ),
+            },
+        ));
     }
     Ok(set)
 }
@@ -143,7 +146,12 @@ fn key_column(batches: &[RecordBatch], pk: &str, key_type: &DataType) -> Result<
                 "the data lacks the primary-key column {pk:?}; an upsert needs every row's key"
             ))
         })?;
-        parts.push(arrow_cast::cast(col, key_type)?);
+        // Not `safe`: a key that does not fit the key type is an error, not a null.
+        let opts = arrow_cast::CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        parts.push(arrow_cast::cast_with_options(col, key_type, &opts)?);
     }
     if parts.is_empty() {
         return Ok(arrow_array::new_empty_array(key_type));
@@ -326,6 +334,16 @@ fn concat_keys(parts: Vec<ArrayRef>, target: &Schema, pk: &str) -> Result<ArrayR
     Ok(arrow_select::concat::concat(&refs)?)
 }
 
+/// A copy of `array` in buffers of its own. An array imported through the
+/// Arrow C stream shares its batch's release callback: keeping a slice or a
+/// zero-copy cast of one column would keep the whole batch alive.
+fn owned(array: &ArrayRef) -> Result<ArrayRef> {
+    let data = array.to_data();
+    let mut copy = arrow_data::transform::MutableArrayData::new(vec![&data], false, data.len());
+    copy.try_extend(0, 0, data.len())?;
+    Ok(arrow_array::make_array(copy.freeze()))
+}
+
 /// Keep `batch`'s key column (cast to the table's key type) in `seen`, as
 /// the upload streams it; a batch with a null key fails the stream there,
 /// so the upload stops and removes what it wrote.
@@ -335,7 +353,7 @@ fn keep_keys(
     key_type: &DataType,
     seen: &Mutex<Vec<ArrayRef>>,
 ) -> Result<()> {
-    let keys = key_column(std::slice::from_ref(batch), pk, key_type)?;
+    let keys = owned(&key_column(std::slice::from_ref(batch), pk, key_type)?)?;
     if keys.null_count() > 0 {
         return Err(Error::InvalidArgument(format!(
             "the data holds null keys in the primary-key column {pk:?}; every row needs a key \

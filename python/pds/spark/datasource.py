@@ -574,8 +574,8 @@ class PdsDataSource(DataSource):
             return PdsTableWriter(table_job)
         if schema_mode == "merge":
             raise ValueError(
-                f"option 'schema_mode' merge adds columns to a table on append; {key!r} holds no table, "
-                'written once: write a table (.option("table", "true")), or replace the dataset '
+                f"option 'schema_mode' merge adds columns to a table on append; {key!r} holds no table "
+                '(a dataset is written once): write a table (.option("table", "true")), or replace the dataset '
                 "with mode 'overwrite'"
             )
         settings = WriteSettings.from_options(self.options)

@@ -231,9 +231,9 @@ def test_task_error_rebuilds_pds_errors_only() -> None:
     assert task_error(RuntimeError("pds.errors.NoSuchClass: x")) is None
     # The user's code caught a pds error and raised its own: that one failed the task.
     chained = RuntimeError(
-        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\n'
         "pds.errors.NotFound: nothing at 'k' | path='k'\n\nDuring handling of the above exception, "
-        "another exception occurred:\n\nTraceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+        'another exception occurred:\n\nTraceback (most recent call last):\n  File "x.py", line 3, in f\n'
         "ValueError: the user's own reason\n\tat org.apache.spark.Foo"
     )
     assert task_error(chained) is None

@@ -746,7 +746,7 @@ def test_byte_cap_nesting_and_refusals(spark: SparkSession, caplog: pytest.LogCa
 
     with arrow_byte_cap_lifted(Session()) as lifted:  # type: ignore[arg-type]
         assert not lifted
-    assert "could not lift" in caplog.text
+    assert "could not set" in caplog.text
 
     class NoUnset(Refusing):
         """Takes the value, then fails to restore it: the job's outcome must not change."""

@@ -824,7 +824,7 @@ def pipeline_apply_source_range(
     root: str,
     source: str,
     range: str,
-    upserts: Sequence[pa.RecordBatch],
+    upserts: Sequence[pa.RecordBatch] | ArrowStreamExportable,
     deletes: Sequence[pa.RecordBatch],
     *,
     compression: str,
@@ -833,11 +833,13 @@ def pipeline_apply_source_range(
     job: str | None = None,
 ) -> str:
     """A source's range task: apply the *upserts* (the source's public
-    columns, in its order) and *deletes* (its key columns) of keys in
+    columns, in its order: a list of batches, or an Arrow stream pushed
+    into the range's external sort as it is read, memory within
+    *sort_budget*) and *deletes* (its key columns, in memory) of keys in
     *range*, rewriting only the range's content parts, its objects named
     after *job*; the result's JSON (``content``, ``update``, ``created``).
-    A key outside the range, or a range cutting a stored part, is
-    ``ValueError`` before any write; a key both upserted and deleted is
+    A range cutting a stored part is ``ValueError`` before any write, a
+    key outside the range ``ValueError`` when it is read; a key both upserted and deleted is
     ``ValueError``, a null key ``SchemaMismatch``. Nothing is committed; on
     an error, what it wrote is removed. Cost: the reads and writes of the
     range's touched content parts (the GIL is released)."""

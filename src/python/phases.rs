@@ -243,7 +243,7 @@ pub enum RowsArg {
 }
 
 impl RowsArg {
-    fn into_iter(self) -> PyResult<crate::producers::BatchIter> {
+    pub(crate) fn into_iter(self) -> PyResult<crate::producers::BatchIter> {
         Ok(match self {
             RowsArg::List(b) => Box::new(record_batches(b).into_iter().map(Ok)),
             RowsArg::Stream(r) => Box::new(r.into_reader()?.map(|b| b.map_err(Error::from))),

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3_arrow::PyRecordBatch;
 
 use super::errors::IntoPy;
-use super::phases::{job_env, key_range, record_batches, to_json};
+use super::phases::{job_env, key_range, record_batches, to_json, RowsArg};
 use super::store::PyRustStore;
 use crate::producers::node::{Kind, NodeView};
 use crate::producers::ranges::plan;
@@ -41,11 +41,14 @@ pub fn pipeline_source_ranges(source: &str, max_ranges: usize) -> PyResult<Vec<S
 }
 
 /// A source's range task: applies the `upserts` (the source's public
-/// columns, in its order) and `deletes` (its key columns) whose keys lie
-/// in `range`, rewriting only the content parts of the range; returns the
-/// result's JSON (`SourceRangeOutput`). A key outside the range, or a
-/// range that cuts a stored part, is `ValueError` before anything is
-/// written. Nothing is committed; on an error, what it wrote is removed.
+/// columns, in its order: a list of batches, or any Arrow stream, pushed
+/// into the range's external sort as it is read, so memory stays within
+/// `sort_budget`) and `deletes` (its key columns, in memory) whose keys
+/// lie in `range`, rewriting only the content parts of the range; returns
+/// the result's JSON (`SourceRangeOutput`). A range that cuts a stored
+/// part is `ValueError` before anything is written, a key outside the
+/// range `ValueError` when it is read. Nothing is committed; on an error,
+/// what it wrote is removed.
 #[pyfunction]
 #[pyo3(signature = (store, root, source, range, upserts, deletes, *, compression, target_rows, sort_budget, job=None))]
 #[allow(clippy::too_many_arguments)]
@@ -55,7 +58,7 @@ pub fn pipeline_apply_source_range(
     root: &str,
     source: &str,
     range: &str,
-    upserts: Vec<PyRecordBatch>,
+    upserts: RowsArg,
     deletes: Vec<PyRecordBatch>,
     compression: &str,
     target_rows: usize,
@@ -65,15 +68,9 @@ pub fn pipeline_apply_source_range(
     let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let view = source_view(source)?;
     let range = key_range(range)?;
-    let (upserts, deletes) = (record_batches(upserts), record_batches(deletes));
+    let (upserts, deletes) = (upserts.into_iter()?, record_batches(deletes));
     super::detach(py, || {
-        let out = apply_range(
-            &env,
-            &view,
-            &range,
-            Box::new(upserts.into_iter().map(Ok)),
-            deletes,
-        )?;
+        let out = apply_range(&env, &view, &range, upserts, deletes)?;
         to_json(&out)
     })
 }

@@ -45,7 +45,16 @@ from pds.errors import SchemaMismatch
 from pds.producers.changes import Changes
 from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
 from pds.spark._job_group import tagged
-from pds.spark._pipeline_tasks import MAX_RANGES, ROWS, SparkNodes, batches, out, split
+from pds.spark._pipeline_tasks import (
+    MAX_RANGES,
+    ROWS,
+    RangeRows,
+    SparkNodes,
+    by_range_in_order,
+    in_range_order,
+    out,
+    split,
+)
 from pds.spark._schema import to_arrow
 from pds.spark._workers import explain_worker_failure
 
@@ -174,22 +183,18 @@ class _SourceTasks:
         yield from self._tag(given, self.key, "deletes", _DELETED)
 
     def apply(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        found: dict[int, tuple[list[pa.RecordBatch], list[pa.RecordBatch]]] = {}
-        for b in given:
-            for kind, rng, payload in zip(
-                b.column("kind").to_pylist(),
-                b.column("range").to_pylist(),
-                b.column("payload").to_pylist(),
-                strict=True,
-            ):
-                found.setdefault(rng, ([], []))[kind == _DELETED].extend(batches(payload))
+        """Each range's rows (sorted by range: :func:`in_range_order`)
+        applied as they are read: the deleted keys first, in memory, then
+        the upserts streamed into the range's sort (memory within
+        ``sort_budget``)."""
         rust: _core.RustStore = self.store.unwrap(_core.RustStore)
-        for rng in sorted(found):
-            ups, dels = found[rng]
+        for item in by_range_in_order(given, _DELETED, _UPSERTED):
+            if not isinstance(item, RangeRows):
+                continue
             meta = _core.pipeline_apply_source_range(
-                rust, self.root, self.view, self.ranges[rng], ups, dels, job=self.job, **self.opts
+                rust, self.root, self.view, self.ranges[item.rng], item.stream(), item.held, job=self.job, **self.opts
             )
-            yield out(_APPLIED, rng, None, meta)
+            yield out(_APPLIED, item.rng, None, meta)
 
 
 class SparkSources(SparkNodes):
@@ -294,6 +299,7 @@ class SparkSources(SparkNodes):
 
     def __call__(self, task: SourceTask, created: list[str]) -> str:
         name = task.node.name
+        task = task._replace(opts=self.opts(task.opts))
         change: SourceChange = task.change
         if (json.loads(task.view).get("state") or {}).get("content"):
             ranges = _core.pipeline_source_ranges(task.view, MAX_RANGES)
@@ -306,10 +312,8 @@ class SparkSources(SparkNodes):
         if change.upserts is not None:
             tags.append(change.upserts.mapInArrow(tasks.upserts, ROWS))
         tagged_rows = functools.reduce(DataFrame.union, tags)
-        # By range, with no count: adaptive execution coalesces the
-        # partitions that few rows reach (a task takes several ranges).
         rows = self._collect(
-            name, "source", lambda: tagged_rows.repartition("range").mapInArrow(tasks.apply, ROWS).collect()
+            name, "source", lambda: in_range_order(tagged_rows).mapInArrow(tasks.apply, ROWS).collect()
         )
         outputs = [r["meta"] for r in rows if r["kind"] == _APPLIED]
         state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession, functions
 from pyspark.sql.types import BinaryType, ByteType, IntegerType, StringType, StructField, StructType
 from remote_store import RemoteStoreError
 
@@ -28,7 +28,7 @@ from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers._ranges import MAX_RANGES, JobObjects, by_range
 from pds.producers.errors import ProduceError, produce_error
-from pds.producers.pipeline import Pipeline
+from pds.producers.pipeline import Pipeline, _Opts
 from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
 from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._workers import explain_worker_failure
@@ -37,11 +37,16 @@ __all__ = [
     "MAX_RANGES",
     "ROWS",
     "UNPLANNED",
+    "RangeRows",
     "SparkNodes",
     "batches",
+    "by_range_in_order",
+    "checked_budget",
+    "in_range_order",
     "ipc",
     "out",
     "split",
+    "task_sort_budget",
     "unwrapped",
 ]
 
@@ -83,6 +88,104 @@ def out(kind: int, rng: int, payload: bytes | None, meta: str | None) -> pa.Reco
             ]
         ),
     )
+
+
+#: One row of :data:`ROWS`: ``(kind, range, payload, meta)``.
+Row4 = tuple[int, int, bytes | None, str | None]
+
+
+class RangeRows:
+    """One key range's rows in a task's input sorted by range then by kind,
+    descending (:func:`by_range_in_order`): :attr:`held`, the payloads of
+    the kind that comes first (removed pairs, deleted keys: small, kept in
+    memory), then :meth:`stream`, the batches of the kind that comes last
+    (emitted rows, upserts), read from the input as the consumer asks."""
+
+    def __init__(self, rng: int, rows: _Peekable, held_kind: int, streamed_kind: int) -> None:
+        self.rng, self._rows, self._streamed_kind = rng, rows, streamed_kind
+        self.held: list[pa.RecordBatch] = []
+        while (row := rows.peek()) is not None and row[1] == rng and row[0] == held_kind:
+            rows.pop()
+            self.held.extend(batches(row[2] or b""))
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        rows = self._rows
+        while (row := rows.peek()) is not None and row[1] == self.rng and row[0] == self._streamed_kind:
+            rows.pop()
+            yield from batches(row[2] or b"")
+
+    def stream(self) -> pa.RecordBatchReader | list[pa.RecordBatch]:
+        """The streamed kind's batches: a reader over the input (``[]`` if the
+        range has none). Read it to its end before the next range."""
+        row = self._rows.peek()
+        if row is None or row[1] != self.rng or row[0] != self._streamed_kind:
+            return []
+        schema = pa.ipc.open_stream(row[2] or b"").schema
+        return pa.RecordBatchReader.from_batches(schema, self._batches())
+
+    def drain(self) -> None:
+        """Skip what the consumer left of this range's rows."""
+        for _ in self._batches():
+            pass
+
+
+class _Peekable:
+    def __init__(self, rows: Iterator[Row4]) -> None:
+        self._rows = rows
+        self._head: Row4 | None = None
+
+    def peek(self) -> Row4 | None:
+        if self._head is None:
+            self._head = next(self._rows, None)
+        return self._head
+
+    def pop(self) -> Row4 | None:
+        row = self.peek()
+        self._head = None
+        return row
+
+
+def _rows(given: Iterator[pa.RecordBatch]) -> Iterator[Row4]:
+    for b in given:
+        yield from zip(
+            b.column("kind").to_pylist(),
+            b.column("range").to_pylist(),
+            b.column("payload").to_pylist(),
+            b.column("meta").to_pylist(),
+            strict=True,
+        )
+
+
+def by_range_in_order(
+    given: Iterator[pa.RecordBatch], held_kind: int, streamed_kind: int
+) -> Iterator[Row4 | RangeRows]:
+    """A task's input of :data:`ROWS`, sorted by ``range`` then ``kind``
+    descending (:func:`in_range_order`), as it is read: each row of another kind as itself (a task's result, range -1),
+    and each range's rows of *held_kind* and *streamed_kind* as one
+    :class:`RangeRows`, whose stream must be read (or drained) before the
+    next item is asked for. Memory: the held rows and one input batch."""
+    rows = _Peekable(_rows(given))
+    done: set[int] = set()
+    while (row := rows.peek()) is not None:
+        if row[0] not in (held_kind, streamed_kind):
+            rows.pop()
+            yield row
+            continue
+        if row[1] in done:  # the input was not sorted as this needs: never merge a range twice
+            raise RuntimeError(f"pds: key range {row[1]}'s rows are not together in the task's input")
+        done.add(row[1])
+        group = RangeRows(row[1], rows, held_kind, streamed_kind)
+        yield group
+        group.drain()
+
+
+def in_range_order(rows: DataFrame) -> DataFrame:
+    """*rows* (of :data:`ROWS`) shuffled by ``range`` (adaptive execution
+    coalesces the partitions few rows reach: a task may take several
+    ranges) and sorted in each task by range, then kind descending, for
+    :func:`by_range_in_order`. Spark's sort spills: a range's rows need
+    not fit in the executor's memory."""
+    return rows.repartition("range").sortWithinPartitions("range", functions.desc("kind"))
 
 
 def split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
@@ -218,6 +321,35 @@ def unwrapped(exc: BaseException) -> BaseException:
     return made
 
 
+def task_sort_budget(spark: SparkSession, pipeline_budget: int) -> int:
+    """The external-sort memory of each task of ``update_pipeline``: the
+    pipeline's ``sort_budget``, at most half of one task's share of its
+    executor's memory (``spark.executor.pyspark.memory`` if set, which
+    bounds the Python workers, else ``spark.executor.memory``, 1 GiB by
+    default; divided by ``spark.executor.cores``, 1 by default), and at
+    least 16 MiB."""
+    conf = spark.sparkContext.getConf()
+    memory = conf.get("spark.executor.pyspark.memory") or conf.get("spark.executor.memory") or "1g"
+    try:
+        cores = max(1, int(conf.get("spark.executor.cores") or "1"))
+        total = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(memory))  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - an unreadable setting: the pipeline's budget stands
+        return pipeline_budget
+    return max(16 << 20, min(pipeline_budget, total // cores // 2))
+
+
+def checked_budget(sort_budget: int | None) -> int | None:
+    """*sort_budget* as given to ``update_pipeline``: ``None`` or an int of at
+    least 1 MiB, else ``ValueError``/``TypeError`` (no Spark job, no I/O)."""
+    if sort_budget is None:
+        return None
+    if isinstance(sort_budget, bool) or not isinstance(sort_budget, int):
+        raise TypeError(f"sort_budget must be an int (bytes) or None, got {type(sort_budget).__name__}")
+    if sort_budget < 1 << 20:
+        raise ValueError(f"sort_budget must be at least 1 MiB (1048576 bytes), got {sort_budget}")
+    return sort_budget
+
+
 class SparkNodes(JobObjects):
     """Runs nodes' Spark jobs for one update of pipeline *p*: every object
     their tasks write is named after :attr:`job` (one id per update,
@@ -232,12 +364,19 @@ class SparkNodes(JobObjects):
         *,
         job: str | None = None,
         stats: dict[str, dict[str, int]] | None = None,
+        sort_budget: int | None = None,
     ) -> None:
         store = spark_store(p.store)
         super().__init__(store, store.unwrap(_core.RustStore), p.key, job or f"sp{uuid.uuid4().hex[:12]}")
         self.spark = spark
         self.p = p
         self.stats: dict[str, dict[str, int]] = {} if stats is None else stats
+        #: Each task's external-sort memory (:func:`task_sort_budget`).
+        self.sort_budget = task_sort_budget(spark, p._sort_budget) if sort_budget is None else sort_budget
+
+    def opts(self, opts: _Opts) -> _Opts:
+        """A node's engine options with this update's per-task sort budget."""
+        return {**opts, "sort_budget": self.sort_budget}
 
     def _collect(self, node: str, what: str, run: Callable[[], list[Row]]) -> list[Row]:
         """*run* (the node's Spark job or jobs, returning the collected rows)

@@ -53,11 +53,19 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from pds import _core
-from pds.producers._ranges import map_range, reduce_range, samples
+from pds.producers._ranges import map_range, reduce_range, sample
 from pds.producers.pipeline import Pipeline, StageDone, StageTask, _carried
+from pds.spark._arrow_conf import small_cache_batches
 from pds.spark._pipeline_sources import SparkSources
 from pds.spark._pipeline_sources import frames as _changes
-from pds.spark._pipeline_tasks import MAX_RANGES, SparkNodes
+from pds.spark._pipeline_tasks import (
+    MAX_RANGES,
+    RangeRows,
+    SparkNodes,
+    by_range_in_order,
+    checked_budget,
+    in_range_order,
+)
 from pds.spark._pipeline_tasks import ROWS as _ROWS
 from pds.spark._pipeline_tasks import batches as _batches
 from pds.spark._pipeline_tasks import out as _out
@@ -81,14 +89,19 @@ class _Phases:
 
     def map(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t = self.task
+        every = max(1, int(t.opts["target_rows"]))
         for b in batches:
             for rng in b.column("range_json").to_pylist():
-                meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job)
-                if self.targets is None:
-                    # One sample every `target_rows` rows of the task's whole sorted output.
-                    for found in samples(t.stage_view, emitted, max(1, int(t.opts["target_rows"]))):
-                        yield _out(_SAMPLES, -1, None, found)
+                # The emitted rows stream out of the range's sort (memory within sort_budget).
+                meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
+                seen = 0
                 for e in emitted:
+                    if self.targets is None:
+                        # One sample every `target_rows` rows of the task's whole sorted output.
+                        found = sample(t.stage_view, e, seen, every)
+                        if found is not None:
+                            yield _out(_SAMPLES, -1, None, found)
+                        seen += e.num_rows
                     yield from _split(e, t.stage_view, self.targets, _EMITTED)
                 for r in removed:
                     yield from _split(r, t.stage_view, self.targets, _REMOVED)
@@ -110,34 +123,19 @@ class _Phases:
                         yield from _split(part, self.task.stage_view, self.targets, kind)
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        emitted: dict[int, list[pa.RecordBatch]] = {}
-        removed: dict[int, list[pa.RecordBatch]] = {}
-        for b in batches:
-            for kind, rng, payload, meta in zip(
-                b.column("kind").to_pylist(),
-                b.column("range").to_pylist(),
-                b.column("payload").to_pylist(),
-                b.column("meta").to_pylist(),
-                strict=True,
-            ):
-                if kind == _MAPPED:
-                    yield _out(_MAPPED, -1, None, meta)
-                elif kind == _EMITTED:
-                    emitted.setdefault(rng, []).extend(_batches(payload))
-                else:
-                    removed.setdefault(rng, []).extend(_batches(payload))
+        """Each target range's rows (sorted by range: :func:`in_range_order`)
+        merged as they are read: the removed pairs first, in memory, then the
+        emitted rows streamed into the range's sort (memory within
+        ``sort_budget``)."""
         targets = self.targets or []
-        for rng in sorted(set(emitted) | set(removed)):
-            meta = reduce_range(
-                self._rust(),
-                self.root,
-                self.task,
-                targets[rng],
-                emitted.get(rng, []),
-                removed.get(rng, []),
-                self.job,
-            )
-            yield _out(_REDUCED, rng, None, meta)
+        for item in by_range_in_order(batches, _REMOVED, _EMITTED):
+            if not isinstance(item, RangeRows):
+                if item[0] == _MAPPED:
+                    yield _out(_MAPPED, -1, None, item[3])
+                continue
+            rows = item.stream()
+            meta = reduce_range(self._rust(), self.root, self.task, targets[item.rng], rows, item.held, self.job)
+            yield _out(_REDUCED, item.rng, None, meta)
 
 
 class _SparkStages(SparkNodes):
@@ -149,10 +147,15 @@ class _SparkStages(SparkNodes):
         ``Produce`` runs once), plan the target ranges from the emitted keys
         it sampled (one every ``target_rows`` rows of each task's sorted
         output), and return them with the kept map output (the caller
-        unpersists it)."""
+        unpersists it). The cache is on the executors' disks, built in small
+        batches (:func:`small_cache_batches`): its rows are payloads of a few
+        MB each."""
         mapped = ranges.mapInArrow(_Phases(self.store, self.root, task, None, self.job).map, _ROWS)
-        mapped = mapped.persist(StorageLevel.MEMORY_AND_DISK)
-        samples = [r["meta"] for r in mapped.where(f"kind = {_SAMPLES}").select("meta").collect()]
+        with small_cache_batches(self.spark):  # read where the cache is declared, or where it is built
+            # On disk, one cached batch in memory at a time: an executor's
+            # heap need not hold a task's output (it does not, for a large group).
+            mapped = mapped.persist(StorageLevel.DISK_ONLY)
+            samples = [r["meta"] for r in mapped.where(f"kind = {_SAMPLES}").select("meta").collect()]
         targets = _core.pipeline_ranges_from_samples(task.stage_view, samples, MAX_RANGES)
         return targets, mapped
 
@@ -164,6 +167,7 @@ class _SparkStages(SparkNodes):
 
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
         name = task.node.name
+        task = task._replace(opts=self.opts(task.opts))
         sources = _core.pipeline_stage_ranges(
             task.stage_view, task.source_views, "source", MAX_RANGES, touched_only=not task.rebuild
         )
@@ -188,9 +192,7 @@ class _SparkStages(SparkNodes):
                 phases = _Phases(self.store, self.root, task, targets, self.job)
                 mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
             try:
-                # By range, with no count: adaptive execution coalesces the
-                # partitions that few rows reach (a task takes several ranges).
-                return mapped.repartition("range").mapInArrow(phases.reduce, _ROWS).collect()
+                return in_range_order(mapped).mapInArrow(phases.reduce, _ROWS).collect()
             finally:
                 if kept is not None:
                     kept.unpersist()
@@ -210,7 +212,9 @@ class _SparkStages(SparkNodes):
         return StageDone(state_text, rows_in, rows_out)
 
 
-def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]) -> int:
+def update_pipeline(
+    spark: SparkSession, p: Pipeline, changes: Mapping[str, Any], *, sort_budget: int | None = None
+) -> int:
     """Apply *changes* to the pipeline *p* and update every stage on Spark,
     as one new version; return it. See the module docs for how.
 
@@ -223,6 +227,13 @@ def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]
             ``(upserts, deletes)`` pair of DataFrames (either may be
             ``None``), or a :class:`pds.Changes` of DataFrames. Deletes hold
             the source's key columns only.
+        sort_budget: The memory (bytes, at least 1 MiB) of each task's
+            external sort: a task holds about this much of its range's rows
+            and spills the rest to its local disk. By default the
+            pipeline's ``sort_budget``, at most half of a task's share of
+            its executor's memory (``spark.executor.pyspark.memory`` if set,
+            else ``spark.executor.memory``, divided by
+            ``spark.executor.cores``), and at least 16 MiB.
 
     Raises what :meth:`pds.Pipeline.update` raises, before any write where
     it does so: ``ValueError`` (a key both upserted and deleted, an unknown
@@ -236,9 +247,10 @@ def update_pipeline(spark: SparkSession, p: Pipeline, changes: Mapping[str, Any]
     """
     if not isinstance(p, Pipeline):
         raise TypeError(f"p must be a pds.Pipeline, got {type(p).__name__}")
+    budget = checked_budget(sort_budget)
     given = _changes(changes)
-    stages = _SparkStages(spark, p)
-    sources = SparkSources(spark, p, job=stages.job, stats=stages.stats)
+    stages = _SparkStages(spark, p, sort_budget=budget)
+    sources = SparkSources(spark, p, job=stages.job, stats=stages.stats, sort_budget=stages.sort_budget)
     check_workers(spark)
     checked = sources.check(given)
     return p._update(checked, stages, sources)

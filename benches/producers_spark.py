@@ -1,5 +1,5 @@
-"""E's two-stage pipeline updated on Spark (``pds.spark.update_pipeline``)
-against Spark's own recompute and the pds local engine, in one run (issue F).
+"""A two-stage pipeline updated on Spark (``pds.spark.update_pipeline``)
+against Spark's own recompute and the pds local engine, in one run.
 
 The job, the data, the pipeline and Spark's recompute are
 ``benches/producers_compare.py``'s (imported, not copied): events
@@ -8,38 +8,44 @@ rows, two batched stages over a source keyed by user; Spark computes the
 same rows with window ``lag`` + ``groupBy``, sorted, written as Parquet.
 
 Measured on Spark ``local[2]`` (workers on this Python), on ``file://`` in a
-temporary folder, the systems alternating rep by rep:
+temporary folder, at each size of ``--events`` (one Spark session, the
+smallest size first), the systems alternating rep by rep:
 
 1. **full build**: ``update_pipeline(spark, p, {"events": df})`` on a fresh
    pipeline (``df`` read by Spark from the events' Parquet) vs Spark's
    recompute vs ``p.update(...)`` in this process;
-2. **localized 1 % update** (a contiguous 1 % of the users re-sent, 10
-   events each, a new draw per rep): ``update_pipeline`` with the changed
-   rows as a DataFrame vs Spark recomputing everything from the updated
-   events vs the local engine.
+2. **1 % updates**, each rep a *localized* one (a contiguous 1 % of the
+   users re-sent, 10 events each) then a *scattered* one (every 100th user),
+   new events each time: ``update_pipeline`` with the changed rows as a
+   DataFrame vs Spark recomputing everything from the updated events vs the
+   local engine.
 
 For each update on Spark, by phase (the sources' no-write check jobs, each
 source's apply job, each stage's map/reduce jobs, the rest on the driver):
 the driver's time, and the Spark jobs, tasks, wall times and shuffle bytes
 (from the JVM's status store); and the objects written/removed in the
 pipeline folder (on ``file://`` there is no request log: a listing before
-and after).
-The final outputs are checked: pds on Spark == pds local == Spark.
+and after). The final outputs are checked: pds on Spark == pds local == Spark.
 
-**Store requests** (after the timed reps, untimed; ``--no-requests`` skips
-it): a SeaweedFS is started (``tests/seaweed.py``, the ``weed`` binary is
-required) behind ``tests/fault_proxy.py``'s proxy with no rules, which logs
-every request of the driver and of the Spark executors' Python workers (all
-on 127.0.0.1). A full build and one localized 1 % update (as above) are run
-on a pipeline on ``s3://`` through the proxy, with ``update_pipeline`` and
-with the local engine (another prefix); the log is cleared before each and
-its requests classified (GET, ranged or whole; HEAD; PUT; LIST; DELETE and
-multi-object delete; multipart; other) with the bytes relayed each way.
-Spark's input DataFrames are still read from the local Parquet files.
+At the smallest size only, after the timed reps (untimed):
 
-    python benches/producers_spark.py                    # 1M events, 3 reps (~5 min on 2 cores)
-    python benches/producers_spark.py --events 200000 --reps 1
-    python benches/producers_spark.py --no-requests      # no SeaweedFS pass
+- **profile** (``--no-profile`` skips it): one more build and scattered
+  update with PySpark's UDF profiler on; the Python workers' time split into
+  the user's ``Produce``, pds's Rust engine, Arrow IPC of the shuffled rows,
+  the changes' conform step, the Arrow stream from the JVM and the rest.
+- **store requests** (``--no-requests`` skips it): a SeaweedFS is started
+  (``tests/seaweed.py``, the ``weed`` binary is required) behind
+  ``tests/fault_proxy.py``'s proxy with no rules, which logs every request of
+  the driver and of the Spark executors' Python workers (all on 127.0.0.1).
+  A full build, a localized and a scattered 1 % update are run on a pipeline
+  on ``s3://`` through the proxy, with ``update_pipeline`` and with the local
+  engine (another prefix); the log is cleared before each and its requests
+  classified (GET, ranged or whole; HEAD; PUT; LIST; DELETE and multi-object
+  delete; multipart; other) with the bytes relayed each way. Spark's input
+  DataFrames are still read from the local Parquet files.
+
+    python benches/producers_spark.py --events 4000000 16000000 --reps 2   # the report (~25 min on 2 cores)
+    python benches/producers_spark.py --events 200000 --reps 1 --no-requests
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 import numpy as np
@@ -350,15 +356,16 @@ def requests_of(log: list[Any], counters: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def request_pass(spark: Any, src: Path, ch: pa.Table, tmp: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    """The store requests of a full build from *src* and of the update *ch*,
+def request_pass(
+    spark: Any, src: Path, changes: dict[str, pa.Table], tmp: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The store requests of a full build from *src* and of each update of
+    *changes* (label -> rows, applied in order),
     for pds on Spark and pds local, each on its own prefix of a SeaweedFS
     behind a logging proxy: ``{row label: requests_of(...)}``."""
     from pds.spark import update_pipeline
 
     proxy_module = from_tests("fault_proxy")
-    ch_path = tmp / "change-requests.parquet"
-    pq.write_table(ch, ch_path)
     rows: dict[str, Any] = {}
     with s3_server(tmp, BUCKET) as sw, proxy_module.FaultProxy(sw.endpoint) as proxy:
         options = {**sw.store_options(), "endpoint": proxy.url}
@@ -373,10 +380,13 @@ def request_pass(spark: Any, src: Path, ch: pa.Table, tmp: Path, log: Callable[[
         pl = declare(pds.open_store(f"s3://{BUCKET}/local", **options), "p")
         df = spark.read.parquet(str(src))
         counted("pds on Spark full build", lambda: update_pipeline(spark, ps, {"events": df}))
-        df = spark.read.parquet(str(ch_path))
-        counted("pds on Spark 1 % update", lambda: update_pipeline(spark, ps, {"events": df}))
         counted("pds local full build", lambda: pl.update({"events": pds.Changes(upserts=file_stream(src))}))
-        counted("pds local 1 % update", lambda: pl.update({"events": ch}))
+        for label, ch in changes.items():
+            ch_path = tmp / f"change-requests-{label}.parquet"
+            pq.write_table(ch, ch_path)
+            df = spark.read.parquet(str(ch_path))
+            counted(f"pds on Spark {label}", lambda df=df: update_pipeline(spark, ps, {"events": df}))
+            counted(f"pds local {label}", lambda ch=ch: pl.update({"events": ch}))
         check_twins(ps, pl)
     log("requests pass: pds on Spark == pds local on S3")
     return rows
@@ -410,6 +420,8 @@ def med(xs: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> str:
+    """Every size of ``--events`` in one Spark session, the smallest first;
+    the store-request pass and the profile at the smallest size only."""
     tmp = Path(tempfile.mkdtemp(prefix="pds-producers-spark-"))
 
     def log(msg: str) -> None:
@@ -426,82 +438,209 @@ def run(args: argparse.Namespace) -> str:
     interference = Interference()
     spark = session()
     try:
-        n, users = args.events, args.events // 10
-        src = tmp / "events.parquet"
-        log(f"generating {n:,} events of {users:,} users")
-        write_events(src, n, users, seed=1)
-
         # Untimed warm-up of update_pipeline (Python workers, imports, pickling).
         warm_src = tmp / "warm.parquet"
         write_events(warm_src, 20_000, 2_000, seed=3)
         warm = declare(pds.open_store((tmp / "warm").as_uri()), "w")
         spark_update(spark, warm, spark.read.parquet(str(warm_src)), tmp / "warm", "bench-warm")
 
-        full: dict[str, list[float]] = {"spark": [], "recompute": [], "local": []}
-        full_info: list[dict[str, Any]] = []
-        systems = ["spark", "recompute", "local"]
-        ps = pl = None
-        for rep in range(args.reps):
-            order = systems[rep % 3 :] + systems[: rep % 3]
-            for system in order:
-                if system == "spark":
-                    lake = tmp / f"lake-spark-{rep}"
-                    ps = declare(pds.open_store(lake.as_uri()), "p")
-                    df = spark.read.parquet(str(src))
-                    t, info = spark_update(spark, ps, df, lake, f"bench-full-{rep}")
-                    full_info.append(info)
-                elif system == "recompute":
-                    t = spark_recompute(src, tmp / "spark-out")
-                else:
-                    pl = declare(pds.open_store((tmp / f"lake-local-{rep}").as_uri()), "p")
-                    t, _ = timed(lambda pl=pl: pl.update({"events": pds.Changes(upserts=file_stream(src))}))
-                full[system].append(t)
-                log(f"full build rep {rep} {system}: {t:.2f} s")
-        assert ps is not None
-        assert pl is not None
-        check_twins(ps, pl)
-        check_spark(ps, tmp / "spark-out", tmp)
-        log("full build: pds on Spark == pds local == Spark")
+        sizes = sorted(args.events)
+        results = []
+        for i, n in enumerate(sizes):
+            where_ = tmp / f"n{n}"
+            where_.mkdir()
+            results.append(run_size(spark, args, n, where_, log, first=i == 0))
+            shutil.rmtree(where_, ignore_errors=True)
+        load = "load average (1/5/15 min) {:.2f} / {:.2f} / {:.2f} at the start, {:.2f} / {:.2f} / {:.2f} at the end"
+        quiet += "; " + load.format(*load_before, *os.getloadavg())
+        return report(args, results, quiet, interference)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
-        changed = users // 100
-        local_users = np.arange(users // 2, users // 2 + changed, dtype=np.int64)
-        upd: dict[str, list[float]] = {"spark": [], "recompute": [], "local": []}
-        upd_info: list[dict[str, Any]] = []
-        spark_lake = tmp / f"lake-spark-{args.reps - 1}"
-        current = pq.read_table(src)
-        for rep in range(args.reps):
-            ch = change(local_users, 10, seed=7 + rep)
-            ch_path = tmp / f"change-{rep}.parquet"
+
+UPDATES = ("localized", "scattered")
+
+
+def updated_users(kind: str, users: int, changed: int) -> np.ndarray:
+    """The users a 1 % update re-sends: a contiguous run in the middle of the
+    key space (*localized*), or every 100th user (*scattered*)."""
+    if kind == "localized":
+        return np.arange(users // 2, users // 2 + changed, dtype=np.int64)
+    return np.arange(0, users, users // changed, dtype=np.int64)[:changed]
+
+
+def run_size(spark: Any, args: argparse.Namespace, n: int, tmp: Path, log: Callable[[str], None], first: bool) -> Any:
+    """Builds, then localized and scattered 1 % updates, of *n* events: every
+    system in each rep, the order rotated rep by rep."""
+    users = n // 10
+    src = tmp / "events.parquet"
+    log(f"generating {n:,} events of {users:,} users")
+    write_events(src, n, users, seed=1)
+
+    systems = ["spark", "recompute", "local"]
+    full: dict[str, list[float]] = {s: [] for s in systems}
+    full_info: list[dict[str, Any]] = []
+    ps = pl = None
+    for rep in range(args.reps):
+        for system in systems[rep % 3 :] + systems[: rep % 3]:
+            if system == "spark":
+                lake = tmp / f"lake-spark-{rep}"
+                ps = declare(pds.open_store(lake.as_uri()), "p")
+                df = spark.read.parquet(str(src))
+                t, info = spark_update(spark, ps, df, lake, f"bench-full-{n}-{rep}")
+                full_info.append(info)
+            elif system == "recompute":
+                t = spark_recompute(src, tmp / "spark-out")
+            else:
+                pl = declare(pds.open_store((tmp / f"lake-local-{rep}").as_uri()), "p")
+                t, _ = timed(lambda pl=pl: pl.update({"events": pds.Changes(upserts=file_stream(src))}))
+            full[system].append(t)
+            log(f"{n:,} events: full build rep {rep} {system}: {t:.2f} s")
+    assert ps is not None
+    assert pl is not None
+    check_twins(ps, pl)
+    check_spark(ps, tmp / "spark-out", tmp)
+    log("full build: pds on Spark == pds local == Spark")
+
+    changed = users // 100
+    upd: dict[str, dict[str, list[float]]] = {k: {s: [] for s in systems} for k in UPDATES}
+    upd_info: dict[str, list[dict[str, Any]]] = {k: [] for k in UPDATES}
+    spark_lake = tmp / f"lake-spark-{args.reps - 1}"
+    current = pq.read_table(src)
+    for rep in range(args.reps):
+        for kind in UPDATES:
+            who = updated_users(kind, users, changed)
+            ch = change(who, 10, seed=7 + rep)
+            ch_path = tmp / f"change-{kind}-{rep}.parquet"
             pq.write_table(ch, ch_path)
             # The events after this change (upserts replace a user's events), for Spark's recompute.
-            keep = pc.invert(pc.is_in(current["user"], pa.array(local_users)))
+            keep = pc.invert(pc.is_in(current["user"], pa.array(who)))
             current = pa.concat_tables([current.filter(keep), ch])
-            final = tmp / f"events-{rep}.parquet"
+            final = tmp / f"events-{kind}-{rep}.parquet"
             pq.write_table(current, final, row_group_size=1_000_000)
             for system in systems[rep % 3 :] + systems[: rep % 3]:
                 if system == "spark":
                     df = spark.read.parquet(str(ch_path))
-                    t, info = spark_update(spark, ps, df, spark_lake, f"bench-update-{rep}")
-                    upd_info.append(info)
+                    t, info = spark_update(spark, ps, df, spark_lake, f"bench-{kind}-{n}-{rep}")
+                    upd_info[kind].append(info)
                 elif system == "recompute":
                     t = spark_recompute(final, tmp / "spark-out")
                 else:
                     t, _ = timed(lambda ch=ch: pl.update({"events": ch}))
-                upd[system].append(t)
-                log(f"update rep {rep} {system}: {t:.3f} s")
-        check_twins(ps, pl)
-        check_spark(ps, tmp / "spark-out", tmp)
-        log("after the updates: pds on Spark == pds local == Spark")
+                upd[kind][system].append(t)
+                log(f"{n:,} events: {kind} update rep {rep} {system}: {t:.3f} s")
+    check_twins(ps, pl)
+    check_spark(ps, tmp / "spark-out", tmp)
+    log("after the updates: pds on Spark == pds local == Spark")
 
-        load = "load average (1/5/15 min) {:.2f} / {:.2f} / {:.2f} at the start, {:.2f} / {:.2f} / {:.2f} at the end"
-        quiet += "; " + load.format(*load_before, *os.getloadavg())
-        requests = None
-        if not args.no_requests:
-            requests = request_pass(spark, src, change(local_users, 10, seed=7), tmp, log)
-        return report(args, n, changed, full, full_info, upd, upd_info, quiet, interference, requests)
+    requests = profile = None
+    if first and not args.no_requests:
+        picked = {f"{k} 1 % update": change(updated_users(k, users, changed), 10, seed=7) for k in UPDATES}
+        requests = request_pass(spark, src, picked, tmp, log)
+    if first and not args.no_profile:
+        profile = profile_pass(spark, src, users, changed, tmp, log)
+    return SizeResult(n, changed, full, full_info, upd, upd_info, requests, profile)
+
+
+class SizeResult(NamedTuple):
+    n: int
+    changed: int
+    full: dict[str, list[float]]
+    full_info: list[dict[str, Any]]
+    upd: dict[str, dict[str, list[float]]]
+    upd_info: dict[str, list[dict[str, Any]]]
+    requests: dict[str, Any] | None
+    profile: dict[str, Any] | None
+
+
+# -- where the Python workers' time goes ------------------------------------------------
+
+#: The buckets of the Python workers' profiled time: (label, how, patterns).
+#: *how* ``cum`` takes the cumulative time of the functions matching a
+#: pattern (a substring of ``file:function``; PySpark's profiles hold file
+#: names without folders), ``self`` the sum of their own time.
+#: The buckets do not overlap: Rust's own time excludes the Python it calls
+#: back (``Produce``), and the IPC helpers and the conform step call no Rust.
+PROFILE_GROUPS = (
+    ("Produce (the stages' user functions, numpy and pyarrow they call)", "cum", ("producers_compare.py:",)),
+    ("pds engine in Rust (_core: read, merge, sort, encode, upload)", "self", ("pds._core",)),
+    ("Arrow IPC encode of the rows handed to Spark's shuffle", "cum", ("_pipeline_tasks.py:ipc",)),
+    ("Arrow IPC decode of the rows from Spark's shuffle", "cum", ("_pipeline_tasks.py:batches",)),
+    ("changes conformed to the source's schema (pyarrow)", "cum", ("pipeline.py:conform_table",)),
+    (
+        "input Arrow stream from the JVM: waiting for it (scan, shuffle read) and reading it",
+        "cum",
+        ("serializers.py:load_stream",),
+    ),
+)
+
+
+def profile_groups(stats: Any) -> dict[str, float]:
+    """Seconds per :data:`PROFILE_GROUPS` bucket of a ``pstats.Stats`` (a
+    pattern is a substring of ``path:function``; a ``cum`` bucket counts only
+    its outermost matching calls); the rest of its total as ``other Python
+    (pds's glue)``."""
+    table = stats.stats
+
+    def where(func: tuple[str, int, str]) -> str:
+        return f"{func[0]}:{func[2]}"
+
+    found: dict[str, float] = {}
+    for label, how, patterns in PROFILE_GROUPS:
+        matched = {f for f in table if any(p in where(f) for p in patterns)}
+        seconds = 0.0
+        for f in matched:
+            _cc, _nc, tt, ct, callers = table[f]
+            if how == "self":
+                seconds += tt
+            elif not set(callers) & matched:
+                seconds += ct
+        found[label] = seconds
+    found["other Python (pds's glue)"] = max(0.0, stats.total_tt - sum(found.values()))
+    return found
+
+
+def clear_profiles(spark: Any) -> None:
+    spark.profile.clear(type="perf")
+
+
+def profiled(spark: Any, fn: Callable[[], Any]) -> tuple[float, dict[str, Any]]:
+    """Run *fn* (one ``update_pipeline``) with PySpark's UDF profiler on
+    (cProfile in each Python worker, around each ``mapInArrow`` function;
+    the stream between the JVM and the worker is outside it): (seconds,
+    the profile summary)."""
+    import pstats
+
+    clear_profiles(spark)
+    spark.conf.set("spark.sql.pyspark.udf.profiler", "perf")
+    try:
+        seconds, info = fn()
     finally:
-        spark.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        spark.conf.unset("spark.sql.pyspark.udf.profiler")
+    results = spark.profile.profiler_collector._perf_profile_results  # internal; no public accessor
+    merged: pstats.Stats | None = None
+    for stats in results.values():
+        merged = stats if merged is None else merged.add(stats) or merged
+    clear_profiles(spark)
+    executor_s = sum(v["run_s"] or 0.0 for v in info["phases"])
+    total = merged.total_tt if merged is not None else 0.0
+    groups = profile_groups(merged) if merged is not None else {}
+    return seconds, {"executor_s": executor_s, "profiled_s": total, "groups": groups, "phases": info["phases"]}
+
+
+def profile_pass(spark: Any, src: Path, users: int, changed: int, tmp: Path, log: Callable[[str], None]) -> Any:
+    """A build and a scattered 1 % update, untimed, under the UDF profiler."""
+    lake = tmp / "lake-profiled"
+    p = declare(pds.open_store(lake.as_uri()), "p")
+    out: dict[str, Any] = {}
+    out["full build"] = profiled(spark, lambda: spark_update(spark, p, spark.read.parquet(str(src)), lake, "prof-b"))[1]
+    ch_path = tmp / "change-profiled.parquet"
+    pq.write_table(change(updated_users("scattered", users, changed), 10, seed=11), ch_path)
+    df = spark.read.parquet(str(ch_path))
+    out["scattered 1 % update"] = profiled(spark, lambda: spark_update(spark, p, df, lake, "prof-u"))[1]
+    log(f"profile: {json.dumps({k: {g: round(t, 2) for g, t in v['groups'].items()} for k, v in out.items()})}")
+    return out
 
 
 def phase_text(v: dict[str, Any]) -> str:
@@ -529,50 +668,49 @@ def describe(seconds: float, info: dict[str, Any]) -> str:
     return f"{seconds:.2f} s: {phases}; {ranges}; objects: {info['objects']}"
 
 
-def phase_table(full_info: list[dict[str, Any]], upd_info: list[dict[str, Any]]) -> list[str]:
-    """Per phase, medians over the reps: driver time, Spark jobs, tasks
-    that ran, the jobs' wall time, shuffle written (full build | update)."""
+def phase_table(columns: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """Per phase, medians over the reps, for each (title, infos) column
+    group: driver time, Spark jobs, tasks that ran, the jobs' wall time,
+    shuffle written."""
 
     def cells(infos: list[dict[str, Any]], phase: str) -> str:
         rows = [v for info in infos for v in info["phases"] if v["phase"] == phase]
         if not rows:
-            return "| | | | |"
+            return " | | | | |"
 
         def m(key: str, scale: float = 1.0, fmt: str = ".2f") -> str:
             xs = [v[key] / scale for v in rows if v[key] is not None]
             return format(med(xs), fmt) if xs else "?"
 
-        return f"{m('s')} | {m('jobs', fmt='g')} | {m('ran', fmt='g')} | {m('job_s')} | {m('shuffle_w', 1e6)} |"
+        return f" {m('s')} | {m('jobs', fmt='g')} | {m('ran', fmt='g')} | {m('job_s')} | {m('shuffle_w', 1e6)} |"
 
-    names = list(dict.fromkeys(v["phase"] for info in full_info + upd_info for v in info["phases"]))
+    names = list(dict.fromkeys(v["phase"] for _, infos in columns for info in infos for v in info["phases"]))
+    head = "".join(f" {t}: time (s) | jobs | tasks ran | jobs' wall (s) | shuffle (MB) |" for t, _ in columns)
     return [
-        "| phase | build: time (s) | jobs | tasks ran | jobs' wall (s) | shuffle (MB) "
-        "| 1 % update: time (s) | jobs | tasks ran | jobs' wall (s) | shuffle (MB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(f"| {n} | {cells(full_info, n)} {cells(upd_info, n)}" for n in names),
+        f"| phase |{head}",
+        "|---|" + "---:|" * (5 * len(columns)),
+        *(f"| {n} |" + "".join(cells(infos, n) for _, infos in columns) for n in names),
     ]
 
 
-def report(
-    args: argparse.Namespace,
-    n: int,
-    changed: int,
-    full: dict[str, list[float]],
-    full_info: list[dict[str, Any]],
-    upd: dict[str, list[float]],
-    upd_info: list[dict[str, Any]],
-    quiet: str,
-    interference: Interference,
-    requests: dict[str, Any] | None,
-) -> str:
+def target(n: int) -> float:
+    """The update's target speed-up over Spark's recompute at *n* events."""
+    return 20.0 if n >= 16_000_000 else 10.0
+
+
+def report(args: argparse.Namespace, results: list[SizeResult], quiet: str, interference: Interference) -> str:
     def ok(flag: bool) -> str:
         return "met" if flag else "**missed**"
 
     def reps(xs: list[float]) -> str:
         return " / ".join(f"{x:.2f}" for x in xs)
 
-    fs, fr, fl = med(full["spark"]), med(full["recompute"]), med(full["local"])
-    us, ur, ul = med(upd["spark"]), med(upd["recompute"]), med(upd["local"])
+    def build_ratio(r: SizeResult) -> float:
+        return med(r.full["spark"]) / med(r.full["recompute"])
+
+    def speedup(r: SizeResult, kind: str) -> float:
+        return med(r.upd[kind]["recompute"]) / med(r.upd[kind]["spark"])
+
     lines = [
         f"# pds pipeline on Spark vs Spark's recompute and pds local "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
@@ -581,24 +719,52 @@ def report(
         f"{interference.summary()}. Spark local[2], file:// in a temporary folder. "
         f"Command: `python benches/producers_spark.py {' '.join(sys.argv[1:])}`",
         "",
-        f"{n:,} events of {n // 10:,} users; localized update: {changed:,} contiguous users re-sent, "
-        f"10 events each. Median of {args.reps} reps (systems alternating; a fresh pipeline per full build).",
+        "Events `(user, ts, amount)`, 10 per user; a localized 1 % update re-sends a contiguous 1 % of the "
+        "users (10 new events each), a scattered one every 100th user. Median of "
+        f"{args.reps} reps (systems alternating; a fresh pipeline per full build).",
         "",
-        "| measure | pds on Spark (s) | Spark recompute (s) | pds local (s) | ratios |",
-        "|---|---|---|---|---|",
-        f"| full build | {fs:.2f} ({reps(full['spark'])}) | {fr:.2f} ({reps(full['recompute'])}) | "
-        f"{fl:.2f} ({reps(full['local'])}) | pds on Spark = {fs / fr:.2f}x Spark, {fs / fl:.2f}x pds local |",
-        f"| localized 1 % update | {us:.3f} ({reps(upd['spark'])}) | {ur:.2f} ({reps(upd['recompute'])}) | "
-        f"{ul:.3f} ({reps(upd['local'])}) | Spark recompute / pds on Spark = {ur / us:.1f}x; "
-        f"pds on Spark = {us / ul:.1f}x pds local |",
+        "| events | measure | pds on Spark (s) | Spark recompute (s) | pds local (s) | ratios |",
+        "|---:|---|---|---|---|---|",
+    ]
+    for r in results:
+        fs, fr, fl = (med(r.full[k]) for k in ("spark", "recompute", "local"))
+        lines.append(
+            f"| {r.n:,} | full build | {fs:.2f} ({reps(r.full['spark'])}) | {fr:.2f} ({reps(r.full['recompute'])}) "
+            f"| {fl:.2f} ({reps(r.full['local'])}) | pds on Spark = {fs / fr:.2f}x Spark, {fs / fl:.2f}x pds local |"
+        )
+        for kind in UPDATES:
+            u = r.upd[kind]
+            us, ur, ul = (med(u[k]) for k in ("spark", "recompute", "local"))
+            lines.append(
+                f"| {r.n:,} | {kind} 1 % update | {us:.3f} ({reps(u['spark'])}) | {ur:.2f} ({reps(u['recompute'])}) "
+                f"| {ul:.3f} ({reps(u['local'])}) | Spark recompute / pds on Spark = {ur / us:.1f}x; "
+                f"pds on Spark = {us / ul:.1f}x pds local |"
+            )
+    lines += ["", "| target | result |", "|---|---|"]
+    for r in results:
+        b = build_ratio(r)
+        lines.append(f"| {r.n:,} events: full build ≤ 1.0x Spark's recompute | {ok(b <= 1.0)} ({b:.2f}x) |")
+        for kind in UPDATES:
+            x = speedup(r, kind)
+            lines.append(
+                f"| {r.n:,} events: {kind} 1 % update ≥ {target(r.n):g}x faster than Spark's recompute "
+                f"| {ok(x >= target(r.n))} ({x:.1f}x) |"
+            )
+    if len(results) > 1:
+        a, z = results[0], results[-1]
+        lines.append(
+            f"| build ratio no worse from {a.n:,} to {z.n:,} events | "
+            f"{ok(build_ratio(z) <= build_ratio(a))} ({build_ratio(a):.2f}x → {build_ratio(z):.2f}x) |"
+        )
+        for kind in UPDATES:
+            lines.append(
+                f"| {kind} update speed-up no worse from {a.n:,} to {z.n:,} events | "
+                f"{ok(speedup(z, kind) >= speedup(a, kind))} ({speedup(a, kind):.1f}x → {speedup(z, kind):.1f}x) |"
+            )
+    lines += [
         "",
-        "| target | result |",
-        "|---|---|",
-        f"| full build on Spark no slower than Spark's recompute | {ok(fs <= fr)} ({fs:.2f} s vs {fr:.2f} s) |",
-        f"| localized 1 % update ≥ 20x faster than Spark's recompute | {ok(ur / us >= 20)} ({ur / us:.1f}x) |",
-        "",
-        "Checked: after the builds and after the updates, every node of pds on Spark equals pds local's, "
-        "and the daily rows equal Spark's recompute.",
+        "Checked at each size: after the builds and after the updates, every node of pds on Spark equals "
+        "pds local's, and the daily rows equal Spark's recompute.",
         "",
         "## Each pds-on-Spark update",
         "",
@@ -614,17 +780,47 @@ def report(
         "task counts only). A Spark stage is *map* if it writes shuffle, else *result*. Store requests: "
         "file:// has no request log; *objects* are the files that appeared in / vanished from the "
         "pipeline folder (a listing before and after), so reads are not counted here (the requests "
-        "are counted on S3 in the next section).",
-        "",
-        "Medians over the reps:",
-        "",
-        *phase_table(full_info, upd_info),
-        "",
+        "are counted on S3 in the last section).",
     ]
-    lines += [f"- full build rep {i}: {describe(full['spark'][i], x)}" for i, x in enumerate(full_info)]
-    lines += [f"- update rep {i}: {describe(upd['spark'][i], x)}" for i, x in enumerate(upd_info)]
-    lines += ["", *request_section(requests)]
+    for r in results:
+        lines += ["", f"### {r.n:,} events", "", "Medians over the reps:", ""]
+        lines += phase_table([("build", r.full_info), *((f"{k} update", r.upd_info[k]) for k in UPDATES)])
+        lines.append("")
+        lines += [f"- full build rep {i}: {describe(r.full['spark'][i], x)}" for i, x in enumerate(r.full_info)]
+        for kind in UPDATES:
+            infos = r.upd_info[kind]
+            lines += [f"- {kind} update rep {i}: {describe(r.upd[kind]['spark'][i], x)}" for i, x in enumerate(infos)]
+    first = results[0]
+    lines += ["", *profile_section(first), "", *request_section(first.requests)]
     return "\n".join(lines) + "\n"
+
+
+def profile_section(r: SizeResult) -> list[str]:
+    lines = [f"## Where the Python workers' time goes ({r.n:,} events)", ""]
+    if r.profile is None:
+        return [*lines, "Not measured (`--no-profile`)."]
+    lines += [
+        "After the timed reps, one more build and one scattered 1 % update (untimed) ran with PySpark's UDF "
+        "profiler on (`spark.sql.pyspark.udf.profiler=perf`: cProfile in each Python worker around each "
+        "`mapInArrow` function, reading its input from the JVM included, writing its output to the JVM "
+        "not). *Executor time* is the tasks' run time from Spark's status store (JVM side included); "
+        "*profiled* is the Python the profiler saw. cProfile slows Python calls, so the shares matter "
+        "more than the seconds.",
+        "",
+        "| | " + " | ".join(r.profile) + " |",
+        "|---|" + "---:|" * len(r.profile),
+        "| tasks' executor time (s) | " + " | ".join(f"{v['executor_s']:.2f}" for v in r.profile.values()) + " |",
+        "| profiled Python (s) | " + " | ".join(f"{v['profiled_s']:.2f}" for v in r.profile.values()) + " |",
+    ]
+    labels = list(dict.fromkeys(g for v in r.profile.values() for g in v["groups"]))
+    for g in labels:
+        cells = []
+        for v in r.profile.values():
+            t = v["groups"].get(g, 0.0)
+            share = t / v["profiled_s"] if v["profiled_s"] else 0.0
+            cells.append(f"{t:.2f} ({share:.0%})")
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def request_section(requests: dict[str, Any] | None) -> list[str]:
@@ -632,8 +828,8 @@ def request_section(requests: dict[str, Any] | None) -> list[str]:
     if requests is None:
         return [*lines, "Not measured (`--no-requests`)."]
     lines += [
-        "After the timed reps (untimed), the same events were built into a fresh pipeline and one localized "
-        "1 % update (the same users, 10 events each) applied, with the pipeline's store on a SeaweedFS "
+        "After the timed reps (untimed), the same events were built into a fresh pipeline, then a localized "
+        "and a scattered 1 % update (10 events per user) applied in turn, with the pipeline's store on a SeaweedFS "
         "started by the script, reached through `tests/fault_proxy.py` with no rules: it logs every HTTP "
         "request of the driver and of the Spark executors' Python workers (all on 127.0.0.1); pds local "
         "did the same on another prefix. The log was cleared before each update and its requests "
@@ -676,10 +872,11 @@ def request_section(requests: dict[str, Any] | None) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--events", type=int, nargs="+", default=[1_000_000], help="one or more sizes, in one run")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "benches" / "producers_spark_results.md")
     ap.add_argument("--no-requests", action="store_true", help="skip the store-request pass on SeaweedFS")
+    ap.add_argument("--no-profile", action="store_true", help="skip the profiled pass")
     args = ap.parse_args()
     out = run(args)
     print(out)

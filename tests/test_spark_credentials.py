@@ -235,11 +235,11 @@ def test_the_helpers_tasks_carry_no_key_and_write_what_the_default_does(
         for helper, blobs in carried.items():
             tasks = [b for b in blobs if b"pds.spark" in b]
             assert tasks, f"{helper}: the hook saw no pds task"
-            with_keys = [b for b in tasks if keys_in(b, seaweed)]
+            with_keys = [b for b in blobs if keys_in(b, seaweed)]
             if pickle_secrets:
                 assert with_keys, f"{helper}: with the default, the tasks carry the keys"
             else:
-                assert with_keys == [], f"{helper}: {len(with_keys)} of {len(tasks)} tasks carry a key"
+                assert with_keys == [], f"{helper}: {len(with_keys)} of {len(blobs)} pickled functions carry a key"
         results[pickle_secrets] = (
             by_id(pds.ParquetDatasetStore(store).read_dataset("ds")),
             by_id(pds.Table.open(store, "orders").to_arrow()),

@@ -369,6 +369,24 @@ def test_a_pipeline_update_whose_executors_meet_store_faults_equals_the_local_en
 # -- credentials from the executors' environment ----------------------------------------------
 
 
+def executor_view(store: Store, secret: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A task function: the names of *store*'s options as an executor
+    unpickles them, and whether its own environment holds *secret*."""
+
+    def seen(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = sorted(store.unwrap(pds.ObjectStoreBackend).options)
+        for batch in batches:
+            n = batch.num_rows
+            yield pa.record_batch(
+                {
+                    "options": pa.array([",".join(got)] * n),
+                    "env": pa.array([os.environ.get("AWS_SECRET_ACCESS_KEY") == secret] * n),
+                }
+            )
+
+    return seen
+
+
 def test_executors_take_s3_credentials_from_their_own_environment(
     spark_cluster: SparkSession, seaweed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -387,19 +405,7 @@ def test_executors_take_s3_credentials_from_their_own_environment(
     df = spark_cluster.createDataFrame(table).repartition(2, "id")
     secret = seaweed.secret_key
 
-    def seen(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """What an executor gets: the store's options (as pickled) and its own environment."""
-        got = sorted(store.unwrap(pds.ObjectStoreBackend).options)
-        for batch in batches:
-            n = batch.num_rows
-            yield pa.record_batch(
-                {
-                    "options": pa.array([",".join(got)] * n),
-                    "env": pa.array([os.environ.get("AWS_SECRET_ACCESS_KEY") == secret] * n),
-                }
-            )
-
-    rows = df.mapInArrow(seen, "options string, env boolean").distinct().collect()
+    rows = df.mapInArrow(executor_view(store, secret), "options string, env boolean").distinct().collect()
     assert [(r.options.split(","), r.env) for r in rows] == [(sorted(options), True)]
 
     pds.spark.write_dataset(df, url, "helper", **options)
@@ -416,3 +422,32 @@ def test_executors_take_s3_credentials_from_their_own_environment(
     assert pds.spark.update_pipeline(spark_cluster, case.p, case.changes(spark_cluster)) == 2
     assert case.twin.update(case.local_changes()) == 2
     assert content(case.p) == content(case.twin) == recompute(case.after)
+
+
+def test_a_store_that_pickles_no_secret_gives_executors_none_and_they_sign_with_their_own(
+    spark_cluster: SparkSession, seaweed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys in the store options, ``pickle_secrets=False``, none in the
+    driver's environment: the driver signs with the options' keys, the
+    executors get the store without them (what a task unpickles) and sign
+    with their own environment's (conftest's ``spark.executorEnv.AWS_*``).
+    A dataset written with the helper and read through ``format("pds")``
+    equals the local engine's."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    options = seaweed.store_options()
+    url = f"s3://{BUCKET}/nosecret-{uuid.uuid4().hex[:12]}"
+    store = pds.open_store(url, pickle_secrets=False, **options)
+    table = orders(range(150), "n")
+    df = spark_cluster.createDataFrame(table).repartition(2, "id")
+    secret = seaweed.secret_key
+
+    rows = df.mapInArrow(executor_view(store, secret), "options string, env boolean").distinct().collect()
+    shared = sorted(k for k in options if k not in ("access_key_id", "secret_access_key"))
+    assert [(r.options.split(","), r.env) for r in rows] == [(shared, True)]
+
+    want = local_dataset(store, "local", table.cast(written_schema(df)))
+    pds.spark.write_dataset(df, url, "helper", pickle_secrets=False, **options)
+    check_dataset(store, "helper", want)
+    back = pds.spark.read_dataset(spark_cluster, url, "helper", pickle_secrets=False, **options)
+    assert spark_rows(back, want.schema).equals(by_id(want))

@@ -70,7 +70,10 @@ class RustStore:
     """An object store opened from a URL (``memory://``, ``file:///abs``, ``s3://bucket/prefix``).
 
     Raises ValueError for an unsupported URL or unknown option. Pickles as
-    URL + options + ``credentials``.
+    URL + options + ``credentials`` + ``pickle_secrets``; with
+    ``pickle_secrets=False`` the pickled options leave out every credential
+    option (:func:`is_credential_option`), so that the unpickled copy takes
+    its credentials from its own environment (this store uses them all).
 
     ``credentials`` (``s3://`` only): a callable returning ``(access_key_id,
     secret_access_key, session_token or None, seconds valid or None)``. It
@@ -85,6 +88,7 @@ class RustStore:
         url: str,
         options: Mapping[str, str] | None = None,
         credentials: Callable[[], tuple[str, str, str | None, float | None]] | None = None,
+        pickle_secrets: bool = True,
     ) -> None: ...
     @property
     def url(self) -> str: ...
@@ -196,6 +200,11 @@ def is_secret_option(key: str) -> bool:
     """Whether the store option *key* holds a secret (hidden from ``repr``):
     secrets, tokens, passwords, SAS, connection strings, and any ``*key``
     but an ``*_id``."""
+
+def is_credential_option(key: str) -> bool:
+    """Whether the store option *key* gives credentials: a secret
+    (:func:`is_secret_option`) or S3's access key id. A store opened with
+    ``pickle_secrets=False`` does not pickle these."""
 
 def committed_manifest(store: RustStore, key: str) -> str:
     """The text of the committed dataset's manifest, as it was while

@@ -214,8 +214,34 @@ def _profile_endpoint(session: Any) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def _rebuild(url: str, options: dict[str, str]) -> ObjectStoreBackend:
-    return ObjectStoreBackend(url, **options)
+def _rebuild(url: str, options: dict[str, str], pickle_secrets: bool = True) -> ObjectStoreBackend:
+    return ObjectStoreBackend(url, pickle_secrets=pickle_secrets, **options)
+
+
+def pickle_secrets_flag(value: object) -> bool:
+    """*value* of ``pickle_secrets`` as a bool: a bool, or ``"true"`` /
+    ``"false"`` (any case; options are often given as text). No I/O.
+
+    Raises:
+        TypeError: neither a bool nor a str.
+        ValueError: another text.
+    """
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"pickle_secrets must be a bool, got {type(value).__name__}")
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"pickle_secrets must be true or false, got {value!r}")
+    return text == "true"
+
+
+def without_credentials(options: Mapping[str, str]) -> dict[str, str]:
+    """*options* without the ones that give credentials: every secret
+    (``secret_access_key``, ``session_token``, ``account_key``, ``sas``,
+    ``service_account_key``, ...) and S3's ``access_key_id``. What a store
+    opened with ``pickle_secrets=False`` pickles. No I/O."""
+    return {k: v for k, v in options.items() if not _core.is_credential_option(k)}
 
 
 def _info(meta: _core.ObjectMeta) -> FileInfo:
@@ -251,10 +277,26 @@ class ObjectStoreBackend(Backend):
             keys (options or ``AWS_ACCESS_KEY_ID``), ``AWS_PROFILE`` names
             the profile when botocore is installed (otherwise it is not read,
             and a DEBUG line says so).
+        pickle_secrets: Whether a pickled copy (say, in a Spark task)
+            carries the credential options (a bool, or ``"true"`` /
+            ``"false"``). With ``False`` it carries every
+            other option (``endpoint``, ``region``, ``allow_http``,
+            ``profile``, ...) and this flag, but no secret and no
+            ``access_key_id`` (see :func:`without_credentials`): the
+            unpickled copy takes its credentials from its own process, as a
+            store opened without keys does (``AWS_*``/``GOOGLE_*``/
+            ``AZURE_*`` variables, web identity, container or instance
+            credentials, managed identity, ``AWS_PROFILE``). If it finds
+            none, its first request fails with ``PermissionDenied`` (naming
+            where it looked); it never falls back to unsigned requests, which
+            only ``skip_signature``/``anonymous`` (options, and so pickled)
+            ask for. This store itself uses every option given.
 
     Raises:
         ValueError: an unsupported URL or an unknown option, an unknown AWS
             profile, or ``profile`` given with keys (no I/O is done).
+        TypeError / ValueError: *pickle_secrets* is neither a bool nor
+            ``"true"`` / ``"false"``.
         ImportError: ``profile`` given and botocore is not installed.
         PermissionDenied: the profile's credentials cannot be obtained (say,
             an expired SSO login); no store I/O is done.
@@ -266,21 +308,26 @@ class ObjectStoreBackend(Backend):
         - Folders are key prefixes. An empty folder does not exist.
         - ``memory://`` lives in this backend object; a pickled copy (say, on a
           Spark executor) starts empty. Use ``file://`` or ``s3://`` to share.
-        - The backend pickles as URL + options, so credentials given as
-          options travel with it: treat pickles as secrets. ``repr()`` hides
-          them. A ``profile`` travels as its name: the unpickled copy
-          resolves it again from its own ``~/.aws`` and environment.
+        - The backend pickles as URL + options, so by default credentials
+          given as options travel with it: treat such pickles as secrets.
+          With ``pickle_secrets=False`` they do not (see above); ``repr()``
+          then says ``pickle_secrets=False``, and always hides secrets. A
+          ``profile`` travels as its name: the unpickled copy resolves it
+          again from its own ``~/.aws`` and environment.
     """
 
     CAPABILITIES: ClassVar[CapabilitySet] = CapabilitySet(set(_COMMON))
 
-    def __init__(self, url: str | os.PathLike[str], **options: object) -> None:
+    def __init__(self, url: str | os.PathLike[str], *, pickle_secrets: object = True, **options: object) -> None:
+        # object, not bool: callers pass options as **dict[str, object].
+        pickle_secrets = pickle_secrets_flag(pickle_secrets)
         url = _store_url(url)
         self._url = url
+        self._pickle_secrets = pickle_secrets
         self._options = {k: _option_text(v) for k, v in options.items()}
         profile = _s3_profile(url, self._options)
         if profile is None:
-            self._rs = _core.RustStore(url, self._options)
+            self._rs = _core.RustStore(url, self._options, pickle_secrets=pickle_secrets)
         else:
             # The options pickle as given (profile= is a name, not a secret);
             # the resolved region/endpoint go to Rust only, the keys never
@@ -291,7 +338,7 @@ class ObjectStoreBackend(Backend):
                 if not any(k in rust_options for k in (key, f"aws_{key}", f"{key}_url", f"aws_{key}_url")):
                     rust_options[key] = value
             provider = None if credentials is None else _ProfileCredentials(profile, credentials)
-            self._rs = _core.RustStore(url, rust_options, provider)
+            self._rs = _core.RustStore(url, rust_options, provider, pickle_secrets=pickle_secrets)
         caps = set(_COMMON)
         if self._rs.scheme == "file":
             caps.add(Capability.ATOMIC_MOVE)
@@ -322,12 +369,19 @@ class ObjectStoreBackend(Backend):
         """A copy of the options this backend was opened with (they may hold secrets)."""
         return dict(self._options)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, dict[str, str]]]:
-        return (_rebuild, (self._url, dict(self._options)))
+    @property
+    def pickle_secrets(self) -> bool:
+        """Whether a pickled copy carries the credential options (see the class)."""
+        return self._pickle_secrets
+
+    def __reduce__(self) -> tuple[Any, tuple[str, dict[str, str], bool]]:
+        options = dict(self._options) if self._pickle_secrets else without_credentials(self._options)
+        return (_rebuild, (self._url, options, self._pickle_secrets))
 
     def __repr__(self) -> str:
         shown = {k: ("***" if _core.is_secret_option(k) else v) for k, v in self._options.items()}
-        return f"ObjectStoreBackend({self._url!r}, **{shown!r})"
+        flag = "" if self._pickle_secrets else ", pickle_secrets=False"
+        return f"ObjectStoreBackend({self._url!r}{flag}, **{shown!r})"
 
     def unwrap(self, type_hint: type[T]) -> T:
         """``_core.RustStore`` (the Rust handle) or this backend itself."""
@@ -550,8 +604,8 @@ def _store_url(url: object) -> str:
     )
 
 
-def open_store(url: str | os.PathLike[str], **options: object) -> Store:
-    """``remote_store.Store(ObjectStoreBackend(url, **options))``.
+def open_store(url: str | os.PathLike[str], *, pickle_secrets: object = True, **options: object) -> Store:
+    """``remote_store.Store(ObjectStoreBackend(url, pickle_secrets=pickle_secrets, **options))``.
 
     ``open_store("file:///data/lake")`` or ``open_store("/data/lake")`` (an
     absolute folder path, ``~`` expanded, or a ``pathlib.Path``),
@@ -560,13 +614,18 @@ def open_store(url: str | os.PathLike[str], **options: object) -> Store:
     ``open_store("gs://bucket/prefix", service_account_key=...)`` or
     ``open_store("az://container/prefix", account=..., account_key=...)`` (see
     :class:`ObjectStoreBackend` for every option).
+    ``pickle_secrets=False``: pickled copies of the store (Spark tasks) carry
+    no credential option; they take their credentials from their own
+    environment (see :class:`ObjectStoreBackend`).
 
     Raises:
         ValueError: a relative path, or a URL pds cannot open.
+        TypeError / ValueError: *pickle_secrets* is neither a bool nor
+            ``"true"`` / ``"false"``.
         PermissionDenied: (on the first request to a cloud store) no
             credentials were found.
     """
-    return Store(ObjectStoreBackend(url, **options))
+    return Store(ObjectStoreBackend(url, pickle_secrets=pickle_secrets, **options))
 
 
 def native_handle(store: Store) -> _core.RustStore | None:

@@ -65,6 +65,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyRustStore>()?;
     m.add_class::<progress::PyProgress>()?;
     m.add_function(wrap_pyfunction!(store::is_secret_option, m)?)?;
+    m.add_function(wrap_pyfunction!(store::is_credential_option, m)?)?;
     m.add_class::<store::PyObjectMeta>()?;
     m.add_class::<store::PyPutResult>()?;
     m.add_class::<parts::PyEncodedParts>()?;

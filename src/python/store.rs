@@ -15,10 +15,11 @@ use super::run;
 use crate::store::aws_credentials::{CachingCredentials, Fetched, Refresh};
 use crate::store::{config, Meta, PutMode, PutOutcome, StoreHandle};
 
-/// What `__reduce__` rebuilds a store from: URL, options and the
-/// credentials callable (which pickles as what it resolves, never as
-/// secrets: see `pds.backend`).
-type ReduceArgs = (String, BTreeMap<String, String>, Option<Py<PyAny>>);
+/// What `__reduce__` rebuilds a store from: URL, options (without the
+/// credential options if `pickle_secrets` is false), the credentials
+/// callable (which pickles as what it resolves, never as secrets: see
+/// `pds.backend`) and `pickle_secrets`.
+type ReduceArgs = (String, BTreeMap<String, String>, Option<Py<PyAny>>, bool);
 
 /// An object store opened from a URL; keys are relative to the URL's prefix.
 #[pyclass(module = "pds._core", name = "RustStore", frozen)]
@@ -26,6 +27,7 @@ pub struct PyRustStore {
     pub(crate) inner: Arc<StoreHandle>,
     options: BTreeMap<String, String>,
     credentials: Option<Py<PyAny>>,
+    pickle_secrets: bool,
 }
 
 /// A [`Refresh`] calling `callable()`, which returns `(access_key_id,
@@ -122,13 +124,17 @@ impl PyRustStore {
     /// secret_access_key, session_token or None, seconds valid or None)`,
     /// called on first use and again before the credentials expire; it
     /// replaces the options' and the environment's keys.
+    /// `pickle_secrets`: whether the pickle carries the credential options
+    /// (`config::is_credential`); without them, the unpickled copy takes
+    /// its credentials from its own environment. This store uses them all.
     #[new]
-    #[pyo3(signature = (url, options = None, credentials = None))]
+    #[pyo3(signature = (url, options = None, credentials = None, pickle_secrets = true))]
     fn new(
         py: Python<'_>,
         url: &str,
         options: Option<BTreeMap<String, String>>,
         credentials: Option<Py<PyAny>>,
+        pickle_secrets: bool,
     ) -> PyResult<Self> {
         let options = options.unwrap_or_default();
         let provider = credentials.as_ref().map(|c| {
@@ -140,6 +146,7 @@ impl PyRustStore {
             inner: Arc::new(inner),
             options,
             credentials,
+            pickle_secrets,
         })
     }
 
@@ -167,12 +174,19 @@ impl PyRustStore {
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, ReduceArgs)> {
         let py = slf.py();
         let me = slf.get();
+        let options = me
+            .options
+            .iter()
+            .filter(|(k, _)| me.pickle_secrets || !config::is_credential(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         Ok((
             py.get_type::<Self>().into_any().unbind(),
             (
                 me.inner.url().to_string(),
-                me.options.clone(),
+                options,
                 me.credentials.as_ref().map(|c| c.clone_ref(py)),
+                me.pickle_secrets,
             ),
         ))
     }
@@ -189,8 +203,13 @@ impl PyRustStore {
                 }
             })
             .collect();
+        let pickling = if self.pickle_secrets {
+            ""
+        } else {
+            ", pickle_secrets=False"
+        };
         format!(
-            "RustStore({:?}, {{{}}})",
+            "RustStore({:?}, {{{}}}{pickling})",
             self.inner.url(),
             shown.join(", ")
         )
@@ -303,4 +322,11 @@ impl PyRustStore {
 #[pyfunction]
 pub fn is_secret_option(key: &str) -> bool {
     config::is_secret(key)
+}
+
+/// Whether a store option gives credentials (a secret, or S3's access key
+/// id): what a store opened with `pickle_secrets=False` does not pickle.
+#[pyfunction]
+pub fn is_credential_option(key: &str) -> bool {
+    config::is_credential(key)
 }

@@ -90,6 +90,18 @@ pub fn is_secret(key: &str) -> bool {
         || (k.contains("key") && !k.ends_with("_id"))
 }
 
+/// Keys whose values are credentials: the secrets ([`is_secret`]) and S3's
+/// access key id, the other half of a key pair. A store opened with
+/// `pickle_secrets=False` leaves them all out of its pickle, so that the
+/// unpickled copy takes its credentials from its own environment as a whole
+/// (a pickled key id next to the environment's secret would sign with a
+/// pair that does not match).
+pub fn is_credential(key: &str) -> bool {
+    is_secret(key)
+        || AmazonS3ConfigKey::from_str(s3_alias(&key.to_ascii_lowercase()))
+            .is_ok_and(|k| k == AmazonS3ConfigKey::AccessKeyId)
+}
+
 /// Parse `url` and build the store it names.
 pub fn build(url: &str, options: &BTreeMap<String, String>) -> Result<Built> {
     build_with_credentials(url, options, None)
@@ -388,6 +400,38 @@ mod tests {
             };
             assert!(m.contains("user info") && m.contains(key), "{m}");
             assert!(!m.contains("HIDDEN-42"), "{m}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_the_secrets_and_the_s3_key_id() {
+        for k in [
+            "access_key_id",
+            "aws_access_key_id",
+            "AWS_ACCESS_KEY_ID",
+            "secret_access_key",
+            "aws_secret_access_key",
+            "session_token",
+            "service_account_key",
+            "account_key",
+            "sas",
+            "connection_string",
+            "client_secret",
+        ] {
+            assert!(is_credential(k), "{k}");
+        }
+        for k in [
+            "endpoint",
+            "region",
+            "allow_http",
+            "profile",
+            "account",
+            "client_id",
+            "service_account",
+            "metadata_endpoint",
+            "skip_signature",
+        ] {
+            assert!(!is_credential(k), "{k}");
         }
     }
 

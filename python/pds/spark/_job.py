@@ -55,7 +55,7 @@ import pyarrow as pa
 from remote_store import Capability, RemotePath, Store
 
 from pds import _core
-from pds.backend import ObjectStoreBackend, open_store
+from pds.backend import ObjectStoreBackend, open_store, pickle_secrets_flag
 from pds.dataset import ParquetDatasetStore
 from pds.errors import AlreadyExists, CapabilityNotSupported, DatasetIncomplete, InvalidPath, NotFound
 from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
@@ -73,6 +73,7 @@ __all__ = [
     "WriteSettings",
     "check_dataset_key",
     "dataset_key_from_options",
+    "pickle_secrets_option",
     "spark_store",
     "storage_options",
     "store_from_options",
@@ -109,6 +110,7 @@ STORAGE_EXCLUDED = frozenset(
         "pipeline",
         "stage",
         "version",
+        "pickle_secrets",
     }
 )
 """Data source options that are not storage options (lower case)."""
@@ -136,7 +138,10 @@ def spark_store(store: object, **options: object) -> Store:
     ``gs://bucket/prefix`` or ``az://container/prefix``; *options*
     go to :class:`pds.ObjectStoreBackend`) or a ``remote_store.Store`` over an
     ObjectStoreBackend. The Store pickles as URL + options (+ its root), so
-    each executor opens its own Rust handle.
+    each executor opens its own Rust handle; with ``pickle_secrets=False``
+    (a keyword of :class:`pds.ObjectStoreBackend`, which *options* may give)
+    without the credential options, which each executor then takes from its
+    own environment.
 
     Raises:
         TypeError: another kind of *store*, or options with a Store.
@@ -648,8 +653,18 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in options.items() if k.lower() not in STORAGE_EXCLUDED}
 
 
+def pickle_secrets_option(options: Mapping[str, str]) -> bool:
+    """The ``pickle_secrets`` option: ``true`` (the default) or ``false``.
+
+    Raises:
+        ValueError: another value.
+    """
+    return pickle_secrets_flag(options.get("pickle_secrets", "true"))
+
+
 def store_from_options(options: Mapping[str, str]) -> Store:
-    """The store named by the ``store`` option, with the storage options.
+    """The store named by the ``store`` option, with the storage options and
+    ``pickle_secrets`` (see :class:`pds.ObjectStoreBackend`).
 
     Raises:
         ValueError: no ``store`` option, ``memory://``, or a bad URL/option.
@@ -659,7 +674,7 @@ def store_from_options(options: Mapping[str, str]) -> Store:
         raise ValueError(
             'the pds data source needs .option("store", "<url>") (file:///abs/dir, s3://, gs:// or az://bucket/prefix)'
         )
-    return spark_store(url, **storage_options(options))
+    return spark_store(url, pickle_secrets=pickle_secrets_option(options), **storage_options(options))
 
 
 def dataset_key_from_options(options: Mapping[str, str]) -> str:

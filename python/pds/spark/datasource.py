@@ -26,6 +26,7 @@ explicitly.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -57,6 +58,7 @@ from pds.spark._job import (
     WriteJob,
     WriteSettings,
     dataset_key_from_options,
+    pickle_secrets_option,
     store_from_options,
 )
 from pds.spark._pipeline_read import PdsPipelineReader, pipeline_options, pipeline_snapshot
@@ -471,6 +473,18 @@ class PdsDataSource(DataSource):
       ``google_*``; Azure: ``account``, ``account_key``, ``sas``,
       ``connection_string``, ``azure_*``; ``allow_http`` ...). Spark's plans
       do not show them.
+    - ``pickle_secrets`` (``true`` by default; ``false``): whether what the
+      tasks carry holds the credential options (secrets and
+      ``access_key_id``). With ``false``, the driver opens the store with
+      them, and a read's tasks (the pickled reader, its store, and this
+      source, which PySpark's read function also carries) carry none: the
+      executors take their credentials from their own environment. Spark
+      itself keeps every ``.option`` in the driver's query plan, and hands
+      them to the Python workers that plan the query on the driver. A
+      *write* with ``false`` and credential options is refused
+      (``ValueError``): PySpark hands the driver's commit the same pickled
+      writer as the tasks, so the commit would have no keys either; leave
+      the keys out of the options, or use :func:`pds.spark.write_dataset`.
 
     Save modes: ``append`` creates the dataset and raises ``AlreadyExists``
     if one exists (datasets are write-once); ``overwrite`` replaces it.
@@ -480,6 +494,21 @@ class PdsDataSource(DataSource):
     def name(cls) -> str:
         """``"pds"``."""
         return "pds"
+
+    def __getstate__(self) -> dict[str, object]:
+        """This source as pickled. Once it made a reader, PySpark pickles it
+        into the read tasks (with the reader); with ``pickle_secrets`` false
+        that copy leaves the credential options out. Before that (PySpark
+        hands the source from the worker that made it to the one that plans
+        the read, both on the driver), every option travels."""
+        state = dict(self.__dict__)
+        planned = state.pop("_tasks_next", False)
+        if planned and not pickle_secrets_option(self.options):
+            options = copy.copy(self.options)
+            for key in [k for k in options if _core.is_credential_option(k)]:
+                del options[key]
+            state["options"] = options
+        return state
 
     def schema(self) -> StructType:
         """The dataset's Spark schema, from its manifest (the ``columns`` option projects it).
@@ -528,6 +557,7 @@ class PdsDataSource(DataSource):
                 to; a bad ``filters`` option.
         """
         store = store_from_options(self.options)
+        self._tasks_next = True  # this source is next pickled into the read tasks
         pipeline = pipeline_options(self.options)
         if pipeline is not None:
             return PdsPipelineReader(store, pipeline_snapshot(store, *pipeline), schema)
@@ -563,6 +593,15 @@ class PdsDataSource(DataSource):
             raise ValueError(
                 'pipelines are not written through format("pds"): update them with pds.Pipeline.update '
                 "or pds.spark.update_pipeline"
+            )
+        keys = sorted(k for k in self.options if _core.is_credential_option(k))
+        if keys and not pickle_secrets_option(self.options):
+            raise ValueError(
+                f"option pickle_secrets=false with credential options ({', '.join(keys)}) cannot apply to a "
+                'format("pds") write: PySpark hands the driver\'s commit the same pickled writer as the tasks, '
+                "so the commit would have no keys either. Leave the keys out of the options (the driver and the "
+                "executors then take theirs from their own environment), or use "
+                "pds.spark.write_dataset(..., pickle_secrets=False), which commits in this process"
             )
         schema_mode = schema_mode_option(self.options)
         store = store_from_options(self.options)

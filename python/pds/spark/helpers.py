@@ -183,7 +183,10 @@ def write_dataset(
         store: A URL (``file:///abs/dir``, ``s3://bucket/prefix``,
             ``gs://bucket/prefix``, ``az://container/prefix``) with
             *storage_options* for :class:`pds.ObjectStoreBackend`, or a
-            ``remote_store.Store`` over an ObjectStoreBackend.
+            ``remote_store.Store`` over an ObjectStoreBackend. With
+            ``pickle_secrets=False`` (a storage option, or the Store's), the
+            tasks carry no credential option: the executors take theirs
+            from their own environment.
         key: The dataset key.
         mode: ``"append"`` (the default) creates the dataset and fails if it
             exists; ``"overwrite"`` replaces it (the old one stays readable
@@ -298,11 +301,15 @@ def task_error(exc: BaseException) -> RemoteStoreError | None:
 
 
 def _url_and_options(store: Store) -> tuple[str, dict[str, str]]:
-    """The URL and options of the ObjectStoreBackend behind *store* (what it pickles as)."""
+    """The URL and the data source options of the ObjectStoreBackend behind
+    *store*: its options, and ``pickle_secrets=false`` if it was opened so.
+    The data source opens the store on the driver with all of them; what its
+    tasks carry then leaves the credentials out (see :mod:`pds.spark.datasource`)."""
     backend = store.unwrap(ObjectStoreBackend)
-    _, args = backend.__reduce__()
-    url, options = args
-    return url, dict(options)
+    options = backend.options
+    if not backend.pickle_secrets:
+        options["pickle_secrets"] = "false"
+    return backend.url, options
 
 
 def _split_filter(
@@ -334,7 +341,9 @@ def read_dataset(
     Args:
         spark: The session.
         store: A URL with *storage_options*, or a ``remote_store.Store`` over
-            an ObjectStoreBackend.
+            an ObjectStoreBackend. With ``pickle_secrets=False`` (a storage
+            option, or the Store's), the read tasks carry no credential
+            option (the data source gets ``pickle_secrets=false``).
         key: The dataset key.
         columns: Columns to read, in this order; only these are fetched.
         filter: ``(column, op, value)`` tuples (see :mod:`pds.spark.filters`),

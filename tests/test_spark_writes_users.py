@@ -208,9 +208,12 @@ def test_a_helper_job_failing_on_a_pds_error_raises_that_error_first(
     df = spark.createDataFrame([(1, None), (2, 3)], "id bigint, v bigint")
     with pytest.raises(pds.SchemaMismatch) as info:
         pds.spark.upsert(df, url, "t")
-    assert str(info.value).startswith("column 'v' is not nullable, and the data holds 1 null(s)"), str(info.value)
+    reason = 'schema mismatch on table "t": column "v" is not nullable in the table, and the data holds 1 null value(s)'
+    assert str(info.value).startswith(reason), str(info.value)
     assert info.value.__cause__ is not None and "Python worker" in str(info.value.__cause__)
-    with pytest.raises(Exception, match=r"pds\.errors\.SchemaMismatch: column 'v' is not nullable"):
+    with pytest.raises(
+        Exception, match=r'pds\.errors\.SchemaMismatch: schema mismatch on table "t": column "v" is not nullable'
+    ):
         _write(df, url, "t")
     assert pds.Table.open(store, "t").version == 0
     assert _files(root) == before

@@ -25,6 +25,7 @@ __all__ = [
     "check_write_schema",
     "conform_batches",
     "merge_write_schema",
+    "nullable_schema",
     "spark_read_target",
     "spark_readable",
     "spark_to_arrow",
@@ -256,17 +257,15 @@ def check_write_schema(data: pa.Schema, table: pa.Schema, key: str) -> None:
         )
 
 
-def _check_not_null(batch: pa.RecordBatch, required: set[str]) -> None:
-    """Raise ``SchemaMismatch`` if a column of *required* (the not-nullable
-    columns) holds a null (before encoding: the Rust writer would refuse the
-    batch with a bare Arrow error)."""
-    for name in sorted(required):
-        index = batch.schema.get_field_index(name)
-        if index >= 0 and batch.column(index).null_count:
-            raise SchemaMismatch(
-                f"column {name!r} is not nullable, and the data holds {batch.column(index).null_count} null(s) "
-                "in it: fill or drop them (coalesce / na.drop) before writing"
-            )
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """*schema* with every column nullable: the schema a table task's
+    batches cross into Rust with. Rust's Arrow import refuses a batch
+    declared not nullable that holds a null with a bare Arrow error, before
+    pds sees it; declared nullable, the batch reaches the table writer,
+    which checks it against the table's schema (``check_not_null`` in
+    src/table/write.rs) and raises ``SchemaMismatch`` naming the column.
+    Relabels only, no copy."""
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
 
 
 def conform_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -278,18 +277,21 @@ def conform_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Ite
     of *schema* that the batches lack is filled with nulls (a merge append
     of a DataFrame without it, see :func:`merge_write_schema`).
 
+    Nulls are not counted here: a table task conforms to
+    :func:`nullable_schema` and the Rust table writer checks the table's
+    nullability (one check, for every writer); a null in a column declared
+    not nullable fails Rust's Arrow import.
+
     Raises:
         pds.SchemaMismatch: a batch with a column *schema* lacks, or without
-            a not-nullable column of *schema*, a null in a not-nullable
-            column, or a value its column's type cannot hold (naming the
-            column).
+            a not-nullable column of *schema*, or a value its column's type
+            cannot hold (naming the column).
     """
     names = set(schema.names)
     required = {f.name for f in schema if not f.nullable}
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        _check_not_null(batch, required)
         if batch.schema.equals(schema):
             yield batch
             continue

@@ -37,7 +37,7 @@ from pds.spark._job import (
     check_dataset_key,
     remove_until_settled,
 )
-from pds.spark._schema import check_write_schema, conform_batches, merge_write_schema
+from pds.spark._schema import check_write_schema, conform_batches, merge_write_schema, nullable_schema
 from pds.table import MAX_VERSION, Table, is_table
 
 __all__ = [
@@ -180,11 +180,14 @@ class TableWriteJob(StoreJob):
     ) -> TableFiles:
         """Upload this task's rows as uncommitted data files (executor side)."""
         partition_id, _attempt, attempt_id, cpus = identity or _task_identity()
-        stream = conform_batches(iter(batches), self.schema)
+        # Nullable at the crossing into Rust: table_write_files checks the
+        # table's nullability itself (SchemaMismatch naming the column).
+        labels = nullable_schema(self.schema)
+        stream = conform_batches(iter(batches), labels)
         first = next(stream, None)
         if first is None:
             return TableFiles(partition_id, attempt_id, ())
-        reader = pa.RecordBatchReader.from_batches(self.schema, chain([first], stream))
+        reader = pa.RecordBatchReader.from_batches(labels, chain([first], stream))
         text = _core.table_write_files(
             self._rust(),
             self.location,

@@ -53,9 +53,10 @@ def test_each_range_holds_its_first_kind_and_streams_the_other(per_batch: int) -
     assert read == [(0, [1], [10, 11, 12]), (3, [], [30]), (5, [5, 6], [])]
 
 
-def test_the_stream_is_read_lazily_and_what_is_left_is_skipped() -> None:
+def test_the_stream_is_read_lazily_and_rows_left_unread_fail_the_task() -> None:
     """The task's input is pulled only as the range's stream is read; a range
-    whose stream was not read to its end does not leak into the next."""
+    whose merge returned before reading all of its rows fails the task
+    instead of being committed without them."""
     pulled: list[int] = []
     rows = [(STREAMED, 0, payload(i), None) for i in range(5)] + [(STREAMED, 1, payload(100), None)]
 
@@ -72,7 +73,14 @@ def test_the_stream_is_read_lazily_and_what_is_left_is_skipped() -> None:
     assert pulled == [0], "nothing past the range's first row is read before its stream is"
     assert values([stream.read_next_batch()]) == [0]
     assert len(pulled) <= 2
-    second = next(items)  # the rest of range 0 skipped
+    with pytest.raises(RuntimeError, match="before reading all of its rows"):
+        next(items)
+
+    items = by_range_in_order(task_input(rows, 2), HELD, STREAMED)
+    whole = next(items)
+    assert isinstance(whole, RangeRows)
+    assert values(whole.stream()) == [0, 1, 2, 3, 4]
+    second = next(items)
     assert isinstance(second, RangeRows) and second.rng == 1
     assert values(second.stream()) == [100]
 

@@ -218,6 +218,21 @@ def _rebuild(url: str, options: dict[str, str], pickle_secrets: bool = True) -> 
     return ObjectStoreBackend(url, pickle_secrets=pickle_secrets, **options)
 
 
+def _refuse_connection_string(options: Mapping[str, str]) -> None:
+    """``ValueError`` for an Azure connection string with
+    ``pickle_secrets=False``: it names the account and endpoint as well as
+    the key, so a copy without it would reach another account, or none."""
+    found = [
+        k for k in options if k.lower().removeprefix("azure_storage_").removeprefix("azure_") == "connection_string"
+    ]
+    if found:
+        raise ValueError(
+            f"{found[0]} holds the account and endpoint with the key, and pickle_secrets=False would leave "
+            "all of them out of pickled copies: give account= (and endpoint=) as options instead, and the "
+            "key through each process's environment (AZURE_STORAGE_ACCOUNT_KEY)"
+        )
+
+
 def pickle_secrets_flag(value: object) -> bool:
     """*value* of ``pickle_secrets`` as a bool: a bool, or ``"true"`` /
     ``"false"`` (any case; options are often given as text). No I/O.
@@ -325,6 +340,8 @@ class ObjectStoreBackend(Backend):
         self._url = url
         self._pickle_secrets = pickle_secrets
         self._options = {k: _option_text(v) for k, v in options.items()}
+        if not pickle_secrets:
+            _refuse_connection_string(self._options)
         profile = _s3_profile(url, self._options)
         if profile is None:
             self._rs = _core.RustStore(url, self._options, pickle_secrets=pickle_secrets)
@@ -374,9 +391,20 @@ class ObjectStoreBackend(Backend):
         """Whether a pickled copy carries the credential options (see the class)."""
         return self._pickle_secrets
 
-    def __reduce__(self) -> tuple[Any, tuple[str, dict[str, str], bool]]:
-        options = dict(self._options) if self._pickle_secrets else without_credentials(self._options)
-        return (_rebuild, (self._url, options, self._pickle_secrets))
+    def __reduce__(self) -> tuple[Any, tuple[str, dict[str, str]] | tuple[str, dict[str, str], bool]]:
+        # The default pickles as before (URL and options), so that a pickle
+        # made by this version unpickles in an older pds (executors upgraded later).
+        if self._pickle_secrets:
+            return (_rebuild, (self._url, dict(self._options)))
+        return (_rebuild, (self._url, without_credentials(self._options), False))
+
+    def __copy__(self) -> ObjectStoreBackend:
+        """A copy in this process keeps every option, keys included (only a
+        pickle leaves them out)."""
+        return ObjectStoreBackend(self._url, pickle_secrets=self._pickle_secrets, **self._options)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ObjectStoreBackend:
+        return self.__copy__()
 
     def __repr__(self) -> str:
         shown = {k: ("***" if _core.is_secret_option(k) else v) for k, v in self._options.items()}

@@ -8,18 +8,12 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 
 use super::errors::IntoPy;
 use super::run;
 use crate::store::aws_credentials::{CachingCredentials, Fetched, Refresh};
 use crate::store::{config, Meta, PutMode, PutOutcome, StoreHandle};
-
-/// What `__reduce__` rebuilds a store from: URL, options (without the
-/// credential options if `pickle_secrets` is false), the credentials
-/// callable (which pickles as what it resolves, never as secrets: see
-/// `pds.backend`) and `pickle_secrets`.
-type ReduceArgs = (String, BTreeMap<String, String>, Option<Py<PyAny>>, bool);
 
 /// An object store opened from a URL; keys are relative to the URL's prefix.
 #[pyclass(module = "pds._core", name = "RustStore", frozen)]
@@ -171,24 +165,25 @@ impl PyRustStore {
         (c.requests, c.bytes_read, c.bytes_written)
     }
 
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, ReduceArgs)> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Py<PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let me = slf.get();
-        let options = me
+        let options: BTreeMap<String, String> = me
             .options
             .iter()
             .filter(|(k, _)| me.pickle_secrets || !config::is_credential(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Ok((
-            py.get_type::<Self>().into_any().unbind(),
-            (
-                me.inner.url().to_string(),
-                options,
-                me.credentials.as_ref().map(|c| c.clone_ref(py)),
-                me.pickle_secrets,
-            ),
-        ))
+        let credentials = me.credentials.as_ref().map(|c| c.clone_ref(py));
+        let url = me.inner.url().to_string();
+        // The default pickles as before (three arguments), so that an older
+        // pds can unpickle it; `pickle_secrets=False` adds the fourth.
+        let args = if me.pickle_secrets {
+            (url, options, credentials).into_pyobject(py)?
+        } else {
+            (url, options, credentials, false).into_pyobject(py)?
+        };
+        Ok((py.get_type::<Self>().into_any().unbind(), args))
     }
 
     fn __repr__(&self) -> String {

@@ -96,9 +96,35 @@ pub fn is_secret(key: &str) -> bool {
 /// unpickled copy takes its credentials from its own environment as a whole
 /// (a pickled key id next to the environment's secret would sign with a
 /// pair that does not match).
+///
+/// Also left out: the options that pick *which* identity signs (Azure's
+/// client and tenant ids, a federated token file; GCS's service-account
+/// file path), so that they never pair with another environment's secret.
+/// Not credentials, though their names contain "key": S3's server-side
+/// encryption settings (`*sse_bucket_key_enabled`, `*sse_kms_key_id`),
+/// which must stay as the driver's so every writer encrypts alike.
 pub fn is_credential(key: &str) -> bool {
-    is_secret(key)
-        || AmazonS3ConfigKey::from_str(s3_alias(&key.to_ascii_lowercase()))
+    let k = key.to_ascii_lowercase();
+    if k.contains("sse_bucket_key") || k.contains("sse_kms_key") {
+        return false;
+    }
+    let bare = ["azure_storage_", "azure_", "google_"]
+        .iter()
+        .find_map(|p| k.strip_prefix(p))
+        .unwrap_or(&k);
+    let selector = [
+        "client_id",
+        "tenant_id",
+        "authority_id",
+        "federated_token_file",
+        "service_account",
+        "service_account_path",
+        "application_credentials",
+    ]
+    .contains(&bare);
+    selector
+        || is_secret(key)
+        || AmazonS3ConfigKey::from_str(s3_alias(&k))
             .is_ok_and(|k| k == AmazonS3ConfigKey::AccessKeyId)
 }
 
@@ -417,6 +443,13 @@ mod tests {
             "sas",
             "connection_string",
             "client_secret",
+            "client_id",
+            "azure_storage_client_id",
+            "tenant_id",
+            "azure_federated_token_file",
+            "service_account",
+            "google_service_account",
+            "google_application_credentials",
         ] {
             assert!(is_credential(k), "{k}");
         }
@@ -426,8 +459,9 @@ mod tests {
             "allow_http",
             "profile",
             "account",
-            "client_id",
-            "service_account",
+            "aws_sse_bucket_key_enabled",
+            "sse_bucket_key_enabled",
+            "aws_sse_kms_key_id",
             "metadata_endpoint",
             "skip_signature",
         ] {

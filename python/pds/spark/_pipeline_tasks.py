@@ -120,13 +120,18 @@ class RangeRows:
         row = self._rows.peek()
         if row is None or row[1] != self.rng or row[0] != self._streamed_kind:
             return []
+        # Every payload of a range has this schema (the Rust sort's output,
+        # or rows conformed to the source's schema): the reader refuses a
+        # batch whose schema differs, which would be a bug upstream.
         schema = pa.ipc.open_stream(row[2] or b"").schema
         return pa.RecordBatchReader.from_batches(schema, self._batches())
 
-    def drain(self) -> None:
-        """Skip what the consumer left of this range's rows."""
-        for _ in self._batches():
-            pass
+    def check_read(self) -> None:
+        """``RuntimeError`` if rows of this range are left unread after its
+        merge returned: never commit a range without all of its rows."""
+        row = self._rows.peek()
+        if row is not None and row[1] == self.rng and row[0] in (self._streamed_kind,):
+            raise RuntimeError(f"pds: key range {self.rng}'s merge returned before reading all of its rows")
 
 
 class _Peekable:
@@ -162,8 +167,9 @@ def by_range_in_order(
     """A task's input of :data:`ROWS`, sorted by ``range`` then ``kind``
     descending (:func:`in_range_order`), as it is read: each row of another kind as itself (a task's result, range -1),
     and each range's rows of *held_kind* and *streamed_kind* as one
-    :class:`RangeRows`, whose stream must be read (or drained) before the
-    next item is asked for. Memory: the held rows and one input batch."""
+    :class:`RangeRows`, whose stream must be read to its end before the
+    next item is asked for (``RuntimeError`` otherwise). Memory: the held
+    rows and one input batch."""
     rows = _Peekable(_rows(given))
     done: set[int] = set()
     while (row := rows.peek()) is not None:
@@ -176,7 +182,7 @@ def by_range_in_order(
         done.add(row[1])
         group = RangeRows(row[1], rows, held_kind, streamed_kind)
         yield group
-        group.drain()
+        group.check_read()
 
 
 def in_range_order(rows: DataFrame) -> DataFrame:
@@ -323,19 +329,26 @@ def unwrapped(exc: BaseException) -> BaseException:
 
 def task_sort_budget(spark: SparkSession, pipeline_budget: int) -> int:
     """The external-sort memory of each task of ``update_pipeline``: the
-    pipeline's ``sort_budget``, at most half of one task's share of its
-    executor's memory (``spark.executor.pyspark.memory`` if set, which
-    bounds the Python workers, else ``spark.executor.memory``, 1 GiB by
-    default; divided by ``spark.executor.cores``, 1 by default), and at
-    least 16 MiB."""
-    conf = spark.sparkContext.getConf()
-    memory = conf.get("spark.executor.pyspark.memory") or conf.get("spark.executor.memory") or "1g"
+    pipeline's ``sort_budget``, capped at half of one task's share of its
+    executor's memory (but never capped below 16 MiB). The memory is
+    ``spark.executor.pyspark.memory`` if set (it bounds the Python
+    workers), else ``spark.executor.memory`` (1 GiB by default; on a local
+    master, the driver's); a number without a unit is MiB, as Spark reads
+    it. The tasks sharing it: ``spark.executor.cores``, else on a local
+    master the number of task slots, else 1."""
+    sc = spark.sparkContext
+    conf = sc.getConf()
+    local = (sc.master or "").startswith("local")
+    names = ["spark.executor.pyspark.memory", "spark.executor.memory"] + (["spark.driver.memory"] if local else [])
+    memory = next((conf.get(n) for n in names if conf.get(n)), None) or "1g"
     try:
-        cores = max(1, int(conf.get("spark.executor.cores") or "1"))
-        total = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(memory))  # type: ignore[union-attr]
+        mib = int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsMb(memory))  # type: ignore[union-attr]
+        given_cores = conf.get("spark.executor.cores")
+        cores = int(given_cores) if given_cores else (sc.defaultParallelism if local else 1)
     except Exception:  # noqa: BLE001 - an unreadable setting: the pipeline's budget stands
         return pipeline_budget
-    return max(16 << 20, min(pipeline_budget, total // cores // 2))
+    cap = max(16 << 20, (mib << 20) // max(1, cores) // 2)
+    return min(pipeline_budget, cap)
 
 
 def checked_budget(sort_budget: int | None) -> int | None:

@@ -155,8 +155,12 @@ class _SparkStages(SparkNodes):
             # On disk, one cached batch in memory at a time: an executor's
             # heap need not hold a task's output (it does not, for a large group).
             mapped = mapped.persist(StorageLevel.DISK_ONLY)
-            samples = [r["meta"] for r in mapped.where(f"kind = {_SAMPLES}").select("meta").collect()]
-        targets = _core.pipeline_ranges_from_samples(task.stage_view, samples, MAX_RANGES)
+            try:
+                samples = [r["meta"] for r in mapped.where(f"kind = {_SAMPLES}").select("meta").collect()]
+                targets = _core.pipeline_ranges_from_samples(task.stage_view, samples, MAX_RANGES)
+            except BaseException:
+                mapped.unpersist()
+                raise
         return targets, mapped
 
     def _unchanged(self, task: StageTask) -> StageDone:

@@ -9,12 +9,13 @@ source key ``one = 0``. One stage re-keys them by ``user``, batched (a
 The source's rows are written to Parquet, read by Spark as the change, and
 the pipeline built on a ``local-cluster[1,1,1024]`` master (one executor
 JVM of 1 GiB, one core: one Python worker, reused by every task), with
-``sort_budget=64 MiB``.
+``sort_budget=64 MiB``; then updated with the whole group sent again with
+new values.
 
-Printed: the time, the version committed (or the error), the rows of the
-stage, and the peak RSS of the executor's Python worker (its ``ru_maxrss``,
-collected by a last one-task job on the same reused worker) and of the
-driver's Python (this process).
+Printed for the build and the update: the time, the version committed
+(or the error), the rows of the stage, and the peak RSS so far of the
+executor's Python worker (its ``ru_maxrss``, collected by a one-task job
+on the same reused worker) and of the driver's Python (this process).
 
     python benches/constant_key_spark.py [batched|row] [rows]     # default: batched 6000000
 """
@@ -45,8 +46,8 @@ VALUES = [f"c{i}" for i in range(8)]
 SCHEMA = pa.schema([("one", pa.int64()), ("user", pa.int64())] + [(c, pa.int64()) for c in VALUES])
 
 
-def write_rows(path: Path, count: int) -> None:
-    rng = np.random.default_rng(1)
+def write_rows(path: Path, count: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
     with pq.ParquetWriter(path, SCHEMA) as w:
         for start in range(0, count, B):
             m = min(B, count - start)
@@ -102,25 +103,30 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(dir="/tmp") as d:
-            src = Path(d) / "rows.parquet"
-            write_rows(src, n)
             p = declare(pds.open_store(Path(d, "lake").as_uri()))
-            t0 = time.time()
-            error = None
-            try:
-                version = pds.spark.update_pipeline(spark, p, {"src": spark.read.parquet(str(src))})
-            except Exception as exc:  # noqa: BLE001 - reported, not raised
-                version, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            secs = time.time() - t0
-            peaks = spark.range(1).repartition(1).mapInArrow(worker_peak, "pid long, peak_mib double").collect()
-            driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            rows = p.read("s").num_rows if version else 0  # after the peaks: this read holds the stage here
-            print(
-                f"form={form} rows={n} sort_budget={BUDGET >> 20}MiB executor=local-cluster[1,1,1024] "
-                f"seconds={secs:.1f} version={version} stage_rows={rows} "
-                f"worker_peak_rss={[round(r.peak_mib) for r in peaks]}MiB driver_peak_rss={driver:.0f}MiB"
-                + (f" error={error}" if error else "")
-            )
+            # The build, then an update re-sending the whole group with new values.
+            for step, seed in (("build", 1), ("update", 2)):
+                src = Path(d) / f"rows-{step}.parquet"
+                write_rows(src, n, seed)
+                t0 = time.time()
+                error = None
+                try:
+                    version = pds.spark.update_pipeline(spark, p, {"src": spark.read.parquet(str(src))})
+                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    version, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                secs = time.time() - t0
+                peaks = spark.range(1).repartition(1).mapInArrow(worker_peak, "pid long, peak_mib double").collect()
+                driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                rows = p.read("s").num_rows if version else 0  # after the peaks: this read holds the stage here
+                print(
+                    f"{step}: form={form} rows={n} sort_budget={BUDGET >> 20}MiB "
+                    f"executor=local-cluster[1,1,1024] seconds={secs:.1f} version={version} stage_rows={rows} "
+                    f"worker_peak_rss_so_far={[round(r.peak_mib) for r in peaks]}MiB "
+                    f"driver_peak_rss_so_far={driver:.0f}MiB" + (f" error={error}" if error else ""),
+                    flush=True,
+                )
+                if error:
+                    break
     finally:
         spark.stop()
 

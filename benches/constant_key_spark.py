@@ -16,22 +16,30 @@ Printed for the build and the update: the time, the version committed
 (or the error), the rows of the stage, and the peak RSS so far of the
 executor's Python worker (its ``ru_maxrss``, collected by a one-task job
 on the same reused worker) and of the driver's Python (this process).
+Then, per Spark stage that ran, the largest RSS any Python worker had
+while it ran (a thread here samples the workers' RSS every 50 ms and the
+stages the status tracker lists as active), to tell which phase holds
+the memory: the map tasks (``Produce``, the key-mappings rewrite) or the
+reduce tasks (the content rewrite).
 
     python benches/constant_key_spark.py [batched|row] [rows]     # default: batched 6000000
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -84,6 +92,53 @@ def worker_peak(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     )
 
 
+class StageRss:
+    """Samples, every 50 ms, the RSS of every PySpark Python worker on the machine
+    (``pyspark.daemon``'s forks) and the Spark stages active meanwhile;
+    keeps each stage's largest worker RSS."""
+
+    def __init__(self, spark: Any) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.peaks: dict[int, float] = {}
+        self.names: dict[int, str] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _workers() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+                found.append(proc)
+        return found
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.05):
+            try:
+                stages = list(self.tracker.getActiveStageIds())
+                rss = 0.0
+                for proc in self._workers():
+                    with contextlib.suppress(psutil.Error):
+                        rss = max(rss, proc.memory_info().rss / 2**20)
+                for sid in stages:
+                    self.peaks[sid] = max(self.peaks.get(sid, 0.0), rss)
+                    if sid not in self.names:
+                        info = self.tracker.getStageInfo(sid)
+                        self.names[sid] = f"{info.name} ({info.numTasks} tasks)" if info else "?"
+            except Exception:  # noqa: BLE001 - a sampler; the session may be stopping
+                pass
+
+    def report(self) -> str:
+        lines = [
+            f"    stage {sid}: {self.names.get(sid, '?')}: worker peak {peak:.0f} MiB"
+            for sid, peak in sorted(self.peaks.items())
+        ]
+        self.peaks.clear()
+        return "\n".join(lines)
+
+
 def main() -> None:
     from pyspark.sql import SparkSession
 
@@ -101,6 +156,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    sampler = StageRss(spark)
     try:
         with tempfile.TemporaryDirectory(dir="/tmp") as d:
             p = declare(pds.open_store(Path(d, "lake").as_uri()))
@@ -125,9 +181,11 @@ def main() -> None:
                     f"driver_peak_rss_so_far={driver:.0f}MiB" + (f" error={error}" if error else ""),
                     flush=True,
                 )
+                print(sampler.report(), flush=True)
                 if error:
                     break
     finally:
+        sampler.stop.set()
         spark.stop()
 
 

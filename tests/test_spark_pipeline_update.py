@@ -402,7 +402,7 @@ def test_spark_and_local_updates_alternate_on_seaweedfs(spark: SparkSession, sea
     alternate(spark, url, seaweed.store_options(), updates=2)
 
 
-# -- 3. errors before any write ----------------------------------------------------
+# -- 3. errors leave nothing --------------------------------------------------------
 
 
 @pytest.mark.spec("F")
@@ -774,10 +774,11 @@ def test_source_changes_are_applied_by_tasks_per_key_range(
 
 
 @pytest.mark.spec("F")
-def test_bad_source_changes_raise_the_local_errors_before_any_write(spark: SparkSession, tmp_path: Path) -> None:
+def test_bad_source_changes_raise_the_local_errors_and_leave_nothing(spark: SparkSession, tmp_path: Path) -> None:
     """A null key, a value its column cannot hold exactly, a column of the
     wrong type and a key both upserted and deleted: the error and message
-    Pipeline.update gives, with nothing written."""
+    Pipeline.update gives, nothing committed and nothing left (the rows are
+    checked by the tasks that apply them: what they wrote is removed)."""
     url = (tmp_path / "lake").as_uri()
     root = tmp_path / "lake" / "pipelines" / "bad"
     p = declare(url, "pipelines/bad")

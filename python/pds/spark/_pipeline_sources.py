@@ -1,32 +1,35 @@
-"""A pipeline's source changes on Spark: checked by Spark jobs that write
-nothing, then shuffled by source-key range and applied by one task per
-range (see :mod:`pds.spark._pipeline_update` for the whole update).
+"""A pipeline's source changes on Spark: shuffled by source-key range
+and applied by one task per range, the rows checked as they are read
+(see :mod:`pds.spark._pipeline_update` for the whole update).
 
-1. **check** (:meth:`SparkSources.check`, before the update writes
-   anything): on the driver, the columns and their types from each
-   DataFrame's schema (deletes hold only the key columns); then one Spark job per changed source that conforms
-   every Arrow batch as :meth:`pds.Pipeline.update` conforms a table
-   (:func:`pds.producers.pipeline.conform_table`: a null key, a value its
-   column cannot hold exactly), counts the rows and samples keys; and, for
-   a source given both upserts and deletes, a semi-join of their keys
-   (``limit(1)``) for a key both upserted and deleted. The errors are the
-   local ones (``SchemaMismatch``, ``ValueError``) with the local messages
-   (a count of nulls is the first failing batch's). A source whose
-   DataFrames hold no row is left out, as locally.
+1. **check** (:meth:`SparkSources.check`, before any task runs): on the
+   driver, the columns and their types from each DataFrame's schema
+   (deletes hold only the key columns), for every source; a source whose
+   DataFrames hold no row is left out, as locally (a ``limit(1)`` job);
+   for a source the pipeline stores nothing of yet, keys are sampled by
+   Spark (each row with probability 1 / ``target_rows``, read by the JVM)
+   to plan its ranges.
 2. **apply** (:meth:`SparkSources.__call__`, in the update's node order):
    the source's key ranges are cut at its stored content parts'
-   boundaries; for a first build (nothing stored), from the keys the check
-   sampled (about one every ``target_rows`` rows, so a range's task writes
-   about one part; at most :data:`MAX_RANGES` ranges). A ``mapInArrow``
-   tags each batch of the changes with the range of each key, Spark's
-   shuffle brings each range's rows to one task, and the task applies them
-   to the range's content parts only (``pipeline_apply_source_range``: it
-   sorts them and cuts them into parts). The driver stitches the ranges'
-   results into the source's new state (untouched parts kept by
-   reference). No row of the change passes through the driver.
+   boundaries; for a first build, from the sampled keys (a range's task
+   writes about one part; at most :data:`MAX_RANGES` ranges). A
+   ``mapInArrow`` conforms each batch of the changes as
+   :meth:`pds.Pipeline.update` conforms a table
+   (:func:`pds.producers.pipeline.conform_table`: ``SchemaMismatch`` for a
+   null key or a value its column cannot hold exactly) and tags its rows
+   with the range of each key; Spark's shuffle brings each range's rows to
+   one task, and the task applies them to the range's content parts only
+   (``pipeline_apply_source_range``: ``ValueError`` for a key both
+   upserted and deleted; it sorts the upserts and cuts them into parts).
+   The driver stitches the ranges' results into the source's new state
+   (untouched parts kept by reference). No row of the change passes
+   through the driver, and the change is read once (twice for a first
+   build, whose keys are sampled first: cache a DataFrame that is costly
+   to compute).
 
-The changes are read twice (check, apply): cache a DataFrame that is
-costly to compute.
+A failed check in a task fails the update as locally for a stream: with
+the local error and message, nothing committed, and what the update wrote
+removed.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, functions
 
 from pds import _core
@@ -60,7 +62,7 @@ from pds.spark._workers import explain_worker_failure
 
 __all__ = ["SourceChange", "SparkSources", "frames"]
 
-_UPSERTED, _DELETED, _COUNTED, _SAMPLED, _FAILED, _APPLIED = 0, 1, 2, 3, 4, 5
+_UPSERTED, _DELETED, _APPLIED = 0, 1, 2
 
 Frames = tuple[DataFrame | None, DataFrame | None]
 
@@ -130,33 +132,6 @@ def _check_types(df: DataFrame, schema: pa.Schema, what: str) -> None:
             raise
 
 
-class _Check:
-    """One source's upserts or deletes checked in a task (no write): each
-    batch conformed as locally; the rows counted; with *every*, keys
-    sampled (each row with probability 1/*every*, whatever the input's
-    partitioning). A failure is handed back as a row, not raised."""
-
-    def __init__(self, view: str, schema: pa.Schema, what: str, kind: int, every: int | None) -> None:
-        self.view, self.schema, self.what, self.kind, self.every = view, schema, what, kind, every
-
-    def __call__(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = 0
-        for b in given:
-            try:
-                t = conform_table(pa.Table.from_batches([b]), self.schema, self.what)
-            except SchemaMismatch as e:
-                yield out(_FAILED, self.kind, None, str(e))
-                return
-            assert t is not None
-            rows += t.num_rows
-            if self.every and t.num_rows:
-                picked = pc.indices_nonzero(pc.less(pc.random(t.num_rows), 1.0 / self.every))
-                if len(picked):
-                    keys = t.take(picked).combine_chunks().to_batches()[0]
-                    yield out(_SAMPLED, self.kind, None, _core.pipeline_key_samples(self.view, keys, 1))
-        yield out(_COUNTED, self.kind, None, str(rows))
-
-
 class _SourceTasks:
     """One source's apply phase, pickled to the tasks: tag the changes'
     rows with their key range, then apply each range's rows."""
@@ -205,53 +180,30 @@ class SparkSources(SparkNodes):
     def _group(self, name: str) -> str:
         return f"pds-pipeline-{self.job}-{name}"
 
-    def _check_rows(self, name: str, ups: DataFrame | None, dels: DataFrame | None) -> tuple[int, int, list[str]]:
-        """The Spark job checking a source's rows: (upserted rows, deleted
-        keys, key samples); ``SchemaMismatch`` as locally (deletes' first).
-        Keys are sampled only for a source the pipeline (as last read)
-        stores nothing of: a stored one's ranges follow its parts."""
+    def _samples(self, name: str, ups: DataFrame) -> list[str]:
+        """Keys sampled from a first build's upserts (each row with
+        probability 1 / ``target_rows``, by Spark's ``sample``: the JVM
+        reads them, no Python worker), as JSON texts for
+        ``pipeline_ranges_from_samples``. Null keys are left out; where a
+        sampled key does not fit the source's key columns, none is kept
+        (one range): the apply tasks raise that row's error."""
         node = self.p._source_node(name)
         view = json.dumps(self.p._view(name, self.p._declared, {}))
-        stored = ((self.p._manifest.get("nodes") or {}).get(name) or {}).get("content")
-        every = None if stored else max(1, self.p._target_rows)
-        checks = []
-        if dels is not None:
-            checks.append(
-                _columns(dels, node.key).mapInArrow(
-                    _Check(view, node.key, f"source {name!r} deletes", _DELETED, None), ROWS
-                )
-            )
-        if ups is not None:
-            schema = node.public_schema
-            checks.append(
-                _columns(ups, schema).mapInArrow(
-                    _Check(view, schema, f"source {name!r} upserts", _UPSERTED, every), ROWS
-                )
-            )
-        rows = self._run(name, "check", lambda: functools.reduce(DataFrame.union, checks).collect())
-        failed = sorted((r["range"] != _DELETED, r["meta"]) for r in rows if r["kind"] == _FAILED)
-        if failed:
-            raise SchemaMismatch(failed[0][1])
-        counts = {_UPSERTED: 0, _DELETED: 0}
-        for r in rows:
-            if r["kind"] == _COUNTED:
-                counts[r["range"]] += int(r["meta"])
-        samples = [r["meta"] for r in rows if r["kind"] == _SAMPLED]
-        return counts[_UPSERTED], counts[_DELETED], samples
+        every = max(1, self.p._target_rows)
+        keys = _columns(ups, node.key).dropna()
+        picked = self._run(name, "sample", lambda: keys.sample(fraction=min(1.0, 1.0 / every), seed=17).toArrow())
+        try:
+            conformed = conform_table(picked, node.key, f"source {name!r} upserts")
+        except SchemaMismatch:
+            return []
+        if conformed is None or not conformed.num_rows:
+            return []
+        return [_core.pipeline_key_samples(view, b, 1) for b in conformed.to_batches() if b.num_rows]
 
-    def _check_both(self, name: str, ups: DataFrame, dels: DataFrame) -> None:
-        """``ValueError`` as locally for a key both upserted and deleted
-        (a Spark semi-join of the keys, stopped at the first)."""
-        node = self.p._source_node(name)
-        keys = node.key_names
-        found = self._run(
-            name,
-            "check",
-            lambda: _columns(ups, node.key).join(_columns(dels, node.key), on=keys, how="left_semi").limit(1).toArrow(),
-        )
-        if found.num_rows:
-            one = conform_table(found, node.key, f"source {name!r} upserts")
-            _core.pipeline_check_changes(keys, one, one)  # the local error and message
+    def _empty(self, name: str, frames: list[DataFrame]) -> bool:
+        """Whether every one of *frames* holds no row (a ``limit(1)`` job
+        each, stopped at the first row)."""
+        return all(self._run(name, "check", df.isEmpty) for df in frames)
 
     def _run(self, name: str, what: str, job: Any) -> Any:
         """A check job (it writes nothing) under the source's job group."""
@@ -265,13 +217,15 @@ class SparkSources(SparkNodes):
             raise
 
     def check(self, given: Mapping[str, Frames]) -> dict[str, SourceChange]:
-        """Every source's changes checked as :meth:`pds.Pipeline.update`
-        checks them, before any write: an unknown source, deletes with a
-        column that is not a key column, a missing column, a type no value
-        of which fits (on the driver, from the schemas, for every source
-        before any Spark job); a null key, a value its column cannot hold
-        exactly, a key both upserted and deleted (Spark jobs that write
-        nothing). Sources whose changes hold no row are left out."""
+        """Every source's changes checked as far as the DataFrames' schemas
+        tell, for every source before any Spark job: an unknown source,
+        deletes with a column that is not a key column, a missing column, a
+        type no value of which fits. Sources whose changes hold no row are
+        left out (a ``limit(1)`` job). For a source the pipeline stores
+        nothing of yet, keys are sampled to plan its ranges. The rows
+        themselves (a null key, a value its column cannot hold exactly, a
+        key both upserted and deleted) are checked by the apply tasks as
+        they read them, so the change is read once."""
         for name, (ups, dels) in given.items():  # on the driver, every source before any job
             node = self.p._source_node(name)
             if dels is not None:
@@ -282,19 +236,16 @@ class SparkSources(SparkNodes):
         checked: dict[str, SourceChange] = {}
         for name, (ups, dels) in given.items():
             node = self.p._source_node(name)
-            if ups is None and dels is None:
+            picked_ups = None if ups is None else _columns(ups, node.public_schema)
+            picked_dels = None if dels is None else _columns(dels, node.key)
+            frames = [f for f in (picked_ups, picked_dels) if f is not None]
+            if not frames:
                 continue
-            upserted, deleted, samples = self._check_rows(name, ups, dels)
-            ups = ups if upserted else None
-            dels = dels if deleted else None
-            if ups is not None and dels is not None:
-                self._check_both(name, ups, dels)
-            if ups is not None or dels is not None:
-                checked[name] = SourceChange(
-                    None if ups is None else _columns(ups, node.public_schema),
-                    None if dels is None else _columns(dels, node.key),
-                    samples,
-                )
+            stored = ((self.p._manifest.get("nodes") or {}).get(name) or {}).get("content")
+            samples = [] if stored or picked_ups is None else self._samples(name, picked_ups)
+            if not samples and self._empty(name, frames):
+                continue
+            checked[name] = SourceChange(picked_ups, picked_dels, samples)
         return checked
 
     def __call__(self, task: SourceTask, created: list[str]) -> str:

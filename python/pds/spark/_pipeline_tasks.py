@@ -46,6 +46,7 @@ __all__ = [
     "ipc",
     "out",
     "split",
+    "task_rows",
     "task_sort_budget",
     "unwrapped",
 ]
@@ -130,7 +131,7 @@ class RangeRows:
         """``RuntimeError`` if rows of this range are left unread after its
         merge returned: never commit a range without all of its rows."""
         row = self._rows.peek()
-        if row is not None and row[1] == self.rng and row[0] in (self._streamed_kind,):
+        if row is not None and row[1] == self.rng and row[0] == self._streamed_kind:
             raise RuntimeError(f"pds: key range {self.rng}'s merge returned before reading all of its rows")
 
 
@@ -150,7 +151,9 @@ class _Peekable:
         return row
 
 
-def _rows(given: Iterator[pa.RecordBatch]) -> Iterator[Row4]:
+def task_rows(given: Iterator[pa.RecordBatch]) -> Iterator[Row4]:
+    """The rows of a task's input of :data:`ROWS`, as ``(kind, range,
+    payload, meta)`` tuples, as they are read."""
     for b in given:
         yield from zip(
             b.column("kind").to_pylist(),
@@ -170,7 +173,7 @@ def by_range_in_order(
     :class:`RangeRows`, whose stream must be read to its end before the
     next item is asked for (``RuntimeError`` otherwise). Memory: the held
     rows and one input batch."""
-    rows = _Peekable(_rows(given))
+    rows = _Peekable(task_rows(given))
     done: set[int] = set()
     while (row := rows.peek()) is not None:
         if row[0] not in (held_kind, streamed_kind):
@@ -209,6 +212,8 @@ _TASK_ERROR = re.compile(
     r"pds\.(?:producers\.errors\.(?P<produce>ProduceError)(?:\[(?P<cls>\w+)\])?|errors\.(?P<schema>SchemaMismatch)): "
     r"(?P<message>[^\n]*)"
 )
+#: A source-apply task's ``ValueError`` for a key both upserted and deleted (the Rust check's words).
+_BOTH = re.compile(r"^ValueError: (?P<message>key .* is both upserted and deleted in one update: .*)$", re.MULTILINE)
 #: A ``ProduceError``'s message: ``stage 'n' failed on key K: Class: error``, or
 #: ``failed on keys A … B`` for a batched call (:func:`pds.producers.errors.produce_error`).
 _PRODUCE = re.compile(r"^stage '(?P<stage>[^']*)' failed on (?P<keys>keys?) (?P<rest>.*)$")
@@ -304,11 +309,15 @@ def unwrapped(exc: BaseException) -> BaseException:
     naming the stage and the key (a batched call: its first and last keys,
     ``key`` and ``last_key``; each as Python reads its repr back, else the
     repr), also an instance of the user's exception class where that is a
-    built-in one (``except ZeroDivisionError`` catches it); a store error
+    built-in one (``except ZeroDivisionError`` catches it); ``ValueError``
+    for a key a source's change both upserts and deletes; a store error
     (``remote_store.BackendUnavailable``, say) as its own class, with its
     message and path; else *exc*."""
     found = _TASK_ERROR.search(str(exc))
     if found is None:
+        both = _BOTH.search(str(exc))
+        if both is not None:
+            return ValueError(both.group("message"))
         return _store_error(str(exc)) or exc
     message = found.group("message")
     if found.group("schema"):

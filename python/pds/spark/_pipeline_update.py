@@ -1,7 +1,7 @@
 """Updating a pipeline on Spark: each stage's update split into tasks by key range.
 
-The driver runs the update as :meth:`pds.Pipeline.update` does (same checks
-before any write, same stage order, one commit by compare-and-swap), but
+The driver runs the update as :meth:`pds.Pipeline.update` does (the same
+errors, same stage order, one commit by compare-and-swap), but
 hands each stage to Spark in two phases with a shuffle between them:
 
 1. **map**: one task per *source*-key range, aligned with the stage's
@@ -24,14 +24,14 @@ The driver then stitches the ranges' parts into the stage's new state (the
 untouched parts kept by reference) and goes on to the next node.
 
 Sources are checked and applied by Spark too (see
-:mod:`pds.spark._pipeline_sources`): before anything is written, the
-driver checks each change's columns and types from its schema and Spark
-jobs that write nothing check its rows (null keys, inexact values, a key
-both upserted and deleted); then, in node order, each source's changes
-are tagged with their source-key range (aligned with its stored content
-parts; for a first build, planned from sampled keys), shuffled by range,
-and applied by one task per range. No row of a change passes through the
-driver. Merges are updated on the driver (``pipeline_merge_update``: the
+:mod:`pds.spark._pipeline_sources`): before any Spark job, the driver
+checks each change's columns and types from its schema; then, in node
+order, each source's changes are tagged with their source-key range
+(aligned with its stored content parts; for a first build, planned from
+keys Spark sampled), shuffled by range, and applied by one task per
+range, which checks the rows as it reads them (null keys, inexact values,
+a key both upserted and deleted). No row of a change passes through the
+driver, and an update reads its change once. Merges are updated on the driver (``pipeline_merge_update``: the
 Rust core reads the feeders' update parts and writes the merge's; rows do
 not pass through Python, and the cost follows the change). The version is
 committed once.
@@ -65,6 +65,7 @@ from pds.spark._pipeline_tasks import (
     by_range_in_order,
     checked_budget,
     in_range_order,
+    task_rows,
 )
 from pds.spark._pipeline_tasks import ROWS as _ROWS
 from pds.spark._pipeline_tasks import batches as _batches
@@ -109,18 +110,12 @@ class _Phases:
 
     def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Tag rows held back until the target ranges were planned."""
-        for b in batches:
-            for kind, payload, meta in zip(
-                b.column("kind").to_pylist(),
-                b.column("payload").to_pylist(),
-                b.column("meta").to_pylist(),
-                strict=True,
-            ):
-                if kind == _MAPPED:
-                    yield _out(_MAPPED, -1, None, meta)
-                elif kind in (_EMITTED, _REMOVED):
-                    for part in _batches(payload):
-                        yield from _split(part, self.task.stage_view, self.targets, kind)
+        for kind, _, payload, meta in task_rows(batches):
+            if kind == _MAPPED:
+                yield _out(_MAPPED, -1, None, meta)
+            elif kind in (_EMITTED, _REMOVED):
+                for part in _batches(payload or b""):
+                    yield from _split(part, self.task.stage_view, self.targets, kind)
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each target range's rows (sorted by range: :func:`in_range_order`)
@@ -239,10 +234,12 @@ def update_pipeline(
             else ``spark.executor.memory``, divided by
             ``spark.executor.cores``), and at least 16 MiB.
 
-    Raises what :meth:`pds.Pipeline.update` raises, before any write where
-    it does so: ``ValueError`` (a key both upserted and deleted, an unknown
-    source), ``pds.SchemaMismatch`` (deletes with a column that is not a
-    key column, before any Spark job), ``pds.ProduceError`` (naming the
+    Raises what :meth:`pds.Pipeline.update` raises for changes given as
+    streams: ``ValueError`` (an unknown source, before any Spark job; a
+    key both upserted and deleted), ``pds.SchemaMismatch`` (deletes with a
+    column that is not a key column, a missing column or a type no value
+    of which fits, before any Spark job; a null key or a value its column
+    cannot hold exactly, found by the tasks as they read the rows), ``pds.ProduceError`` (naming the
     stage and the key; a batched ``Produce``: the first and last keys of
     its call, as ``key`` and ``last_key``), ``pds.CommitConflict`` (nothing of this update committed),
     ``pds.CommitUnknown``; and :class:`pds.spark.SparkWorkerError` when the

@@ -62,7 +62,7 @@ from pds.spark._workers import explain_worker_failure
 
 __all__ = ["SourceChange", "SparkSources", "frames"]
 
-_UPSERTED, _DELETED, _APPLIED = 0, 1, 2
+_UPSERTED, _DELETED, _APPLIED, _SAMPLED = 0, 1, 2, 3
 
 Frames = tuple[DataFrame | None, DataFrame | None]
 
@@ -132,6 +132,24 @@ def _check_types(df: DataFrame, schema: pa.Schema, what: str) -> None:
             raise
 
 
+class _Sampled:
+    """Sampled keys (the JVM sampled the rows), conformed to the source's
+    key columns and encoded for range planning in a task."""
+
+    def __init__(self, view: str, key: pa.Schema, what: str) -> None:
+        self.view, self.key, self.what = view, key, what
+
+    def __call__(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in given:
+            try:
+                t = conform_table(pa.Table.from_batches([b]), self.key, self.what)
+            except SchemaMismatch:  # the apply tasks raise it, naming the row's column
+                continue
+            for c in [] if t is None else t.combine_chunks().to_batches():
+                if c.num_rows:
+                    yield out(_SAMPLED, 0, None, _core.pipeline_key_samples(self.view, c, 1))
+
+
 class _SourceTasks:
     """One source's apply phase, pickled to the tasks: tag the changes'
     rows with their key range, then apply each range's rows."""
@@ -183,22 +201,18 @@ class SparkSources(SparkNodes):
     def _samples(self, name: str, ups: DataFrame) -> list[str]:
         """Keys sampled from a first build's upserts (each row with
         probability 1 / ``target_rows``, by Spark's ``sample``: the JVM
-        reads them, no Python worker), as JSON texts for
-        ``pipeline_ranges_from_samples``. Null keys are left out; where a
-        sampled key does not fit the source's key columns, none is kept
-        (one range): the apply tasks raise that row's error."""
+        reads every row, Python only the sampled keys), as JSON texts for
+        ``pipeline_ranges_from_samples``. Null keys are left out, and so is
+        a batch of sampled keys that does not fit the source's key columns:
+        the apply tasks raise that row's error."""
         node = self.p._source_node(name)
         view = json.dumps(self.p._view(name, self.p._declared, {}))
         every = max(1, self.p._target_rows)
         keys = _columns(ups, node.key).dropna()
-        picked = self._run(name, "sample", lambda: keys.sample(fraction=min(1.0, 1.0 / every), seed=17).toArrow())
-        try:
-            conformed = conform_table(picked, node.key, f"source {name!r} upserts")
-        except SchemaMismatch:
-            return []
-        if conformed is None or not conformed.num_rows:
-            return []
-        return [_core.pipeline_key_samples(view, b, 1) for b in conformed.to_batches() if b.num_rows]
+        picked = keys.sample(fraction=min(1.0, 1.0 / every), seed=17)
+        sampler = _Sampled(view, node.key, f"source {name!r} upserts")
+        rows = self._run(name, "sample", lambda: picked.mapInArrow(sampler, ROWS).collect())
+        return [r["meta"] for r in rows if r["kind"] == _SAMPLED]
 
     def _empty(self, name: str, frames: list[DataFrame]) -> bool:
         """Whether every one of *frames* holds no row (a ``limit(1)`` job

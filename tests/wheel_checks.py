@@ -11,7 +11,7 @@ the source tree. Each check raises (exit code 1) on the first failure.
   error naming their extras.
 - ``spark``: ``pds.spark`` and ``pyspark_pds`` import; the mapInArrow helpers
   run a local[1] Spark job (write, read with ``engine="spark"``, upsert on
-  a table, a pipeline update); on PySpark >= 4.0 ``format("pds")`` reads
+  a table, a pipeline update, one refused for a column's type); on PySpark >= 4.0 ``format("pds")`` reads
   and writes, on 3.5 the data source entry points raise
   ``SparkVersionError`` naming the helpers, and Spark itself does not find
   ``format("pds")``.
@@ -145,6 +145,14 @@ def spark(root: Path) -> None:
 
     pds.spark.update_pipeline(session, p, {"events": df.selectExpr("id", "user", "id * 2 AS n")})
     assert p.read("per_user").num_rows == 50
+    # A column of a type no value of which fits: SchemaMismatch naming the column, before any write.
+    refused = ""
+    try:
+        pds.spark.update_pipeline(session, p, {"events": df.selectExpr("id", "user", "concat('x', id) AS n")})
+    except pds.SchemaMismatch as e:
+        refused = str(e)
+    assert "'n'" in refused, f"a string column for an int64 value: {refused!r}"
+    assert p.refresh() == 1
 
     if modern:
         import pyspark_pds  # noqa: F401

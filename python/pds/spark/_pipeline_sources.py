@@ -127,9 +127,21 @@ def _check_types(df: DataFrame, schema: pa.Schema, what: str) -> None:
         try:
             conform_table(empty, one, what)
         except SchemaMismatch:
-            first = picked.where(functions.col(f"`{f.name}`").isNotNull()).select(f"`{f.name}`").limit(1).toArrow()
+            first = _first_value(picked, f.name, arrow.field(f.name).type)
             conform_table(first if first.num_rows else empty, one, what)
             raise
+
+
+def _first_value(df: DataFrame, name: str, arrow_type: pa.DataType) -> pa.Table:
+    """The first non-null value of *df*'s column *name* (a one-row Spark
+    job), as a table of that column (no row if it holds none). PySpark 3.5
+    has no ``DataFrame.toArrow``: there the value comes through Python,
+    typed as the column's Arrow form."""
+    one = df.where(functions.col(f"`{name}`").isNotNull()).select(f"`{name}`").limit(1)
+    if hasattr(one, "toArrow"):
+        table: pa.Table = one.toArrow()
+        return table
+    return pa.table({name: pa.array([r[0] for r in one.collect()], arrow_type)})
 
 
 class _Sampled:

@@ -30,6 +30,8 @@ use crate::parquet::decode::{decode_bytes, ReadOptions};
 use crate::parquet::encode::EncodeOptions;
 use crate::store::StoreHandle;
 
+mod streamed;
+
 /// Parts fetched at once by lookups and scans.
 const FETCH_AHEAD: usize = 4;
 
@@ -847,9 +849,13 @@ impl Layout {
             }
             return Ok(());
         }
-        let mut add_split = Splitter::new(adds, self.encoder(&self.cut_key)?);
+        let add_split = Arc::new(std::sync::Mutex::new(Splitter::new(
+            adds,
+            self.encoder(&self.cut_key)?,
+        )));
         let bounds = last_key_rows(parts, &self.schema, &self.cut_key)?;
-        let remove_enc = match &remove {
+        let remove = Arc::new(remove);
+        let remove_enc = match &*remove {
             Remove::Keys { key, .. } => Some(self.encoder(key)?),
             Remove::Nothing => None,
         };
@@ -889,7 +895,6 @@ impl Layout {
             let j = unit.start;
             let unit = &parts[unit];
             let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
-            let adds_j = add_split.take_until(bound)?;
             let touch_j = touch_split.take_until(bound)?;
             let has = |v: &[RecordBatch]| v.iter().any(|b| b.num_rows() > 0);
             // The derived leading values within the unit's range.
@@ -902,6 +907,30 @@ impl Layout {
                 }
                 _ => &[],
             };
+            let lock = || add_split.lock().map_err(|_| Error::Task("poisoned".into()));
+            if unit.len() > 1 && lead.is_empty() {
+                // A key spanning parts: rewritten as a stream, whatever its size.
+                let (first, _) = lock()?.take_until_limit(bound, 1)?;
+                let any_add = has(&first);
+                lock()?.unread(first);
+                if !any_add && !has(&touch_j) {
+                    out.parts.extend(unit.iter().cloned());
+                    continue;
+                }
+                let change = streamed::UnitChange {
+                    unit,
+                    touch: &touch_j,
+                    adds: add_split.clone(),
+                    bound: bound.map(|r| r.owned()),
+                    remove: remove.clone(),
+                    collect_removed,
+                    select,
+                    name: format!("{prefix}-s{j:05}"),
+                };
+                self.rewrite_unit_streamed(change, &mut pending, &mut flush, out)?;
+                continue;
+            }
+            let adds_j = lock()?.take_until(bound)?;
             if !has(&adds_j) && !has(&touch_j) && lead.is_empty() {
                 out.parts.extend(unit.iter().cloned());
                 continue;
@@ -952,7 +981,7 @@ impl Layout {
                 let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
                 let (old_w, n_w) = old.take(&wanted)?;
                 // Removed rows lie in touched values (see [`Change::touch`]).
-                let (kept, removed) = match (&remove, &remove_enc) {
+                let (kept, removed) = match (&*remove, &remove_enc) {
                     (Remove::Keys { set, .. }, Some(enc)) => {
                         filter_by_keys(&old_w, enc, set, false)?
                     }
@@ -1270,7 +1299,7 @@ fn sorted_keys(lists: &[(&[RecordBatch], &KeyEncoder)]) -> Result<Vec<Box<[u8]>>
 }
 
 /// The distinct rows of `keys` whose key is not in `present`, in order.
-fn missing(
+pub(super) fn missing(
     keys: &[RecordBatch],
     encoder: &KeyEncoder,
     present: &KeySet,

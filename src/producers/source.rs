@@ -30,6 +30,28 @@ fn deleted_set(key: &[String], deletes: &[RecordBatch]) -> Result<super::keys::K
 
 /// `InvalidArgument` if a key of `batch` is in `deleted` (the seed allows
 /// a deletion or upserts per key, not both).
+/// The distinct rows of `keys` (a batch of key columns), copied: a
+/// column taken from a batch that came through the C Data Interface
+/// keeps every column of that batch alive, and a change's keys are kept
+/// until the change is applied.
+fn distinct_copy(keys: &RecordBatch, encoder: &KeyEncoder) -> Result<RecordBatch> {
+    let rows = encoder.rows(keys)?;
+    let mut seen = super::keys::key_set_new();
+    let mut at = Vec::new();
+    for i in 0..rows.num_rows() {
+        let r = rows.row(i);
+        let new = match i {
+            0 => true,
+            _ => rows.row(i - 1) != r,
+        };
+        if new && seen.insert(Box::from(r.as_ref())) {
+            at.push(i as u32);
+        }
+    }
+    let at = arrow_array::UInt32Array::from(at);
+    Ok(arrow_select::take::take_record_batch(keys, &at)?)
+}
+
 fn check_batch(key: &[String], batch: &RecordBatch, deleted: &super::keys::KeySet) -> Result<()> {
     if deleted.is_empty() || batch.num_rows() == 0 {
         return Ok(());
@@ -141,6 +163,7 @@ pub(super) fn apply_to(
     let mut sorter = env.sorter(schema.clone(), &node.key)?;
     // The changed keys matter only where rows are stored (to find them).
     let mut keys = Vec::new();
+    let key_enc = KeyEncoder::new(&ks, &node.key)?;
     for b in upserts {
         let b = b?;
         check_not_null(node, &schema, &b, "upserts")?;
@@ -150,7 +173,8 @@ pub(super) fn apply_to(
             f.check(&b, &node.key, "upserts")?;
         }
         if stored {
-            keys.push(b.project(&kidx)?);
+            let k = RecordBatch::try_new(ks.clone(), b.project(&kidx)?.columns().to_vec())?;
+            keys.push(distinct_copy(&k, &key_enc)?);
         }
         sorter.push(b)?;
     }

@@ -46,7 +46,6 @@ from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers.changes import Changes
 from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
-from pds.spark._job_group import tagged
 from pds.spark._pipeline_tasks import (
     MAX_RANGES,
     ROWS,
@@ -207,9 +206,6 @@ class SparkSources(SparkNodes):
     changes on Spark; :meth:`check` first (:attr:`stats`: per source, its
     planned and applied ranges)."""
 
-    def _group(self, name: str) -> str:
-        return f"pds-pipeline-{self.job}-{name}"
-
     def _samples(self, name: str, ups: DataFrame) -> list[str]:
         """Keys sampled from a first build's upserts (each row with
         probability 1 / ``target_rows``, by Spark's ``sample``: the JVM
@@ -234,7 +230,7 @@ class SparkSources(SparkNodes):
     def _run(self, name: str, what: str, job: Any) -> Any:
         """A check job (it writes nothing) under the source's job group."""
         try:
-            with tagged(self.spark, self._group(name), f"pds.spark.update_pipeline {self.p.key!r} {what} {name!r}"):
+            with self._tagged(name, what):
                 return job()
         except BaseException as exc:
             clear = explain_worker_failure(exc)

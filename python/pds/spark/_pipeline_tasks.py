@@ -400,6 +400,14 @@ class SparkNodes(JobObjects):
         """A node's engine options with this update's per-task sort budget."""
         return {**opts, "sort_budget": self.sort_budget}
 
+    def _group(self, node: str) -> str:
+        """The Spark job group of this update's jobs for *node*."""
+        return f"pds-pipeline-{self.job}-{node}"
+
+    def _tagged(self, node: str, what: str) -> contextlib.AbstractContextManager[None]:
+        """Run the body's Spark jobs in *node*'s job group, described as *what*."""
+        return tagged(self.spark, self._group(node), f"pds.spark.update_pipeline {self.p.key!r} {what} {node!r}")
+
     def _collect(self, node: str, what: str, run: Callable[[], list[Row]]) -> list[Row]:
         """*run* (the node's Spark job or jobs, returning the collected rows)
         under the node's job group, until its tasks have ended (speculative
@@ -407,9 +415,9 @@ class SparkNodes(JobObjects):
         the job wrote for the node removed (after its last task ended),
         and the pds error a task raised raised as the local update raises
         it (:func:`unwrapped`)."""
-        group = f"pds-pipeline-{self.job}-{node}"
+        group = self._group(node)
         try:
-            with tagged(self.spark, group, f"pds.spark.update_pipeline {self.p.key!r} {what} {node!r}"):
+            with self._tagged(node, what):
                 rows = run()
         except BaseException as exc:
             wait_for_tasks(self.spark, group)  # no task may write after the cleanup

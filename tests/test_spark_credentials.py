@@ -110,6 +110,34 @@ def test_a_store_opened_without_pickling_secrets_pickles_none_of_its_keys(seawee
     assert "pickle_secrets" not in repr(default.unwrap(pds.ObjectStoreBackend))
 
 
+class _HeldKeys:
+    """A user's credentials callable that holds its keys: its pickle holds them."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+    def __call__(self) -> tuple[str, str, str | None, float | None]:
+        return ("AKIDHELD", self.secret, None, None)
+
+
+def test_a_credentials_callable_travels_only_where_secrets_may() -> None:
+    """With ``pickle_secrets=False`` a store's credentials callable stays
+    behind, unless it pickles without secrets (a profile's: its name)."""
+    secret = f"held-{uuid.uuid4().hex}"
+    for flag in (True, False):
+        rust = _core.RustStore("s3://box/lake", {"region": "us-east-1"}, _HeldKeys(secret), pickle_secrets=flag)
+        for dumps in (pickle.dumps, cloudpickle.dumps):
+            assert (secret.encode() in dumps(rust)) is flag, (flag, dumps)
+        assert (secret.encode() in pickle.dumps(pickle.loads(pickle.dumps(rust)))) is flag
+    from pds.backend import _ProfileCredentials
+
+    profile = _core.RustStore(
+        "s3://box/lake", {"region": "us-east-1"}, _ProfileCredentials("nightly"), pickle_secrets=False
+    )
+    blob = pickle.dumps(profile)
+    assert b"_ProfileCredentials" in blob and b"nightly" in blob
+
+
 def test_azure_keys_are_left_out_too() -> None:
     account_key = "c2VjcmV0LWF6dXJlLWtleS0xMjM0NTY3ODkw"  # base64, as an account key is
     store = pds.open_store("az://box/lake", pickle_secrets=False, account="acct", account_key=account_key)

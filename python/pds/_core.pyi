@@ -72,8 +72,11 @@ class RustStore:
     Raises ValueError for an unsupported URL or unknown option. Pickles as
     URL + options + ``credentials`` + ``pickle_secrets``; with
     ``pickle_secrets=False`` the pickled options leave out every credential
-    option (:func:`is_credential_option`), so that the unpickled copy takes
-    its credentials from its own environment (this store uses them all).
+    option (:func:`is_credential_option`) and the ``credentials`` callable
+    (unless its ``pickles_without_secrets`` attribute is true, as an AWS
+    profile's is: it pickles as the profile's name), so that the unpickled
+    copy takes its credentials from its own environment (this store uses
+    them all).
 
     ``credentials`` (``s3://`` only): a callable returning ``(access_key_id,
     secret_access_key, session_token or None, seconds valid or None)``. It

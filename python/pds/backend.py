@@ -129,6 +129,10 @@ class _ProfileCredentials:
     environment, and no secret travels.
     """
 
+    #: Its pickle is the profile's name: it travels with a store opened
+    #: with ``pickle_secrets=False`` (``_core.RustStore`` checks this).
+    pickles_without_secrets = True
+
     def __init__(self, profile: str, credentials: Any = None) -> None:
         self.profile = profile
         self._credentials = credentials

@@ -28,8 +28,6 @@ fn deleted_set(key: &[String], deletes: &[RecordBatch]) -> Result<super::keys::K
     }
 }
 
-/// `InvalidArgument` if a key of `batch` is in `deleted` (the seed allows
-/// a deletion or upserts per key, not both).
 /// The distinct rows of `keys` (a batch of key columns), copied: a
 /// column taken from a batch that came through the C Data Interface
 /// keeps every column of that batch alive, and a change's keys are kept
@@ -52,6 +50,8 @@ fn distinct_copy(keys: &RecordBatch, encoder: &KeyEncoder) -> Result<RecordBatch
     Ok(arrow_select::take::take_record_batch(keys, &at)?)
 }
 
+/// `InvalidArgument` if a key of `batch` is in `deleted` (the seed allows
+/// a deletion or upserts per key, not both).
 fn check_batch(key: &[String], batch: &RecordBatch, deleted: &super::keys::KeySet) -> Result<()> {
     if deleted.is_empty() || batch.num_rows() == 0 {
         return Ok(());

@@ -112,6 +112,15 @@ fn put_mode(mode: &str, e_tag: Option<String>, version: Option<String>) -> PyRes
     }
 }
 
+/// Whether a credentials callable says that its pickle holds no secret
+/// (its `pickles_without_secrets` attribute is true).
+fn pickles_without_secrets(callable: &Bound<'_, PyAny>) -> bool {
+    callable
+        .getattr("pickles_without_secrets")
+        .and_then(|v| v.is_truthy())
+        .unwrap_or(false)
+}
+
 #[pymethods]
 impl PyRustStore {
     /// `credentials`: for `s3://`, a callable returning `(access_key_id,
@@ -119,8 +128,11 @@ impl PyRustStore {
     /// called on first use and again before the credentials expire; it
     /// replaces the options' and the environment's keys.
     /// `pickle_secrets`: whether the pickle carries the credential options
-    /// (`config::is_credential`); without them, the unpickled copy takes
-    /// its credentials from its own environment. This store uses them all.
+    /// (`config::is_credential`) and the `credentials` callable; without
+    /// them, the unpickled copy takes its credentials from its own
+    /// environment. A callable whose `pickles_without_secrets` attribute is
+    /// true (a profile's, which pickles as its name) travels either way.
+    /// This store uses them all.
     #[new]
     #[pyo3(signature = (url, options = None, credentials = None, pickle_secrets = true))]
     fn new(
@@ -174,7 +186,11 @@ impl PyRustStore {
             .filter(|(k, _)| me.pickle_secrets || !config::is_credential(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let credentials = me.credentials.as_ref().map(|c| c.clone_ref(py));
+        let credentials = me
+            .credentials
+            .as_ref()
+            .filter(|c| me.pickle_secrets || pickles_without_secrets(c.bind(py)))
+            .map(|c| c.clone_ref(py));
         let url = me.inner.url().to_string();
         // The default pickles as before (three arguments), so that an older
         // pds can unpickle it; `pickle_secrets=False` adds the fourth.

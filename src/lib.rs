@@ -14,6 +14,8 @@
 //! - [`producers`]: the engine of incremental map/reduce pipelines (external
 //!   sort, k-way merge, group cursor, merge-join, key-range part sets, stage
 //!   updates), committed by the table layer's compare-and-swap loop.
+//! - [`owned`]: copies of Arrow data in buffers of their own, for data
+//!   kept past a batch imported from Python (which pins the whole batch).
 //! - [`progress`]: the counters a long operation updates as it goes, for a
 //!   caller to poll (the Python side draws them as a progress bar).
 //!
@@ -22,6 +24,7 @@
 
 pub mod dataset;
 pub mod error;
+pub mod owned;
 pub mod parquet;
 pub mod producers;
 pub mod progress;

@@ -47,6 +47,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import inspect
+import itertools
 import json
 import os
 import random
@@ -906,6 +907,30 @@ def test_one_transient_fault_on_a_pipeline_update_step_is_retried(
     confirm(f, rules, step)
     assert out.kind == "ok", f"one {fault} on the {step} request: {out}"
     judge_pipeline(f, case, out)
+
+
+def _spanning(f: Any) -> int:
+    """How many of stage g's content parts share a key with the next one
+    (a key spanning parts), in the latest manifest."""
+    versions, _ = _manifests(f.direct, KEY)
+    m = json.loads(f.direct.read_bytes(f"{KEY}/manifest/v{versions[-1]:08d}.json"))
+    parts = m["nodes"]["g"]["content"]
+    return sum(a["last_key"] == b["first_key"] for a, b in itertools.pairwise(parts))
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("step", PIPE_STEPS)
+def test_an_update_of_keys_spanning_parts_under_a_fault_matches_a_rebuild(faulty: Any, step: str, fault: str) -> None:
+    """With two rows a part, each of stage g's keys (ten rows) spans three
+    parts, and the update rewrites the touched ones as a stream (old rows
+    scanned, merged with the new ones, the selection read back): under
+    each fault, the same outcomes as any update."""
+    case = _pipeline_case(writer_store(faulty, fault), target_rows=2)
+    assert _spanning(faulty) >= 10, "the setup's keys span parts"
+    rules = inject(faulty, step, FAULTS[fault])
+    out = note(attempt(faulty, case.call))
+    confirm(faulty, rules, step)
+    judge_pipeline(faulty, case, out)
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))

@@ -396,7 +396,7 @@ impl NodeView {
             .map(|k| renamed(k, &self.key))
             .collect::<Result<Vec<_>>>()?;
         let changed = key_set(&self.update_keys(env)?, &enc)?;
-        let (_, unchanged) = filter_by_keys(&keys, &enc, &changed, true)?;
+        let (_, unchanged) = filter_by_keys(&keys, &enc, &changed, true, None)?;
         let rows: BatchIter = self.update_rows(env);
         let looked: BatchIter = Box::new(self.lookup(env, &unchanged)?.into_iter().map(Ok));
         merge_sorted(

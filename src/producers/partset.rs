@@ -282,24 +282,80 @@ impl Splitter {
     }
 }
 
-/// Rows of `batches` whose `key` columns are (`keep == true`) or are not in `set`.
+/// A poisoned lock on a rewrite's shared state, as the typed error.
+fn poisoned<T>(_: T) -> Error {
+    Error::Task("a rewrite's shared state was poisoned".into())
+}
+
+/// Whether each row's cut-key value satisfies `test`, asked once per run
+/// of equal values (rows are sorted by the cut key).
+fn per_value(rows: &Rows, mut test: impl FnMut(&[u8]) -> bool) -> Vec<bool> {
+    let mut out = Vec::with_capacity(rows.num_rows());
+    let mut prev: Option<bool> = None;
+    for i in 0..rows.num_rows() {
+        let same = i > 0 && rows.row(i - 1) == rows.row(i);
+        let v = match (same, prev) {
+            (true, Some(v)) => v,
+            _ => test(rows.row(i).as_ref()),
+        };
+        prev = Some(v);
+        out.push(v);
+    }
+    out
+}
+
+/// Limits a key filter to the rows whose value of another key (sorted
+/// rows' cut key, read by the encoder) is in the set.
+pub type Within<'a> = Option<(&'a KeyEncoder, &'a KeySet)>;
+
+/// Which rows of `b` have their `encoder` key in `set`, and (if `within` is
+/// given) their cut-key value in its set.
+fn key_mask(
+    b: &RecordBatch,
+    encoder: &KeyEncoder,
+    set: &KeySet,
+    within: Within,
+) -> Result<BooleanArray> {
+    let inside = match within {
+        Some((cut, values)) => Some(per_value(&cut.rows(b)?, |v| values.contains(v))),
+        None => None,
+    };
+    let rows = encoder.rows(b)?;
+    Ok((0..b.num_rows())
+        .map(|i| {
+            let within = inside.as_ref().is_none_or(|v| v[i]);
+            Some(within && set.contains(rows.row(i).as_ref()))
+        })
+        .collect())
+}
+
+/// `b` split by `mask`: the rows it marks, then the others.
+fn split_by_mask(b: &RecordBatch, mask: &BooleanArray) -> Result<(RecordBatch, RecordBatch)> {
+    let inverse = arrow_arith::boolean::not(mask)?;
+    Ok((
+        arrow_select::filter::filter_record_batch(b, mask)?,
+        arrow_select::filter::filter_record_batch(b, &inverse)?,
+    ))
+}
+
+/// Rows of `batches` whose `key` columns are (`keep == true`) or are not in
+/// `set`, then the others; with `within`, only rows in its values count as
+/// in `set`.
 pub fn filter_by_keys(
     batches: &[RecordBatch],
     encoder: &KeyEncoder,
     set: &KeySet,
     keep: bool,
+    within: Within,
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     let (mut hit, mut miss) = (Vec::new(), Vec::new());
     for b in batches {
-        let rows = encoder.rows(b)?;
-        let mask: BooleanArray = (0..b.num_rows())
-            .map(|i| Some(set.contains(rows.row(i).as_ref())))
-            .collect();
-        let inverse = arrow_arith::boolean::not(&mask)?;
-        let (yes, no) = (
-            arrow_select::filter::filter_record_batch(b, &mask)?,
-            arrow_select::filter::filter_record_batch(b, &inverse)?,
-        );
+        let mask = key_mask(b, encoder, set, within)?;
+        let (yes, no) = match mask.true_count() {
+            0 => (b.slice(0, 0), b.clone()),
+            n if n == b.num_rows() => (b.clone(), b.slice(0, 0)),
+            _ => split_by_mask(b, &mask)?,
+        };
         let (a, c) = if keep { (yes, no) } else { (no, yes) };
         if a.num_rows() > 0 {
             hit.push(a);
@@ -829,7 +885,7 @@ impl Layout {
                 Box::new(adds.map(move |b| {
                     let b = b?;
                     let rows = tap_enc.rows(&b)?;
-                    let mut s = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
+                    let mut s = seen.lock().map_err(poisoned)?;
                     for i in 0..b.num_rows() {
                         let r = rows.row(i);
                         if wanted.contains(r.as_ref()) {
@@ -844,7 +900,7 @@ impl Layout {
             out.parts = self.write(&format!("{prefix}-s00000"), stream, &mut out.created)?;
             if select {
                 out.selected = out.parts.clone();
-                let seen = seen.lock().map_err(|_| Error::Task("poisoned".into()))?;
+                let seen = seen.lock().map_err(poisoned)?;
                 out.deleted = missing(&touched, &tenc, &seen)?;
             }
             return Ok(());
@@ -907,7 +963,7 @@ impl Layout {
                 }
                 _ => &[],
             };
-            let lock = || add_split.lock().map_err(|_| Error::Task("poisoned".into()));
+            let lock = || add_split.lock().map_err(poisoned);
             if unit.len() > 1 && lead.is_empty() {
                 // A key spanning parts: rewritten as a stream, whatever its size.
                 let (first, _) = lock()?.take_until_limit(bound, 1)?;
@@ -980,10 +1036,12 @@ impl Layout {
                 }
                 let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
                 let (old_w, n_w) = old.take(&wanted)?;
-                // Removed rows lie in touched values (see [`Change::touch`]).
+                // Rows are removed in touched values only (see
+                // [`Change::touch`]), as in a streamed unit.
                 let (kept, removed) = match (&*remove, &remove_enc) {
                     (Remove::Keys { set, .. }, Some(enc)) => {
-                        filter_by_keys(&old_w, enc, set, false)?
+                        let touched = key_set(&touch_j, &tenc)?;
+                        filter_by_keys(&old_w, enc, set, false, Some((&cut, &touched)))?
                     }
                     _ => (old_w, Vec::new()),
                 };
@@ -1168,7 +1226,7 @@ impl Layout {
             return Ok(Vec::new());
         };
         let (rows, _) = old.take(&old.keys_with_prefix(lead))?;
-        let (gone, _) = filter_by_keys(&rows, enc, set, true)?;
+        let (gone, _) = filter_by_keys(&rows, enc, set, true, None)?;
         let schema = self.cut_schema()?;
         let idx = crate::parquet::decode::column_indices(&self.schema, &self.cut_key)?;
         gone.iter()

@@ -291,26 +291,32 @@ impl StageRun {
         }
         self.rows_out += batch.num_rows() as u64;
         // A large batch (a batched Produce's output for a large chunk) is
-        // queued in compact pieces: the queue holds a few pieces, not a few
-        // large batches, and the sorts account each piece's own buffers.
+        // queued in pieces copied out of it: the queue holds a few pieces,
+        // not a few large batches, and the sorts account each piece's own
+        // buffers (a slice's size would count the whole batch's).
         if batch.num_rows() <= PUSH_PIECE_ROWS {
-            let mapping = self.mapping_rows(&batch)?;
+            let mapping = self.mapping_rows(&batch, true)?;
             return self.sorting.send(batch, mapping);
         }
-        let schema = batch.schema();
         for start in (0..batch.num_rows()).step_by(PUSH_PIECE_ROWS) {
             let len = PUSH_PIECE_ROWS.min(batch.num_rows() - start);
-            let piece = arrow_select::concat::concat_batches(&schema, [&batch.slice(start, len)])?;
-            let mapping = self.mapping_rows(&piece)?;
+            let piece = crate::owned::batch_slice(&batch, start, len)?;
+            let mapping = self.mapping_rows(&piece, false)?;
             self.sorting.send(piece, mapping)?;
         }
         Ok(())
     }
 
     /// The key-mappings rows `(K_s, K_t)` of emitted rows that are stored
-    /// (see [`steps::stored_mappings`]).
-    fn mapping_rows(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        steps::stored_mappings(&self.stage, batch.project(&self.mapping_idx)?, self.mode)
+    /// (see [`steps::stored_mappings`]); copied if `batch` may be one
+    /// imported from Python, which they would otherwise keep whole in the
+    /// mappings' sort (see [`crate::owned`]).
+    fn mapping_rows(&self, batch: &RecordBatch, copy: bool) -> Result<RecordBatch> {
+        let mut rows = batch.project(&self.mapping_idx)?;
+        if copy {
+            rows = crate::owned::batch(&rows)?;
+        }
+        steps::stored_mappings(&self.stage, rows, self.mode)
     }
 
     /// What both [`Self::finish`] and a map task's finish start from: the

@@ -184,6 +184,7 @@ pub fn derived_pairs(
         &KeyEncoder::new(&proj, &stage.source_key)?,
         &changed.set,
         true,
+        None,
     )?;
     let idx = crate::parquet::decode::column_indices(&proj, &ml.sort_key)?;
     let pairs: Vec<RecordBatch> = hit

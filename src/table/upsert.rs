@@ -334,16 +334,6 @@ fn concat_keys(parts: Vec<ArrayRef>, target: &Schema, pk: &str) -> Result<ArrayR
     Ok(arrow_select::concat::concat(&refs)?)
 }
 
-/// A copy of `array` in buffers of its own. An array imported through the
-/// Arrow C stream shares its batch's release callback: keeping a slice or a
-/// zero-copy cast of one column would keep the whole batch alive.
-fn owned(array: &ArrayRef) -> Result<ArrayRef> {
-    let data = array.to_data();
-    let mut copy = arrow_data::transform::MutableArrayData::new(vec![&data], false, data.len());
-    copy.try_extend(0, 0, data.len())?;
-    Ok(arrow_array::make_array(copy.freeze()))
-}
-
 /// Keep `batch`'s key column (cast to the table's key type) in `seen`, as
 /// the upload streams it; a batch with a null key fails the stream there,
 /// so the upload stops and removes what it wrote.
@@ -353,7 +343,7 @@ fn keep_keys(
     key_type: &DataType,
     seen: &Mutex<Vec<ArrayRef>>,
 ) -> Result<()> {
-    let keys = owned(&key_column(std::slice::from_ref(batch), pk, key_type)?)?;
+    let keys = crate::owned::array(&key_column(std::slice::from_ref(batch), pk, key_type)?)?;
     if keys.null_count() > 0 {
         return Err(Error::InvalidArgument(format!(
             "the data holds null keys in the primary-key column {pk:?}; every row needs a key \

@@ -20,10 +20,13 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use arrow_array::{BooleanArray, RecordBatch};
-use arrow_row::{OwnedRow, Rows};
+use arrow_array::RecordBatch;
+use arrow_row::OwnedRow;
 
-use super::{key_set, missing, Layout, Remove, Rewritten, Splitter};
+use super::{
+    key_mask, key_set, missing, per_value, poisoned, split_by_mask, Layout, Remove, Rewritten,
+    Splitter,
+};
 use crate::error::{Error, Result};
 use crate::producers::keys::{key_set_new, KeyEncoder, KeySet};
 use crate::producers::merge::merge_sorted;
@@ -62,27 +65,6 @@ struct Marks {
     present: Option<KeySet>,
     /// The last row's cut key (to check the order across batches).
     last: Option<OwnedRow>,
-}
-
-fn poisoned<T>(_: T) -> Error {
-    Error::Task("a rewrite's shared state was poisoned".into())
-}
-
-/// Whether each row's cut-key value satisfies `test`, asked once per run
-/// of equal values (rows are sorted by the cut key).
-fn per_value(rows: &Rows, mut test: impl FnMut(&[u8]) -> bool) -> Vec<bool> {
-    let mut out = Vec::with_capacity(rows.num_rows());
-    let mut prev: Option<bool> = None;
-    for i in 0..rows.num_rows() {
-        let same = i > 0 && rows.row(i - 1) == rows.row(i);
-        let v = match (same, prev) {
-            (true, Some(v)) => v,
-            _ => test(rows.row(i).as_ref()),
-        };
-        prev = Some(v);
-        out.push(v);
-    }
-    out
 }
 
 /// The unit's added rows: the change's rows up to the unit's bound, read
@@ -235,24 +217,14 @@ impl Layout {
                 let Remove::Keys { set, .. } = &*remove else {
                     return Ok(Some(b));
                 };
-                let in_touched = per_value(&cut.rows(&b)?, |v| touched.contains(v));
-                let keys = renc.rows(&b)?;
-                let gone: BooleanArray = in_touched
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| Some(*t && set.contains(keys.row(i).as_ref())))
-                    .collect();
+                let gone = key_mask(&b, &renc, set, Some((&cut, &touched)))?;
                 if gone.true_count() == 0 {
                     return Ok(Some(b));
                 }
+                let (r, kept) = split_by_mask(&b, &gone)?;
                 if let Some(removed) = &removed {
-                    let r = arrow_select::filter::filter_record_batch(&b, &gone)?;
                     removed.lock().map_err(poisoned)?.push(r);
                 }
-                let kept = arrow_select::filter::filter_record_batch(
-                    &b,
-                    &arrow_arith::boolean::not(&gone)?,
-                )?;
                 Ok((kept.num_rows() > 0).then_some(kept))
             };
             step().transpose()

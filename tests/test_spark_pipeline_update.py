@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from conftest import BUCKET
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.types import LongType, StringType
 
 import pds
@@ -745,6 +745,7 @@ def test_source_changes_are_applied_by_tasks_per_key_range(
     built = runners[-1].stats
     # 240 rows at 20 rows a part: about 12 samples, so several ranges and tasks' parts.
     assert built["events"]["source_ranges"] > 2 and built["events"]["applied_ranges"] > 2, built
+    assert built["events"]["ranged_by_spark"] == 1, built  # Spark's range partitioning, no tagging task
     monkeypatch.undo()  # the twin updates locally
     twin = declare(url, "pipelines/twin")
     assert twin.update(local(step)) == 1
@@ -765,12 +766,72 @@ def test_source_changes_are_applied_by_tasks_per_key_range(
     assert v == 2
     stats = runners[-1].stats["events"]
     assert stats["source_ranges"] > 2 and 1 < stats["applied_ranges"] < stats["source_ranges"], stats
+    assert stats["ranged_by_spark"] == 0, stats  # cut at the stored parts' ranges
     monkeypatch.undo()
     assert twin.update({"events": pds.Changes(upserts=ups, deletes=dels)}) == 2
     check(p, twin, events, scores, "an update by range")
     got, want = p.changes("events"), twin.changes("events")
     assert got.upserts.equals(want.upserts) and got.deletes.equals(want.deletes)
     assert garbage(p) == []
+
+
+def test_a_first_build_is_range_partitioned_by_spark_where_spark_orders_keys_as_pds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build's rows go straight from Spark's range partitioning to
+    the apply tasks, deleted keys included (a key both upserted and deleted
+    is the local ValueError, and nothing is left); rows Spark would order
+    otherwise are tagged by pds's tasks. Either way the source equals the
+    local engine's, row for row."""
+    url = (tmp_path / "lake").as_uri()
+
+    def make(key: str) -> pds.Pipeline:
+        p = pds.Pipeline.create(url, key, target_rows=8, exist_ok=True)
+        p.source("s", key={"k": pa.int64(), "j": pa.string()}, value={"v": pa.int64()})
+        return p
+
+    rng = random.Random(5)
+    keys = [(rng.randrange(-50, 50), rng.choice("aBcDeFgH")) for _ in range(400)]
+    ups = (
+        pa.table(
+            {"k": [k for k, _ in keys], "j": [j for _, j in keys], "v": list(range(len(keys)))},
+            schema=pa.schema([("k", pa.int64()), ("j", pa.string()), ("v", pa.int64())]),
+        )
+        .group_by(["k", "j"])
+        .aggregate([("v", "max")])
+        .rename_columns(["k", "j", "v"])
+    )
+    dels = pa.table({"k": [10_000, 10_001], "j": ["x", "y"]}, schema=pa.schema([("k", pa.int64()), ("j", pa.string())]))
+
+    # Spark orders a string column of a case-insensitive collation
+    # otherwise ("a" < "B"): pds's tasks tag those rows.
+    for collation, by_spark in (("UTF8_BINARY", 1), ("UTF8_LCASE", 0)):
+        runners = recorded_sources(monkeypatch)
+        p, twin = make(f"p/{collation}"), make(f"p/{collation}-twin")
+
+        def collated(t: pa.Table, collation: str = collation) -> DataFrame:
+            df = spark.createDataFrame(t)
+            return df.withColumn("j", functions.collate("j", collation))
+
+        on = {"s": (collated(ups), collated(dels))}
+        assert pds.spark.update_pipeline(spark, p, on) == 1
+        stats = runners[-1].stats["s"]
+        assert stats["ranged_by_spark"] == by_spark and stats["applied_ranges"] > 2, stats
+        monkeypatch.undo()
+        assert twin.update({"s": pds.Changes(upserts=ups, deletes=dels)}) == 1
+        assert p.read("s").equals(twin.read("s")), "the parts' order is the key order"
+        assert p.read("s").num_rows == ups.num_rows
+        assert garbage(p) == []
+
+    # A key both upserted and deleted in a first build: the local error.
+    p = make("p/both")
+    both = pa.table({"k": [int(ups["k"][7].as_py())], "j": [ups["j"][7].as_py()]}, schema=dels.schema)
+    with pytest.raises(ValueError, match="both upserted and deleted"):
+        pds.spark.update_pipeline(spark, p, {"s": (frame(spark, ups), frame(spark, both))})
+    with pytest.raises(ValueError, match="both upserted and deleted"):
+        make("p/both-local").update({"s": pds.Changes(upserts=ups, deletes=both)})
+    assert pds.Pipeline.open(url, "p/both").version == 0
+    assert garbage(pds.Pipeline.open(url, "p/both")) == []
 
 
 @pytest.mark.spec("F")

@@ -23,9 +23,16 @@ and applied by one task per range, the rows checked as they are read
    upserted and deleted; it sorts the upserts and cuts them into parts).
    The driver stitches the ranges' results into the source's new state
    (untouched parts kept by reference). No row of the change passes
-   through the driver, and the change is read once (twice for a first
-   build, whose keys are sampled first: cache a DataFrame that is costly
-   to compute).
+   through the driver, and the change is read once.
+3. **a first build** (no stored part to align with): where Spark orders
+   the key columns as pds does (:func:`_first_rows`), Spark range-partitions
+   the rows by key itself (its own sampling, in the JVM), with no Python
+   task before the shuffle; each task conforms its partition's rows as it
+   reads them and applies them as one range (:meth:`_SourceTasks.apply_first`),
+   and the driver gives the results their ranges in partition order
+   (:func:`_tiled`; the stitch checks the order). The change is read three
+   times (the keys sampled for the number of ranges, Spark's sampling, the
+   apply): cache a DataFrame that is costly to compute.
 
 A failed check in a task fails the update as locally for a stream: with
 the local error and message, nothing committed, and what the update wrote
@@ -35,12 +42,15 @@ removed.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, functions
+from pyspark.sql import types as st
 
 from pds import _core
 from pds.errors import SchemaMismatch
@@ -62,6 +72,10 @@ from pds.spark._workers import explain_worker_failure
 __all__ = ["SourceChange", "SparkSources", "frames"]
 
 _UPSERTED, _DELETED, _APPLIED, _SAMPLED = 0, 1, 2, 3
+#: The column a first build's rows carry their kind in (upserted, deleted).
+_KIND = "__pds_kind"
+#: Every key: the range a first build's task applies its rows in.
+_ALL = json.dumps({"lo": None, "hi": None})
 
 Frames = tuple[DataFrame | None, DataFrame | None]
 
@@ -200,6 +214,122 @@ class _SourceTasks:
             )
             yield out(_APPLIED, item.rng, None, meta)
 
+    def _conformed(self, b: pa.RecordBatch, schema: pa.Schema, what: str) -> list[pa.RecordBatch]:
+        t = conform_table(pa.Table.from_batches([b]), schema, f"source {self.name!r} {what}")
+        assert t is not None
+        return [c for c in t.to_batches() if c.num_rows]
+
+    def apply_first(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A first build's task: its partition of the change's rows as Spark
+        read them (range-partitioned by key, deleted keys first), conformed
+        as they are read, then applied as one range (every key: no part is
+        stored yet). Its result is tagged with the partition's index, which
+        orders it among the others (see :func:`_tiled`)."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        index = context.partitionId() if context is not None else 0
+        rust: _core.RustStore = self.store.unwrap(_core.RustStore)
+        rows = iter(given)
+        held: list[pa.RecordBatch] = []
+        first: list[pa.RecordBatch] = []
+        for b in rows:
+            deleted = pc.equal(b.column(_KIND), _DELETED)
+            n = pc.sum(deleted).as_py() or 0
+            if n:
+                held += self._conformed(b.filter(deleted).drop_columns([_KIND]), self.key, "deletes")
+            if n < b.num_rows:
+                first = self._conformed(b.filter(pc.invert(deleted)).drop_columns([_KIND]), self.schema, "upserts")
+                break
+
+        def rest() -> Iterator[pa.RecordBatch]:
+            yield from first
+            for b in rows:
+                if pc.any(pc.equal(b.column(_KIND), _DELETED)).as_py():
+                    raise RuntimeError("pds: a first build's deleted keys came after its upserts in a task's input")
+                yield from self._conformed(b.drop_columns([_KIND]), self.schema, "upserts")
+
+        stream = rest()
+        head = next(stream, None)
+        upserts: pa.RecordBatchReader | list[pa.RecordBatch] = []
+        if head is not None:
+            upserts = pa.RecordBatchReader.from_batches(head.schema, itertools.chain([head], stream))
+        if head is None and not held:
+            return
+        meta = _core.pipeline_apply_source_range(
+            rust, self.root, self.view, _ALL, upserts, held, job=self.job, **self.opts
+        )
+        yield out(_APPLIED, index, None, meta)
+
+
+def _ordered_alike(spark: st.DataType, arrow: pa.DataType) -> bool:
+    """Whether Spark orders values of *spark* as pds orders them once
+    conformed to *arrow* (a first build's range partitioning by Spark is
+    then pds's order)."""
+    if isinstance(spark, (st.ByteType, st.ShortType, st.IntegerType, st.LongType)):
+        return bool(pa.types.is_integer(arrow))
+    if isinstance(spark, st.StringType):  # the binary collation only
+        return spark == st.StringType() and str(arrow) in ("string", "large_string", "string_view")
+    if isinstance(spark, st.DateType):
+        return bool(pa.types.is_date(arrow))
+    if isinstance(spark, (st.TimestampType, st.TimestampNTZType)):
+        return bool(pa.types.is_timestamp(arrow))
+    if isinstance(spark, st.BooleanType):
+        return bool(pa.types.is_boolean(arrow))
+    if isinstance(spark, st.DayTimeIntervalType):
+        return bool(pa.types.is_duration(arrow))
+    return False
+
+
+def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> DataFrame | None:
+    """A first build's change as one DataFrame of the source's columns and
+    :data:`_KIND` (deleted keys' value columns null), if Spark's range
+    partitioning by its key columns orders keys as pds does: every key
+    column of a type Spark orders alike (:func:`_ordered_alike`), of the
+    same type in the deletes. ``None`` otherwise (the rows are then tagged
+    with their ranges by Python tasks)."""
+    if change.upserts is None:
+        return None
+    types = {f.name: f.dataType for f in change.upserts.schema.fields}
+    dels = None if change.deletes is None else {f.name: f.dataType for f in change.deletes.schema.fields}
+    for f in key:
+        if not _ordered_alike(types[f.name], f.type) or (dels is not None and dels[f.name] != types[f.name]):
+            return None
+    kind = functions.lit
+    rows = change.upserts.select(kind(_UPSERTED).cast("byte").alias(_KIND), *_picked(schema))
+    if change.deletes is not None:
+        keys = set(key.names)
+        cols = [
+            functions.col(f"`{f.name}`") if f.name in keys else functions.lit(None).cast(types[f.name]).alias(f.name)
+            for f in schema
+        ]
+        rows = rows.union(change.deletes.select(kind(_DELETED).cast("byte").alias(_KIND), *cols))
+    return rows
+
+
+def _picked(schema: pa.Schema) -> list[Any]:
+    return [functions.col(f"`{f.name}`") for f in schema]
+
+
+def _tiled(applied: list[tuple[int, str]]) -> list[str]:
+    """A first build's task results in their partitions' order (Spark's
+    range partitioning: each partition's keys precede the next one's),
+    each given the range from its first key to the next result's (the
+    first and last unbounded), as the stitch takes them. A result with no
+    part is left out. The stitch checks the order: parts out of their range
+    fail the update, they are never committed."""
+    found = []
+    for _, meta in sorted(applied, key=lambda a: a[0]):
+        done = json.loads(meta)
+        if done["content"]["parts"]:
+            found.append(done)
+        elif (done.get("update") or {}).get("rows") or (done.get("update") or {}).get("deleted"):
+            raise RuntimeError("pds: a first build's task wrote an update but no content")
+    firsts = [d["content"]["parts"][0]["first_key"] for d in found]
+    for i, done in enumerate(found):
+        done["content"]["range"] = {"lo": firsts[i] if i else None, "hi": firsts[i + 1] if i + 1 < len(found) else None}
+    return [json.dumps(d) for d in found]
+
 
 class SparkSources(SparkNodes):
     """The :data:`pds.producers.pipeline.SourceRunner` that applies source
@@ -274,11 +404,26 @@ class SparkSources(SparkNodes):
         name = task.node.name
         task = task._replace(opts=self.opts(task.opts))
         change: SourceChange = task.change
-        if (json.loads(task.view).get("state") or {}).get("content"):
+        stored = bool((json.loads(task.view).get("state") or {}).get("content"))
+        if stored:
             ranges = _core.pipeline_source_ranges(task.view, MAX_RANGES)
         else:  # a first build: ranges from the sampled keys
             ranges = _core.pipeline_ranges_from_samples(task.view, change.samples, MAX_RANGES)
         tasks = _SourceTasks(self, task, ranges)
+        node = task.node
+        first = None if stored else _first_rows(change, node.key, node.public_schema)
+        if first is not None:
+            # Spark's own range partitioning (its sampling read by the JVM):
+            # no Python task between the read and the shuffle.
+            by_key = first.repartitionByRange(len(ranges), *_picked(node.key))
+            if change.deletes is not None:
+                by_key = by_key.sortWithinPartitions(functions.desc(_KIND))
+            rows = self._collect(name, "source", lambda: by_key.mapInArrow(tasks.apply_first, ROWS).collect())
+            applied = [(r["range"], r["meta"]) for r in rows if r["kind"] == _APPLIED]
+            outputs = _tiled(applied)
+            state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)
+            self.stats[name] = {"source_ranges": len(ranges), "applied_ranges": len(outputs), "ranged_by_spark": 1}
+            return state_text
         tags = []
         if change.deletes is not None:
             tags.append(change.deletes.mapInArrow(tasks.deletes, ROWS))
@@ -290,5 +435,5 @@ class SparkSources(SparkNodes):
         )
         outputs = [r["meta"] for r in rows if r["kind"] == _APPLIED]
         state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)
-        self.stats[name] = {"source_ranges": len(ranges), "applied_ranges": len(outputs)}
+        self.stats[name] = {"source_ranges": len(ranges), "applied_ranges": len(outputs), "ranged_by_spark": 0}
         return state_text

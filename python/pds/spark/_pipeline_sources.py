@@ -30,7 +30,7 @@ and applied by one task per range, the rows checked as they are read
    task before the shuffle; each task conforms its partition's rows as it
    reads them and applies them as one range (:meth:`_SourceTasks.apply_first`),
    and the driver gives the results their ranges in partition order
-   (:func:`_tiled`; the stitch checks the order). The change is read three
+   (:func:`pds.spark._spark_ranges.tiled`; the stitch checks the order). The change is read three
    times (the keys sampled for the number of ranges, Spark's sampling, the
    apply): cache a DataFrame that is costly to compute.
 
@@ -50,7 +50,6 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, functions
-from pyspark.sql import types as st
 
 from pds import _core
 from pds.errors import SchemaMismatch
@@ -67,6 +66,7 @@ from pds.spark._pipeline_tasks import (
     split,
 )
 from pds.spark._schema import to_arrow
+from pds.spark._spark_ranges import ALL, ordered_alike, partition_index, tiled
 from pds.spark._workers import explain_worker_failure
 
 __all__ = ["SourceChange", "SparkSources", "frames"]
@@ -74,8 +74,6 @@ __all__ = ["SourceChange", "SparkSources", "frames"]
 _UPSERTED, _DELETED, _APPLIED, _SAMPLED = 0, 1, 2, 3
 #: The column a first build's rows carry their kind in (upserted, deleted).
 _KIND = "__pds_kind"
-#: Every key: the range a first build's task applies its rows in.
-_ALL = json.dumps({"lo": None, "hi": None})
 
 Frames = tuple[DataFrame | None, DataFrame | None]
 
@@ -224,11 +222,8 @@ class _SourceTasks:
         read them (range-partitioned by key, deleted keys first), conformed
         as they are read, then applied as one range (every key: no part is
         stored yet). Its result is tagged with the partition's index, which
-        orders it among the others (see :func:`_tiled`)."""
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        index = context.partitionId() if context is not None else 0
+        orders it among the others (see :func:`pds.spark._spark_ranges.tiled`)."""
+        index = partition_index()
         rust: _core.RustStore = self.store.unwrap(_core.RustStore)
         rows = iter(given)
         held: list[pa.RecordBatch] = []
@@ -257,35 +252,16 @@ class _SourceTasks:
         if head is None and not held:
             return
         meta = _core.pipeline_apply_source_range(
-            rust, self.root, self.view, _ALL, upserts, held, job=self.job, **self.opts
+            rust, self.root, self.view, ALL, upserts, held, job=self.job, **self.opts
         )
         yield out(_APPLIED, index, None, meta)
-
-
-def _ordered_alike(spark: st.DataType, arrow: pa.DataType) -> bool:
-    """Whether Spark orders values of *spark* as pds orders them once
-    conformed to *arrow* (a first build's range partitioning by Spark is
-    then pds's order)."""
-    if isinstance(spark, (st.ByteType, st.ShortType, st.IntegerType, st.LongType)):
-        return bool(pa.types.is_integer(arrow))
-    if isinstance(spark, st.StringType):  # the binary collation only
-        return spark == st.StringType() and str(arrow) in ("string", "large_string", "string_view")
-    if isinstance(spark, st.DateType):
-        return bool(pa.types.is_date(arrow))
-    if isinstance(spark, (st.TimestampType, st.TimestampNTZType)):
-        return bool(pa.types.is_timestamp(arrow))
-    if isinstance(spark, st.BooleanType):
-        return bool(pa.types.is_boolean(arrow))
-    if isinstance(spark, st.DayTimeIntervalType):
-        return bool(pa.types.is_duration(arrow))
-    return False
 
 
 def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> DataFrame | None:
     """A first build's change as one DataFrame of the source's columns and
     :data:`_KIND` (deleted keys' value columns null), if Spark's range
     partitioning by its key columns orders keys as pds does: every key
-    column of a type Spark orders alike (:func:`_ordered_alike`), of the
+    column of a type Spark orders alike (:func:`pds.spark._spark_ranges.ordered_alike`), of the
     same type in the deletes. ``None`` otherwise (the rows are then tagged
     with their ranges by Python tasks)."""
     if change.upserts is None:
@@ -293,7 +269,7 @@ def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> Data
     types = {f.name: f.dataType for f in change.upserts.schema.fields}
     dels = None if change.deletes is None else {f.name: f.dataType for f in change.deletes.schema.fields}
     for f in key:
-        if not _ordered_alike(types[f.name], f.type) or (dels is not None and dels[f.name] != types[f.name]):
+        if not ordered_alike(types[f.name], f.type) or (dels is not None and dels[f.name] != types[f.name]):
             return None
     kind = functions.lit
     rows = change.upserts.select(kind(_UPSERTED).cast("byte").alias(_KIND), *_picked(schema))
@@ -309,26 +285,6 @@ def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> Data
 
 def _picked(schema: pa.Schema) -> list[Any]:
     return [functions.col(f"`{f.name}`") for f in schema]
-
-
-def _tiled(applied: list[tuple[int, str]]) -> list[str]:
-    """A first build's task results in their partitions' order (Spark's
-    range partitioning: each partition's keys precede the next one's),
-    each given the range from its first key to the next result's (the
-    first and last unbounded), as the stitch takes them. A result with no
-    part is left out. The stitch checks the order: parts out of their range
-    fail the update, they are never committed."""
-    found = []
-    for _, meta in sorted(applied, key=lambda a: a[0]):
-        done = json.loads(meta)
-        if done["content"]["parts"]:
-            found.append(done)
-        elif (done.get("update") or {}).get("rows") or (done.get("update") or {}).get("deleted"):
-            raise RuntimeError("pds: a first build's task wrote an update but no content")
-    firsts = [d["content"]["parts"][0]["first_key"] for d in found]
-    for i, done in enumerate(found):
-        done["content"]["range"] = {"lo": firsts[i] if i else None, "hi": firsts[i + 1] if i + 1 < len(found) else None}
-    return [json.dumps(d) for d in found]
 
 
 class SparkSources(SparkNodes):
@@ -420,7 +376,7 @@ class SparkSources(SparkNodes):
                 by_key = by_key.sortWithinPartitions(functions.desc(_KIND))
             rows = self._collect(name, "source", lambda: by_key.mapInArrow(tasks.apply_first, ROWS).collect())
             applied = [(r["range"], r["meta"]) for r in rows if r["kind"] == _APPLIED]
-            outputs = _tiled(applied)
+            outputs = tiled(applied)
             state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)
             self.stats[name] = {"source_ranges": len(ranges), "applied_ranges": len(outputs), "ranged_by_spark": 1}
             return state_text

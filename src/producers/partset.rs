@@ -86,7 +86,9 @@ pub struct Layout {
 #[derive(Debug)]
 pub enum Remove {
     Nothing,
-    /// Rows whose `key` columns (as row-format bytes) are in `set`.
+    /// Rows whose `key` columns (as row-format bytes) are in `set`, among
+    /// the rows of the cut-key values [`Change::touch`] lists (and, with
+    /// [`Change::derived`], those it finds): a listed key elsewhere stays.
     Keys {
         key: Vec<String>,
         set: KeySet,

@@ -27,8 +27,9 @@ Sources are checked and applied by Spark too (see
 :mod:`pds.spark._pipeline_sources`): before any Spark job, the driver
 checks each change's columns and types from its schema; then, in node
 order, each source's changes are tagged with their source-key range
-(aligned with its stored content parts; for a first build, planned from
-keys Spark sampled), shuffled by range, and applied by one task per
+(aligned with its stored content parts; a first build is range-partitioned
+by Spark where Spark orders the key as pds does, else tagged with ranges
+planned from keys Spark sampled), shuffled by range, and applied by one task per
 range, which checks the rows as it reads them (null keys, inexact values,
 a key both upserted and deleted). No row of a change passes through the
 driver, and an update reads its change once. Merges are updated on the driver (``pipeline_merge_update``: the
@@ -44,15 +45,13 @@ deterministic: Spark may run a task twice.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Row, SparkSession, functions
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from pds import _core
 from pds.producers._ranges import map_range, reduce_range, sample
@@ -73,8 +72,6 @@ from pds.spark._pipeline_tasks import ROWS as _ROWS
 from pds.spark._pipeline_tasks import batches as _batches
 from pds.spark._pipeline_tasks import out as _out
 from pds.spark._pipeline_tasks import split as _split
-from pds.spark._schema import arrow_to_spark, nullable_schema, to_arrow
-from pds.spark._spark_ranges import ALL, ordered_alike, partition_index, tiled
 from pds.spark._workers import check_workers
 
 __all__ = ["update_pipeline"]
@@ -82,73 +79,11 @@ __all__ = ["update_pipeline"]
 _EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
 
 
-#: The column of a first build's map output that holds a task's result.
-_META = "__pds_meta"
-
-
-class _RowForm:
-    """A stage's emitted rows as Spark rows of its own columns, for Spark to
-    range-partition by target key (:mod:`pds.spark._spark_ranges`), plus
-    :data:`_META` (a map task's result; the other columns null there).
-    Only where Spark holds every column's values exactly (its Arrow form
-    is the stage's, types and time zones alike) and orders the target
-    key as pds does: :meth:`of` is ``None`` otherwise."""
-
-    def __init__(self, physical: pa.Schema, spark: StructType) -> None:
-        # Columns by position (c0, c1, ...): PySpark's mapInArrow cannot
-        # take a column whose name holds a dot (a source-key column's).
-        names = [f"c{i}" for i in range(len(physical))]
-        self.stage = physical
-        self.physical = pa.schema([pa.field(n, f.type) for n, f in zip(names, physical, strict=True)])
-        fields = [StructField(n, f.dataType, True) for n, f in zip(names, spark.fields, strict=True)]
-        self.schema = StructType([StructField(_META, StringType(), True), *fields])
-        self.arrow = pa.schema([pa.field(_META, pa.string()), *self.physical])
-
-    def key_columns(self, key: pa.Schema) -> list[Column]:
-        """The Spark columns holding the target key *key*."""
-        return [functions.col(f"c{self.stage.get_field_index(f.name)}") for f in key]
-
-    @staticmethod
-    def of(task: StageTask) -> _RowForm | None:
-        physical = task.node.physical_schema
-        if _META in physical.names:
-            return None
-        try:
-            spark = arrow_to_spark(nullable_schema(physical))
-            back = to_arrow(spark)
-        except Exception:  # noqa: BLE001 - a type Spark has no form of: the payload path
-            return None
-        if [f.type for f in back] != [f.type for f in physical]:
-            return None
-        by_name = {f.name: f.dataType for f in spark.fields}
-        if not all(ordered_alike(by_name[f.name], f.type) for f in task.node.key):
-            return None
-        return _RowForm(physical, spark)
-
-    def rows(self, e: pa.RecordBatch) -> pa.RecordBatch:
-        meta = pa.nulls(e.num_rows, pa.string())
-        return pa.RecordBatch.from_arrays([meta, *e.columns], schema=self.arrow)
-
-    def meta(self, text: str) -> pa.RecordBatch:
-        cols = [pa.array([text], pa.string()), *(pa.nulls(1, f.type) for f in self.physical)]
-        return pa.RecordBatch.from_arrays(cols, schema=self.arrow)
-
-    def physical_batch(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        """A batch of the map output's emitted rows, as Spark hands it back,
-        in the stage's schema (Spark's labels relabelled: a timestamp's
-        time zone, a string's width)."""
-        cols = [c if c.type == f.type else c.cast(f.type) for f, c in zip(self.stage, b.columns[1:], strict=True)]
-        return pa.RecordBatch.from_arrays(cols, schema=self.stage)
-
-
 class _Phases:
     """One stage's map and reduce functions, pickled to the tasks."""
 
-    def __init__(
-        self, store: Any, root: str, task: StageTask, targets: list[str] | None, job: str, rows: _RowForm | None = None
-    ) -> None:
+    def __init__(self, store: Any, root: str, task: StageTask, targets: list[str] | None, job: str) -> None:
         self.store, self.root, self.task, self.targets, self.job = store, root, task, targets, job
-        self.rows = rows
 
     def _rust(self) -> _core.RustStore:
         rust: _core.RustStore = self.store.unwrap(_core.RustStore)
@@ -182,37 +117,6 @@ class _Phases:
             elif kind in (_EMITTED, _REMOVED):
                 for part in _batches(payload or b""):
                     yield from _split(part, self.task.stage_view, self.targets, kind)
-
-    def map_rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """:meth:`map` for a first build whose emitted rows Spark
-        range-partitions itself (:class:`_RowForm`): the emitted rows as
-        Spark rows of the stage's columns, and each task's result as a row
-        with :data:`_META` set."""
-        form = self.rows
-        assert form is not None
-        for b in batches:
-            for rng in b.column("range_json").to_pylist():
-                meta, emitted, removed = map_range(self._rust(), self.root, self.task, rng, self.job, stream=True)
-                for e in emitted:
-                    if e.num_rows:
-                        yield form.rows(e)
-                if any(r.num_rows for r in removed):  # nothing is stored: nothing to remove
-                    raise RuntimeError(f"pds: stage {self.task.node.name!r}'s first build removed key mappings")
-                yield form.meta(meta)
-
-    def reduce_rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """:meth:`reduce` for a first build range-partitioned by Spark: the
-        task's partition merged as one range (its rows streamed into the
-        range's sort); the result tagged with the partition's index."""
-        form = self.rows
-        assert form is not None
-        emitted = (form.physical_batch(b) for b in batches if b.num_rows)
-        head = next(emitted, None)
-        if head is None:
-            return
-        stream = pa.RecordBatchReader.from_batches(head.schema, itertools.chain([head], emitted))
-        meta = reduce_range(self._rust(), self.root, self.task, ALL, stream, [], self.job)
-        yield _out(_REDUCED, partition_index(), None, meta)
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each target range's rows (sorted by range: :func:`in_range_order`)
@@ -255,51 +159,6 @@ class _SparkStages(SparkNodes):
                 raise
         return targets, mapped
 
-    def _first_build(
-        self, task: StageTask, ranges: DataFrame, form: _RowForm, map_tasks: int, created: list[str]
-    ) -> StageDone:
-        """A stage's first build whose emitted rows Spark range-partitions by
-        target key itself: the map output kept (persisted: ``Produce`` runs
-        once) as Spark rows, about one range per ``target_rows`` rows
-        emitted (at most :data:`MAX_RANGES`), no Python task between the
-        cache and the shuffle, each partition reduced as one range."""
-        name = task.node.name
-        phases = _Phases(self.store, self.root, task, None, self.job, rows=form)
-        every = max(1, int(task.opts["target_rows"]))
-        key = form.key_columns(task.node.key)
-
-        def run() -> list[Row]:
-            mapped = ranges.mapInArrow(phases.map_rows, form.schema)
-            with small_cache_batches(self.spark):
-                mapped = mapped.persist(StorageLevel.DISK_ONLY)
-            try:
-                maps = [r[_META] for r in mapped.where(functions.col(_META).isNotNull()).select(_META).collect()]
-                emitted = sum(int(json.loads(m)["rows_out"]) for m in maps)
-                n = max(1, min(MAX_RANGES, -(-emitted // every)))
-                rows = mapped.where(functions.col(_META).isNull()).repartitionByRange(n, *key)
-                reduced = rows.mapInArrow(phases.reduce_rows, _ROWS).collect()
-            finally:
-                mapped.unpersist()
-            return [Row(kind=_MAPPED, range=-1, payload=None, meta=m) for m in maps] + list(reduced)
-
-        rows = self._collect(name, "stage", run)
-        maps = [r["meta"] for r in rows if r["kind"] == _MAPPED]
-        reduces = tiled([(r["range"], r["meta"]) for r in rows if r["kind"] == _REDUCED])
-        state_text = self._keep(
-            name,
-            lambda: _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts),
-            created,
-        )
-        rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
-        rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
-        self.stats[name] = {
-            "map_tasks": map_tasks,
-            "reduce_ranges": len(reduces),
-            "target_ranges": len(reduces),
-            "ranged_by_spark": 1,
-        }
-        return StageDone(state_text, rows_in, rows_out)
-
     def _unchanged(self, task: StageTask) -> StageDone:
         """A stage none of whose source keys changed: its state is kept, its
         update is empty (what the local engine gives; no Spark job)."""
@@ -321,10 +180,6 @@ class _SparkStages(SparkNodes):
         # One partition per range, with no shuffle.
         rdd = self.spark.sparkContext.parallelize([(r,) for r in sources], len(sources))
         ranges = self.spark.createDataFrame(rdd, "range_json string")
-
-        form = None if planned else _RowForm.of(task)
-        if form is not None:
-            return self._first_build(task, ranges, form, len(sources), created)
 
         def run() -> list[Row]:
             nonlocal targets
@@ -353,12 +208,7 @@ class _SparkStages(SparkNodes):
         )
         rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
         rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
-        self.stats[name] = {
-            "map_tasks": len(sources),
-            "reduce_ranges": len(reduces),
-            "target_ranges": len(targets),
-            "ranged_by_spark": 0,
-        }
+        self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
         return StageDone(state_text, rows_in, rows_out)
 
 

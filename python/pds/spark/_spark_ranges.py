@@ -1,9 +1,9 @@
 """Key ranges cut by Spark's own range partitioning (``repartitionByRange``).
 
-Where no stored part fixes the ranges (a source's or a stage's first
-build), Spark can range-partition the rows by the key columns itself, in
-the JVM, with no Python task before the shuffle, provided it orders the
-keys as pds does (:func:`ordered_alike`). Each task then applies its
+Where no stored part fixes the ranges (a source's first build), Spark can
+range-partition the rows by the key columns itself, in the JVM, with no
+Python task before the shuffle, provided it orders the keys as pds does
+(:func:`ordered_alike`). Each task then applies its
 partition as one range (:data:`ALL`), and the driver gives the results
 their ranges in partition order (:func:`tiled`); the stitch checks that
 they follow each other in key order, so a disagreement fails the update
@@ -51,14 +51,14 @@ def ordered_alike(spark: st.DataType, arrow: pa.DataType) -> bool:
 
 
 def tiled(applied: list[tuple[int, str]]) -> list[str]:
-    """The results (JSON: a ``content`` of ``range`` and ``parts``, an
-    ``update``) of tasks that each applied one partition of a Spark range
-    partitioning as one range, in their partitions' order (each
-    partition's keys precede the next one's),
-    each given the range from its first key to the next result's (the
-    first and last unbounded), as the stitch takes them. A result with no
-    part is left out. The stitch checks the order: parts out of their range
-    fail the update, they are never committed."""
+    """The results (``(partition, JSON)``: a ``content`` of ``range`` and
+    ``parts``, an ``update``) of tasks that each applied one partition of a
+    Spark range partitioning as one range, in their partitions' order (each
+    partition's keys precede the next one's), each given the range from its
+    first key to the next result's (the first and last unbounded), as the
+    stitch takes them. A result with no part is left out. The stitch checks
+    the order: parts out of their range fail the update, they are never
+    committed."""
     found = []
     for _, meta in sorted(applied, key=lambda a: a[0]):
         done = json.loads(meta)

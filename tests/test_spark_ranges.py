@@ -34,9 +34,15 @@ def test_results_get_ranges_from_their_first_keys_in_partition_order() -> None:
     assert tiled([]) == []
 
 
-def test_a_result_with_an_update_but_no_part_is_an_error() -> None:
-    with pytest.raises(RuntimeError, match="update but no content"):
-        tiled([(0, result(1)), (1, result(None, update=True))])
+def test_a_partition_of_deleted_keys_only_keeps_its_update() -> None:
+    """A first build records deleted keys in its change feed even where
+    nothing was stored: a partition holding only deleted keys has update
+    files and no content part, and keeps its place."""
+    deleted = json.loads(result(None))
+    deleted["update"]["deleted"] = [{"name": "d", "first_key": [40], "last_key": [45]}]
+    done = tiled([(0, result(1, 9)), (1, json.dumps(deleted)), (2, result(50))])
+    assert ranges(done) == [(None, [40]), ([40], [50]), ([50], None)]
+    assert json.loads(done[1])["update"]["deleted"][0]["name"] == "d"
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ instead of committing parts out of order.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import types as st
@@ -50,23 +51,36 @@ def ordered_alike(spark: st.DataType, arrow: pa.DataType) -> bool:
     return False
 
 
+def _first_key(done: dict[str, Any]) -> Any:
+    """A result's least key as its files record it: its first content
+    part's first key, or (a partition holding only deleted keys, which a
+    first build's change feed records) its first update file's; ``None``
+    if it wrote nothing."""
+    update = done.get("update") or {}
+    for files in (done["content"]["parts"], update.get("rows") or [], update.get("deleted") or []):
+        if files:
+            return files[0]["first_key"]
+    return None
+
+
 def tiled(applied: list[tuple[int, str]]) -> list[str]:
     """The results (``(partition, JSON)``: a ``content`` of ``range`` and
     ``parts``, an ``update``) of tasks that each applied one partition of a
     Spark range partitioning as one range, in their partitions' order (each
     partition's keys precede the next one's), each given the range from its
     first key to the next result's (the first and last unbounded), as the
-    stitch takes them. A result with no part is left out. The stitch checks
-    the order: parts out of their range fail the update, they are never
-    committed."""
+    stitch takes them. A result that wrote nothing is left out. The stitch
+    checks the order: parts out of their range fail the update, they are
+    never committed. (A partition's deleted keys may precede its first
+    content part's key: its range then starts above them, and its update
+    files still follow the previous partition's, which is the order the
+    stitched update needs.)"""
     found = []
     for _, meta in sorted(applied, key=lambda a: a[0]):
         done = json.loads(meta)
-        if done["content"]["parts"]:
+        if _first_key(done) is not None:
             found.append(done)
-        elif (done.get("update") or {}).get("rows") or (done.get("update") or {}).get("deleted"):
-            raise RuntimeError("pds: a task wrote an update but no content")
-    firsts = [d["content"]["parts"][0]["first_key"] for d in found]
+    firsts = [_first_key(d) for d in found]
     for i, done in enumerate(found):
         done["content"]["range"] = {"lo": firsts[i] if i else None, "hi": firsts[i + 1] if i + 1 < len(found) else None}
     return [json.dumps(d) for d in found]

@@ -185,3 +185,18 @@ def run_together(argvs: list[list[str]], timeout: float = 600) -> list[str]:
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=30)
+
+
+def recorded_sources(monkeypatch: Any) -> list[Any]:
+    """The source runners update_pipeline creates from now on (their stats)."""
+    from pds.spark import _pipeline_update as pu
+
+    made: list[Any] = []
+
+    class Recording(pu.SparkSources):  # type: ignore[misc, name-defined]
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(pu, "SparkSources", Recording)
+    return made

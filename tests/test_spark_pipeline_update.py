@@ -29,6 +29,8 @@ from pyspark.sql.types import LongType, StringType
 import pds
 import pds.spark
 
+from helpers import recorded_sources
+
 Hook = Callable[[str, Any], None]
 Model = dict[int, list[dict[str, Any]]]  # source key -> its rows' values
 
@@ -705,21 +707,6 @@ def test_a_stage_runs_in_several_spark_tasks(spark: SparkSession, tmp_path: Path
 
 
 # -- source changes are applied by tasks, by source-key range ------------------------------
-
-
-def recorded_sources(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The source runners update_pipeline creates from now on (their stats)."""
-    from pds.spark import _pipeline_update as pu
-
-    made: list[Any] = []
-
-    class Recording(pu.SparkSources):  # type: ignore[misc, name-defined]
-        def __init__(self, *a: Any, **kw: Any) -> None:
-            super().__init__(*a, **kw)
-            made.append(self)
-
-    monkeypatch.setattr(pu, "SparkSources", Recording)
-    return made
 
 
 @pytest.mark.spec("F")

@@ -777,6 +777,16 @@ def pipeline_stage_ranges(
 def pipeline_assign(stage: str, ranges: Sequence[str], batch: pa.RecordBatch) -> list[int]:
     """For each row (holding the stage's key columns), the index of the range holding it."""
 
+def pipeline_key_bounds(stage: str, batch: pa.RecordBatch) -> tuple[str, str] | None:
+    """The least and greatest key of *batch* (holding the stage's key columns)
+    as hex texts that order as the keys do; ``None`` for no row."""
+
+def pipeline_range_lows(stage: str, ranges: Sequence[str]) -> list[str]:
+    """The lower bounds of *ranges* (covering every key in order) after the
+    first, spelled as :func:`pipeline_key_bounds` spells keys: a key lies in
+    range ``i`` where ``i`` of them are at or below it. ``ValueError`` for
+    ranges that do not cover every key in order."""
+
 def pipeline_reduce_range(
     store: RustStore,
     root: str,
@@ -789,6 +799,7 @@ def pipeline_reduce_range(
     target_rows: int,
     sort_budget: int,
     job: str | None = None,
+    clip: bool = False,
 ) -> str:
     """A reduce task: merge a target range's rows into its content parts and
     write its update; the result's JSON. Nothing is committed (on an error,
@@ -799,7 +810,9 @@ def pipeline_reduce_range(
     batch by batch, with the GIL released, into the range's external sort:
     memory stays within *sort_budget* plus one batch, whatever the range's
     size. *removed* (the pairs to drop: as many as the change's old
-    targets) is held in memory."""
+    targets) is held in memory. *clip*: *emitted* and *removed* may hold
+    rows of other ranges (whole batches shuffled to each range they span),
+    which are dropped; otherwise such a row is ``ValueError``."""
 
 def pipeline_key_samples(stage: str, batch: pa.RecordBatch, every: int) -> str:
     """The target key of every *every*-th row of *batch* (JSON), for planning."""

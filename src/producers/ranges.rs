@@ -412,6 +412,56 @@ impl RangeFilter {
     }
 }
 
+/// The least and the greatest key of `batch` (key columns `key`, of the
+/// types of `key_schema`) as lowercase hex of their row-format bytes:
+/// hex texts (and the bytes they spell) order as the keys do, so a key
+/// lies in the range of [`range_lows_hex`]'s bounds that its text places
+/// it in. `None` for a batch of no row.
+pub fn key_bounds_hex(
+    key_schema: &Schema,
+    batch: &RecordBatch,
+    key: &[String],
+) -> Result<Option<(String, String)>> {
+    let conv = converter(key_schema)?;
+    let rows = conv.convert_columns(&key_columns(batch, key)?)?;
+    let mut it = rows.iter();
+    let Some(first) = it.next() else {
+        return Ok(None);
+    };
+    let (lo, hi) = it.fold((first, first), |(lo, hi), r| (lo.min(r), hi.max(r)));
+    Ok(Some((hex::encode(lo.as_ref()), hex::encode(hi.as_ref()))))
+}
+
+/// The lower bounds of `ranges` after the first, as [`key_bounds_hex`]
+/// spells keys: a key (as that hex) lies in range `i` where `i` bounds
+/// are at or below it. `InvalidArgument` unless `ranges` cover every key
+/// in order (the first unbounded below, each starting where the one
+/// before ends, the last unbounded above), as [`plan_from_samples`] plans
+/// them.
+pub fn range_lows_hex(ranges: &[KeyRange], key_schema: SchemaRef) -> Result<Vec<String>> {
+    let filters = ranges
+        .iter()
+        .map(|r| RangeFilter::new(r, key_schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = |r: &Option<OwnedRow>| r.as_ref().map(|r| r.row().as_ref().to_vec());
+    let covering = filters.first().is_some_and(|f| f.lo.is_none())
+        && filters.last().is_some_and(|f| f.hi.is_none())
+        && filters
+            .windows(2)
+            .all(|w| bytes(&w[0].hi).is_some() && bytes(&w[0].hi) == bytes(&w[1].lo));
+    if !covering {
+        return Err(Error::InvalidArgument(
+            "key ranges must cover every key in order, each starting where the one before ends"
+                .into(),
+        ));
+    }
+    Ok(filters
+        .iter()
+        .skip(1)
+        .filter_map(|f| f.lo.as_ref().map(|l| hex::encode(l.row().as_ref())))
+        .collect())
+}
+
 /// For each row of `batch` (key columns `key`, of the types of
 /// `key_schema`), the index of the range of `ranges` (sorted, disjoint,
 /// e.g. from [`plan`]) that holds it: what a shuffle partitions by.
@@ -463,6 +513,70 @@ mod tests {
     use super::*;
     use arrow_array::Int64Array;
     use arrow_schema::{DataType, Field};
+
+    #[test]
+    fn hex_bounds_place_keys_where_assign_does() {
+        use arrow_array::StringArray;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, false),
+            Field::new("k", DataType::Int64, false),
+        ]));
+        let words = ["", "a", "ab", "abc", "b", "ba", "\u{e9}", "zz", "a\u{0}"];
+        let (mut ss, mut ks) = (Vec::new(), Vec::new());
+        for (i, w) in words.iter().enumerate() {
+            for k in [-3i64, 0, 7, i64::MAX, i64::MIN] {
+                ss.push(w.to_string());
+                ks.push(k * (i as i64 % 3 - 1));
+            }
+        }
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(ss.clone())),
+                Arc::new(Int64Array::from(ks.clone())),
+            ],
+        )
+        .unwrap();
+        let key = vec!["s".to_string(), "k".to_string()];
+        let samples: Vec<KeyValues> = ss
+            .iter()
+            .zip(&ks)
+            .step_by(4)
+            .map(|(s, k)| vec![Some(Value::from(s.clone())), Some(Value::from(*k))])
+            .collect();
+        let ranges = plan_from_samples(&schema, samples, 64).unwrap();
+        assert!(ranges.len() > 4);
+        let lows = range_lows_hex(&ranges, schema.clone()).unwrap();
+        assert_eq!(lows.len(), ranges.len() - 1);
+        let want = assign(&ranges, schema.clone(), &batch, &key).unwrap();
+        for (i, w) in want.iter().enumerate() {
+            let (lo, hi) = key_bounds_hex(&schema, &batch.slice(i, 1), &key)
+                .unwrap()
+                .unwrap();
+            assert_eq!(lo, hi);
+            let at = lows.iter().filter(|b| b.as_str() <= lo.as_str()).count();
+            assert_eq!(at as u32, *w, "row {i}: {:?} {}", ss[i], ks[i]);
+        }
+        // A batch's bounds are its least and greatest keys, in any row order.
+        let (lo, hi) = key_bounds_hex(&schema, &batch, &key).unwrap().unwrap();
+        let each: Vec<String> = (0..batch.num_rows())
+            .map(|i| {
+                key_bounds_hex(&schema, &batch.slice(i, 1), &key)
+                    .unwrap()
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        assert_eq!(&lo, each.iter().min().unwrap());
+        assert_eq!(&hi, each.iter().max().unwrap());
+        assert!(key_bounds_hex(&schema, &batch.slice(0, 0), &key)
+            .unwrap()
+            .is_none());
+        // Ranges with a gap, or not starting unbounded, are refused.
+        assert!(range_lows_hex(&[ranges[0].clone(), ranges[2].clone()], schema.clone()).is_err());
+        assert!(range_lows_hex(&ranges[1..], schema.clone()).is_err());
+        assert!(range_lows_hex(&[], schema).is_err());
+    }
 
     #[test]
     fn samples_plan_at_most_the_ranges_asked_for() {

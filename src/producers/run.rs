@@ -311,12 +311,17 @@ impl StageRun {
     /// (see [`steps::stored_mappings`]); copied if `batch` may be one
     /// imported from Python, which they would otherwise keep whole in the
     /// mappings' sort (see [`crate::owned`]).
+    ///
+    /// A filtered result is already a copy (an all-false or partial
+    /// filter builds new buffers), so only an unfiltered one is copied.
     fn mapping_rows(&self, batch: &RecordBatch, copy: bool) -> Result<RecordBatch> {
-        let mut rows = batch.project(&self.mapping_idx)?;
-        if copy {
-            rows = crate::owned::batch(&rows)?;
+        let rows = batch.project(&self.mapping_idx)?;
+        let all = rows.num_rows();
+        let kept = steps::stored_mappings(&self.stage, rows, self.mode)?;
+        if copy && kept.num_rows() == all {
+            return crate::owned::batch(&kept);
         }
-        steps::stored_mappings(&self.stage, rows, self.mode)
+        Ok(kept)
     }
 
     /// What both [`Self::finish`] and a map task's finish start from: the

@@ -115,6 +115,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producers::PyStageRun>()?;
     m.add_function(wrap_pyfunction!(phases::pipeline_stage_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_assign, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_key_bounds, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_range_lows, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_reduce_range, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_stitch_stage, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_key_samples, m)?)?;

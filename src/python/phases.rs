@@ -16,7 +16,10 @@ use crate::producers::node::{Kind, NodeView};
 use crate::producers::parts::key_values;
 use crate::producers::parts::RangePart;
 use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
-use crate::producers::ranges::{assign, plan, plan_from_samples, KeyRange, KeyValues, RangeFilter};
+use crate::producers::ranges::{
+    assign, key_bounds_hex, plan, plan_from_samples, range_lows_hex, KeyRange, KeyValues,
+    RangeFilter,
+};
 use crate::producers::run::StageRun;
 
 /// A key range from its JSON (`{"lo": [...], "hi": [...]}`).
@@ -211,6 +214,34 @@ pub fn pipeline_stage_ranges(
     ranges.iter().map(|r| to_json(r).py_err()).collect()
 }
 
+/// The least and greatest target key of `batch` (holding the stage's key
+/// columns) as hex texts that order as the keys do; `None` for no row.
+#[pyfunction]
+pub fn pipeline_key_bounds(
+    py: Python<'_>,
+    stage: &str,
+    batch: PyRecordBatch,
+) -> PyResult<Option<(String, String)>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let batch = batch.into_inner();
+    super::detach(py, || {
+        key_bounds_hex(stage.key_schema()?.as_ref(), &batch, &stage.key)
+    })
+}
+
+/// The lower bounds of `ranges` (JSON, covering every key in order) after
+/// the first, spelled as `pipeline_key_bounds` spells keys: a key lies in
+/// range `i` where `i` of them are at or below it.
+#[pyfunction]
+pub fn pipeline_range_lows(stage: &str, ranges: Vec<String>) -> PyResult<Vec<String>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let ranges = ranges
+        .iter()
+        .map(|r| key_range(r))
+        .collect::<PyResult<Vec<_>>>()?;
+    range_lows_hex(&ranges, stage.key_schema().py_err()?).py_err()
+}
+
 /// For each row of `batch` (holding the stage's key columns), the index of
 /// the range of `ranges` (JSON, sorted, disjoint) holding its target key.
 #[pyfunction]
@@ -257,9 +288,11 @@ impl RowsArg {
 /// `removed` pairs (in memory) of the range into the range's content
 /// parts and writes its update; returns the result's JSON
 /// (`ReduceOutput`). Nothing is committed; on an error, what it wrote is
-/// removed.
+/// removed. `clip`: `emitted` and `removed` may hold rows of other ranges
+/// (whole batches shuffled to every range they span), which are dropped;
+/// otherwise such a row is `ValueError`.
 #[pyfunction]
-#[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None))]
+#[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None, clip=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn pipeline_reduce_range(
     py: Python<'_>,
@@ -273,11 +306,22 @@ pub fn pipeline_reduce_range(
     target_rows: usize,
     sort_budget: usize,
     job: Option<String>,
+    clip: bool,
 ) -> PyResult<String> {
     let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let stage = NodeView::from_json(stage).py_err()?;
     let range = key_range(range)?;
-    let (emitted, removed) = (emitted.into_iter()?, record_batches(removed));
+    let (mut emitted, mut removed) = (emitted.into_iter()?, record_batches(removed));
+    if clip {
+        let scope =
+            std::sync::Arc::new(RangeFilter::new(&range, stage.key_schema().py_err()?).py_err()?);
+        emitted = scope.filtered(emitted, &stage.key);
+        removed = removed
+            .iter()
+            .map(|b| scope.keep(b, &stage.key))
+            .collect::<Result<Vec<_>>>()
+            .py_err()?;
+    }
     super::detach(py, || {
         let out = reduce_range(&env, &stage, &range, emitted, removed)?;
         to_json(&out)

@@ -145,13 +145,19 @@ def reduce_range(
     emitted: Sequence[pa.RecordBatch] | pa.RecordBatchReader,
     removed: Sequence[pa.RecordBatch],
     job: str,
+    *,
+    clip: bool = False,
 ) -> str:
     """The reduce phase of *task* over the target range *target*: its rows
     (a list of batches, or a ``pyarrow.RecordBatchReader`` read as the
     range's sort takes them: memory within ``sort_budget``) merged into its
-    content parts; the result's JSON. Nothing is committed."""
+    content parts; the result's JSON. Nothing is committed. *clip*: rows of
+    other ranges among *emitted* and *removed* are dropped (else they are
+    an error)."""
     rows = emitted if isinstance(emitted, pa.RecordBatchReader) else list(emitted)
-    return _core.pipeline_reduce_range(rust, root, task.stage_view, target, rows, list(removed), job=job, **task.opts)
+    return _core.pipeline_reduce_range(
+        rust, root, task.stage_view, target, rows, list(removed), job=job, clip=clip, **task.opts
+    )
 
 
 def state_files(state: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

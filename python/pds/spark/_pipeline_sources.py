@@ -6,9 +6,10 @@ and applied by one task per range, the rows checked as they are read
    driver, the columns and their types from each DataFrame's schema
    (deletes hold only the key columns), for every source; a source whose
    DataFrames hold no row is left out, as locally (a ``limit(1)`` job);
-   for a source the pipeline stores nothing of yet, keys are sampled by
-   Spark (each row with probability 1 / ``target_rows``, read by the JVM)
-   to plan its ranges.
+   for a source the pipeline stores nothing of yet, its upserts are
+   counted where Spark will range-partition them (3. below), and
+   otherwise keys are sampled by Spark (each row with probability
+   1 / ``target_rows``, read by the JVM) to plan its ranges.
 2. **apply** (:meth:`SparkSources.__call__`, in the update's node order):
    the source's key ranges are cut at its stored content parts'
    boundaries; for a first build, from the sampled keys (a range's task
@@ -30,9 +31,10 @@ and applied by one task per range, the rows checked as they are read
    task before the shuffle; each task conforms its partition's rows as it
    reads them and applies them as one range (:meth:`_SourceTasks.apply_first`),
    and the driver gives the results their ranges in partition order
-   (:func:`pds.spark._spark_ranges.tiled`; the stitch checks the order). The change is read three
-   times (the keys sampled for the number of ranges, Spark's sampling, the
-   apply): cache a DataFrame that is costly to compute.
+   (:func:`pds.spark._spark_ranges.tiled`; the stitch checks the order).
+   The number of ranges comes from the upserts' row count (a JVM-only
+   job in the check); the change is then read twice more (Spark's
+   sampling, the apply): cache a DataFrame that is costly to compute.
 
 A failed check in a task fails the update as locally for a stream: with
 the local error and message, nothing committed, and what the update wrote
@@ -80,13 +82,15 @@ Frames = tuple[DataFrame | None, DataFrame | None]
 
 class SourceChange(NamedTuple):
     """A source's change on Spark, checked: upserts and deletes (``None``
-    where they hold no row; each read with the source's columns only),
-    and the keys sampled from the upserts (JSON texts) to plan a first
-    build's ranges."""
+    where they hold no row; each read with the source's columns only);
+    for a first build, either the number of ranges Spark's own range
+    partitioning cuts it into (:func:`_ordered_by_spark`), or the keys
+    sampled from the upserts (JSON texts) to plan its ranges."""
 
     upserts: DataFrame | None
     deletes: DataFrame | None
     samples: list[str]
+    spark_ranges: int = 0
 
 
 def _frame(value: Any, what: str) -> DataFrame | None:
@@ -116,9 +120,14 @@ def frames(changes: Mapping[str, Any]) -> dict[str, Frames]:
     return found
 
 
+def _picked(schema: pa.Schema) -> list[Any]:
+    """*schema*'s columns, in its order, as Spark columns."""
+    return [functions.col(f"`{f.name}`") for f in schema]
+
+
 def _columns(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """*df* with *schema*'s columns only, in its order."""
-    return df.select(*(functions.col(f"`{f.name}`") for f in schema))
+    return df.select(*_picked(schema))
 
 
 def _check_types(df: DataFrame, schema: pa.Schema, what: str) -> None:
@@ -187,9 +196,7 @@ class _SourceTasks:
         self, given: Iterator[pa.RecordBatch], schema: pa.Schema, what: str, kind: int
     ) -> Iterator[pa.RecordBatch]:
         for b in given:
-            t = conform_table(pa.Table.from_batches([b]), schema, f"source {self.name!r} {what}")
-            assert t is not None
-            for c in t.to_batches():
+            for c in self._conformed(b, schema, what):
                 yield from split(c, self.view, self.ranges, kind)
 
     def upserts(self, given: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -257,34 +264,34 @@ class _SourceTasks:
         yield out(_APPLIED, index, None, meta)
 
 
-def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> DataFrame | None:
-    """A first build's change as one DataFrame of the source's columns and
-    :data:`_KIND` (deleted keys' value columns null), if Spark's range
-    partitioning by its key columns orders keys as pds does: every key
-    column of a type Spark orders alike (:func:`pds.spark._spark_ranges.ordered_alike`), of the
-    same type in the deletes. ``None`` otherwise (the rows are then tagged
-    with their ranges by Python tasks)."""
-    if change.upserts is None:
-        return None
+def _ordered_by_spark(upserts: DataFrame | None, deletes: DataFrame | None, key: pa.Schema) -> bool:
+    """Whether Spark's range partitioning of a first build's rows by key
+    orders keys as pds does: there are upserts, and every key column is of
+    a type Spark orders alike (:func:`pds.spark._spark_ranges.ordered_alike`),
+    of the same type in the deletes. Otherwise the rows are tagged with
+    their ranges by Python tasks. No Spark job."""
+    if upserts is None:
+        return False
+    types = {f.name: f.dataType for f in upserts.schema.fields}
+    dels = None if deletes is None else {f.name: f.dataType for f in deletes.schema.fields}
+    return all(ordered_alike(types[f.name], f.type) and (dels is None or dels[f.name] == types[f.name]) for f in key)
+
+
+def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> DataFrame:
+    """A first build's change (upserts present: :func:`_ordered_by_spark`)
+    as one DataFrame of the source's columns and :data:`_KIND` (deleted
+    keys' value columns null)."""
+    assert change.upserts is not None
     types = {f.name: f.dataType for f in change.upserts.schema.fields}
-    dels = None if change.deletes is None else {f.name: f.dataType for f in change.deletes.schema.fields}
-    for f in key:
-        if not ordered_alike(types[f.name], f.type) or (dels is not None and dels[f.name] != types[f.name]):
-            return None
-    kind = functions.lit
-    rows = change.upserts.select(kind(_UPSERTED).cast("byte").alias(_KIND), *_picked(schema))
+    rows = change.upserts.select(functions.lit(_UPSERTED).cast("byte").alias(_KIND), *_picked(schema))
     if change.deletes is not None:
         keys = set(key.names)
         cols = [
             functions.col(f"`{f.name}`") if f.name in keys else functions.lit(None).cast(types[f.name]).alias(f.name)
             for f in schema
         ]
-        rows = rows.union(change.deletes.select(kind(_DELETED).cast("byte").alias(_KIND), *cols))
+        rows = rows.union(change.deletes.select(functions.lit(_DELETED).cast("byte").alias(_KIND), *cols))
     return rows
-
-
-def _picked(schema: pa.Schema) -> list[Any]:
-    return [functions.col(f"`{f.name}`") for f in schema]
 
 
 class SparkSources(SparkNodes):
@@ -330,7 +337,8 @@ class SparkSources(SparkNodes):
         deletes with a column that is not a key column, a missing column, a
         type no value of which fits. Sources whose changes hold no row are
         left out (a ``limit(1)`` job). For a source the pipeline stores
-        nothing of yet, keys are sampled to plan its ranges. The rows
+        nothing of yet, its upserts are counted (Spark range-partitions
+        them: ``target_rows`` a range) or keys sampled to plan its ranges. The rows
         themselves (a null key, a value its column cannot hold exactly, a
         key both upserted and deleted) are checked by the apply tasks as
         they read them, so the change is read once."""
@@ -350,10 +358,20 @@ class SparkSources(SparkNodes):
             if not frames:
                 continue
             stored = ((self.p._manifest.get("nodes") or {}).get(name) or {}).get("content")
-            samples = [] if stored or picked_ups is None else self._samples(name, picked_ups)
-            if not samples and self._empty(name, frames):
+            if stored or picked_ups is None:
+                change = SourceChange(picked_ups, picked_dels, [])
+            elif _ordered_by_spark(picked_ups, picked_dels, node.key):
+                # Spark samples the keys itself: count the rows (no Python) for the number of ranges.
+                rows = self._run(name, "count", picked_ups.count)
+                every = max(1, self.p._target_rows)
+                change = SourceChange(picked_ups, picked_dels, [], max(1, min(MAX_RANGES, -(-rows // every))))
+                if not rows and (picked_dels is None or self._empty(name, [picked_dels])):
+                    continue
+            else:
+                change = SourceChange(picked_ups, picked_dels, self._samples(name, picked_ups))
+            if not change.samples and not change.spark_ranges and self._empty(name, frames):
                 continue
-            checked[name] = SourceChange(picked_ups, picked_dels, samples)
+            checked[name] = change
         return checked
 
     def __call__(self, task: SourceTask, created: list[str]) -> str:
@@ -361,25 +379,30 @@ class SparkSources(SparkNodes):
         task = task._replace(opts=self.opts(task.opts))
         change: SourceChange = task.change
         stored = bool((json.loads(task.view).get("state") or {}).get("content"))
+        node = task.node
+        if not stored and change.spark_ranges:
+            # Spark's own range partitioning (its sampling read by the JVM):
+            # no Python task between the read and the shuffle.
+            first = _SourceTasks(self, task, [ALL])
+            by_key = _first_rows(change, node.key, node.public_schema)
+            by_key = by_key.repartitionByRange(change.spark_ranges, *_picked(node.key))
+            if change.deletes is not None:
+                by_key = by_key.sortWithinPartitions(functions.desc(_KIND))
+            rows = self._collect(name, "source", lambda: by_key.mapInArrow(first.apply_first, ROWS).collect())
+            applied = [(r["range"], r["meta"]) for r in rows if r["kind"] == _APPLIED]
+            outputs = tiled(applied)
+            state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)
+            self.stats[name] = {
+                "source_ranges": change.spark_ranges,
+                "applied_ranges": len(outputs),
+                "ranged_by_spark": 1,
+            }
+            return state_text
         if stored:
             ranges = _core.pipeline_source_ranges(task.view, MAX_RANGES)
         else:  # a first build: ranges from the sampled keys
             ranges = _core.pipeline_ranges_from_samples(task.view, change.samples, MAX_RANGES)
         tasks = _SourceTasks(self, task, ranges)
-        node = task.node
-        first = None if stored else _first_rows(change, node.key, node.public_schema)
-        if first is not None:
-            # Spark's own range partitioning (its sampling read by the JVM):
-            # no Python task between the read and the shuffle.
-            by_key = first.repartitionByRange(len(ranges), *_picked(node.key))
-            if change.deletes is not None:
-                by_key = by_key.sortWithinPartitions(functions.desc(_KIND))
-            rows = self._collect(name, "source", lambda: by_key.mapInArrow(tasks.apply_first, ROWS).collect())
-            applied = [(r["range"], r["meta"]) for r in rows if r["kind"] == _APPLIED]
-            outputs = tiled(applied)
-            state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)
-            self.stats[name] = {"source_ranges": len(ranges), "applied_ranges": len(outputs), "ranged_by_spark": 1}
-            return state_text
         tags = []
         if change.deletes is not None:
             tags.append(change.deletes.mapInArrow(tasks.deletes, ROWS))

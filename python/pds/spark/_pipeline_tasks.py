@@ -26,7 +26,7 @@ from remote_store import RemoteStoreError
 
 from pds import _core
 from pds.errors import SchemaMismatch
-from pds.producers._ranges import MAX_RANGES, JobObjects, by_range
+from pds.producers._ranges import MAX_RANGES, JobObjects, by_range, by_sorted_range
 from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline, _Opts
 from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
@@ -197,14 +197,14 @@ def in_range_order(rows: DataFrame) -> DataFrame:
     return rows.repartition("range").sortWithinPartitions("range", functions.desc("kind"))
 
 
-def split(batch: pa.RecordBatch, stage_view: str, targets: list[str] | None, kind: int) -> Iterator[pa.RecordBatch]:
-    """*batch*'s rows as one output row per target range they fall in
-    (``targets`` ``None``: not planned yet, one row)."""
-    if targets is None:
-        if batch.num_rows:
-            yield out(kind, UNPLANNED, ipc(batch), None)
-        return
-    for rng, part in by_range(batch, stage_view, targets):
+def split(
+    batch: pa.RecordBatch, stage_view: str, targets: list[str], kind: int, *, by_key: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """*batch*'s rows as one output row per target range they fall in.
+    *by_key*: the rows are sorted by key (a map phase's emitted rows), so
+    each range's rows are a slice, and a batch within one range is not
+    assigned row by row (:func:`pds.producers._ranges.by_sorted_range`)."""
+    for rng, part in (by_sorted_range if by_key else by_range)(batch, stage_view, targets):
         yield out(kind, rng, ipc(part), None)
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession, functions
 
 from pds import _core
 from pds.producers._ranges import map_range, reduce_range, sample
@@ -61,15 +61,15 @@ from pds.spark._pipeline_sources import SparkSources
 from pds.spark._pipeline_sources import frames as _changes
 from pds.spark._pipeline_tasks import (
     MAX_RANGES,
+    UNPLANNED,
     RangeRows,
     SparkNodes,
     by_range_in_order,
     checked_budget,
     in_range_order,
-    task_rows,
 )
 from pds.spark._pipeline_tasks import ROWS as _ROWS
-from pds.spark._pipeline_tasks import batches as _batches
+from pds.spark._pipeline_tasks import ipc as _ipc
 from pds.spark._pipeline_tasks import out as _out
 from pds.spark._pipeline_tasks import split as _split
 from pds.spark._workers import check_workers
@@ -80,10 +80,15 @@ _EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
 
 
 class _Phases:
-    """One stage's map and reduce functions, pickled to the tasks."""
+    """One stage's map and reduce functions, pickled to the tasks. *clip*:
+    a reduce task's rows may include rows of other ranges (batches tagged
+    with every range they span: :func:`_by_span`), which it drops."""
 
-    def __init__(self, store: Any, root: str, task: StageTask, targets: list[str] | None, job: str) -> None:
+    def __init__(
+        self, store: Any, root: str, task: StageTask, targets: list[str] | None, job: str, *, clip: bool = False
+    ) -> None:
         self.store, self.root, self.task, self.targets, self.job = store, root, task, targets, job
+        self.clip = clip
 
     def _rust(self) -> _core.RustStore:
         rust: _core.RustStore = self.store.unwrap(_core.RustStore)
@@ -104,19 +109,22 @@ class _Phases:
                         if found is not None:
                             yield _out(_SAMPLES, -1, None, found)
                         seen += e.num_rows
-                    yield from _split(e, t.stage_view, self.targets, _EMITTED)
+                    yield from self._tagged(e, _EMITTED)
                 for r in removed:
-                    yield from _split(r, t.stage_view, self.targets, _REMOVED)
+                    yield from self._tagged(r, _REMOVED)
                 yield _out(_MAPPED, -1, None, meta)
 
-    def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Tag rows held back until the target ranges were planned."""
-        for kind, _, payload, meta in task_rows(batches):
-            if kind == _MAPPED:
-                yield _out(_MAPPED, -1, None, meta)
-            elif kind in (_EMITTED, _REMOVED):
-                for part in _batches(payload or b""):
-                    yield from _split(part, self.task.stage_view, self.targets, kind)
+    def _tagged(self, rows: pa.RecordBatch, kind: int) -> Iterator[pa.RecordBatch]:
+        """*rows* as output rows: one per target range they fall in, or,
+        with the targets not planned yet, kept whole with their least and
+        greatest keys (``meta``), for :func:`_by_span` to tag in the JVM."""
+        view = self.task.stage_view
+        if self.targets is not None:
+            yield from _split(rows, view, self.targets, kind, by_key=kind == _EMITTED)
+            return
+        bounds = _core.pipeline_key_bounds(view, rows)
+        if bounds is not None:
+            yield _out(kind, UNPLANNED, _ipc(rows), " ".join(bounds))
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each target range's rows (sorted by range: :func:`in_range_order`)
@@ -130,8 +138,52 @@ class _Phases:
                     yield _out(_MAPPED, -1, None, item[3])
                 continue
             rows = item.stream()
-            meta = reduce_range(self._rust(), self.root, self.task, targets[item.rng], rows, item.held, self.job)
+            meta = reduce_range(
+                self._rust(), self.root, self.task, targets[item.rng], rows, item.held, self.job, clip=self.clip
+            )
             yield _out(_REDUCED, item.rng, None, meta)
+
+
+def _by_span(kept: DataFrame, view: str, targets: list[str]) -> DataFrame:
+    """A stage's first map output (kept), tagged with the planned target
+    ranges by the JVM in one pass over it, with no Python task: each batch
+    of emitted rows (sorted by key, so a few ranges each) or of removed
+    pairs with every range from its least key's to its greatest key's
+    (``meta``: their hex texts, which order as the keys do), so that a
+    batch spanning ranges reaches each of their reduce tasks, which clip
+    it to their range; each map task's result as itself (range -1)."""
+    lows = [functions.unhex(functions.lit(b)) for b in _core.pipeline_range_lows(view, targets)]
+
+    def at(text: Any) -> Any:  # the index of the range holding a key's hex text
+        key, n = functions.unhex(text), functions.lit(0)
+        for b in lows:
+            n = n + (key >= b).cast("int")
+        return n.cast("int")
+
+    meta = functions.col("meta")
+    least, greatest = functions.substring_index(meta, " ", 1), functions.substring_index(meta, " ", -1)
+    result = functions.col("kind") == _MAPPED
+    spans = functions.when(result, functions.array(functions.lit(-1))).otherwise(
+        functions.sequence(at(least), at(greatest))
+    )
+    return kept.where(f"kind != {_SAMPLES}").select(
+        "kind",
+        functions.explode(spans).alias("range"),
+        "payload",
+        functions.when(result, meta).otherwise(functions.lit(None).cast("string")).alias("meta"),
+    )
+
+
+def _check_rows(stage: str, rows: list[Row]) -> None:
+    """``RuntimeError`` unless the stage's reduce tasks were given exactly
+    the rows its map tasks emitted: no row lost or duplicated between
+    them, whatever the shuffle did (nothing is committed then)."""
+    emitted = sum(int(json.loads(r["meta"])["rows_out"]) for r in rows if r["kind"] == _MAPPED)
+    given = sum(int(json.loads(r["meta"])["emitted_rows"]) for r in rows if r["kind"] == _REDUCED)
+    if emitted != given:
+        raise RuntimeError(
+            f"pds: stage {stage!r}'s map tasks emitted {emitted} rows, its reduce tasks were given {given}"
+        )
 
 
 class _SparkStages(SparkNodes):
@@ -189,13 +241,15 @@ class _SparkStages(SparkNodes):
                 mapped: DataFrame = ranges.mapInArrow(phases.map, _ROWS)
             else:
                 targets, kept = self._plan_targets(task, ranges)
-                phases = _Phases(self.store, self.root, task, targets, self.job)
-                mapped = kept.where(f"kind != {_SAMPLES}").mapInArrow(phases.assign, _ROWS)
+                phases = _Phases(self.store, self.root, task, targets, self.job, clip=True)
+                mapped = _by_span(kept, task.stage_view, targets)
             try:
-                return in_range_order(mapped).mapInArrow(phases.reduce, _ROWS).collect()
+                done = in_range_order(mapped).mapInArrow(phases.reduce, _ROWS).collect()
             finally:
                 if kept is not None:
                     kept.unpersist()
+            _check_rows(name, done)
+            return done
 
         rows = self._collect(name, "stage", run)
         assert targets is not None

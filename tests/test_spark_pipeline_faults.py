@@ -23,8 +23,10 @@ content parts. Objects a task writes are named after the update's Spark job
 - The commit's manifest PUT applied and its reply lost, once or every time:
   the same outcome as the local path's under the same fault.
 - A pipeline's first build on Spark (Spark range-partitions the source's
-  rows; its tasks write the source's parts): a source part's PUT whose reply
-  is lost, failing until the task is run again, or failing on every attempt.
+  rows; its tasks write the source's parts; a stage's map output is kept
+  while its target ranges are planned): a source or stage part's PUT whose
+  reply is lost, failing until the task is run again, or failing on every
+  attempt.
 
 After each: every node equals a local twin's and a plain-Python recompute
 (no row lost or duplicated), the objects the update added are exactly ones
@@ -442,13 +444,26 @@ def test_a_lost_manifest_reply_on_the_spark_path_is_what_the_local_path_does(
 # -- 5. a first build: the source's parts written by tasks of Spark's range partitions ------
 
 
-@pytest.mark.parametrize("fault", ["lost_reply", "lost_reply_task", "503_task", "persistent"])
-def test_a_faulted_source_part_put_in_a_first_build_on_spark(
-    spark_session: SparkSession, faulty: Any, monkeypatch: pytest.MonkeyPatch, fault: str
+FIRST_BUILD_FAULTS = [
+    *(("events", "content", f) for f in ("lost_reply", "lost_reply_task", "503_task", "persistent")),
+    # The stage's map tasks (output kept on the executors' disks, then
+    # tagged with the planned target ranges by the JVM) and reduce tasks.
+    (STAGE, "mappings", "lost_reply_task"),
+    (STAGE, "content", "503_task"),
+    (STAGE, "content", "persistent"),
+]
+
+
+@pytest.mark.parametrize(("node", "folder", "fault"), FIRST_BUILD_FAULTS)
+def test_a_faulted_part_put_in_a_first_build_on_spark(
+    spark_session: SparkSession, faulty: Any, monkeypatch: pytest.MonkeyPatch, node: str, folder: str, fault: str
 ) -> None:
     """Version 1 built on Spark from nothing: Spark range-partitions the
     source's upserts and deletes (of keys never stored) by key, and each
-    partition's task writes its source parts. One of those PUTs is faulted
+    partition's task writes its source parts; then each stage's map tasks
+    write its key-mapping parts and its reduce tasks (given the map output
+    tagged with the target ranges planned from it) its content parts. One
+    of the source's (or of ``by_user``'s) part PUTs is faulted
     (``persistent``: every try, on every attempt). The build commits once,
     equal to the recompute and to a local twin (change feed included),
     with nothing left behind; or, persistently faulted, raises the local
@@ -465,7 +480,7 @@ def test_a_faulted_source_part_put_in_a_first_build_on_spark(
         ups = spark_session.createDataFrame(events_table(events))
         return {"events": pds.Changes(upserts=ups, deletes=spark_session.createDataFrame(dels))}
 
-    path = base(faulty) + TASK_PART.format(stage="events", folder="content")
+    path = base(faulty) + TASK_PART.format(stage=node, folder=folder)
     if persistent:
         rule: Rule = faulty.proxy.fail("PUT", path, status=503, times=None)
     else:
@@ -476,11 +491,14 @@ def test_a_faulted_source_part_put_in_a_first_build_on_spark(
             rule = Latched("PUT", path, "drop_reply", how=str(how), times=times)
         faulty.proxy.add_rule(rule)
     runners = recorded_sources(monkeypatch)
-    what = f"{fault} on a source part PUT of a first build"
+    what = f"{fault} on a {node} {folder} PUT of a first build"
     if persistent:
+        cached = spark_session.sparkContext._jsc.sc().getPersistentRDDs().size()
         with pytest.raises(remote_store.BackendUnavailable, match="503"):
             pds.spark.update_pipeline(spark_session, p, changes())
         faulty.proxy.clear_rules()
+        kept = spark_session.sparkContext._jsc.sc().getPersistentRDDs().size()
+        assert kept == cached, f"{what}: the failed build left {kept - cached} cached map outputs"
         assert rule.hits > 1, f"{what}:\n{log_text(faulty)}"
         assert versions(faulty) == [0] and p.refresh() == 0, f"{what}: versions {versions(faulty)}"
         now = set(files(faulty.direct, KEY))

@@ -607,26 +607,35 @@ def test_a_job_cancelled_between_tasks_commits_nothing_and_leaves_nothing(spark:
 
 
 @pytest.mark.spec("F")
-def test_two_racing_spark_updates_commit_one_and_lose_nothing(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", [False, True], ids=["update", "first_build"])
+def test_two_racing_spark_updates_commit_one_and_lose_nothing(spark: SparkSession, tmp_path: Path, first: bool) -> None:
     """Two update_pipeline calls on one pipeline at once, from two threads
     (two pipeline objects, as two drivers would have): one commits, the
     other raises CommitConflict having committed and left nothing; run
-    again, it lands on top. Every row of both updates is there once."""
+    again, it lands on top. Every row of both updates is there once.
+    *first*: both are the pipeline's first build (Spark range-partitions
+    each one's source rows, and each stage's map output is kept while its
+    target ranges are planned)."""
     import threading
 
     url = (tmp_path / "lake").as_uri()
     a = declare(url, "pipelines/race")
     events: Model = {}
     scores: Model = {}
-    assert pds.spark.update_pipeline(spark, a, on_spark(spark, initial(120, events, scores))) == 1
+    if first:
+        ids = {"a": range(0, 150), "b": range(100, 260)}  # overlapping: the later one wins those
+    else:
+        assert pds.spark.update_pipeline(spark, a, on_spark(spark, initial(120, events, scores))) == 1
+        ids = {"a": [1, 2, 500], "b": [3, 4, 501]}
     b = declare(url, "pipelines/race")
     ups = {
-        "a": pa.table({"id": [1, 2, 500], "user": ["ra", "ra", "ra"], "n": [1, 2, 3]}, schema=EVENTS),
-        "b": pa.table({"id": [3, 4, 501], "user": ["rb", "rb", "rb"], "n": [4, 5, 6]}, schema=EVENTS),
+        k: pa.table({"id": list(v), "user": [f"r{k}{i % 7}" for i in v], "n": [i * 3 for i in v]}, schema=EVENTS)
+        for k, v in ids.items()
     }
     frames = {k: frame(spark, t) for k, t in ups.items()}
     outcome: dict[str, Any] = {}
     start = threading.Barrier(2)
+    built = 0 if first else 1
 
     def run(name: str, p: pds.Pipeline) -> None:
         start.wait()
@@ -640,20 +649,23 @@ def test_two_racing_spark_updates_commit_one_and_lose_nothing(spark: SparkSessio
         t.start()
     for t in threads:
         t.join()
-    if sorted(o for o in outcome.values() if isinstance(o, int)) == [2, 3]:
+    if sorted(o for o in outcome.values() if isinstance(o, int)) == [built + 1, built + 2]:
         order = sorted(outcome, key=lambda n: outcome[n])  # they ran one after the other after all
     else:
-        won = [n for n, o in outcome.items() if o == 2]
+        won = [n for n, o in outcome.items() if o == built + 1]
         lost = [n for n, o in outcome.items() if isinstance(o, pds.CommitConflict)]
         assert len(won) == 1 and len(lost) == 1, outcome
+        assert garbage(a) == [], "the losing update left objects behind"
         loser = {"a": a, "b": b}[lost[0]]
-        assert pds.spark.update_pipeline(spark, loser, {"events": frames[lost[0]]}) == 3
+        assert pds.spark.update_pipeline(spark, loser, {"events": frames[lost[0]]}) == built + 2
         order = [won[0], lost[0]]
     for t in (ups[order[0]], ups[order[1]]):
         for r in t.to_pylist():
             events[r["id"]] = [{"user": r["user"], "n": r["n"]}]
     check(a, None, events, scores, "after the race")
     assert garbage(a) == [], "the losing update left objects behind"
+    fresh = pds.Pipeline.open(url, "pipelines/race")
+    assert fresh.version == built + 2
 
 
 # -- 6. read_stage after a Spark update -------------------------------------------------

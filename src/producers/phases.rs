@@ -168,14 +168,16 @@ impl StageRun {
 /// the sort budget), `removed` the removed `(K_s, K_t)` pairs with `K_t` in
 /// the range (see [`MapOutput`]). Rewrites only the content parts of the
 /// range; writes the range's update. A row outside the range, or a range
-/// that cuts a stored part, is `InvalidArgument`. Nothing is committed; a
-/// failure removes what this call wrote.
+/// that cuts a stored part, is `InvalidArgument`; with `clip`, rows outside
+/// the range are dropped instead (batches shuffled whole to every range
+/// they span). Nothing is committed; a failure removes what this call wrote.
 pub fn reduce_range(
     env: &Env,
     stage: &NodeView,
     range: &KeyRange,
     emitted: BatchIter,
     removed: Vec<RecordBatch>,
+    clip: bool,
 ) -> Result<ReduceOutput> {
     if stage.kind != Kind::Stage {
         return Err(Error::InvalidArgument(format!(
@@ -185,15 +187,24 @@ pub fn reduce_range(
     }
     let scope = Arc::new(RangeFilter::new(range, stage.key_schema()?)?);
     let parts = scope.parts_in(&stage.state.content)?;
-    for r in &removed {
-        scope.check(r, &stage.key, "removed key-mappings pairs")?;
-    }
+    let (emitted, removed) = if clip {
+        let kept = removed
+            .iter()
+            .map(|r| scope.keep(r, &stage.key))
+            .collect::<Result<Vec<_>>>()?;
+        (scope.filtered(emitted, &stage.key), kept)
+    } else {
+        for r in &removed {
+            scope.check(r, &stage.key, "removed key-mappings pairs")?;
+        }
+        (scope.checked(emitted, &stage.key, "emitted rows"), removed)
+    };
     let set = steps::source_key_set(stage, &removed)?;
     let old_targets = steps::old_targets(env, stage, &removed)?;
     let content_key: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
     let mut sorter = env.sorter(stage.schema.clone(), &content_key)?;
     let mut emitted_rows = 0u64;
-    for b in scope.checked(emitted, &stage.key, "emitted rows") {
+    for b in emitted {
         let b = b?;
         emitted_rows += b.num_rows() as u64;
         sorter.push(RecordBatch::try_new(
@@ -480,7 +491,8 @@ mod tests {
             // Any order: phase B sorts.
             let mut e = std::mem::take(&mut emitted[i]);
             e.reverse();
-            let out = reduce_range(env, &view, r, it(e), std::mem::take(&mut removed[i])).unwrap();
+            let out =
+                reduce_range(env, &view, r, it(e), std::mem::take(&mut removed[i]), false).unwrap();
             reduced.push(out);
         }
         let state = stitch_stage(env, &view, &maps, &reduced).unwrap();
@@ -724,7 +736,8 @@ mod tests {
                 let pick = |v: &[RecordBatch]| -> Vec<RecordBatch> {
                     v.iter().map(|b| f.keep(b, &view.key).unwrap()).collect()
                 };
-                let out = reduce_range(env, &view, &r, it(pick(&emitted)), pick(&removed)).unwrap();
+                let out = reduce_range(env, &view, &r, it(pick(&emitted)), pick(&removed), false)
+                    .unwrap();
                 reduced.push(out);
             }
             let got = stitch_stage(env, &view, &maps, &reduced).unwrap();
@@ -872,15 +885,26 @@ mod tests {
             &KeyRange::all(),
             it(vec![rows.clone()]),
             vec![],
+            false,
         )
         .unwrap_err();
         assert!(matches!(err, Error::PartCorrupted { .. }), "{err}");
         assert_eq!(objects(&env), before, "what the task wrote is removed");
         // Rows outside the task's range.
         let r = plan(&t1.content, 3)[1].clone();
-        let err = reduce_range(&env, &stage_view(t1), &r, it(vec![rows]), vec![]).unwrap_err();
+        let view = stage_view(t1);
+        let err = reduce_range(&env, &view, &r, it(vec![rows.clone()]), vec![], false).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         assert_eq!(objects(&env), before);
+        // Clipped: only the range's rows are merged.
+        let inside = RangeFilter::new(&r, view.key_schema().unwrap())
+            .unwrap()
+            .keep(&rows, &view.key)
+            .unwrap()
+            .num_rows();
+        assert!(inside < rows.num_rows());
+        let out = reduce_range(&env, &view, &r, it(vec![rows]), vec![], true).unwrap();
+        assert_eq!(out.emitted_rows, inside as u64);
     }
 
     /// Stitching refuses overlapping ranges and ranges that cut a part.

@@ -526,7 +526,7 @@ mod tests {
         for (i, w) in words.iter().enumerate() {
             for k in [-3i64, 0, 7, i64::MAX, i64::MIN] {
                 ss.push(w.to_string());
-                ks.push(k * (i as i64 % 3 - 1));
+                ks.push(k.wrapping_mul(i as i64 % 3 - 1)); // i64::MIN stays i64::MIN
             }
         }
         let batch = RecordBatch::try_new(

@@ -358,7 +358,7 @@ mod tests {
             maps.push(out.mappings);
         }
         let all = KeyRange::all();
-        let reduced = reduce_range(env, &view, &all, it(emitted), removed).unwrap();
+        let reduced = reduce_range(env, &view, &all, it(emitted), removed, false).unwrap();
         stitch_stage(env, &view, &maps, &[reduced]).unwrap()
     }
 

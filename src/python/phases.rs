@@ -311,19 +311,9 @@ pub fn pipeline_reduce_range(
     let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let stage = NodeView::from_json(stage).py_err()?;
     let range = key_range(range)?;
-    let (mut emitted, mut removed) = (emitted.into_iter()?, record_batches(removed));
-    if clip {
-        let scope =
-            std::sync::Arc::new(RangeFilter::new(&range, stage.key_schema().py_err()?).py_err()?);
-        emitted = scope.filtered(emitted, &stage.key);
-        removed = removed
-            .iter()
-            .map(|b| scope.keep(b, &stage.key))
-            .collect::<Result<Vec<_>>>()
-            .py_err()?;
-    }
+    let (emitted, removed) = (emitted.into_iter()?, record_batches(removed));
     super::detach(py, || {
-        let out = reduce_range(&env, &stage, &range, emitted, removed)?;
+        let out = reduce_range(&env, &stage, &range, emitted, removed, clip)?;
         to_json(&out)
     })
 }

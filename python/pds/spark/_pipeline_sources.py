@@ -360,18 +360,18 @@ class SparkSources(SparkNodes):
             stored = ((self.p._manifest.get("nodes") or {}).get(name) or {}).get("content")
             if stored or picked_ups is None:
                 change = SourceChange(picked_ups, picked_dels, [])
+                empty = self._empty(name, frames)
             elif _ordered_by_spark(picked_ups, picked_dels, node.key):
                 # Spark samples the keys itself: count the rows (no Python) for the number of ranges.
                 rows = self._run(name, "count", picked_ups.count)
                 every = max(1, self.p._target_rows)
                 change = SourceChange(picked_ups, picked_dels, [], max(1, min(MAX_RANGES, -(-rows // every))))
-                if not rows and (picked_dels is None or self._empty(name, [picked_dels])):
-                    continue
+                empty = not rows and (picked_dels is None or self._empty(name, [picked_dels]))
             else:
                 change = SourceChange(picked_ups, picked_dels, self._samples(name, picked_ups))
-            if not change.samples and not change.spark_ranges and self._empty(name, frames):
-                continue
-            checked[name] = change
+                empty = not change.samples and self._empty(name, frames)
+            if not empty:
+                checked[name] = change
         return checked
 
     def __call__(self, task: SourceTask, created: list[str]) -> str:

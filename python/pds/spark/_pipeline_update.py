@@ -174,16 +174,19 @@ def _by_span(kept: DataFrame, view: str, targets: list[str]) -> DataFrame:
     )
 
 
-def _check_rows(stage: str, rows: list[Row]) -> None:
-    """``RuntimeError`` unless the stage's reduce tasks were given exactly
-    the rows its map tasks emitted: no row lost or duplicated between
-    them, whatever the shuffle did (nothing is committed then)."""
-    emitted = sum(int(json.loads(r["meta"])["rows_out"]) for r in rows if r["kind"] == _MAPPED)
+def _checked_rows(stage: str, rows: list[Row]) -> tuple[int, int]:
+    """The rows the stage's map tasks read and emitted (``rows_in``,
+    ``rows_out``); ``RuntimeError`` unless its reduce tasks were given
+    exactly the rows its map tasks emitted: no row lost or duplicated
+    between them, whatever the shuffle did (nothing is committed then)."""
+    maps = [json.loads(r["meta"]) for r in rows if r["kind"] == _MAPPED]
+    rows_in, emitted = sum(int(m["rows_in"]) for m in maps), sum(int(m["rows_out"]) for m in maps)
     given = sum(int(json.loads(r["meta"])["emitted_rows"]) for r in rows if r["kind"] == _REDUCED)
     if emitted != given:
         raise RuntimeError(
             f"pds: stage {stage!r}'s map tasks emitted {emitted} rows, its reduce tasks were given {given}"
         )
+    return rows_in, emitted
 
 
 class _SparkStages(SparkNodes):
@@ -233,8 +236,10 @@ class _SparkStages(SparkNodes):
         rdd = self.spark.sparkContext.parallelize([(r,) for r in sources], len(sources))
         ranges = self.spark.createDataFrame(rdd, "range_json string")
 
+        counted = (0, 0)
+
         def run() -> list[Row]:
-            nonlocal targets
+            nonlocal targets, counted
             kept: DataFrame | None = None
             if targets is not None:
                 phases = _Phases(self.store, self.root, task, targets, self.job)
@@ -248,7 +253,7 @@ class _SparkStages(SparkNodes):
             finally:
                 if kept is not None:
                     kept.unpersist()
-            _check_rows(name, done)
+            counted = _checked_rows(name, done)
             return done
 
         rows = self._collect(name, "stage", run)
@@ -260,10 +265,8 @@ class _SparkStages(SparkNodes):
             lambda: _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts),
             created,
         )
-        rows_in = sum(int(json.loads(m)["rows_in"]) for m in maps)
-        rows_out = sum(int(json.loads(m)["rows_out"]) for m in maps)
         self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
-        return StageDone(state_text, rows_in, rows_out)
+        return StageDone(state_text, *counted)
 
 
 def update_pipeline(

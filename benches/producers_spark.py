@@ -662,7 +662,8 @@ def describe(seconds: float, info: dict[str, Any]) -> str:
     ranges = ", ".join(
         f"{k}: {v['applied_ranges']} of {v['source_ranges']} source ranges applied"
         if "source_ranges" in v
-        else f"{k}: {v['map_tasks']} map / {v['reduce_ranges']} of {v['target_ranges']} target ranges"
+        else f"{k}: {v['map_ranges']} map ranges in {v['map_tasks']} tasks / {v['reduce_ranges']} of "
+        f"{v['target_ranges']} target ranges"
         for k, v in info["stats"].items()
     )
     return f"{seconds:.2f} s: {phases}; {ranges}; objects: {info['objects']}"

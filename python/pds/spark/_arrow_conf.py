@@ -16,6 +16,17 @@ few MB each, so 10,000 of them can exceed an executor's heap (a 480 MB
 range on a 1 GiB executor did). :func:`small_cache_batches` sets it to
 :data:`CACHE_BATCH_ROWS` while such a DataFrame is cached and computed.
 
+**Small shuffles, coalesced.** Adaptive execution coalesces a shuffle's
+partitions into tasks of at least
+``spark.sql.adaptive.coalescePartitions.minPartitionSize`` (1 MB) of
+shuffled bytes. A pipeline task's work is reading and rewriting the stored
+parts of its key ranges, which the bytes it is sent do not measure: a
+scattered 1 % update sends each of 17 ranges a few dozen KB, and all 17
+ran in one task on one core. :func:`fine_partitions` sets the minimum to
+:data:`MIN_PARTITION_BYTES` while a pipeline job runs, so adaptive
+execution spreads such ranges over the cluster's cores (its default
+``parallelismFirst``) and still drops the empty partitions.
+
 :func:`conf_while` sets a conf while a pds job runs, only if the user left
 it unset, and unsets it again when the last concurrent pds job on the
 session that relies on it ends. A user who sets the conf keeps their
@@ -38,9 +49,11 @@ from pyspark.sql import SparkSession
 __all__ = [
     "CACHE_BATCH_ROWS",
     "MAX_BYTES_PER_BATCH",
+    "MIN_PARTITION_BYTES",
     "UNCAPPED",
     "arrow_byte_cap_lifted",
     "conf_while",
+    "fine_partitions",
     "small_cache_batches",
 ]
 
@@ -51,6 +64,10 @@ UNCAPPED = str(2**31 - 1)
 CACHE_BATCH_SIZE = "spark.sql.inMemoryColumnarStorage.batchSize"
 CACHE_BATCH_ROWS = "16"
 """Rows per cached batch for pds's payload rows: 16 payloads of a few MB."""
+
+MIN_PARTITION_SIZE = "spark.sql.adaptive.coalescePartitions.minPartitionSize"
+MIN_PARTITION_BYTES = "1024"
+"""The least shuffled bytes of a coalesced partition in pds's pipeline jobs."""
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -115,3 +132,10 @@ def small_cache_batches(spark: SparkSession) -> contextlib.AbstractContextManage
     with cached batches of :data:`CACHE_BATCH_ROWS` rows, if the user left
     the batch size unset."""
     return conf_while(spark, CACHE_BATCH_SIZE, CACHE_BATCH_ROWS)
+
+
+def fine_partitions(spark: SparkSession) -> contextlib.AbstractContextManager[bool]:
+    """Run the body (a pipeline node's Spark job) with adaptive execution
+    coalescing small shuffles by parallelism (:data:`MIN_PARTITION_BYTES`),
+    if the user left the minimum partition size unset."""
+    return conf_while(spark, MIN_PARTITION_SIZE, MIN_PARTITION_BYTES)

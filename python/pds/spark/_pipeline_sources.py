@@ -51,12 +51,13 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, functions
+from pyspark.sql import DataFrame, Row, functions
 
 from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers.changes import Changes
 from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
+from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._pipeline_tasks import (
     MAX_RANGES,
     ROWS,
@@ -388,7 +389,13 @@ class SparkSources(SparkNodes):
             by_key = by_key.repartitionByRange(change.spark_ranges, *_picked(node.key))
             if change.deletes is not None:
                 by_key = by_key.sortWithinPartitions(functions.desc(_KIND))
-            rows = self._collect(name, "source", lambda: by_key.mapInArrow(first.apply_first, ROWS).collect())
+
+            def run() -> list[Row]:
+                # The tasks read the user's rows themselves (no payloads): Spark's byte cap lifted.
+                with arrow_byte_cap_lifted(self.spark):
+                    return by_key.mapInArrow(first.apply_first, ROWS).collect()
+
+            rows = self._collect(name, "source", run)
             applied = [(r["range"], r["meta"]) for r in rows if r["kind"] == _APPLIED]
             outputs = tiled(applied)
             state_text = self._keep(name, lambda: _core.pipeline_stitch_source(task.view, outputs), created)

@@ -29,6 +29,7 @@ from pds.errors import SchemaMismatch
 from pds.producers._ranges import MAX_RANGES, JobObjects, by_range, by_sorted_range
 from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline, _Opts
+from pds.spark._arrow_conf import fine_partitions
 from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
 from pds.spark._job_group import tagged, wait_for_tasks
 from pds.spark._workers import explain_worker_failure
@@ -417,7 +418,7 @@ class SparkNodes(JobObjects):
         it (:func:`unwrapped`)."""
         group = self._group(node)
         try:
-            with self._tagged(node, what):
+            with self._tagged(node, what), fine_partitions(self.spark):
                 rows = run()
         except BaseException as exc:
             wait_for_tasks(self.spark, group)  # no task may write after the cleanup

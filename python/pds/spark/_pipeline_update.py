@@ -4,7 +4,8 @@ The driver runs the update as :meth:`pds.Pipeline.update` does (the same
 errors, same stage order, one commit by compare-and-swap), but
 hands each stage to Spark in two phases with a shuffle between them:
 
-1. **map**: one task per *source*-key range, aligned with the stage's
+1. **map**: a task per *source*-key range (consecutive ranges share a task
+   beyond two tasks per core), aligned with the stage's
    stored key-mapping parts (for a stage with nothing stored yet: with its
    first source's content parts). The task builds the engine's stage run
    restricted to its range, calls the user's ``Produce`` (pickled by
@@ -77,6 +78,10 @@ from pds.spark._workers import check_workers
 __all__ = ["update_pipeline"]
 
 _EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
+#: Map tasks per core of the cluster at most (``defaultParallelism``): a
+#: scattered update touches every source range, and a task per range cost
+#: more in Spark's fixed per-task work than the ranges' own.
+TASKS_PER_CORE = 2
 
 
 class _Phases:
@@ -232,8 +237,12 @@ class _SparkStages(SparkNodes):
         targets = (
             _core.pipeline_stage_ranges(task.stage_view, task.source_views, "target", MAX_RANGES) if planned else None
         )
-        # One partition per range, with no shuffle.
-        rdd = self.spark.sparkContext.parallelize([(r,) for r in sources], len(sources))
+        # Consecutive ranges per map task, with no shuffle: at most TASKS_PER_CORE
+        # tasks per core (a task's fixed cost is about 50 ms), each range still
+        # streamed on its own within its task's sort budget.
+        sc = self.spark.sparkContext
+        map_tasks = min(len(sources), TASKS_PER_CORE * sc.defaultParallelism)
+        rdd = sc.parallelize([(r,) for r in sources], map_tasks)
         ranges = self.spark.createDataFrame(rdd, "range_json string")
 
         counted = (0, 0)
@@ -265,7 +274,12 @@ class _SparkStages(SparkNodes):
             lambda: _core.pipeline_stitch_stage(self.rust, self.root, task.stage_view, maps, reduces, **task.opts),
             created,
         )
-        self.stats[name] = {"map_tasks": len(sources), "reduce_ranges": len(reduces), "target_ranges": len(targets)}
+        self.stats[name] = {
+            "map_ranges": len(sources),
+            "map_tasks": map_tasks,
+            "reduce_ranges": len(reduces),
+            "target_ranges": len(targets),
+        }
         return StageDone(state_text, *counted)
 
 

@@ -747,10 +747,12 @@ class StageRun:
         """(rows handed out, rows taken back)."""
     def finish(self) -> tuple[str, list[str]]:
         """Write the new state: (state JSON, objects written)."""
-    def finish_map(self, *, stream: bool = False) -> tuple[str, Any, list[pa.RecordBatch]]:
+    def finish_map(self, *, stream: bool = False) -> tuple[str, Any, list[pa.RecordBatch], list[pa.RecordBatch]]:
         """Finish a map task: (result JSON with ``mappings``, ``rows_in``,
         ``rows_out``, ``changed_keys``, ``created``; emitted rows, sorted by
-        target key; removed key-mappings pairs). The emitted rows are a
+        target key; removed key-mappings pairs; for a stage whose
+        key-mappings are derived from its leading key columns, the changed
+        source keys, whose pairs are not stored). The emitted rows are a
         list of batches (memory: the task's whole output), or with *stream*
         a ``pyarrow.RecordBatchReader`` over the run's external sort
         (memory: ``sort_budget``; its spill files go when it is exhausted
@@ -777,6 +779,12 @@ def pipeline_stage_ranges(
 def pipeline_assign(stage: str, ranges: Sequence[str], batch: pa.RecordBatch) -> list[int]:
     """For each row (holding the stage's key columns), the index of the range holding it."""
 
+def pipeline_prefix_spans(stage: str, ranges: Sequence[str], batch: pa.RecordBatch) -> list[tuple[int, int]]:
+    """For each row (a derived stage's changed source keys, as ``finish_map``
+    hands them on), the first and last index of the *ranges* (covering every
+    key) that may hold the stage's rows of that key. ``ValueError`` for a
+    stage that derives no key-mappings."""
+
 def pipeline_key_bounds(stage: str, batch: pa.RecordBatch) -> tuple[str, str] | None:
     """The least and greatest key of *batch* (holding the stage's key columns)
     as hex texts that order as the keys do; ``None`` for no row."""
@@ -800,6 +808,7 @@ def pipeline_reduce_range(
     sort_budget: int,
     job: str | None = None,
     clip: bool = False,
+    derived: Sequence[pa.RecordBatch] = ...,
 ) -> str:
     """A reduce task: merge a target range's rows into its content parts and
     write its update; the result's JSON. Nothing is committed (on an error,
@@ -812,7 +821,10 @@ def pipeline_reduce_range(
     size. *removed* (the pairs to drop: as many as the change's old
     targets) is held in memory. *clip*: *emitted* and *removed* may hold
     rows of other ranges (whole batches shuffled to each range they span),
-    which are dropped; otherwise such a row is ``ValueError``."""
+    which are dropped; otherwise such a row is ``ValueError``. *derived*:
+    a derived stage's changed source keys routed to this range
+    (:func:`pipeline_prefix_spans`), whose old rows the reduce finds in the
+    range's parts."""
 
 def pipeline_key_samples(stage: str, batch: pa.RecordBatch, every: int) -> str:
     """The target key of every *every*-th row of *batch* (JSON), for planning."""

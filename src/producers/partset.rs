@@ -688,59 +688,6 @@ impl Layout {
         Ok(out)
     }
 
-    /// The rows whose cut key begins with one of the values of `lead`
-    /// (batches of the cut key's first columns, any names, sorted), in
-    /// sort order, only `columns` (which hold the cut key) decoded. A
-    /// lookup, not a scan: only the parts whose key ranges may hold such
-    /// rows are read, a few at a time, and of those only the pages whose
-    /// range of the cut key's first column holds a wanted value (see
-    /// [`crate::parquet::seek`]), with the part's patches.
-    pub fn prefix_rows(
-        &self,
-        parts: &[RangePart],
-        lead: &[RecordBatch],
-        columns: &[String],
-    ) -> Result<Vec<RecordBatch>> {
-        let Some(first) = lead.iter().find(|b| b.num_rows() > 0) else {
-            return Ok(Vec::new());
-        };
-        let m = first.num_columns();
-        let lead_key = self
-            .cut_key
-            .get(..m)
-            .filter(|l| !l.is_empty())
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "a prefix of {m} columns of the cut key {:?}",
-                    self.cut_key
-                ))
-            })?;
-        if parts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let prefixes = lead_prefixes(lead)?;
-        let (lo, hi) = super::parts::key_bounds(parts, &self.schema, lead_key)?;
-        // Each part whose lead range holds a prefix: the first prefix not
-        // below its first key is at most its last.
-        let wanted: Vec<RangePart> = parts
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| {
-                let i = prefixes.partition_point(|p| **p < *lo.row(*j).data());
-                i < prefixes.len() && *prefixes[i] <= *hi.row(*j).data()
-            })
-            .map(|(_, p)| p.clone())
-            .collect();
-        let mut out = Vec::new();
-        for group in wanted.chunks(FETCH_AHEAD) {
-            for layered in self.seek_parts(group.to_vec(), lead, columns)? {
-                let keys = layered.keys_with_prefix(&prefixes);
-                out.extend(layered.take(&keys)?.0);
-            }
-        }
-        Ok(out)
-    }
-
     /// `parts` read for a lookup of the values in `lead` (batches whose
     /// first column holds values of the cut key's first column): of each
     /// part's file only the pages whose range of that column holds one

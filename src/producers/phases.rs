@@ -63,7 +63,16 @@ pub struct MapOutput {
     /// The removed key-mappings rows `(K_s, K_t)` (physical names: the
     /// stage's source key, then its key), sorted so; in memory (they are
     /// as many as the change's old targets). To be shuffled by `K_t`.
+    /// Only the stored pairs: see [`Self::derived`].
     pub removed: Vec<RecordBatch>,
+    /// For a stage whose key-mappings are derived from its first `m` key
+    /// columns (see [`super::manifest::NodeState::derived_prefix`]): the
+    /// range's changed source keys (`K_s`, sorted, distinct), whose pairs
+    /// the key-mappings do not store. Their content rows are the rows whose
+    /// `K_t` begins with the key's first `m` values: to be shuffled to every
+    /// target range those values span, where [`reduce_range`] finds them as
+    /// it rewrites the range (the content is read once). Empty otherwise.
+    pub derived: Vec<RecordBatch>,
     /// Source rows handed to `Produce`.
     pub rows_in: u64,
     /// Rows `Produce` emitted.
@@ -130,7 +139,7 @@ impl StageRun {
         let parts = scope.parts_in(&stage.state.mappings)?;
         let token = env.token();
         let adds = scope.checked(f.mappings.finish()?, &stage.source_key, "emitted rows");
-        let mut m = steps::rewrite_mappings(
+        let m = steps::rewrite_mappings(
             &env,
             &stage,
             &parts,
@@ -138,11 +147,12 @@ impl StageRun {
             adds,
             format!("nodes/{}/mappings/{token}", stage.name),
         )?;
-        // The pairs not stored, found in the content (any target range).
-        match steps::derived_pairs(&env, &stage, &stage.state.content, &changed, f.mode) {
-            Ok(d) => m.removed.extend(d),
-            Err(e) => return undo(&env, &m.created, e),
-        }
+        // The keys whose pairs are not stored: the reduce tasks find their rows.
+        let derived = if f.mode != 0 && changed.stored {
+            changed.keys.clone()
+        } else {
+            Vec::new()
+        };
         let emitted = match f.content.finish() {
             Ok(e) => e,
             Err(e) => return undo(&env, &m.created, e),
@@ -154,6 +164,7 @@ impl StageRun {
             },
             emitted,
             removed: m.removed,
+            derived,
             rows_in: f.rows_in,
             rows_out: f.rows_out,
             changed_keys: changed.keys.iter().map(|b| b.num_rows() as u64).sum(),
@@ -166,17 +177,20 @@ impl StageRun {
 /// of the stage's key columns): `emitted` holds the emitted rows with `K_t`
 /// in the range (the stage's physical schema, any order: sorted here within
 /// the sort budget), `removed` the removed `(K_s, K_t)` pairs with `K_t` in
-/// the range (see [`MapOutput`]). Rewrites only the content parts of the
-/// range; writes the range's update. A row outside the range, or a range
-/// that cuts a stored part, is `InvalidArgument`; with `clip`, rows outside
-/// the range are dropped instead (batches shuffled whole to every range
-/// they span). Nothing is committed; a failure removes what this call wrote.
+/// the range, and `derived` the changed source keys whose pairs are not
+/// stored, whose leading values may fall in the range (see [`MapOutput`]).
+/// Rewrites only the content parts of the range; writes the range's update.
+/// A row outside the range, or a range that cuts a stored part, is
+/// `InvalidArgument`; with `clip`, rows outside the range are dropped
+/// instead (batches shuffled whole to every range they span). Nothing is
+/// committed; a failure removes what this call wrote.
 pub fn reduce_range(
     env: &Env,
     stage: &NodeView,
     range: &KeyRange,
     emitted: BatchIter,
     removed: Vec<RecordBatch>,
+    derived: Vec<RecordBatch>,
     clip: bool,
 ) -> Result<ReduceOutput> {
     if stage.kind != Kind::Stage {
@@ -199,7 +213,22 @@ pub fn reduce_range(
         }
         (scope.checked(emitted, &stage.key, "emitted rows"), removed)
     };
-    let set = steps::source_key_set(stage, &removed)?;
+    // The source keys whose rows go: those of the removed pairs, and the
+    // derived ones (their rows found by the content rewrite).
+    let changed = match derived.first() {
+        Some(b) => {
+            let schema = b.schema();
+            let mut runs = derived;
+            runs.extend(steps::source_keys(stage, &removed)?);
+            steps::ChangedKeys::new(env, stage, &schema, runs, true)?
+        }
+        None => steps::ChangedKeys {
+            set: steps::source_key_set(stage, &removed)?,
+            ..Default::default()
+        },
+    };
+    let found = steps::derived_change(&changed, stage.mappings_mode(env.derive_mappings))?;
+    let set = changed.set;
     let old_targets = steps::old_targets(env, stage, &removed)?;
     let content_key: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
     let mut sorter = env.sorter(stage.schema.clone(), &content_key)?;
@@ -221,7 +250,7 @@ pub fn reduce_range(
         steps::remove_source_keys(stage, &set, true),
         old_targets,
         sorter.finish()?,
-        (format!("{base}/content/{token}"), None),
+        (format!("{base}/content/{token}"), found),
     )?;
     let mut created = c.created.clone();
     match write_deleted(
@@ -465,6 +494,20 @@ mod tests {
                 out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
             }
         };
+        let mut derived: Vec<Vec<RecordBatch>> = vec![Vec::new(); reduce_ranges.len()];
+        // A derived key goes to every range its leading values span.
+        let mode = view.mappings_mode(env.derive_mappings);
+        let spread = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>| {
+            let lead = &view.source_key[..mode];
+            let spans = super::super::ranges::prefix_spans(reduce_ranges, &ks, b, lead).unwrap();
+            for (r, out) in into.iter_mut().enumerate() {
+                let mask: arrow_array::BooleanArray = spans
+                    .iter()
+                    .map(|&(a, z)| Some(a as usize <= r && r <= z as usize))
+                    .collect();
+                out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
+            }
+        };
         let (mut maps, mut map_created) = (Vec::new(), Vec::new());
         for r in map_ranges {
             let mut run = StageRun::for_range(
@@ -483,6 +526,9 @@ mod tests {
             for b in &out.removed {
                 shuffle(b, &mut removed);
             }
+            for b in &out.derived {
+                spread(b, &mut derived);
+            }
             maps.push(out.mappings);
             map_created.push(out.created);
         }
@@ -491,8 +537,11 @@ mod tests {
             // Any order: phase B sorts.
             let mut e = std::mem::take(&mut emitted[i]);
             e.reverse();
-            let out =
-                reduce_range(env, &view, r, it(e), std::mem::take(&mut removed[i]), false).unwrap();
+            let (rm, d) = (
+                std::mem::take(&mut removed[i]),
+                std::mem::take(&mut derived[i]),
+            );
+            let out = reduce_range(env, &view, r, it(e), rm, d, false).unwrap();
             reduced.push(out);
         }
         let state = stitch_stage(env, &view, &maps, &reduced).unwrap();
@@ -719,7 +768,7 @@ mod tests {
         for k in [1, 2, 3, 5] {
             let view = stage_view(stage.clone());
             let mut maps = Vec::new();
-            let (mut emitted, mut removed) = (Vec::new(), Vec::new());
+            let (mut emitted, mut removed, mut derived) = (Vec::new(), Vec::new(), Vec::new());
             for r in plan(&stage.mappings, k) {
                 let mut run =
                     StageRun::for_range(env.clone(), view.clone(), sources(a, b), false, &r)
@@ -728,6 +777,7 @@ mod tests {
                 let out = run.finish_map().unwrap();
                 emitted.extend(out.emitted.map(|b| b.unwrap()));
                 removed.extend(out.removed);
+                derived.extend(out.derived);
                 maps.push(out.mappings);
             }
             let mut reduced = Vec::new();
@@ -736,8 +786,8 @@ mod tests {
                 let pick = |v: &[RecordBatch]| -> Vec<RecordBatch> {
                     v.iter().map(|b| f.keep(b, &view.key).unwrap()).collect()
                 };
-                let out = reduce_range(env, &view, &r, it(pick(&emitted)), pick(&removed), false)
-                    .unwrap();
+                let (e, rm) = (it(pick(&emitted)), pick(&removed));
+                let out = reduce_range(env, &view, &r, e, rm, derived.clone(), false).unwrap();
                 reduced.push(out);
             }
             let got = stitch_stage(env, &view, &maps, &reduced).unwrap();
@@ -885,6 +935,7 @@ mod tests {
             &KeyRange::all(),
             it(vec![rows.clone()]),
             vec![],
+            vec![],
             false,
         )
         .unwrap_err();
@@ -893,7 +944,16 @@ mod tests {
         // Rows outside the task's range.
         let r = plan(&t1.content, 3)[1].clone();
         let view = stage_view(t1);
-        let err = reduce_range(&env, &view, &r, it(vec![rows.clone()]), vec![], false).unwrap_err();
+        let err = reduce_range(
+            &env,
+            &view,
+            &r,
+            it(vec![rows.clone()]),
+            vec![],
+            vec![],
+            false,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         assert_eq!(objects(&env), before);
         // Clipped: only the range's rows are merged.
@@ -903,7 +963,7 @@ mod tests {
             .unwrap()
             .num_rows();
         assert!(inside < rows.num_rows());
-        let out = reduce_range(&env, &view, &r, it(vec![rows]), vec![], true).unwrap();
+        let out = reduce_range(&env, &view, &r, it(vec![rows]), vec![], vec![], true).unwrap();
         assert_eq!(out.emitted_rows, inside as u64);
     }
 

@@ -462,6 +462,78 @@ pub fn range_lows_hex(ranges: &[KeyRange], key_schema: SchemaRef) -> Result<Vec<
         .collect())
 }
 
+/// For each row of `batch`, whose columns `lead` hold the leading values
+/// of keys (of the types of `key_schema`'s first `lead.len()` fields), the
+/// first and last index of the ranges of `ranges` (sorted, disjoint,
+/// covering every key) that may hold a key beginning with them: where a
+/// changed source key's derived rows may live (see
+/// [`super::phases::MapOutput::derived`]). Decided on the bounds' leading
+/// values alone, so a range whose bound begins with the very values
+/// counts on both sides of it (one range too many at most).
+pub fn prefix_spans(
+    ranges: &[KeyRange],
+    key_schema: &Schema,
+    batch: &RecordBatch,
+    lead: &[String],
+) -> Result<Vec<(u32, u32)>> {
+    let m = lead.len();
+    if m == 0 || m > key_schema.fields().len() {
+        return Err(Error::InvalidArgument(format!(
+            "a key prefix of 1 to {} columns, not {m}",
+            key_schema.fields().len()
+        )));
+    }
+    let prefix_schema = key_schema.project(&(0..m).collect::<Vec<_>>())?;
+    let conv = converter(&prefix_schema)?;
+    let bound = |b: &Option<KeyValues>| -> Result<Option<Vec<Option<Value>>>> {
+        match b {
+            None => Ok(None),
+            Some(v) if v.len() == key_schema.fields().len() => Ok(Some(v[..m].to_vec())),
+            Some(_) => Err(Error::InvalidArgument(format!(
+                "a key bound holds a value per key column ({})",
+                key_schema.fields().len()
+            ))),
+        }
+    };
+    // Each range's bounds' leading values, as rows (None: unbounded).
+    let mut lows = Vec::with_capacity(ranges.len());
+    let mut highs = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        lows.push(bound(&r.lo)?);
+        highs.push(bound(&r.hi)?);
+    }
+    let given: Vec<&[Option<Value>]> = lows
+        .iter()
+        .chain(&highs)
+        .flatten()
+        .map(|v| v.as_slice())
+        .collect();
+    let rows = json_rows(&conv, &prefix_schema, &given)?;
+    let mut at = 0;
+    let mut next = || {
+        at += 1;
+        rows.row(at - 1)
+    };
+    let los: Vec<Option<Row>> = lows.iter().map(|l| l.as_ref().map(|_| next())).collect();
+    let his: Vec<Option<Row>> = highs.iter().map(|h| h.as_ref().map(|_| next())).collect();
+    let keys = conv.convert_columns(&super::keys::key_columns(batch, lead)?)?;
+    keys.iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let holds =
+                |j: usize| los[j].is_none_or(|lo| lo <= p) && his[j].is_none_or(|hi| hi >= p);
+            let first = (0..ranges.len()).find(|&j| holds(j));
+            let last = (0..ranges.len()).rev().find(|&j| holds(j));
+            match (first, last) {
+                (Some(a), Some(b)) => Ok((a as u32, b as u32)),
+                _ => Err(Error::InvalidArgument(format!(
+                    "row {i}: no key range holds keys beginning with its values"
+                ))),
+            }
+        })
+        .collect()
+}
+
 /// For each row of `batch` (key columns `key`, of the types of
 /// `key_schema`), the index of the range of `ranges` (sorted, disjoint,
 /// e.g. from [`plan`]) that holds it: what a shuffle partitions by.
@@ -513,6 +585,73 @@ mod tests {
     use super::*;
     use arrow_array::Int64Array;
     use arrow_schema::{DataType, Field};
+
+    /// Every key beginning with a prefix lies in a range of its span, and
+    /// the span is no wider than one range past the keys on either side.
+    #[test]
+    fn prefix_spans_hold_every_key_with_the_prefix() {
+        use arrow_array::StringArray;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, false),
+            Field::new("k", DataType::Int64, false),
+        ]));
+        let b = |s: &str, k: i64| Some(vec![Some(Value::from(s)), Some(Value::from(k))]);
+        let cuts = [b("b", 5), b("b", 9), b("d", 0)];
+        let mut ranges = Vec::new();
+        let mut lo = None;
+        for c in cuts.iter().cloned().chain([None]) {
+            ranges.push(KeyRange {
+                lo: lo.clone(),
+                hi: c.clone(),
+            });
+            lo = c;
+        }
+        let words = ["", "a", "b", "c", "d", "e", "b\u{0}"];
+        let ks = [i64::MIN, -1, 0, 5, 7, 9, i64::MAX];
+        let (mut ss, mut kk) = (Vec::new(), Vec::new());
+        for w in words {
+            for k in ks {
+                ss.push(w.to_string());
+                kk.push(k);
+            }
+        }
+        let full = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(ss.clone())),
+                Arc::new(Int64Array::from(kk)),
+            ],
+        )
+        .unwrap();
+        let key = vec!["s".to_string(), "k".to_string()];
+        let at = assign(&ranges, schema.clone(), &full, &key).unwrap();
+        let prefixes = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)])),
+            vec![Arc::new(StringArray::from(words.to_vec()))],
+        )
+        .unwrap();
+        let spans = prefix_spans(&ranges, &schema, &prefixes, &["s".to_string()]).unwrap();
+        for (w, (a, z)) in words.iter().zip(&spans) {
+            let held: Vec<u32> = (0..ss.len())
+                .filter(|&i| ss[i] == *w)
+                .map(|i| at[i])
+                .collect();
+            let (lo, hi) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
+            assert!(
+                *a <= lo && hi <= *z,
+                "{w:?}: span {a}..={z}, keys in {lo}..={hi}"
+            );
+            assert!(
+                lo - a <= 1 && z - hi <= 1,
+                "{w:?}: span {a}..={z} too wide for {lo}..={hi}"
+            );
+        }
+        assert_eq!(spans[1], (0, 0), "a");
+        assert_eq!(spans[2], (0, 2), "b");
+        assert_eq!(spans[3], (2, 2), "c");
+        assert_eq!(spans[5], (3, 3), "e");
+        assert!(prefix_spans(&ranges, &schema, &prefixes, &[]).is_err());
+    }
 
     #[test]
     fn hex_bounds_place_keys_where_assign_does() {

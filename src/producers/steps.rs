@@ -9,7 +9,7 @@ use super::keys::{KeyEncoder, KeySet};
 use super::merge::dedup_sorted;
 use super::node::{Env, NodeView};
 use super::parts::RangePart;
-use super::partset::{filter_by_keys, key_set, Change, Derived, Remove, Rewritten};
+use super::partset::{key_set, Change, Derived, Remove, Rewritten};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -32,6 +32,16 @@ pub fn source_key_set(stage: &NodeView, batches: &[RecordBatch]) -> Result<KeySe
         None => Ok(super::keys::key_set_new()),
         Some(b) => key_set(batches, &KeyEncoder::new(&b.schema(), &stage.source_key)?),
     }
+}
+
+/// The source-key columns (`stage.source_key`) of key-mappings rows.
+pub fn source_keys(stage: &NodeView, rows: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    rows.iter()
+        .map(|b| {
+            let idx = crate::parquet::decode::column_indices(&b.schema(), &stage.source_key)?;
+            Ok(b.project(&idx)?)
+        })
+        .collect()
 }
 
 /// The source keys an update changed, as the key-mappings rewrite needs them.
@@ -151,52 +161,6 @@ fn lead_values(changed: &ChangedKeys, mode: usize) -> Result<Vec<RecordBatch>> {
                 .map_err(Error::from)
         })
         .collect()
-}
-
-/// The key-mappings pairs `(K_s, K_t)` of the `changed` source keys that a
-/// stage whose mappings are derived from `mode` shared key columns does
-/// not store: read from its content `parts` (cut by `K_t`), only the parts
-/// that may hold the changed keys' leading values and only the key
-/// columns decoded. Distinct, in the mappings layout's columns.
-pub fn derived_pairs(
-    env: &Env,
-    stage: &NodeView,
-    parts: &[RangePart],
-    changed: &ChangedKeys,
-    mode: usize,
-) -> Result<Vec<RecordBatch>> {
-    if mode == 0 || parts.is_empty() || changed.set.is_empty() {
-        return Ok(Vec::new());
-    }
-    // The changed keys' leading values (same types as the content's cut
-    // key's: see `NodeView::shared_prefix`).
-    let lead = lead_values(changed, mode)?;
-    let content = stage.content_layout(env);
-    let ml = stage.mappings_layout(env)?;
-    // Content columns (K_t, K_s): the pairs, sorted by (K_t, K_s).
-    let cols: Vec<String> = stage.key.iter().chain(&stage.source_key).cloned().collect();
-    let rows = content.prefix_rows(parts, &lead, &cols)?;
-    let proj = std::sync::Arc::new(content.schema.project(
-        &crate::parquet::decode::column_indices(&content.schema, &cols)?,
-    )?);
-    let (hit, _) = filter_by_keys(
-        &rows,
-        &KeyEncoder::new(&proj, &stage.source_key)?,
-        &changed.set,
-        true,
-        None,
-    )?;
-    let idx = crate::parquet::decode::column_indices(&proj, &ml.sort_key)?;
-    let pairs: Vec<RecordBatch> = hit
-        .iter()
-        .map(|b| b.project(&idx).map_err(Error::from))
-        .collect::<Result<_>>()?;
-    dedup_sorted(
-        ml.schema.clone(),
-        &cols,
-        Box::new(pairs.into_iter().map(Ok)),
-    )?
-    .collect()
 }
 
 /// The old targets of removed key-mappings rows (`(K_s, K_t)`): their
@@ -329,19 +293,40 @@ mod tests {
     }
 
     /// The same update split into tasks (see [`crate::producers::phases`]):
-    /// a map task per range of the source's parts (each finding its pairs
-    /// in the content), one reduce task, stitched.
-    fn split(env: &Env, st: NodeState, src: NodeState) -> NodeState {
+    /// a map task per range of the source's parts, a shuffle into `k`
+    /// target ranges (emitted rows and stored pairs by their target key,
+    /// the derived keys to every range their leading values span), a
+    /// reduce task per target range (each finding its derived keys' rows
+    /// in its own parts), stitched.
+    fn split(env: &Env, st: NodeState, src: NodeState, k: usize) -> NodeState {
         use crate::producers::phases::{reduce_range, stitch_stage};
-        use crate::producers::ranges::{plan, KeyRange};
+        use crate::producers::ranges::{assign, plan, prefix_spans};
         // Ranges as the drivers plan them: at the stored pairs' parts, else
         // at the source's.
         let ranges = match st.mappings.is_empty() {
             true => plan(&src.content, 3),
             false => plan(&st.mappings, 3),
         };
+        let targets = plan(&st.content, k);
         let view = stage(st);
-        let (mut maps, mut emitted, mut removed) = (vec![], vec![], vec![]);
+        let ks = view.key_schema().unwrap();
+        let n = targets.len();
+        let (mut emitted, mut removed, mut derived) =
+            (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+        let pick = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>, spans: Vec<(u32, u32)>| {
+            for (r, out) in into.iter_mut().enumerate() {
+                let mask: arrow_array::BooleanArray = spans
+                    .iter()
+                    .map(|&(a, z)| Some(a as usize <= r && r <= z as usize))
+                    .collect();
+                out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
+            }
+        };
+        let at = |b: &RecordBatch| -> Vec<(u32, u32)> {
+            let ids = assign(&targets, ks.clone(), b, &view.key).unwrap();
+            ids.into_iter().map(|i| (i, i)).collect()
+        };
+        let mut maps = vec![];
         for r in ranges {
             let mut run = StageRun::for_range(
                 env.clone(),
@@ -353,13 +338,33 @@ mod tests {
             .unwrap();
             produce(&mut run);
             let out = run.finish_map().unwrap();
-            emitted.extend(out.emitted.map(|b| b.unwrap()));
-            removed.extend(out.removed);
+            for b in out.emitted {
+                let b = b.unwrap();
+                pick(&b, &mut emitted, at(&b));
+            }
+            for b in &out.removed {
+                pick(b, &mut removed, at(b));
+            }
+            for b in &out.derived {
+                let lead = &view.source_key[..1];
+                pick(
+                    b,
+                    &mut derived,
+                    prefix_spans(&targets, &ks, b, lead).unwrap(),
+                );
+            }
             maps.push(out.mappings);
         }
-        let all = KeyRange::all();
-        let reduced = reduce_range(env, &view, &all, it(emitted), removed, false).unwrap();
-        stitch_stage(env, &view, &maps, &[reduced]).unwrap()
+        let mut reduced = vec![];
+        for (i, r) in targets.iter().enumerate() {
+            let (e, rm, d) = (
+                std::mem::take(&mut emitted[i]),
+                std::mem::take(&mut removed[i]),
+                std::mem::take(&mut derived[i]),
+            );
+            reduced.push(reduce_range(env, &view, r, it(e), rm, d, false).unwrap());
+        }
+        stitch_stage(env, &view, &maps, &reduced).unwrap()
     }
 
     type Row = (i64, i64, i64, String);
@@ -448,19 +453,24 @@ mod tests {
             )
             .unwrap()
             .0;
-            let split_state = split(&derived, a.clone(), src.clone());
+            let splits: Vec<NodeState> = [1, 3, 5]
+                .into_iter()
+                .map(|k| split(&derived, a.clone(), src.clone(), k))
+                .collect();
             a = update(&derived, a, src.clone(), false);
             b = update(&stored, b, src.clone(), false);
-            assert_eq!(
-                rows(&derived, &split_state.content),
-                rows(&derived, &a.content)
-            );
-            assert_eq!(
-                rows(&derived, &split_state.update.rows),
-                rows(&derived, &a.update.rows)
-            );
-            assert_eq!(deleted(&derived, &split_state), deleted(&derived, &a));
-            assert_eq!(split_state.derived_prefix, 1);
+            for split_state in splits {
+                assert_eq!(
+                    rows(&derived, &split_state.content),
+                    rows(&derived, &a.content)
+                );
+                assert_eq!(
+                    rows(&derived, &split_state.update.rows),
+                    rows(&derived, &a.update.rows)
+                );
+                assert_eq!(deleted(&derived, &split_state), deleted(&derived, &a));
+                assert_eq!(split_state.derived_prefix, 1);
+            }
             assert_eq!(
                 rows(&derived, &a.content),
                 rows(&derived, &b.content),

@@ -115,6 +115,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producers::PyStageRun>()?;
     m.add_function(wrap_pyfunction!(phases::pipeline_stage_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_assign, m)?)?;
+    m.add_function(wrap_pyfunction!(phases::pipeline_prefix_spans, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_key_bounds, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_range_lows, m)?)?;
     m.add_function(wrap_pyfunction!(phases::pipeline_reduce_range, m)?)?;

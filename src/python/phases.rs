@@ -17,8 +17,8 @@ use crate::producers::parts::key_values;
 use crate::producers::parts::RangePart;
 use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
 use crate::producers::ranges::{
-    assign, key_bounds_hex, plan, plan_from_samples, range_lows_hex, KeyRange, KeyValues,
-    RangeFilter,
+    assign, key_bounds_hex, plan, plan_from_samples, prefix_spans, range_lows_hex, KeyRange,
+    KeyValues, RangeFilter,
 };
 use crate::producers::run::StageRun;
 
@@ -77,19 +77,22 @@ struct MapResult {
     created: Vec<String>,
 }
 
+/// A map task's hand-on: the result's JSON, the emitted rows, the removed
+/// pairs and the changed keys of a derived stage (see `MapOutput`).
+pub(crate) type Mapped<E> = (
+    String,
+    E,
+    Vec<arrow_array::RecordBatch>,
+    Vec<arrow_array::RecordBatch>,
+);
+
 /// Finish a map task: the result's JSON, the emitted rows (streamed from
 /// the sort: the task's share of the change, within the sort budget; the
-/// sort's spill files go when the stream is dropped) and the removed
-/// pairs. On an error here, what the task wrote is removed; an error
+/// sort's spill files go when the stream is dropped), the removed pairs
+/// and a derived stage's changed keys (see `MapOutput::derived`). On an error here, what the task wrote is removed; an error
 /// while the stream is read leaves that to the caller (the objects are
 /// named after the job).
-pub(crate) fn finish_map_stream(
-    run: StageRun,
-) -> PyResult<(
-    String,
-    crate::producers::BatchIter,
-    Vec<arrow_array::RecordBatch>,
-)> {
+pub(crate) fn finish_map_stream(run: StageRun) -> PyResult<Mapped<crate::producers::BatchIter>> {
     let store = run.store();
     let out = run.finish_map().py_err()?;
     let meta = to_json(&MapResult {
@@ -100,7 +103,7 @@ pub(crate) fn finish_map_stream(
         created: out.created.clone(),
     });
     match meta {
-        Ok(meta) => Ok((meta, out.emitted, out.removed)),
+        Ok(meta) => Ok((meta, out.emitted, out.removed, out.derived)),
         Err(e) => {
             let _ = crate::runtime::block_on(store.delete_many(&out.created));
             Err(e).py_err()
@@ -111,17 +114,11 @@ pub(crate) fn finish_map_stream(
 /// [`finish_map_stream`] with the emitted rows collected (in memory: the
 /// task's whole share of the change). On an error, what the task wrote is
 /// removed.
-pub(crate) fn finish_map(
-    run: StageRun,
-) -> PyResult<(
-    String,
-    Vec<arrow_array::RecordBatch>,
-    Vec<arrow_array::RecordBatch>,
-)> {
+pub(crate) fn finish_map(run: StageRun) -> PyResult<Mapped<Vec<arrow_array::RecordBatch>>> {
     let store = run.store();
-    let (meta, emitted, removed) = finish_map_stream(run)?;
+    let (meta, emitted, removed, derived) = finish_map_stream(run)?;
     match emitted.collect::<Result<Vec<_>>>() {
-        Ok(emitted) => Ok((meta, emitted, removed)),
+        Ok(emitted) => Ok((meta, emitted, removed, derived)),
         Err(e) => {
             if let Ok(m) = serde_json::from_str::<MapResult>(&meta) {
                 let _ = crate::runtime::block_on(store.delete_many(&m.created));
@@ -262,6 +259,36 @@ pub fn pipeline_assign(
     })
 }
 
+/// For each row of `batch` (a derived stage's changed source keys, as a
+/// map task hands them on), the first and last index of the ranges of
+/// `ranges` (JSON, sorted, covering every key) that may hold the stage's
+/// rows of that key: those its leading values span.
+#[pyfunction]
+pub fn pipeline_prefix_spans(
+    py: Python<'_>,
+    stage: &str,
+    ranges: Vec<String>,
+    batch: PyRecordBatch,
+) -> PyResult<Vec<(u32, u32)>> {
+    let stage = NodeView::from_json(stage).py_err()?;
+    let ranges = ranges
+        .iter()
+        .map(|r| key_range(r))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mode = stage.state.derived_prefix;
+    let lead = stage
+        .source_key
+        .get(..mode)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!("stage {:?} derives no key-mappings", stage.name))
+        })?;
+    let batch = batch.into_inner();
+    super::detach(py, || {
+        prefix_spans(&ranges, stage.key_schema()?.as_ref(), &batch, lead)
+    })
+}
+
 /// Rows handed to a reduce task: a list of record batches (in memory), or
 /// any Arrow stream (`__arrow_c_stream__`, e.g. a
 /// `pyarrow.RecordBatchReader`), read batch by batch.
@@ -290,9 +317,11 @@ impl RowsArg {
 /// (`ReduceOutput`). Nothing is committed; on an error, what it wrote is
 /// removed. `clip`: `emitted` and `removed` may hold rows of other ranges
 /// (whole batches shuffled to every range they span), which are dropped;
-/// otherwise such a row is `ValueError`.
+/// otherwise such a row is `ValueError`. `derived`: the changed keys of a
+/// derived stage routed to this range (`pipeline_prefix_spans`), whose
+/// rows the reduce finds in its range's parts.
 #[pyfunction]
-#[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None, clip=false))]
+#[pyo3(signature = (store, root, stage, range, emitted, removed, *, compression, target_rows, sort_budget, job=None, clip=false, derived=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub fn pipeline_reduce_range(
     py: Python<'_>,
@@ -307,13 +336,15 @@ pub fn pipeline_reduce_range(
     sort_budget: usize,
     job: Option<String>,
     clip: bool,
+    derived: Vec<PyRecordBatch>,
 ) -> PyResult<String> {
     let env = job_env(store, root, compression, target_rows, sort_budget, job)?;
     let stage = NodeView::from_json(stage).py_err()?;
     let range = key_range(range)?;
     let (emitted, removed) = (emitted.into_iter()?, record_batches(removed));
+    let derived = record_batches(derived);
     super::detach(py, || {
-        let out = reduce_range(&env, &stage, &range, emitted, removed, clip)?;
+        let out = reduce_range(&env, &stage, &range, emitted, removed, derived, clip)?;
         to_json(&out)
     })
 }

@@ -378,8 +378,13 @@ impl PyStageRun {
 
 type PyChunk<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, Vec<u32>)>, bool);
 
-/// A map task's result: `(JSON, emitted rows, removed pairs)`.
-type PyMapped<'py> = (String, Bound<'py, PyAny>, Bound<'py, PyAny>);
+/// A map task's result: `(JSON, emitted rows, removed pairs, derived keys)`.
+type PyMapped<'py> = (
+    String,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+);
 
 #[pymethods]
 impl PyStageRun {
@@ -506,17 +511,23 @@ impl PyStageRun {
         };
         if stream {
             let schema = self.schema.clone();
-            let (meta, emitted, removed) =
+            let (meta, emitted, removed, derived) =
                 super::detach_py(py, || super::phases::finish_map_stream(self.take()?))?;
             let reader = super::stream::batches_reader(py, schema, emitted)?;
-            return Ok((meta, reader, to_py(removed)?.into_pyobject(py)?.into_any()));
+            return Ok((
+                meta,
+                reader,
+                to_py(removed)?.into_pyobject(py)?.into_any(),
+                to_py(derived)?.into_pyobject(py)?.into_any(),
+            ));
         }
-        let (meta, emitted, removed) =
+        let (meta, emitted, removed, derived) =
             super::detach_py(py, || super::phases::finish_map(self.take()?))?;
         Ok((
             meta,
             to_py(emitted)?.into_pyobject(py)?.into_any(),
             to_py(removed)?.into_pyobject(py)?.into_any(),
+            to_py(derived)?.into_pyobject(py)?.into_any(),
         ))
     }
 

@@ -9,11 +9,15 @@ shuffled differs:
    ``Produce`` on the range's changed source keys, rewrites the range's
    key-mapping parts and hands back the rows ``Produce`` emitted and the
    removed ``(source key, target key)`` pairs, each then tagged with the
-   target-key range holding its target key (:func:`by_range`); for a stage
+   target-key range holding its target key (:func:`by_range`), and, for a
+   stage whose key-mappings are derived from its leading key columns, the
+   changed source keys themselves, each tagged with every target range
+   its leading values span (:func:`by_prefix_span`); for a stage
    with no content yet, target keys are sampled (:func:`samples`) to plan
    the target ranges first.
 2. **reduce** (:func:`reduce_range`): one target range's rows merged into
-   its content parts, its update written.
+   its content parts (the derived keys' old rows found there as it goes:
+   the content is read once), its update written.
 3. **stitch** (``pipeline_stitch_stage``, by the caller): the ranges'
    parts make the stage's new state.
 
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_RANGES",
     "JobObjects",
+    "by_prefix_span",
     "by_range",
     "by_sorted_range",
     "map_range",
@@ -60,12 +65,13 @@ MAX_RANGES = 64
 
 def map_range(
     rust: _core.RustStore, root: str, task: StageTask, rng: str, job: str, *, stream: bool = False
-) -> tuple[str, Any, list[pa.RecordBatch]]:
+) -> tuple[str, Any, list[pa.RecordBatch], list[pa.RecordBatch]]:
     """The map phase of *task* over the source-key range *rng* (JSON):
     ``Produce`` called on the range's changed keys; returns the result's
     JSON, the emitted rows (sorted by target key: a list of batches, in
     memory; with *stream*, a ``pyarrow.RecordBatchReader`` over the
-    sort, within ``sort_budget``) and the removed key-mapping pairs.
+    sort, within ``sort_budget``), the removed key-mapping pairs, and a
+    derived stage's changed source keys (see :func:`by_prefix_span`).
     Objects it writes are named after *job*; nothing is committed."""
     run = _core.StageRun(
         rust, root, task.stage_view, task.source_views, rebuild=task.rebuild, range=rng, job=job, **task.opts
@@ -114,6 +120,20 @@ def by_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterato
         yield int(rng), batch.filter(pc.equal(ids, rng))
 
 
+def by_prefix_span(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """A derived stage's changed source keys (a map phase's fourth output)
+    as (range index, keys) pairs: each key to every target range that may
+    hold the stage's rows of it (those its leading values span), where the
+    reduce finds and replaces them."""
+    if batch.num_rows == 0:
+        return
+    spans = np.asarray(_core.pipeline_prefix_spans(view, list(ranges), batch), np.int64).reshape(-1, 2)
+    for rng in range(int(spans[:, 0].min()), int(spans[:, 1].max()) + 1):
+        mask = (spans[:, 0] <= rng) & (rng <= spans[:, 1])
+        if mask.any():
+            yield rng, batch.filter(pa.array(mask))
+
+
 def by_sorted_range(batch: pa.RecordBatch, view: str, ranges: Sequence[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
     """:func:`by_range` for rows sorted by the stage's key (a map phase's
     emitted rows): each range's rows are a slice (no copy); a batch whose
@@ -147,16 +167,27 @@ def reduce_range(
     job: str,
     *,
     clip: bool = False,
+    derived: Sequence[pa.RecordBatch] = (),
 ) -> str:
     """The reduce phase of *task* over the target range *target*: its rows
     (a list of batches, or a ``pyarrow.RecordBatchReader`` read as the
     range's sort takes them: memory within ``sort_budget``) merged into its
     content parts; the result's JSON. Nothing is committed. *clip*: rows of
     other ranges among *emitted* and *removed* are dropped (else they are
-    an error)."""
+    an error). *derived*: the changed source keys :func:`by_prefix_span`
+    sent to this range."""
     rows = emitted if isinstance(emitted, pa.RecordBatchReader) else list(emitted)
     return _core.pipeline_reduce_range(
-        rust, root, task.stage_view, target, rows, list(removed), job=job, clip=clip, **task.opts
+        rust,
+        root,
+        task.stage_view,
+        target,
+        rows,
+        list(removed),
+        job=job,
+        clip=clip,
+        derived=list(derived),
+        **task.opts,
     )
 
 

@@ -91,6 +91,7 @@ from pds.backend import native_handle
 from pds.producers._ranges import (
     MAX_RANGES,
     JobObjects,
+    by_prefix_span,
     by_range,
     by_sorted_range,
     map_range,
@@ -213,27 +214,36 @@ class _Phases:
         return rust
 
     def _write(
-        self, prefix: str, emitted: Iterable[pa.RecordBatch], removed: Iterable[pa.RecordBatch]
-    ) -> tuple[Files, Files]:
+        self,
+        prefix: str,
+        emitted: Iterable[pa.RecordBatch],
+        removed: Iterable[pa.RecordBatch],
+        derived: Iterable[pa.RecordBatch] = (),
+    ) -> tuple[Files, Files, Files]:
         """*emitted* (sorted by target key) and *removed* written by target
-        range (or whole, with no targets planned yet)."""
+        range (or whole, with no targets planned yet), and *derived* (a
+        derived stage's changed source keys: only where something is
+        stored, so the targets are planned) to every range it spans."""
         view, targets = self.task.stage_view, self.targets
-        out = (_Spill(f"{prefix}-e"), _Spill(f"{prefix}-r"))
+        out = (_Spill(f"{prefix}-e"), _Spill(f"{prefix}-r"), _Spill(f"{prefix}-d"))
         try:
-            for spill, batches, split in ((out[0], emitted, by_sorted_range), (out[1], removed, by_range)):
+            given = ((out[0], emitted, by_sorted_range), (out[1], removed, by_range), (out[2], derived, by_prefix_span))
+            for spill, batches, split in given:
                 for b in batches:
+                    if targets is None and split is by_prefix_span:
+                        raise RuntimeError("pds: a stage with nothing stored handed on changed keys to look up")
                     for i, part in split(b, view, targets) if targets is not None else [(-1, b)]:
                         if part.num_rows:
                             spill.write(i, part)
         finally:
-            files = (out[0].close(), out[1].close())
+            files = (out[0].close(), out[1].close(), out[2].close())
         return files
 
-    def map(self, m: int, rng: str) -> tuple[str, Files, Files, list[str]]:
+    def map(self, m: int, rng: str) -> tuple[str, Files, Files, list[str], Files]:
         """(result JSON, emitted rows' and removed pairs' files by target
-        range, sampled target keys)."""
+        range, sampled target keys, derived keys' files by target range)."""
         t = self.task
-        meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
+        meta, emitted, removed, derived = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
         found: list[str] = []
         if self.targets is None:
             every = max(1, int(t.opts["target_rows"]))
@@ -248,25 +258,34 @@ class _Phases:
                     yield b
 
             emitted = sampled(emitted)
-        e, r = self._write(os.path.join(self.folder, f"m{m}"), emitted, removed)
-        return meta, e, r, found
+        e, r, d = self._write(os.path.join(self.folder, f"m{m}"), emitted, removed, derived)
+        return meta, e, r, found, d
 
     def split(self, m: int, emitted: Files, removed: Files) -> tuple[Files, Files]:
         """A map call's whole files (written before the target ranges were
         planned) cut by target range; the whole files removed."""
         whole = [[f[0]] if f else [] for f in (emitted.get(-1), removed.get(-1))]
-        out = self._write(os.path.join(self.folder, f"s{m}"), _read(whole[0]), _read(whole[1]))
+        e, r, _ = self._write(os.path.join(self.folder, f"s{m}"), _read(whole[0]), _read(whole[1]))
         for p in (*whole[0], *whole[1]):
             os.unlink(p)
-        return out
+        return e, r
 
-    def reduce(self, i: int, emitted: list[str], removed: list[str]) -> str:
+    def reduce(self, i: int, emitted: list[str], removed: list[str], derived: list[str]) -> str:
         """Target range *i*'s rows (the files *emitted*, streamed) merged;
         its files removed once merged."""
         assert self.targets is not None
         rows: pa.RecordBatchReader | list[pa.RecordBatch] = _reader(emitted) if emitted else []
-        meta = reduce_range(self._rust(), self.root, self.task, self.targets[i], rows, list(_read(removed)), self.job)
-        for p in (*emitted, *removed):
+        meta = reduce_range(
+            self._rust(),
+            self.root,
+            self.task,
+            self.targets[i],
+            rows,
+            list(_read(removed)),
+            self.job,
+            derived=list(_read(derived)),
+        )
+        for p in (*emitted, *removed, *derived):
             os.unlink(p)
         return meta
 
@@ -461,18 +480,20 @@ class LocalStages(JobObjects):
                 targets = _core.pipeline_ranges_from_samples(task.stage_view, found, self.max_ranges)
                 phases = _Phases(self.store, self.root, task, targets, self.job, folder)
                 cut = self._run(phases, "split", [(i, m[1], m[2]) for i, m in enumerate(maps)])
-                maps = [(m[0], *c) for m, c in zip(maps, cut, strict=True)]
+                maps = [(m[0], *c, m[3], m[4]) for m, c in zip(maps, cut, strict=True)]
             emitted: dict[int, list[str]] = {}
             removed: dict[int, list[str]] = {}
+            derived: dict[int, list[str]] = {}
             rows = 0
             for m in maps:
-                for into, given in ((emitted, m[1]), (removed, m[2])):
+                for into, given in ((emitted, m[1]), (removed, m[2]), (derived, m[4])):
                     for i, (path, n) in given.items():
                         into.setdefault(i, []).append(path)
                         rows += n
-            spilled = sum(os.path.getsize(p) for paths in (*emitted.values(), *removed.values()) for p in paths)
-            touched = sorted(set(emitted) | set(removed))
-            calls = [(i, emitted.get(i, []), removed.get(i, [])) for i in touched]
+            every = (*emitted.values(), *removed.values(), *derived.values())
+            spilled = sum(os.path.getsize(p) for paths in every for p in paths)
+            touched = sorted(set(emitted) | set(removed) | set(derived))
+            calls = [(i, emitted.get(i, []), removed.get(i, []), derived.get(i, [])) for i in touched]
             reduces = self._run(phases, "reduce", calls)
         except BaseException:
             self._remove(self._job_objects(name))

@@ -99,16 +99,19 @@ Row4 = tuple[int, int, bytes | None, str | None]
 class RangeRows:
     """One key range's rows in a task's input sorted by range then by kind,
     descending (:func:`by_range_in_order`): :attr:`held`, the payloads of
-    the kind that comes first (removed pairs, deleted keys: small, kept in
-    memory), then :meth:`stream`, the batches of the kind that comes last
-    (emitted rows, upserts), read from the input as the consumer asks."""
+    the kinds that come first (removed pairs, derived keys, deleted keys:
+    small, kept in memory; :attr:`held_by` per kind, :attr:`held` those of
+    the first held kind given), then :meth:`stream`, the batches of the
+    kind that comes last (emitted rows, upserts), read from the input as
+    the consumer asks."""
 
-    def __init__(self, rng: int, rows: _Peekable, held_kind: int, streamed_kind: int) -> None:
+    def __init__(self, rng: int, rows: _Peekable, held_kinds: tuple[int, ...], streamed_kind: int) -> None:
         self.rng, self._rows, self._streamed_kind = rng, rows, streamed_kind
-        self.held: list[pa.RecordBatch] = []
-        while (row := rows.peek()) is not None and row[1] == rng and row[0] == held_kind:
+        self.held_by: dict[int, list[pa.RecordBatch]] = {k: [] for k in held_kinds}
+        while (row := rows.peek()) is not None and row[1] == rng and row[0] in self.held_by:
             rows.pop()
-            self.held.extend(batches(row[2] or b""))
+            self.held_by[row[0]].extend(batches(row[2] or b""))
+        self.held = self.held_by[held_kinds[0]]
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         rows = self._rows
@@ -166,25 +169,27 @@ def task_rows(given: Iterator[pa.RecordBatch]) -> Iterator[Row4]:
 
 
 def by_range_in_order(
-    given: Iterator[pa.RecordBatch], held_kind: int, streamed_kind: int
+    given: Iterator[pa.RecordBatch], held_kind: int | tuple[int, ...], streamed_kind: int
 ) -> Iterator[Row4 | RangeRows]:
     """A task's input of :data:`ROWS`, sorted by ``range`` then ``kind``
     descending (:func:`in_range_order`), as it is read: each row of another kind as itself (a task's result, range -1),
-    and each range's rows of *held_kind* and *streamed_kind* as one
+    and each range's rows of *held_kind* (one kind or several, each above
+    *streamed_kind*) and *streamed_kind* as one
     :class:`RangeRows`, whose stream must be read to its end before the
     next item is asked for (``RuntimeError`` otherwise). Memory: the held
     rows and one input batch."""
+    held = held_kind if isinstance(held_kind, tuple) else (held_kind,)
     rows = _Peekable(task_rows(given))
     done: set[int] = set()
     while (row := rows.peek()) is not None:
-        if row[0] not in (held_kind, streamed_kind):
+        if row[0] not in (*held, streamed_kind):
             rows.pop()
             yield row
             continue
         if row[1] in done:  # the input was not sorted as this needs: never merge a range twice
             raise RuntimeError(f"pds: key range {row[1]}'s rows are not together in the task's input")
         done.add(row[1])
-        group = RangeRows(row[1], rows, held_kind, streamed_kind)
+        group = RangeRows(row[1], rows, held, streamed_kind)
         yield group
         group.check_read()
 

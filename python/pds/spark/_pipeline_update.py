@@ -55,7 +55,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession, functions
 
 from pds import _core
-from pds.producers._ranges import map_range, reduce_range, sample
+from pds.producers._ranges import by_prefix_span, map_range, reduce_range, sample
 from pds.producers.pipeline import Pipeline, StageDone, StageTask, _carried
 from pds.spark._arrow_conf import small_cache_batches
 from pds.spark._pipeline_sources import SparkSources
@@ -77,7 +77,7 @@ from pds.spark._workers import check_workers
 
 __all__ = ["update_pipeline"]
 
-_EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES = 0, 1, 2, 3, 4
+_EMITTED, _REMOVED, _MAPPED, _REDUCED, _SAMPLES, _DERIVED = 0, 1, 2, 3, 4, 5
 #: Map tasks per core of the cluster at most (``defaultParallelism``): a
 #: scattered update touches every source range, and a task per range cost
 #: more in Spark's fixed per-task work than the ranges' own.
@@ -105,7 +105,7 @@ class _Phases:
         for b in batches:
             for rng in b.column("range_json").to_pylist():
                 # The emitted rows stream out of the range's sort (memory within sort_budget).
-                meta, emitted, removed = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
+                meta, emitted, removed, derived = map_range(self._rust(), self.root, t, rng, self.job, stream=True)
                 seen = 0
                 for e in emitted:
                     if self.targets is None:
@@ -117,7 +117,18 @@ class _Phases:
                     yield from self._tagged(e, _EMITTED)
                 for r in removed:
                     yield from self._tagged(r, _REMOVED)
+                for d in derived:
+                    yield from self._spanned(d)
                 yield _out(_MAPPED, -1, None, meta)
+
+    def _spanned(self, keys: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """A derived stage's changed source keys as output rows: each to
+        every target range that may hold its rows (the reduce finds them).
+        Only a stage that stores rows has any, so its ranges are planned."""
+        if self.targets is None:
+            raise RuntimeError("pds: a stage with nothing stored handed on changed keys to look up")
+        for rng, part in by_prefix_span(keys, self.task.stage_view, self.targets):
+            yield _out(_DERIVED, rng, _ipc(part), None)
 
     def _tagged(self, rows: pa.RecordBatch, kind: int) -> Iterator[pa.RecordBatch]:
         """*rows* as output rows: one per target range they fall in, or,
@@ -133,18 +144,26 @@ class _Phases:
 
     def reduce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each target range's rows (sorted by range: :func:`in_range_order`)
-        merged as they are read: the removed pairs first, in memory, then the
+        merged as they are read: the removed pairs and derived keys first, in memory, then the
         emitted rows streamed into the range's sort (memory within
         ``sort_budget``)."""
         targets = self.targets or []
-        for item in by_range_in_order(batches, _REMOVED, _EMITTED):
+        for item in by_range_in_order(batches, (_REMOVED, _DERIVED), _EMITTED):
             if not isinstance(item, RangeRows):
                 if item[0] == _MAPPED:
                     yield _out(_MAPPED, -1, None, item[3])
                 continue
             rows = item.stream()
             meta = reduce_range(
-                self._rust(), self.root, self.task, targets[item.rng], rows, item.held, self.job, clip=self.clip
+                self._rust(),
+                self.root,
+                self.task,
+                targets[item.rng],
+                rows,
+                item.held,
+                self.job,
+                clip=self.clip,
+                derived=item.held_by[_DERIVED],
             )
             yield _out(_REDUCED, item.rng, None, meta)
 

@@ -21,7 +21,7 @@ smallest size first), the systems alternating rep by rep:
    local engine.
 
 For each update on Spark, by phase (the sources' no-write check jobs, each
-source's apply job, each stage's map/reduce jobs, the rest on the driver):
+source's apply job, each chain of stages' map/reduce jobs, the rest on the driver):
 the driver's time, and the Spark jobs, tasks, wall times and shuffle bytes
 (from the JVM's status store); and the objects written/removed in the
 pipeline folder (on ``file://`` there is no request log: a listing before
@@ -160,9 +160,12 @@ class Probe:
                 super().__init__(*a, **kw)
                 probe.job, probe.stats = self.job, self.stats
 
-            def __call__(self, task: Any, created: list[str]) -> Any:
-                t, out = timed(lambda: super(Stages, self).__call__(task, created))
-                probe.stage_s[task.node.name] = t
+            def chain(self, links: list[Any], created: list[str]) -> Any:
+                # Every stage runs through chain (a stage alone is a chain of one):
+                # timed per chain, named after the stages it ran ("a+b").
+                t, out = timed(lambda: super(Stages, self).chain(links, created))
+                ran = [link.task.node.name for link, _ in zip(links, out, strict=False)]
+                probe.stage_s["+".join(ran)] = t
                 return out
 
         class Sources(base_sources):  # type: ignore[misc, valid-type]
@@ -198,8 +201,8 @@ class Probe:
         rows = [{"phase": "check", "s": self.check_s, **spark_jobs(spark, checked)}]
         for name, s in self.source_s.items():
             rows.append({"phase": f"apply {name}", "s": s, **spark_jobs(spark, group(name) - checked)})
-        for name, s in self.stage_s.items():
-            rows.append({"phase": f"stage {name}", "s": s, **spark_jobs(spark, group(name))})
+        for name, s in self.stage_s.items():  # a chain's jobs are in its first stage's group
+            rows.append({"phase": f"stage {name}", "s": s, **spark_jobs(spark, group(name.split("+")[0]))})
         rows.append({"phase": "other", "s": 0.0, **spark_jobs(spark, set(tracker.getJobIdsForGroup(outer_group)))})
         rest = total_s - self.check_s - sum(self.source_s.values()) - sum(self.stage_s.values())
         rows.append({"phase": "driver", "s": rest, **spark_jobs(spark, set())})
@@ -772,7 +775,8 @@ def report(args: argparse.Namespace, results: list[SizeResult], quiet: str, inte
         "Phases (driver time, from recording subclasses of pds's source and stage runners): *check* "
         "(the sources' checks: Spark jobs that write nothing), *apply <source>* (the source's changes "
         "shuffled by source-key range and applied by one task per range), *stage <stage>* (the stage's "
-        "map and reduce jobs), *other* (Spark jobs of the benchmark's group outside pds's), *driver* (the "
+        "map and reduce jobs; *stage a+b*: the chain of stages a and b run as one job), *other* (Spark "
+        "jobs of the benchmark's group outside pds's), *driver* (the "
         "rest of the call: planning, merges, stitching, cleanup LISTs, commit). Jobs: pds's job groups "
         "(`pds-pipeline-<job>-<node>`; a source's check jobs told from its apply jobs by the group's job "
         "ids after the check). *tasks*: the tracker's `numTasks` over the jobs' stages (skipped ones "

@@ -189,14 +189,25 @@ def run_together(argvs: list[list[str]], timeout: float = 600) -> list[str]:
 
 def recorded_sources(monkeypatch: Any) -> list[Any]:
     """The source runners update_pipeline creates from now on (their stats)."""
+    return _recorded(monkeypatch, "SparkSources")
+
+
+def recorded_stages(monkeypatch: Any) -> list[Any]:
+    """The stage runners update_pipeline creates from now on (their stats, their job groups)."""
+    return _recorded(monkeypatch, "_SparkStages")
+
+
+def _recorded(monkeypatch: Any, runner: str) -> list[Any]:
+    """The instances of ``pds.spark._pipeline_update``'s class *runner* made from now on."""
     from pds.spark import _pipeline_update as pu
 
     made: list[Any] = []
+    base = getattr(pu, runner)
 
-    class Recording(pu.SparkSources):  # type: ignore[misc, name-defined]
+    class Recording(base):  # type: ignore[misc, valid-type]
         def __init__(self, *a: Any, **kw: Any) -> None:
             super().__init__(*a, **kw)
             made.append(self)
 
-    monkeypatch.setattr(pu, "SparkSources", Recording)
+    monkeypatch.setattr(pu, runner, Recording)
     return made

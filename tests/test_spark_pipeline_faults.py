@@ -309,13 +309,18 @@ ONE_FAULT: dict[str, tuple[str, str | int, int | None, int | None]] = {
 
 
 @pytest.mark.parametrize("fault", list(ONE_FAULT))
-@pytest.mark.parametrize("folder", ["mappings", "content"])  # written by map tasks / by reduce tasks
+@pytest.mark.parametrize(
+    ("stage", "folder"),
+    # Written by map tasks / by reduce tasks; totals' by the reduce tasks of
+    # the last stage of the chain (by_user, fan, totals) run as one job.
+    [(STAGE, "mappings"), (STAGE, "content"), ("totals", "content")],
+)
 def test_a_faulted_part_put_in_a_task_is_retried_without_duplicates_or_garbage(
-    spark_session: SparkSession, faulty: Any, folder: str, fault: str
+    spark_session: SparkSession, faulty: Any, stage: str, folder: str, fault: str
 ) -> None:
     action, how, times, retried = ONE_FAULT[fault]
     case = build(faulty)
-    path = base(faulty) + TASK_PART.format(stage=STAGE, folder=folder)
+    path = base(faulty) + TASK_PART.format(stage=stage, folder=folder)
     if action == "fail":
         rule = Latched("PUT", path, "fail", status=how, times=times)
     else:
@@ -323,7 +328,7 @@ def test_a_faulted_part_put_in_a_task_is_retried_without_duplicates_or_garbage(
     faulty.proxy.add_rule(rule)
     got = pds.spark.update_pipeline(spark_session, case.p, case.changes(spark_session))
     faulty.proxy.clear_rules()
-    what = f"{fault} on a {STAGE} {folder} PUT"
+    what = f"{fault} on a {stage} {folder} PUT"
     assert got == 2, f"{what}: committed version {got}"
 
     # The fault hit a task's request (the proxy log), and only that one path.
@@ -356,7 +361,13 @@ def test_a_faulted_part_put_in_a_task_is_retried_without_duplicates_or_garbage(
 
 @pytest.mark.parametrize(
     ("method", "stage", "folder"),
-    [("PUT", STAGE, "mappings"), ("PUT", STAGE, "content"), ("PUT", "fan", "content"), ("GET", "fan", "content")],
+    [
+        ("PUT", STAGE, "mappings"),
+        ("PUT", STAGE, "content"),
+        ("PUT", "fan", "content"),
+        ("GET", "fan", "content"),
+        ("PUT", "totals", "content"),
+    ],
 )
 def test_a_persistent_fault_in_the_tasks_commits_nothing_and_leaves_nothing(
     spark_session: SparkSession, faulty: Any, method: str, stage: str, folder: str
@@ -366,8 +377,11 @@ def test_a_persistent_fault_in_the_tasks_commits_nothing_and_leaves_nothing(
     written before, and with content the stage's new mapping parts too:
     all of it is removed. With GET, every read of ``fan``'s content fails:
     the map tasks that look up its derived key-mappings there (and the
-    reduce tasks reading its parts) fail. The update raises what the
-    local path raises under the same fault."""
+    reduce tasks reading its parts) fail. Every PUT to ``totals``' content,
+    the last stage of the chain (by_user, fan, totals) updated in one Spark
+    job, fails: what the chain's earlier stages wrote in that job is
+    removed too. The update raises what the local path raises under the
+    same fault."""
     # No object_store retries: each try of a request is one request (pds still tries 3 times).
     store = faulty.open(max_retries="0")
     case = build(faulty, store)
@@ -397,6 +411,9 @@ def test_a_persistent_fault_in_the_tasks_commits_nothing_and_leaves_nothing(
     if folder == "content" and stage == STAGE:
         maps = re.compile(base(faulty) + TASK_PART.format(stage=stage, folder="mappings"))
         assert any(maps.search(p) for p in written), "the map tasks wrote mapping parts"
+    if stage == "totals":
+        earlier = re.compile(base(faulty) + TASK_PART.format(stage=STAGE, folder="content"))
+        assert any(earlier.search(p) for p in written), f"{what}: by_user's reduce tasks wrote content parts"
     check_unchanged(faulty, case, what)
 
     # The same update, with the proxy cleared, succeeds.

@@ -29,7 +29,7 @@ from pyspark.sql.types import LongType, StringType
 import pds
 import pds.spark
 
-from helpers import recorded_sources
+from helpers import recorded_sources, recorded_stages
 
 Hook = Callable[[str, Any], None]
 Model = dict[int, list[dict[str, Any]]]  # source key -> its rows' values
@@ -716,6 +716,85 @@ def test_a_stage_runs_in_several_spark_tasks(spark: SparkSession, tmp_path: Path
         stage, rest = m.name.split(".", 1)
         tasks[stage].add(rest)
     assert len(tasks["by_user"]) > 1, f"by_user ran in Spark tasks {sorted(tasks['by_user'])}: its work was not split"
+
+
+#: The chains of stages an update of the test pipeline runs, each as one
+#: Spark job (node order; the merge ends the first): stage -> link.
+CHAINS = {"by_user": 0, "totals": 1, "by_tag": 2, "spans": 0, "joined": 1, "pairs": 2, "pair_sums": 3}
+
+
+def built_with_twin(spark: SparkSession, tmp_path: Path, nkeys: int) -> tuple[pds.Pipeline, pds.Pipeline, Model, Model]:
+    """The test pipeline built on Spark from :func:`initial`, its twin built
+    locally from the same rows, and the sources' models."""
+    url = (tmp_path / "lake").as_uri()
+    p, twin = declare(url, "pipelines/chain"), declare(url, "pipelines/twin")
+    events: Model = {}
+    scores: Model = {}
+    first = initial(nkeys, events, scores)
+    pds.spark.update_pipeline(spark, p, on_spark(spark, first))
+    twin.update(local(first))
+    return p, twin, events, scores
+
+
+@pytest.mark.spec("F")
+def test_a_chain_of_stages_updates_in_one_spark_job(spark: SparkSession, tmp_path: Path, monkeypatch: Any) -> None:
+    """Stages that follow one another in node order, each fed by nodes done
+    before them or by the chain, update in one Spark job: a later stage's
+    map tasks read what the earlier ones' reduce tasks wrote, with no
+    driver step between them. Every node equals the recompute and the
+    local update, and the history says what the local one says."""
+    runners = recorded_stages(monkeypatch)
+    p, twin, events, scores = built_with_twin(spark, tmp_path, 120)
+    rng = random.Random(11)
+    for n in range(3):
+        step = random_step(rng, events, scores, 160, 12)
+        if not step:
+            continue
+        pds.spark.update_pipeline(spark, p, on_spark(spark, step))
+        twin.update(local(step))
+        check(p, twin, events, scores, f"update {n}")
+        assert p.history()[0]["parameters"] == twin.history()[0]["parameters"], f"update {n}"
+        stats = runners[-1].stats
+        chained = {name: s["chain_link"] for name, s in stats.items() if "chain_link" in s}
+        # A chained stage none of whose sources changed does nothing (no stats).
+        if "events" not in step:  # by_user, totals, by_tag and spans are kept: the chain begins at joined
+            want = {"joined": 0, "pairs": 1, "pair_sums": 2}
+        elif "scores" not in step:  # pairs and pair_sums: kept
+            want = {name: link for name, link in CHAINS.items() if name not in ("pairs", "pair_sums")}
+        else:
+            want = CHAINS
+        assert chained == want, (n, sorted(step), stats)
+        for name, link in chained.items():
+            # The chain's jobs run in its first stage's job group; the others have none.
+            assert (runners[-1]._jobs(name) > 0) == (link == 0), (name, stats)
+            assert stats[name]["spark_jobs"] > 0
+
+
+@pytest.mark.spec("F")
+def test_a_chained_stage_whose_source_update_is_empty_is_kept(
+    spark: SparkSession, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Deleting keys no source holds changes no stage's rows: the first
+    stages of each chain run (their source changed) and find nothing to
+    do, and the stages after them in the chain, whose sources' updates
+    turn out empty, keep their state, as the local update does: the same
+    rows, the same history, no object added but the version's."""
+    runners = recorded_stages(monkeypatch)
+    p, twin, events, scores = built_with_twin(spark, tmp_path, 90)
+    before = {name: p.read(name) for name in ("totals", "pair_sums")}
+    absent = pa.table({"id": [1000, 1001]}, schema=KEYS)
+    step: Step = {"events": (None, absent), "scores": (None, absent)}
+    pds.spark.update_pipeline(spark, p, on_spark(spark, step))
+    twin.update(local(step))
+    check(p, twin, events, scores, "after deleting absent keys")
+    assert p.history()[0]["parameters"] == twin.history()[0]["parameters"]
+    stages = p.history()[0]["parameters"]["stages"]
+    assert "totals" not in stages and "pair_sums" not in stages, stages
+    assert all(s["rows_emitted"] == 0 for s in stages.values()), stages
+    assert "totals" not in runners[-1].stats and runners[-1].stats["by_user"]["chain_link"] == 0
+    for name, rows in before.items():
+        assert p.read(name).equals(rows), name
+    assert garbage(p) == []
 
 
 # -- source changes are applied by tasks, by source-key range ------------------------------

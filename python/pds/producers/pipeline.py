@@ -844,8 +844,11 @@ class Pipeline:
             "target_rows": self._target_rows,
             "sort_budget": self._sort_budget,
         }
+        run_chain: ChainRunner | None = getattr(run_stage, "chain", None)
         try:
             for name in shown.steps(self._order):
+                if name in states:  # run by a chain of stages
+                    continue
                 node = graph[name]
                 old = old_states.get(name, {})
                 if node.kind == "source":
@@ -871,12 +874,20 @@ class Pipeline:
                 if not (changed or fresh):
                     states[name] = _carried(old)
                     continue
-                stage_view = json.dumps(self._view(name, graph, {name: old}))
-                source_views = [json.dumps(self._view(s, graph, states)) for s in node.sources]
-                values = [graph[s].value.names for s in node.sources]
-                done = run_stage(StageTask(node, stage_view, source_views, values, fresh, opts), created)
-                detail.setdefault("stages", {})[name] = {"rows_in": done.rows_in, "rows_emitted": done.rows_out}
-                states[name] = json.loads(done.state)
+                links: list[ChainLink] = [self._link(name, graph, old_states, states, [], fresh, opts)]
+                if run_chain is not None and not fresh:
+                    links += self._chained(name, graph, old_states, states, stored, rebuild, opts)
+                if run_chain is not None and len(links) > 1:
+                    results = run_chain(links, created)
+                else:
+                    results = [run_stage(links[0].task, created)]
+                for link, done in zip(links, results, strict=False):
+                    member = link.task.node.name
+                    if done is None:  # a chained stage none of whose sources changed
+                        states[member] = _carried(old_states.get(member, {}))
+                        continue
+                    detail.setdefault("stages", {})[member] = {"rows_in": done.rows_in, "rows_emitted": done.rows_out}
+                    states[member] = json.loads(done.state)
         except BaseException:
             _discard(self._native, created)
             raise
@@ -892,6 +903,53 @@ class Pipeline:
                 (time.perf_counter() - started) * 1e3,
             )
         return version
+
+    def _link(
+        self,
+        name: str,
+        graph: Mapping[str, Node],
+        old_states: Mapping[str, Any],
+        states: Mapping[str, Any],
+        chain: Sequence[str],
+        fresh: bool,
+        opts: _Opts,
+    ) -> ChainLink:
+        """Stage *name*'s task, as a link of a chain whose earlier stages
+        are *chain* (their views hold their stored state, for the runner to
+        replace with the chain's results)."""
+        node = graph[name]
+        stage_view = json.dumps(self._view(name, graph, {name: old_states.get(name, {})}))
+        known = {**old_states, **states}
+        source_views = [json.dumps(self._view(s, graph, known)) for s in node.sources]
+        fed_by = [chain.index(s) if s in chain else None for s in node.sources]
+        values = [graph[s].value.names for s in node.sources]
+        return ChainLink(StageTask(node, stage_view, source_views, values, fresh, opts), fed_by)
+
+    def _chained(
+        self,
+        name: str,
+        graph: Mapping[str, Node],
+        old_states: Mapping[str, Any],
+        states: Mapping[str, Any],
+        stored: Mapping[str, Node],
+        rebuild: set[str],
+        opts: _Opts,
+    ) -> list[ChainLink]:
+        """The stages after *name* in node order that can be updated in one
+        chain with it: each a stored stage (not built for the first time,
+        nor rebuilt) whose sources are done or earlier in the chain; the
+        first that cannot ends the chain."""
+        chain = [name]
+        links = []
+        for after in self._order[self._order.index(name) + 1 :]:
+            node = graph[after]
+            if node.kind != "stage" or after not in stored or after in rebuild:
+                break
+            if not all(s in states or s in chain for s in node.sources):
+                break
+            links.append(self._link(after, graph, old_states, states, chain, False, opts))
+            chain.append(after)
+        return links
 
     def _commit(
         self,
@@ -1040,6 +1098,26 @@ class StageDone(NamedTuple):
 #: (removed if the update fails), and removes what it wrote itself if it
 #: raises.
 StageRunner = Callable[[StageTask, list[str]], StageDone]
+
+
+class ChainLink(NamedTuple):
+    """One stage of a chain run as one job (:data:`ChainRunner`): its task,
+    and for each of its sources the index of the chain's stage that feeds
+    it (``None``: a node done before the chain). The views of sources fed
+    by the chain hold their stored state: the runner replaces it with the
+    state the chain gives them."""
+
+    task: StageTask
+    fed_by: list[int | None]
+
+
+#: Runs a chain of stages (:class:`ChainLink`, in node order, each
+#: depending only on nodes done or earlier in it) as one job, where the
+#: stage runner offers it (its ``chain`` attribute); returns what each of
+#: a leading run of them did: a :class:`StageDone`, or ``None`` for a stage
+#: none of whose sources changed (its state is kept). The stages it did not
+#: return are run after, as usual. Objects as :data:`StageRunner`.
+ChainRunner = Callable[[list[ChainLink], list[str]], list[StageDone | None]]
 
 
 class SourceTask(NamedTuple):

@@ -16,7 +16,7 @@ import io
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -414,24 +414,37 @@ class SparkNodes(JobObjects):
         """Run the body's Spark jobs in *node*'s job group, described as *what*."""
         return tagged(self.spark, self._group(node), f"pds.spark.update_pipeline {self.p.key!r} {what} {node!r}")
 
-    def _collect(self, node: str, what: str, run: Callable[[], list[Row]]) -> list[Row]:
+    def _collect(self, node: str, what: str, run: Callable[[], list[Row]], *, also: Sequence[str] = ()) -> list[Row]:
         """*run* (the node's Spark job or jobs, returning the collected rows)
         under the node's job group, until its tasks have ended (speculative
         duplicates still running write no more). If it fails: everything
-        the job wrote for the node removed (after its last task ended),
+        the job wrote for the node (and for the nodes *also* named: a chain
+        of stages run in its job) removed (after its last task ended),
         and the pds error a task raised raised as the local update raises
         it (:func:`unwrapped`)."""
         group = self._group(node)
+
+        def written() -> list[str]:
+            return [k for n in (node, *also) for k in self._job_objects(n)]
+
         try:
             with self._tagged(node, what), fine_partitions(self.spark):
                 rows = run()
         except BaseException as exc:
             wait_for_tasks(self.spark, group)  # no task may write after the cleanup
-            self._remove(self._job_objects(node))
-            remove_until_settled(lambda: self._job_objects(node), self._remove, ABORT_SETTLE_SECONDS)
+            self._remove(written())
+            remove_until_settled(written, self._remove, ABORT_SETTLE_SECONDS)
             clear = explain_worker_failure(exc)
             if clear is not None:
                 raise clear from exc
             raise unwrapped(exc) from exc
         wait_for_tasks(self.spark, group)
         return rows
+
+    def _jobs(self, node: str) -> int:
+        """The Spark jobs run for *node* in this update (0 where Spark has no
+        status tracker: Spark Connect)."""
+        try:
+            return len(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self._group(node)))
+        except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
+            return 0

@@ -488,11 +488,8 @@ mod tests {
         let shuffle = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>| {
             let ids =
                 super::super::ranges::assign(reduce_ranges, ks.clone(), b, &view.key).unwrap();
-            for (r, out) in into.iter_mut().enumerate() {
-                let mask: arrow_array::BooleanArray =
-                    ids.iter().map(|&i| Some(i as usize == r)).collect();
-                out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
-            }
+            let spans: Vec<(u32, u32)> = ids.into_iter().map(|i| (i, i)).collect();
+            super::super::ranges::push_by_span(b, &spans, into);
         };
         let mut derived: Vec<Vec<RecordBatch>> = vec![Vec::new(); reduce_ranges.len()];
         // A derived key goes to every range its leading values span.
@@ -500,13 +497,7 @@ mod tests {
         let spread = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>| {
             let lead = &view.source_key[..mode];
             let spans = super::super::ranges::prefix_spans(reduce_ranges, &ks, b, lead).unwrap();
-            for (r, out) in into.iter_mut().enumerate() {
-                let mask: arrow_array::BooleanArray = spans
-                    .iter()
-                    .map(|&(a, z)| Some(a as usize <= r && r <= z as usize))
-                    .collect();
-                out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
-            }
+            super::super::ranges::push_by_span(b, &spans, into);
         };
         let (mut maps, mut map_created) = (Vec::new(), Vec::new());
         for r in map_ranges {

@@ -580,6 +580,24 @@ pub fn assign(
         .collect()
 }
 
+/// Test helper, as a driver's shuffle does: each row of `batch` appended
+/// to the batches of every range its span `(first, last)` covers (`into`:
+/// one list per range; `spans`: one per row).
+#[cfg(test)]
+pub(crate) fn push_by_span(
+    batch: &RecordBatch,
+    spans: &[(u32, u32)],
+    into: &mut [Vec<RecordBatch>],
+) {
+    for (r, out) in into.iter_mut().enumerate() {
+        let mask: arrow_array::BooleanArray = spans
+            .iter()
+            .map(|&(a, z)| Some(a as usize <= r && r <= z as usize))
+            .collect();
+        out.push(arrow_select::filter::filter_record_batch(batch, &mask).unwrap());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -300,7 +300,7 @@ mod tests {
     /// in its own parts), stitched.
     fn split(env: &Env, st: NodeState, src: NodeState, k: usize) -> NodeState {
         use crate::producers::phases::{reduce_range, stitch_stage};
-        use crate::producers::ranges::{assign, plan, prefix_spans};
+        use crate::producers::ranges::{assign, plan, prefix_spans, push_by_span};
         // Ranges as the drivers plan them: at the stored pairs' parts, else
         // at the source's.
         let ranges = match st.mappings.is_empty() {
@@ -314,13 +314,7 @@ mod tests {
         let (mut emitted, mut removed, mut derived) =
             (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
         let pick = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>, spans: Vec<(u32, u32)>| {
-            for (r, out) in into.iter_mut().enumerate() {
-                let mask: arrow_array::BooleanArray = spans
-                    .iter()
-                    .map(|&(a, z)| Some(a as usize <= r && r <= z as usize))
-                    .collect();
-                out.push(arrow_select::filter::filter_record_batch(b, &mask).unwrap());
-            }
+            push_by_span(b, &spans, into)
         };
         let at = |b: &RecordBatch| -> Vec<(u32, u32)> {
             let ids = assign(&targets, ks.clone(), b, &view.key).unwrap();

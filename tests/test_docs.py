@@ -112,7 +112,9 @@ def stored_json(store_root: Path, key: str) -> dict[str, Any]:
 def test_format_pages_list_every_field(tmp_path: Path) -> None:
     store = pds.open_store(str(tmp_path))
     pds.ParquetDatasetStore(store).write_dataset(pa.table({"x": [1]}), "dset", run_id="r", metadata={"a": "b"})
-    table = pds.Table.create(store, "events", data=pa.table({"id": [1, 2], "c": ["a", "b"]}), primary_key="id")
+    table = pds.Table.create(
+        store, "events", data=pa.table({"id": [1, 2], "c": ["a", "b"]}), primary_key="id", formats=["delta"]
+    )
     table.delete([("c", "==", "a")])
     p = pds.Pipeline.create(store, "pipe", workers=1)
     src = p.source("src", key={"k": pa.int64()}, value={"v": pa.int64()})

@@ -407,6 +407,7 @@ def table_create(
     row_group_size: int | None,
     target_file_size: int | None,
     parallelism: int,
+    formats: list[str] = ...,
 ) -> str:
     """Create the table at *key* (version 0, optionally with *data*); its manifest JSON.
 
@@ -414,6 +415,9 @@ def table_create(
     settings (primary key, compression, row group size, target file size; ``None`` sizes mean
     the defaults); SchemaMismatch naming every difference otherwise. Nulls in a not-nullable
     column of *data* are SchemaMismatch, with the files already uploaded removed."""
+
+def table_sync_formats(store: RustStore, key: str) -> dict[str, list[int]]:
+    """Publish what the table's formats lack up to its latest version; per format, the versions written."""
 
 def table_append(
     store: RustStore,

@@ -199,6 +199,7 @@ class Table:
         compression: str = "zstd",
         row_group_size: int | None = None,
         target_file_size: int | None = None,
+        formats: Sequence[str] = (),
         **storage_options: object,
     ) -> Table:
         """Create a table: from a *schema* alone, or from *data* (anything with
@@ -230,6 +231,12 @@ class Table:
             row_group_size: Rows per row group (default 1Mi).
             target_file_size: Bytes per data file at most (default 512 MiB),
                 estimated from the Arrow size of the data.
+            formats: Formats to publish beside pds's own from version 0:
+                ``"delta"``, a Delta Lake log under ``_delta_log`` (deletes
+                as deletion vectors) that Delta readers open at the table's
+                URL, Delta version N being pds version N (see
+                :attr:`formats`, :meth:`sync_formats`). A column with no
+                exact Delta type is ``TypeError`` naming it, before any I/O.
 
         Cost: the exclusivity check (5 HEADs per level of *key*, at once;
         1 LIST of at most 1,000 objects below it; 1-3 GETs per table or
@@ -264,6 +271,8 @@ class Table:
             schema = schema if schema is not None else data_schema
         if schema is None:
             raise TypeError("Table.create needs a schema or data")
+        if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
+            raise TypeError(f"formats must be a list of format names, got {formats!r}")
         text = _core.table_create(
             handle,
             st.native_path(key),
@@ -275,6 +284,7 @@ class Table:
             row_group_size=_check_rows(row_group_size, "row_group_size"),
             target_file_size=_check_rows(target_file_size, "target_file_size"),
             parallelism=_parallelism(),
+            formats=list(formats),
         )
         return cls(st, handle, key, json.loads(text))
 
@@ -346,6 +356,26 @@ class Table:
     def _expanded(self, version: int) -> dict[str, Any]:
         text = _core.table_manifest(self._native, self._path, version=version, files=True)
         return dict(json.loads(text))
+
+    @property
+    def formats(self) -> list[str]:
+        """The formats published beside pds's own at :attr:`version`
+        (``["delta"]``: a Delta Lake log), in name order. No I/O."""
+        return sorted(self._manifest.get("formats") or {})
+
+    def sync_formats(self) -> dict[str, list[int]]:
+        """Publish what the table's formats lack, up to its latest version:
+        a commit publishes its version's Delta log entry after it commits,
+        and a writer that stopped between the two leaves the log one or more
+        versions behind (a consistent earlier version). Returns, per
+        format, the versions written (none if the log was complete).
+
+        Raises:
+            pds.ManifestCorrupted: the Delta log holds an entry pds did
+                not write (another Delta writer committed to the view);
+                nothing more is written.
+        """
+        return dict(_core.table_sync_formats(self._native, self._path))
 
     @property
     def primary_key(self) -> str | None:

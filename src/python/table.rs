@@ -49,7 +49,7 @@ fn at(version: Option<u64>, as_of: Option<&str>) -> PyResult<At> {
 
 /// Create a table (version 0); returns its manifest JSON.
 #[pyfunction]
-#[pyo3(signature = (store, key, schema, data, *, primary_key, exist_ok, compression, row_group_size, target_file_size, parallelism))]
+#[pyo3(signature = (store, key, schema, data, *, primary_key, exist_ok, compression, row_group_size, target_file_size, parallelism, formats = Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub fn table_create(
     py: Python<'_>,
@@ -63,6 +63,7 @@ pub fn table_create(
     row_group_size: Option<usize>,
     target_file_size: Option<u64>,
     parallelism: usize,
+    formats: Vec<String>,
 ) -> PyResult<String> {
     let reader = data.map(|d| d.into_reader()).transpose()?;
     let props = TableProperties {
@@ -74,9 +75,52 @@ pub fn table_create(
     let handle = store.inner.clone();
     let schema = schema.into_inner();
     let m = super::detach(py, || {
-        write::create(handle, &key, schema, reader, props, exist_ok, parallelism)
+        write::create_publishing(
+            handle,
+            &key,
+            schema,
+            reader,
+            props,
+            exist_ok,
+            parallelism,
+            &formats,
+        )
     })?;
     manifest_json(&m)
+}
+
+/// Publish what the table's formats lack up to its latest version; the
+/// versions written, per format.
+#[pyfunction]
+pub fn table_sync_formats(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+) -> PyResult<BTreeMap<String, Vec<u64>>> {
+    let handle = store.inner.clone();
+    super::detach(py, || {
+        crate::runtime::block_on(async {
+            let latest = crate::table::scan::resolve_at(
+                &handle,
+                &key,
+                crate::table::scan::At::Latest,
+                crate::table::commit::Depth::Root,
+            )
+            .await?;
+            let mut out = BTreeMap::new();
+            if let Some(delta) = latest.formats.get("delta") {
+                let written = crate::table::delta::publish::publish(
+                    &handle,
+                    &key,
+                    delta.since,
+                    latest.version,
+                )
+                .await?;
+                out.insert("delta".to_string(), written);
+            }
+            Ok(out)
+        })?
+    })
 }
 
 /// Append `data`; returns the new version's manifest JSON.

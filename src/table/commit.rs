@@ -594,7 +594,28 @@ pub async fn commit<F>(
 where
     F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>>,
 {
-    commit_versioned(store, table, opts, base, prepare).await
+    let out = commit_versioned(store, table, opts, base, prepare).await?;
+    if let Outcome::Committed { manifest, .. } = &out {
+        publish_formats(store, table, manifest).await;
+    }
+    Ok(out)
+}
+
+/// Publish the formats `m`'s table publishes up to `m`'s version, once it
+/// is committed (the entries the log lacks first, so a log left behind by
+/// a writer that stopped is filled). The version stands whatever happens
+/// here: a failure is logged, and the next commit, or `sync_formats`,
+/// writes what is missing.
+pub async fn publish_formats(store: &StoreHandle, table: &str, m: &TableManifest) {
+    if let Some(delta) = m.formats.get("delta") {
+        if let Err(e) = super::delta::publish::publish(store, table, delta.since, m.version).await {
+            log::warn!(
+                "table {table}: version {} is committed, but its Delta log entry was not published ({}); the next commit or Table.sync_formats() writes it",
+                m.version,
+                crate::error::chain(&e)
+            );
+        }
+    }
 }
 
 /// What reading back a version whose manifest PUT this writer tried showed.

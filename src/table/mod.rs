@@ -29,6 +29,7 @@ pub mod changes;
 pub mod commit;
 pub mod compact;
 pub mod delete;
+pub mod delta;
 pub mod drop;
 #[cfg(test)]
 mod fault_tests;

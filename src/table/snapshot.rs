@@ -170,9 +170,21 @@ pub struct TableManifest {
     /// tables created by older pds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table_id: Option<String>,
+    /// The formats published beside the table's own (`delta`: a Delta log,
+    /// see [`super::delta`]), each with the first version it holds; carried
+    /// by every later version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub formats: BTreeMap<String, PublishedFormat>,
     /// What of the file list is in memory (not part of the manifest).
     #[serde(skip)]
     pub layout: Layout,
+}
+
+/// A format published beside a table's versions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedFormat {
+    /// The first version published in it.
+    pub since: u64,
 }
 
 /// How much of a version's file list a [`TableManifest`] holds.
@@ -869,6 +881,7 @@ pub(crate) mod tests {
             properties: TableProperties::default(),
             commit_id: None,
             table_id: None,
+            formats: BTreeMap::new(),
             layout: Layout::default(),
         }
     }

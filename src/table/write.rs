@@ -328,12 +328,13 @@ pub fn committed(
     m
 }
 
-/// The manifest of a table's version 0.
+/// The manifest of a table's version 0, publishing `formats` from it.
 fn first_version(
     schema: &TableSchema,
     files: &[DataFile],
     props: &TableProperties,
     params: BTreeMap<String, serde_json::Value>,
+    formats: &[String],
 ) -> TableManifest {
     TableManifest {
         format: FORMAT.into(),
@@ -350,6 +351,10 @@ fn first_version(
         properties: props.clone(),
         commit_id: None,
         table_id: Some(super::identity::new_table_id()),
+        formats: formats
+            .iter()
+            .map(|f| (f.clone(), super::snapshot::PublishedFormat { since: 0 }))
+            .collect(),
         layout: Default::default(),
     }
 }
@@ -429,6 +434,46 @@ pub fn create(
     exist_ok: bool,
     parallelism: usize,
 ) -> Result<TableManifest> {
+    create_publishing(
+        store,
+        table,
+        schema,
+        data,
+        props,
+        exist_ok,
+        parallelism,
+        &[],
+    )
+}
+
+/// The formats pds can publish beside a table's own.
+pub const FORMATS: &[&str] = &["delta"];
+
+/// [`create`], publishing `formats` (see [`FORMATS`]) from version 0.
+/// `InvalidArgument` for an unknown format, and for `delta`,
+/// `UnsupportedType` naming a column with no exact Delta type, before any
+/// I/O.
+#[allow(clippy::too_many_arguments)]
+pub fn create_publishing(
+    store: Arc<StoreHandle>,
+    table: &str,
+    schema: SchemaRef,
+    data: Option<BoxedReader>,
+    props: TableProperties,
+    exist_ok: bool,
+    parallelism: usize,
+    formats: &[String],
+) -> Result<TableManifest> {
+    for f in formats {
+        if !FORMATS.contains(&f.as_str()) {
+            return Err(Error::InvalidArgument(format!(
+                "unknown format {f:?}; pds publishes {FORMATS:?}"
+            )));
+        }
+    }
+    if formats.iter().any(|f| f == "delta") {
+        super::delta::schema::delta_schema(&schema)?;
+    }
     crate::store::keys::object_segments(table)?;
     let started = crate::store::counted::Started::now(&store);
     check_properties(&props, &schema)?;
@@ -493,7 +538,13 @@ pub fn create(
         let mut params = BTreeMap::new();
         params.insert("rows_added".into(), rows.into());
         params.insert("files_added".into(), files.len().into());
-        Ok(Some(first_version(&table_schema, &files, &props, params)))
+        Ok(Some(first_version(
+            &table_schema,
+            &files,
+            &props,
+            params,
+            formats,
+        )))
     })?;
     match out {
         Outcome::Committed { manifest, .. } => Ok(committed(&store, table, *manifest, &started)),
@@ -786,7 +837,13 @@ pub fn commit_files(
             );
         }
         let Some(now) = now else {
-            return Ok(Some(first_version(&table_schema, &files, &props, params)));
+            return Ok(Some(first_version(
+                &table_schema,
+                &files,
+                &props,
+                params,
+                &[],
+            )));
         };
         let mut next = now.clone();
         next.created_at = now_iso8601();

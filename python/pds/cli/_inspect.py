@@ -128,6 +128,7 @@ def _show_table(ctx: _Context, key: str) -> None:
         "kind": "table",
         "version": t.version,
         "primary_key": t.primary_key,
+        "formats": t.formats,
         "files": len(files),
         "rows": live,
         "stored_rows": stored,
@@ -141,7 +142,8 @@ def _show_table(ctx: _Context, key: str) -> None:
     if ctx.as_json:
         ctx.emit({**info, "schema": _schema_rows(t.schema), "data_files": files})
         return
-    ctx.emit({k: ("unknown" if v is None and k.endswith("rows") else v) for k, v in info.items()}, title=key)
+    shown = {**info, "formats": ", ".join(t.formats) or "pds only"}
+    ctx.emit({k: ("unknown" if v is None and k.endswith("rows") else v) for k, v in shown.items()}, title=key)
     ctx.emit(_schema_rows(t.schema), title="schema")
     brief = ("path", "rows", "deleted_rows", "bytes", "row_groups")
     ctx.emit([{k: ("unknown" if f[k] is None else f[k]) for k in brief} for f in files], title="data files")

@@ -238,3 +238,14 @@ def test_pds_show_names_the_published_formats(tmp_path: Path) -> None:
     assert plain["formats"] == []
     human = runner.invoke(main, ["show", url, "t"], catch_exceptions=False).output
     assert "delta" in human
+
+
+def test_exist_ok_compares_the_published_formats(tmp_path: Path) -> None:
+    url = (tmp_path / "lake").as_uri()
+    pds.Table.create(url, "t", schema=SCHEMA, formats=["delta"])
+    assert pds.Table.create(url, "t", schema=SCHEMA, formats=["delta"], exist_ok=True).formats == ["delta"]
+    with pytest.raises(pds.SchemaMismatch, match="formats"):
+        pds.Table.create(url, "t", schema=SCHEMA, exist_ok=True)
+    pds.Table.create(url, "plain", schema=SCHEMA)
+    with pytest.raises(pds.SchemaMismatch, match="formats"):
+        pds.Table.create(url, "plain", schema=SCHEMA, formats=["delta"], exist_ok=True)

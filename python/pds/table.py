@@ -223,8 +223,8 @@ class Table:
             exist_ok: Return the existing table if one is already there
                 that was created as this call describes it: the same schema
                 (up to the physical variants of one logical type),
-                *primary_key*, *compression*, *row_group_size* and
-                *target_file_size* (a size left ``None`` means its default,
+                *primary_key*, *compression*, *row_group_size*,
+                *target_file_size* and *formats* (a size left ``None`` means its default,
                 so ``None`` and the default itself agree). Only without
                 *data*: data is never dropped.
             compression: Parquet codec of the data files.
@@ -257,7 +257,10 @@ class Table:
                 difference).
             remote_store.CapabilityNotSupported: the store cannot do
                 conditional writes (before any I/O).
-            TypeError / ValueError: bad arguments (before any I/O).
+            TypeError / ValueError: bad arguments (before any I/O): among
+                them a *formats* name pds does not publish (``ValueError``)
+                and, with ``"delta"``, a column with no exact Delta type
+                (``TypeError`` naming it).
         """
         st, handle = _native(store, storage_options)
         key = _check_key(key)

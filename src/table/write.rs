@@ -493,7 +493,20 @@ pub fn create_publishing(
                     });
                 }
             }
-            let differences = property_differences(&m.properties, &props);
+            let mut differences = property_differences(&m.properties, &props);
+            let theirs: Vec<&String> = m.formats.keys().collect();
+            let asked: std::collections::BTreeSet<&String> = formats.iter().collect();
+            if theirs
+                .iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>()
+                != asked
+            {
+                differences.push(format!(
+                    "formats {theirs:?}, not {:?}",
+                    asked.into_iter().collect::<Vec<_>>()
+                ));
+            }
             if !differences.is_empty() {
                 return Err(Error::SchemaMismatch {
                     key: table.to_string(),

@@ -40,7 +40,7 @@ ZIG_MATURIN := env -u PYO3_PYTHON VIRTUAL_ENV=$(ZIG_TOOLS) PATH=$(ZIG_TOOLS)/bin
 	$(ZIG_TOOLS)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 MATURIN := VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin
 
-.PHONY: help venv build wheel wheel-x86_64 wheel-aarch64 wheel-check sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-spark compare-producers compare-producers-spark compare-dagster clean
+.PHONY: help venv build wheel wheel-x86_64 wheel-aarch64 wheel-check sdist test test-rust test-python lint fmt docs demo demo-python bench compare compare-tables compare-delta compare-spark compare-producers compare-producers-spark compare-dagster clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -140,6 +140,9 @@ compare: build ## pds vs remote_store.ext.parquet, pyarrow.dataset, deltalake on
 compare-tables: build ## pds tables vs deltalake and pyiceberg (sqlite catalog) on file and SeaweedFS S3
 	$(PY) -m pip install --quiet "pyiceberg[sql-sqlite,pyarrow]"
 	$(PY) benches/table_compare.py $(COMPARE_ARGS)
+
+compare-delta: build ## a table's Delta Lake view: publishing cost per commit, and a scan via deltalake vs pds (~3 min)
+	$(PY) benches/delta_view.py $(COMPARE_ARGS)
 
 compare-producers: build ## pds pipelines vs Spark local[2] and DuckDB (10M and 40M events, ~15 min)
 	$(PY) benches/producers_compare.py $(COMPARE_ARGS)

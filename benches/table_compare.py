@@ -409,6 +409,22 @@ def _seaweed() -> Any:
     return seaweed
 
 
+def counted_seaweed(stack: contextlib.ExitStack, tmp: Path, bucket: str) -> tuple[dict[str, str], LatencyProxy, str]:
+    """A SeaweedFS in *tmp* with *bucket*, and a request-counting proxy in
+    front of it, both stopped with *stack*: the server's own store options,
+    the proxy, and the proxy's endpoint."""
+    sw = _seaweed().SeaweedFS(_seaweed().find_weed(), str(tmp / "weed"))
+    sw.start()
+    stack.callback(sw.stop)
+    sw.create_bucket(bucket)
+    opts = sw.store_options()
+    host, port = opts["endpoint"].removeprefix("http://").split(":")
+    proxy = LatencyProxy(host, int(port), delay_ms=0, model_handshake=False, trace=True)
+    endpoint = f"http://127.0.0.1:{proxy.start_in_thread()}"
+    stack.callback(proxy.stop)
+    return opts, proxy, endpoint
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="1000000,8000000")
@@ -436,15 +452,7 @@ def main(argv: list[str]) -> int:
                 endpoint = ""
                 creds: dict[str, str] = {}
                 if store == "s3":
-                    sw = _seaweed().SeaweedFS(_seaweed().find_weed(), str(Path(tmp) / "weed"))
-                    sw.start()
-                    stack.callback(sw.stop)
-                    sw.create_bucket(BUCKET)
-                    opts = sw.store_options()
-                    host, port = opts["endpoint"].removeprefix("http://").split(":")
-                    proxy = LatencyProxy(host, int(port), delay_ms=0, model_handshake=False, trace=True)
-                    endpoint = f"http://127.0.0.1:{proxy.start_in_thread()}"
-                    stack.callback(proxy.stop)
+                    opts, proxy, endpoint = counted_seaweed(stack, Path(tmp), BUCKET)
                     creds = {k: v for k, v in opts.items() if k != "endpoint"}
                 for rows in sizes:
                     for cls in tools:

@@ -211,3 +211,33 @@ def _recorded(monkeypatch: Any, runner: str) -> list[Any]:
 
     monkeypatch.setattr(pu, runner, Recording)
     return made
+
+
+def kill_while_held(proxy: Any, method: str, path: str, argv: list[str], check: Any = None, **rule: Any) -> Any:
+    """Run *argv* and SIGKILL it while the fault proxy holds its first
+    *method* request to *path* (a regex; further rule options in *rule*,
+    ``query=`` say), after calling *check* (if given) while it is held.
+    The held request is then failed with a 503 that nobody reads. Returns
+    the rule (``exhausted`` once it held one)."""
+    import signal
+    import subprocess
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold(_entry: Any) -> None:
+        held.set()
+        release.wait(60)
+
+    applied = proxy.fail(method, path, status=503, times=1, before=hold, **rule)
+    proc = subprocess.Popen(argv)
+    try:
+        assert held.wait(120), f"the process never sent {method} {path}"
+        if check is not None:
+            check()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        release.set()
+        proc.kill()
+    return applied

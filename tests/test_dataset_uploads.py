@@ -16,6 +16,8 @@ import pytest
 
 import pds
 
+from helpers import kill_while_held
+
 ROWS_PER_BATCH = 100_000
 BATCHES = 40  # 4M rows of random int64: 32 MB, incompressible
 
@@ -170,28 +172,14 @@ def test_a_writer_killed_between_the_copy_and_the_delete(faulty: Any) -> None:
     committed, readers see no dataset, and the next writer's dataset holds
     only its own rows."""
     import json
-    import signal
-    import subprocess
     import sys
-    import threading
 
-    held, release = threading.Event(), threading.Event()
-
-    def hold(_entry: Any) -> None:
-        held.set()
-        release.wait(60)
-
-    rule = faulty.proxy.fail("POST", r"^/[^/]+$", query="delete", status=503, times=1, before=hold)
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, faulty.url, json.dumps(faulty.options)])
-    try:
-        assert held.wait(120), "the writer never reached the rename's delete"
+    def both_names() -> None:
         names = {f.name for f in faulty.direct.list_files("d")}
         assert {"data.parquet", "part-00000.parquet"} <= names, names
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        release.set()
-        proc.kill()
+
+    argv = [sys.executable, "-c", KILLED_WRITER, faulty.url, json.dumps(faulty.options)]
+    rule = kill_while_held(faulty.proxy, "POST", r"^/[^/]+$", argv, check=both_names, query="delete")
     assert rule.exhausted
     faulty.proxy.clear()
     with pytest.raises(pds.DatasetIncomplete):

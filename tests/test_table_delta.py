@@ -21,7 +21,7 @@ from conftest import REMOTE, lake_url
 
 import pds
 
-from helpers import run_together
+from helpers import kill_while_held, run_together
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -41,26 +41,80 @@ def rows(ids: list[int], tag: str) -> pa.Table:
     return pa.table({"id": ids, "v": [f"{tag}{i % 5}" for i in ids]}, schema=SCHEMA)
 
 
-def check_every_version(t: pds.Table, url: str, what: str) -> None:
+def check_every_version(t: pds.Table, url: str, what: str, opts: dict[str, str] | None = None,
+                        since: int = 0) -> None:  # fmt: skip
+    """deltalake opens *t*'s latest version, and reads at every version from
+    *since* that pds still holds (vacuum removes older ones) the ids pds
+    reads; at the latest, every column too."""
+    opts = opts or {}
     latest = t.refresh()
-    assert deltalake.DeltaTable(url).version() == latest, what
-    for v in range(latest + 1):
-        assert delta_ids(url, v) == pds_ids(t, v), f"{what}: version {v}"
+    assert deltalake.DeltaTable(url, storage_options=opts).version() == latest, what
+    for v in range(since, latest + 1):
+        try:
+            want = pds_ids(t, v)
+        except pds.NotFound:
+            continue  # vacuumed
+        dt = deltalake.DeltaTable(url, version=v, storage_options=opts)
+        got = deltalake.QueryBuilder().register("t", dt).execute("select id from t").read_all()
+        assert sorted(pa.table(got).column("id").to_pylist()) == want, f"{what}: version {v}"
+    dt = deltalake.DeltaTable(url, storage_options=opts)
+    names = t.schema.names
+    got = pa.table(deltalake.QueryBuilder().register("t", dt).execute(f"select {', '.join(names)} from t").read_all())
+    mine = t.to_arrow()
+
+    def key(r: dict[str, Any]) -> str:
+        return json.dumps(r, sort_keys=True, default=str)
+
+    assert sorted(got.select(names).to_pylist(), key=key) == sorted(mine.select(names).to_pylist(), key=key), (
+        f"{what}: every column"
+    )
 
 
-def test_deltalake_reads_every_version_of_random_operations(tmp_path: Path) -> None:
-    url = (tmp_path / "lake").as_uri()
+def batch(t: pds.Table, ids: list[int], tag: str) -> pa.Table:
+    """Rows *ids* in *t*'s current schema: ``id``, ``v`` and any columns
+    merges added (``c1``, ``c2``, ...: ``id * n``)."""
+    data: dict[str, Any] = {"id": ids, "v": [f"{tag}{i % 5}" for i in ids]}
+    for name in t.schema.names[2:]:
+        data[name] = [i * int(name[1:]) for i in ids]
+    return pa.table(data, schema=t.schema)
+
+
+@pytest.mark.parametrize(("kind", "start"), [("file", "create"), ("s3", "enable")])
+def test_deltalake_reads_every_version_of_random_operations(
+    kind: str, start: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Random appends, deletes of every kind, upserts, updates, compactions,
+    schema-merge appends and vacuums; after each, deltalake reads every
+    version pds holds as pds does. ``enable``: the view is enabled after
+    three operations and starts with a checkpoint."""
+    url, options = lake_url(kind, tmp_path, request)
+    formats = ["delta"] if start == "create" else []
     t = pds.Table.create(url, "t", data=rows(list(range(500)), "a"), primary_key="id", row_group_size=50,
-                         formats=["delta"])  # fmt: skip
+                         formats=formats, **options)  # fmt: skip
+    table_url = str(tmp_path / "lake" / "t") if kind == "file" else f"{url}/t"
+    opts = delta_options(kind, options)
+    since = 0
+    if start == "enable":
+        t.append(rows(list(range(500, 600)), "b"))
+        t.delete([("v", "==", "a1")])
+        t.delete([("id", ">=", 20), ("id", "<", 60)])
+        assert t.formats == []
+        since = t.enable_format("delta")
+        assert (since, t.formats) == (4, ["delta"])
+        assert t.history(1)[0]["operation"] == "enable_format"
+        with pytest.raises(deltalake.exceptions.TableNotFoundError):
+            deltalake.DeltaTable(table_url, version=3, storage_options=opts)
     assert t.formats == ["delta"]
-    table_url = str(tmp_path / "lake" / "t")
-    check_every_version(t, table_url, "created")
-    rng = random.Random(5)
-    nxt = 500
-    for step in range(12):
-        op = rng.choice(["append", "key_range", "scattered", "row_groups", "upsert", "update", "compact"])
+    check_every_version(t, table_url, "start", opts, since)
+    rng = random.Random(5 if kind == "file" else 6)
+    nxt = 600
+    merged = 0
+    ops = ["append", "key_range", "scattered", "row_groups", "upsert", "update", "compact", "merge", "vacuum"]
+    plan = ops + [rng.choice(ops) for _ in range(4)]  # every operation at least once
+    rng.shuffle(plan)
+    for step, op in enumerate(plan):
         if op == "append":
-            t.append(rows(list(range(nxt, nxt + 120)), "b"))
+            t.append(batch(t, list(range(nxt, nxt + 120)), "b"))
             nxt += 120
         elif op == "key_range":
             lo = rng.randrange(nxt)
@@ -72,12 +126,20 @@ def test_deltalake_reads_every_version_of_random_operations(tmp_path: Path) -> N
             t.delete([("id", ">=", lo), ("id", "<", lo + 100), ("v", "!=", "none")])
         elif op == "upsert":
             lo = rng.randrange(nxt)
-            t.upsert(rows(list(range(lo, lo + 30)), "u"))
+            t.upsert(batch(t, list(range(lo, lo + 30)), "u"))
         elif op == "update":
             t.update([("id", "<", rng.randrange(nxt))], {"v": "w"})
+        elif op == "merge":
+            merged += 1
+            wide = batch(t, list(range(nxt, nxt + 50)), "m")
+            wide = wide.append_column(f"c{merged + 1}", pa.array([i * (merged + 1) for i in range(nxt, nxt + 50)]))
+            t.append(wide, schema_mode="merge")
+            nxt += 50
+        elif op == "vacuum":
+            t.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False)
         else:
             t.compact(min_deleted_fraction=0.05)
-        check_every_version(t, table_url, f"step {step}: {op}")
+        check_every_version(t, table_url, f"step {step}: {op}", opts, since)
 
 
 def test_bad_formats_are_refused_before_any_io(tmp_path: Path) -> None:
@@ -249,3 +311,104 @@ def test_exist_ok_compares_the_published_formats(tmp_path: Path) -> None:
     pds.Table.create(url, "plain", schema=SCHEMA)
     with pytest.raises(pds.SchemaMismatch, match="formats"):
         pds.Table.create(url, "plain", schema=SCHEMA, formats=["delta"], exist_ok=True)
+
+
+def test_enable_format_publishes_an_existing_table_from_a_checkpoint(tmp_path: Path) -> None:
+    """``pds sync --enable delta`` on a table created without the view: one
+    commit, a checkpoint of it (deletes as deletion vectors) that deltalake
+    opens, entries after it; enabling again commits nothing. Bad formats and
+    columns with no Delta type are refused with nothing written."""
+    from click.testing import CliRunner
+
+    from pds.cli import main
+
+    url = (tmp_path / "lake").as_uri()
+    t = pds.Table.create(url, "t", data=rows(list(range(300)), "a"), primary_key="id", row_group_size=50)
+    t.delete([("v", "==", "a3")])
+    t.delete([("id", ">=", 100), ("id", "<", 200), ("v", "!=", "none")])
+    with pytest.raises(ValueError, match="iceberg"):
+        t.enable_format("iceberg")
+    unsigned = pds.Table.create(url, "u", data=pa.table({"id": pa.array([1], pa.uint32())}))
+    with pytest.raises(TypeError, match='column "id" cannot be written: UInt32 has no exact Delta'):
+        unsigned.enable_format("delta")
+    assert unsigned.refresh() == 0 and unsigned.formats == []
+    assert t.refresh() == 2 and not (tmp_path / "lake" / "t" / "_delta_log").exists()
+
+    runner = CliRunner()
+    out = runner.invoke(main, ["sync", url, "t", "--enable", "delta", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == {"key": "t", "version": 3, "formats": ["delta"], "delta written": [3]}
+    log = tmp_path / "lake" / "t" / "_delta_log"
+    assert sorted(p.name for p in log.iterdir()) == [f"{3:020}.checkpoint.parquet", "_last_checkpoint"]
+    table_url = str(tmp_path / "lake" / "t")
+    t.refresh()
+    assert t.formats == ["delta"]
+    check_every_version(t, table_url, "enabled", since=3)
+    t.delete([("id", "<", 20)])
+    check_every_version(t, table_url, "a delete after", since=3)
+    assert t.enable_format("delta") == 4, "already published: nothing committed"
+    out = runner.invoke(main, ["sync", url, "t"], catch_exceptions=False)
+    assert out.exit_code == 0 and "nothing to publish" in out.output, out.output
+    plain = runner.invoke(main, ["sync", url, "u"], catch_exceptions=False)
+    assert plain.exit_code == 0 and "publishes no other format" in plain.output, plain.output
+
+
+def test_a_checkpoint_every_hundred_versions_opens_the_table_after_vacuum(tmp_path: Path) -> None:
+    """Version 100 gets a checkpoint and ``_last_checkpoint``; once vacuum
+    removes what only older versions needed (entries below the checkpoint,
+    superseded deletion vectors), deltalake still opens the latest version
+    and every one pds holds."""
+    url = (tmp_path / "lake").as_uri()
+    t = pds.Table.create(url, "t", data=rows(list(range(100)), "a"), primary_key="id", formats=["delta"])
+    t.delete([("v", "==", "a1")])
+    for i in range(2, 101):
+        if i % 25 == 0:
+            t.delete([("id", "==", i - 1)])
+        else:
+            t.append(rows([1000 + i], "b"))
+    log = tmp_path / "lake" / "t" / "_delta_log"
+    assert (log / f"{100:020}.checkpoint.parquet").exists()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 100
+    table_url = str(tmp_path / "lake" / "t")
+    t.append(rows([5000], "c"))
+    check_every_version(t, table_url, "checkpointed")
+    vectors = {p.name for p in (tmp_path / "lake" / "t").glob("deletion_vector_*.bin")}
+    removed = t.vacuum(retain=datetime.timedelta(0), min_age=datetime.timedelta(0), dry_run=False)
+    assert sum(k.startswith("_delta_log/") for k in removed) == 100, removed
+    assert sorted(p.name for p in log.iterdir()) == [
+        f"{100:020}.checkpoint.parquet", f"{100:020}.json", f"{101:020}.json", "_last_checkpoint"
+    ]  # fmt: skip
+    left = {p.name for p in (tmp_path / "lake" / "t").glob("deletion_vector_*.bin")}
+    assert left < vectors and len(left) == 1, (left, vectors)
+    check_every_version(t, table_url, "vacuumed", since=100)
+    t.delete([("id", "<", 50)])
+    check_every_version(t, table_url, "after vacuum", since=100)
+    assert t.sync_formats() == {"delta": []}
+
+
+KILLED_PUBLISHER = r"""
+import json, sys
+import pyarrow as pa, pds
+url, options = sys.argv[1], json.loads(sys.argv[2])
+t = pds.Table.open(url, "t", **options)
+t.delete([("id", "<", 10)])
+"""
+
+
+def test_a_writer_killed_between_its_commit_and_its_entry(faulty: Any) -> None:
+    """SIGKILL while version 1's entry PUT is in flight (the commit's CAS
+    done, its deletion vector written): the version stands, the Delta log
+    stays at version 0 (a consistent older version, no gap), and the next
+    commit writes entries 1 and 2, equal to what pds computes."""
+    t = pds.Table.create(faulty.url, "t", data=rows(list(range(50)), "a"), primary_key="id", formats=["delta"],
+                         **faulty.options)  # fmt: skip
+    argv = [sys.executable, "-c", KILLED_PUBLISHER, faulty.url, json.dumps(faulty.options)]
+    rule = kill_while_held(faulty.proxy, "PUT", request_path(faulty, "t/_delta_log/") + r"0+1\.json$", argv)
+    assert rule.exhausted
+    faulty.proxy.clear()
+    assert t.refresh() == 1, "the version is committed"
+    assert entries_of(faulty.direct) == [f"{0:020}.json"]
+    assert t.append(rows([100], "b")) == 2
+    assert entries_of(faulty.direct) == [f"{v:020}.json" for v in range(3)]
+    assert t.sync_formats() == {"delta": []}, "every entry equals pds's"
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [*range(10, 50), 100]

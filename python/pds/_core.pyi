@@ -417,7 +417,13 @@ def table_create(
     column of *data* are SchemaMismatch, with the files already uploaded removed."""
 
 def table_sync_formats(store: RustStore, key: str) -> dict[str, list[int]]:
-    """Publish what the table's formats lack up to its latest version; per format, the versions written."""
+    """Publish what the table's formats lack up to its latest version; per format, the versions whose
+    entries or checkpoints were written."""
+
+def table_enable_format(
+    store: RustStore, key: str, format: str, *, table_id: str | None = None
+) -> tuple[int, int, bool]:
+    """Publish *format* for an existing table from its next version: (since, latest version, committed)."""
 
 def table_append(
     store: RustStore,

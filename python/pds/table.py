@@ -55,7 +55,11 @@ from pds.dataset import (
 )
 from pds.errors import ManifestCorrupted, SchemaMismatch
 
-__all__ = ["MAX_VERSION", "Table", "is_table"]
+__all__ = ["FORMATS", "MAX_VERSION", "Table", "is_table"]
+
+#: The formats a table can publish beside its own (:meth:`Table.create`'s
+#: ``formats``, :meth:`Table.enable_format`).
+FORMATS = ("delta",)
 
 _MODES = ("strict", "merge")
 
@@ -235,7 +239,8 @@ class Table:
                 ``"delta"``, a Delta Lake log under ``_delta_log`` (deletes
                 as deletion vectors) that Delta readers open at the table's
                 URL, Delta version N being pds version N (see
-                :attr:`formats`, :meth:`sync_formats`). A column with no
+                :attr:`formats`, :meth:`sync_formats`; an existing table
+                gets it with :meth:`enable_format`). A column with no
                 exact Delta type is ``TypeError`` naming it, before any I/O.
 
         Cost: the exclusivity check (5 HEADs per level of *key*, at once;
@@ -370,8 +375,11 @@ class Table:
         """Publish what the table's formats lack, up to its latest version:
         a commit publishes its version's Delta log entry after it commits,
         and a writer that stopped between the two leaves the log one or more
-        versions behind (a consistent earlier version). Returns, per
-        format, the versions written (none if the log was complete).
+        versions behind (a consistent earlier version). Also writes a
+        checkpoint that is due (every 100 versions) and, for a view enabled
+        by :meth:`enable_format`, its first checkpoint if it is missing.
+        Returns, per format, the versions whose entries or checkpoints it
+        wrote (none if the log was complete).
 
         Raises:
             pds.ManifestCorrupted: the Delta log holds an entry pds did
@@ -379,6 +387,39 @@ class Table:
                 nothing more is written.
         """
         return dict(_core.table_sync_formats(self._native, self._path))
+
+    def enable_format(self, format: str) -> int:
+        """Publish *format* (``"delta"``: a Delta Lake log) for this existing
+        table, and move this object to its latest version, which it returns.
+
+        One version is committed (operation ``"enable_format"``) holding the
+        same data files and deletes, by compare-and-swap like any commit; the
+        format starts at that version. For ``"delta"`` it starts with a
+        checkpoint of that version (its deletes as deletion vectors), so no
+        earlier version is needed: Delta readers see the table from that
+        version on, and every later commit publishes its entry. A table that
+        publishes the format already is left as it is (nothing committed);
+        what its log lacks is written, as :meth:`sync_formats` does.
+
+        Cost: the latest version (2 GETs), a commit (2 PUTs), then the
+        checkpoint: for every file with deleted rows, its deletes and key
+        columns are read and its deletion vector is written (a PUT each).
+
+        Raises:
+            ValueError: *format* is not one pds publishes (before any I/O).
+            TypeError: a column has no exact type in the format (unsigned
+                integers, nanosecond timestamps, ...), naming it; nothing is
+                written.
+            remote_store.NotFound: no table at the key, or this object opened
+                a table that was dropped.
+            pds.UpgradeRequired: the table is in an earlier format.
+            pds.CommitConflict: writers kept winning the race (nothing written).
+            remote_store.ext.parquet.ManifestCorrupted: the Delta log holds an
+                object pds did not write. The format stays enabled; the view
+                is incomplete until :meth:`sync_formats` succeeds.
+        """
+        _core.table_enable_format(self._native, self._path, format, table_id=self._table_id)
+        return self.refresh()
 
     @property
     def primary_key(self) -> str | None:
@@ -1144,10 +1185,15 @@ class Table:
         and the data files and tombstones only they referenced (what a
         compaction or an overwrite replaced). With ``keep_versions=True``,
         every version is kept readable, and only objects that no version
-        references at all go: the garbage of failed or killed writes.
+        references at all go: the garbage of failed or killed writes. Of
+        the Delta Lake view (:attr:`formats`): the log entries and
+        checkpoints below the newest checkpoint that opens every retained
+        version, and the deletion vectors no retained version names.
 
         Only this table's own objects are touched: ``data/``,
-        ``tombstone/``, ``manifest/`` and ``_latest_manifest``, never a
+        ``tombstone/``, ``manifest/``, ``_latest_manifest`` and, if the
+        table publishes the Delta view, ``_delta_log/`` and
+        ``deletion_vector_*.bin``; never a
         dataset, table or pipeline stored under its key (``events/archive``),
         nor any other object. On ``file://``, the staging files of killed
         uploads there go too.

@@ -373,7 +373,7 @@ impl Collectable for PipelineManifest {
         chrono::DateTime::from_timestamp_millis(self.timestamp_ms)
     }
 
-    fn references(&self, keep: &mut std::collections::BTreeSet<String>) {
+    fn references(&self, _table: &str, keep: &mut std::collections::BTreeSet<String>) {
         keep.insert(crate::table::manifest_name(self.version));
         keep.extend(self.parts().flat_map(|p| p.objects()).map(str::to_string));
     }

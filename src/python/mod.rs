@@ -95,6 +95,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_sync_formats, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_enable_format, m)?)?;
     m.add_function(wrap_pyfunction!(table::same_logical_type, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_merge_schema, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_append, m)?)?;

@@ -98,29 +98,34 @@ pub fn table_sync_formats(
     key: String,
 ) -> PyResult<BTreeMap<String, Vec<u64>>> {
     let handle = store.inner.clone();
-    super::detach(py, || {
-        crate::runtime::block_on(async {
-            let latest = crate::table::scan::resolve_at(
-                &handle,
-                &key,
-                crate::table::scan::At::Latest,
-                crate::table::commit::Depth::Root,
-            )
-            .await?;
-            let mut out = BTreeMap::new();
-            if let Some(delta) = latest.formats.get("delta") {
-                let written = crate::table::delta::publish::publish(
-                    &handle,
-                    &key,
-                    delta.since,
-                    latest.version,
-                )
-                .await?;
-                out.insert("delta".to_string(), written);
-            }
-            Ok(out)
-        })?
-    })
+    let synced = super::detach(py, || {
+        crate::runtime::block_on(crate::table::delta::publish::sync(&handle, &key))?
+    })?;
+    Ok(synced
+        .into_iter()
+        .map(|(name, p)| (name, p.versions()))
+        .collect())
+}
+
+/// Publish `format` for the existing table at `key` (see
+/// [`crate::table::formats::enable_format`]): the version it starts at, the
+/// table's latest version, and whether a version was committed.
+#[pyfunction]
+#[pyo3(signature = (store, key, format, *, table_id = None))]
+pub fn table_enable_format(
+    py: Python<'_>,
+    store: &PyRustStore,
+    key: String,
+    format: String,
+    table_id: Option<String>,
+) -> PyResult<(u64, u64, bool)> {
+    let handle = store.inner.clone();
+    let e = super::detach(py, || {
+        crate::table::identity::expecting(table_id.as_deref(), || {
+            crate::runtime::block_on(crate::table::formats::enable_format(&handle, &key, &format))?
+        })
+    })?;
+    Ok((e.since, e.version, e.committed))
 }
 
 /// Append `data`; returns the new version's manifest JSON.

@@ -594,7 +594,20 @@ pub async fn commit<F>(
 where
     F: FnMut(Option<&TableManifest>) -> Result<Option<TableManifest>>,
 {
-    let out = commit_versioned(store, table, opts, base, prepare).await?;
+    let mut prepare = prepare;
+    // A version whose schema changed must still be one its formats can
+    // publish: checked before its manifest is written.
+    let checked = |base: Option<&TableManifest>| -> Result<Option<TableManifest>> {
+        let next = prepare(base)?;
+        if let Some(n) = &next {
+            let changed = base.is_none_or(|b| b.schema.arrow_schema != n.schema.arrow_schema);
+            if changed && !n.formats.is_empty() {
+                super::formats::check_publishable(n, &*n.arrow_schema(table)?)?;
+            }
+        }
+        Ok(next)
+    };
+    let out = commit_versioned(store, table, opts, base, checked).await?;
     if let Outcome::Committed { manifest, .. } = &out {
         publish_formats(store, table, manifest).await;
     }

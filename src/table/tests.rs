@@ -166,7 +166,16 @@ pub(crate) fn rows(ids: std::ops::Range<i64>) -> Box<dyn arrow_array::RecordBatc
 
 /// Create table `t` with rows `ids`, keyed by `id`, at version 0.
 pub(crate) fn create_keyed(store: &Arc<StoreHandle>, ids: std::ops::Range<i64>) {
-    create(
+    create_keyed_publishing(store, ids, &[]);
+}
+
+/// [`create_keyed`], publishing `formats` from version 0.
+pub(crate) fn create_keyed_publishing(
+    store: &Arc<StoreHandle>,
+    ids: std::ops::Range<i64>,
+    formats: &[String],
+) {
+    super::write::create_publishing(
         store.clone(),
         "t",
         schema(),
@@ -174,6 +183,7 @@ pub(crate) fn create_keyed(store: &Arc<StoreHandle>, ids: std::ops::Range<i64>) 
         props(Some("id")),
         false,
         2,
+        formats,
     )
     .unwrap();
 }

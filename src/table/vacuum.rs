@@ -12,7 +12,8 @@
 //! that no retained version references and that are older than the window:
 //! data files of writers that crashed or lost their race, manifests of
 //! versions past the window (not with `keep_versions`), and files and
-//! tombstones a compaction replaced once no retained version needs them. On
+//! tombstones a compaction replaced once no retained version needs them;
+//! of a table's Delta view, what [`super::delta::vacuum`] lets go. On
 //! `file://`, also the staging files of killed uploads in that layout.
 //! Objects of another layout below the key, and everything below a nested
 //! key (a folder holding `_SUCCESS`, `_WRITING`, `manifest.json`,
@@ -146,18 +147,38 @@ fn seconds(name: &str, secs: f64) -> Result<Duration> {
 /// under its key are its kind's at all.
 pub trait Collectable: Versioned {
     /// The objects this kind writes under its key, as `/`-separated
-    /// patterns in which `*` stands for any one segment. Nothing else under
+    /// patterns in which `*` stands for any one segment (or, beside other
+    /// characters, for the rest of a segment: `deletion_vector_*.bin`). Nothing else under
     /// the key is vacuum's to remove.
     const LAYOUT: &'static [&'static str];
 
     fn created(&self) -> Option<DateTime<Utc>>;
-    /// Add the objects this version needs, its own manifest included.
-    fn references(&self, keep: &mut BTreeSet<String>);
+    /// Add the objects this version of `table` needs, its own manifest
+    /// included.
+    fn references(&self, table: &str, keep: &mut BTreeSet<String>);
+    /// Add the objects of formats published beside the key's own to keep
+    /// (`oldest`: the oldest version retained; `names`: every object under
+    /// the key, relative). None by default.
+    fn keep_published<'a>(
+        &self,
+        _oldest: u64,
+        _names: impl Iterator<Item = &'a str>,
+        _keep: &mut BTreeSet<String>,
+    ) {
+    }
 }
 
 impl Collectable for TableManifest {
-    const LAYOUT: &'static [&'static str] =
-        &[POINTER, "manifest/*", "segment/*", "data/*", "tombstone/*"];
+    const LAYOUT: &'static [&'static str] = &[
+        POINTER,
+        "manifest/*",
+        "segment/*",
+        "data/*",
+        "tombstone/*",
+        // The Delta view (see `delta::vacuum`).
+        "_delta_log/*",
+        "deletion_vector_*.bin",
+    ];
 
     fn created(&self) -> Option<DateTime<Utc>> {
         DateTime::parse_from_rfc3339(&self.created_at)
@@ -165,11 +186,21 @@ impl Collectable for TableManifest {
             .map(|d| d.with_timezone(&Utc))
     }
 
-    fn references(&self, keep: &mut BTreeSet<String>) {
+    fn references(&self, table: &str, keep: &mut BTreeSet<String>) {
         keep.insert(manifest_name(self.version));
         keep.extend(self.segments.iter().map(|s| s.path.clone()));
         keep.extend(self.data_files.iter().map(|f| f.path.clone()));
         keep.extend(self.tombstones.iter().map(|t| t.path.clone()));
+        super::delta::vacuum::keep_vectors(self, table, keep);
+    }
+
+    fn keep_published<'a>(
+        &self,
+        oldest: u64,
+        names: impl Iterator<Item = &'a str>,
+        keep: &mut BTreeSet<String>,
+    ) {
+        super::delta::vacuum::keep_log(self, oldest, names, keep);
     }
 }
 
@@ -241,8 +272,19 @@ impl Ownership {
             fits && pat
                 .iter()
                 .zip(&segs)
-                .all(|(p, s)| !s.is_empty() && (*p == "*" || p == s))
+                .all(|(p, s)| !s.is_empty() && segment_matches(p, s))
         })
+    }
+}
+
+/// Whether the name segment `s` fits the pattern segment `p`: `*` alone
+/// fits any, `a*b` any that starts with `a` and ends with `b`.
+fn segment_matches(p: &str, s: &str) -> bool {
+    match p.split_once('*') {
+        None => p == s,
+        Some((head, tail)) => {
+            s.len() >= head.len() + tail.len() && s.starts_with(head) && s.ends_with(tail)
+        }
     }
 }
 
@@ -309,8 +351,12 @@ pub async fn vacuum_of<M: Collectable>(
     let mut removed = Vec::new();
     let mut retained = Vec::new();
     if !candidates.is_empty() {
-        let keep =
+        let mut keep =
             retain::<M>(store, table, &latest, &objects, cutoff, opts, &mut retained).await?;
+        let oldest = retained.iter().copied().min().unwrap_or(0);
+        latest
+            .manifest
+            .keep_published(oldest, objects.iter().map(|(rel, _)| *rel), &mut keep);
         removed = candidates
             .into_iter()
             .filter(|rel| !keep.contains(*rel))
@@ -374,7 +420,7 @@ async fn retain<M: Collectable>(
     // The pointer may lag the latest version: what it names stays readable.
     let floor = latest.pointed().map_or(newest, |p| p.min(newest));
     let mut keep = BTreeSet::from([POINTER.to_string()]);
-    latest.manifest.references(&mut keep);
+    latest.manifest.references(table, &mut keep);
     retained.push(newest);
     let mut versions: Vec<u64> = objects
         .iter()
@@ -397,7 +443,7 @@ async fn retain<M: Collectable>(
             Err(Error::NotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
-        m.references(&mut keep);
+        m.references(table, &mut keep);
         retained.push(v);
         if v < newest {
             within = m.created().is_some_and(|t| t >= cutoff);

@@ -446,10 +446,7 @@ pub fn create(
     )
 }
 
-/// The formats pds can publish beside a table's own.
-pub const FORMATS: &[&str] = &["delta"];
-
-/// [`create`], publishing `formats` (see [`FORMATS`]) from version 0.
+/// [`create`], publishing `formats` (see [`super::formats::FORMATS`]) from version 0.
 /// `InvalidArgument` for an unknown format, and for `delta`,
 /// `UnsupportedType` naming a column with no exact Delta type, before any
 /// I/O.
@@ -464,16 +461,7 @@ pub fn create_publishing(
     parallelism: usize,
     formats: &[String],
 ) -> Result<TableManifest> {
-    for f in formats {
-        if !FORMATS.contains(&f.as_str()) {
-            return Err(Error::InvalidArgument(format!(
-                "unknown format {f:?}; pds publishes {FORMATS:?}"
-            )));
-        }
-    }
-    if formats.iter().any(|f| f == "delta") {
-        super::delta::schema::delta_schema(&schema)?;
-    }
+    super::formats::check(formats, &schema)?;
     crate::store::keys::object_segments(table)?;
     let started = crate::store::counted::Started::now(&store);
     check_properties(&props, &schema)?;

@@ -10,6 +10,7 @@
     pds compact URL KEY                 rewrite thinned and small files
     pds vacuum URL KEY [--retain 7d] [--min-age 1h] [--keep-versions] [--apply]
                                         a table's or pipeline's garbage; dry run unless --apply
+    pds sync URL KEY [--enable delta]   publish what a table's Delta Lake view lacks
     pds drop URL KEY --yes              remove a table
     pds upgrade URL KEY                 a table or pipeline of an earlier format to this pds's
 

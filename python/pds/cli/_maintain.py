@@ -1,4 +1,4 @@
-"""``pds compact`` and ``pds vacuum``: rewrite thinned files, remove garbage."""
+"""``pds compact``, ``pds vacuum`` and ``pds sync``: rewrite thinned files, remove garbage, publish views."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from pds import _core
 from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url, check_window
 from pds.cli._context import _Context
 from pds.cli._group import main, wants_progress
 from pds.producers.pipeline import Pipeline
-from pds.table import Table
+from pds.table import FORMATS, Table, _native
 
 #: The part codecs pipelines write (the core's names).
 _CODECS = ("none", "uncompressed", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")
@@ -149,7 +150,9 @@ def vacuum(
     Removed: files of failed or killed writes, manifests of versions past the
     window and the files only they referenced (with --keep-versions, only
     files no version references). Only the key's own layout is touched
-    (a table's data/, tombstone/, manifest/, _latest_manifest; a pipeline's
+    (a table's data/, tombstone/, manifest/, _latest_manifest, and its Delta
+    view's _delta_log/ entries below the newest usable checkpoint and
+    unused deletion_vector_*.bin files; a pipeline's
     nodes/*/{content,mappings,update}/, manifest/, _latest_manifest), never
     a dataset, table or pipeline stored under KEY. Nothing younger than
     --min-age goes.
@@ -166,3 +169,50 @@ def vacuum(
         return
     verb = "removed" if apply else "would remove (dry run; --apply to delete)"
     ctx.emit([{"key": k} for k in keys] or f"nothing to remove ({key})", title=f"{len(keys)} objects {verb}")
+
+
+@main.command()
+@_url
+@_key
+@click.option(
+    "--enable",
+    "enable",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="First publish this format for the table (one commit, starting with a checkpoint).",
+)
+@_common
+def sync(url: str, key: str, enable: str | None, options: tuple[str, ...], as_json: bool) -> None:
+    """Publish what a table's formats (its Delta Lake view) lack.
+
+    \b
+    Each commit publishes its version's Delta log entry after it commits; a
+    writer that stopped between the two leaves the log at a consistent
+    earlier version. This writes the missing entries, in order, and any
+    checkpoint due. --enable delta first publishes the view for a table
+    created without it (as Table.enable_format). Same as Table.sync_formats().
+    An entry pds did not write in the log is an error (exit 1), naming it.
+    """
+    key = _check_key(key)
+    ctx = _Context(url, options, as_json)
+    kind = ctx.need(key)
+    if kind != "table":
+        raise ValueError(f"{key!r} is a {kind}: only tables publish formats")
+    t = Table.open(ctx.store, key)
+    enabled: dict[str, list[int]] = {}
+    if enable is not None:
+        store, handle = _native(ctx.store, {})
+        since, _, committed = _core.table_enable_format(handle, store.native_path(key), enable)
+        enabled[enable] = [since] if committed else []
+        t.refresh()
+    written = {name: sorted({*versions, *enabled.get(name, [])}) for name, versions in t.sync_formats().items()}
+    info: dict[str, Any] = {"key": key, "version": t.version, "formats": t.formats}
+    for name, versions in written.items():
+        info[f"{name} written"] = versions
+    if as_json:
+        ctx.emit(info)
+        return
+    title = "synced" if any(written.values()) or enable else "nothing to publish"
+    if not t.formats:
+        title = "the table publishes no other format (--enable delta publishes one)"
+    ctx.emit(info, title=title)

@@ -76,11 +76,14 @@ impl Descriptor {
     }
 }
 
+/// How every deletion-vector file's name starts.
+pub const FILE_PREFIX: &str = "deletion_vector_";
+
 /// `<prefix>/deletion_vector_<uuid>.bin` (no folder for an empty prefix).
 pub fn file_path(prefix: &str, uuid: &[u8; 16]) -> String {
     let h = hex::encode(uuid);
     let name = format!(
-        "deletion_vector_{}-{}-{}-{}-{}.bin",
+        "{FILE_PREFIX}{}-{}-{}-{}-{}.bin",
         &h[0..8],
         &h[8..12],
         &h[12..16],

@@ -20,17 +20,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::DateTime;
-use roaring::RoaringBitmap;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 use crate::table::delta::actions::{self, Action, CommitInfo, Format, MetaData, Protocol};
 use crate::table::delta::deletion_vector::{file_path, Descriptor, FileWriter};
-use crate::table::delta::positions::deleted_positions;
+use crate::table::delta::positions::version_positions;
 use crate::table::delta::schema::delta_schema;
 use crate::table::snapshot::{DataFile, TableManifest};
-use crate::table::tombstone;
 
 /// The writer feature that makes every other Delta writer refuse the
 /// table: pds's own versions are the source of truth, and the Delta log is
@@ -68,6 +66,22 @@ pub async fn entry(
     cur: &TableManifest,
     at: &str,
 ) -> Result<Entry> {
+    let (out, dv_files) = entry_actions(store, table, prev, cur, at).await?;
+    Ok(Entry {
+        version: cur.version,
+        bytes: actions::entry_bytes(&out)?,
+        dv_files,
+    })
+}
+
+/// The actions of [`entry`], in order, and the vector files they name.
+pub async fn entry_actions(
+    store: &StoreHandle,
+    table: &str,
+    prev: Option<&TableManifest>,
+    cur: &TableManifest,
+    at: &str,
+) -> Result<(Vec<Action>, Vec<DvFile>)> {
     let time = millis(&cur.created_at, at)?;
     let mut out = vec![Action::CommitInfo(CommitInfo {
         timestamp: time,
@@ -133,11 +147,7 @@ pub async fn entry(
         });
         out.push(Action::Add(actions::add(f, &file_schema, time, dv)));
     }
-    Ok(Entry {
-        version: cur.version,
-        bytes: actions::entry_bytes(&out)?,
-        dv_files,
-    })
+    Ok((out, dv_files))
 }
 
 /// The protocol a table of this schema needs (`ntz`: a timestamp without
@@ -208,40 +218,12 @@ async fn vectors(
     files: &[&DataFile],
     at: &str,
 ) -> Result<BTreeMap<String, (Descriptor, DvFile)>> {
-    let wanted: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let refs: Vec<_> = m
-        .tombstones
-        .iter()
-        .filter(|t| t.files.iter().any(|f| wanted.contains(f.as_str())))
-        .cloned()
-        .collect();
-    if refs.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let tombstones = tombstone::load_scoped(store, table, m.version, &refs, None).await?;
-    let deletes = tombstone::fold(&tombstones)?;
+    let positions = version_positions(store, table, m, files, at).await?;
     let shas = by_file(m);
     let id = table_uuid(m, table);
     let mut out = BTreeMap::new();
-    for f in files {
-        let Some(d) = deletes.get(&f.path) else {
-            continue;
-        };
-        let rows: RoaringBitmap = deleted_positions(store, table, m, f, d, at).await?;
-        if rows.is_empty() {
-            continue;
-        }
-        let mut h = Sha256::new();
-        for part in [id.as_str(), f.path.as_str()]
-            .into_iter()
-            .chain(shas.get(f.path.as_str()).into_iter().flatten().copied())
-        {
-            h.update(part.as_bytes());
-            h.update([0]);
-        }
-        let uuid: [u8; 16] = h.finalize()[..16]
-            .try_into()
-            .map_err(|_| Error::Task("a SHA-256 shorter than 16 bytes".into()))?;
+    for (path, rows) in positions {
+        let uuid = vector_uuid(&id, &path, shas.get(path.as_str()).into_iter().flatten());
         let mut w = FileWriter::new();
         let (offset, size, cardinality) = w.push(&rows)?;
         let encoded = z85::encode(uuid);
@@ -256,9 +238,39 @@ async fn vectors(
             path: file_path("", &uuid),
             bytes: w.finish(),
         };
-        out.insert(f.path.clone(), (descriptor, file));
+        out.insert(path, (descriptor, file));
     }
     Ok(out)
+}
+
+/// The UUID that names the deletion vector of the data file `path` of the
+/// table `id` while the tombstones with SHA-256s `shas` (sorted) apply to it.
+fn vector_uuid<'a>(id: &str, path: &str, shas: impl Iterator<Item = &'a &'a str>) -> [u8; 16] {
+    let mut h = Sha256::new();
+    for part in [id, path] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    for sha in shas {
+        h.update(sha.as_bytes());
+        h.update([0]);
+    }
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&h.finalize()[..16]);
+    uuid
+}
+
+/// The names (relative to the table key) of the deletion-vector files
+/// version `m` of `table` can name: one per data file some tombstone
+/// applies to (a file whose tombstones remove none of its rows has no
+/// vector, and its name is listed all the same). No I/O.
+pub fn vector_files(m: &TableManifest, table: &str) -> Vec<String> {
+    let id = table_uuid(m, table);
+    by_file(m)
+        .into_iter()
+        .filter(|(_, shas)| !shas.is_empty())
+        .map(|(path, shas)| file_path("", &vector_uuid(&id, path, shas.iter())))
+        .collect()
 }
 
 /// An ISO 8601 time (a manifest's `created_at`) in ms since the epoch.
@@ -274,10 +286,8 @@ fn millis(text: &str, at: &str) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parquet::filter::predicate;
-    use crate::table::delete::delete;
     use crate::table::scan::{resolve, At};
-    use crate::table::tests::{append_ids, cond, create_keyed, int, text};
+    use crate::table::tests::{append_ids, create_keyed};
     use bytes::Bytes;
     use std::sync::Arc;
 
@@ -332,16 +342,7 @@ mod tests {
         let store = Arc::new(StoreHandle::open(&url, &BTreeMap::new()).unwrap());
         create_keyed(&store, 0..1000);
         append_ids(&store, 1000..2000).unwrap();
-        for conditions in [
-            vec![cond("id", ">=", int(950)), cond("id", "<", int(1010))],
-            vec![cond("customer", "==", text("c0"))],
-            vec![
-                cond("id", ">=", int(1200)),
-                cond("customer", "!=", text("none")),
-            ],
-        ] {
-            delete(store.clone(), "t", predicate(conditions).unwrap(), 2).unwrap();
-        }
+        crate::table::delta::test_tables::delete_every_kind(&store);
         let entries = publish(&store);
         assert_eq!(entries.len(), 5);
         let lines = |e: &Entry| -> Vec<serde_json::Value> {

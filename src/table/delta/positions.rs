@@ -11,7 +11,7 @@
 //!
 //! Positions count from 0 over the whole file, in the file's row order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use roaring::RoaringBitmap;
 
@@ -113,20 +113,31 @@ pub async fn deleted_positions(
     Ok(out)
 }
 
-/// Every data file of `manifest`'s version (a full view) that has deleted
-/// rows, with their positions, by path. Cost: the version's tombstones
-/// (cached, or one GET each), then [`deleted_positions`] per file.
+/// Those of `files` (data files of `manifest`'s version, a full view)
+/// that have deleted rows, with their positions, by path. Cost: the
+/// tombstones that apply to them (cached, or one GET each), then
+/// [`deleted_positions`] per file.
 pub async fn version_positions(
     store: &StoreHandle,
     table: &str,
     manifest: &TableManifest,
+    files: &[&DataFile],
     at: &str,
 ) -> Result<BTreeMap<String, RoaringBitmap>> {
-    let tombstones =
-        tombstone::load_scoped(store, table, manifest.version, &manifest.tombstones, None).await?;
-    let deletes = tombstone::fold(&tombstones)?;
+    let wanted: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let refs: Vec<_> = manifest
+        .tombstones
+        .iter()
+        .filter(|t| t.files.iter().any(|f| wanted.contains(f.as_str())))
+        .cloned()
+        .collect();
     let mut out = BTreeMap::new();
-    for file in &manifest.data_files {
+    if refs.is_empty() {
+        return Ok(out);
+    }
+    let tombstones = tombstone::load_scoped(store, table, manifest.version, &refs, None).await?;
+    let deletes = tombstone::fold(&tombstones)?;
+    for file in files {
         let Some(d) = deletes.get(&file.path) else {
             continue;
         };
@@ -141,10 +152,8 @@ pub async fn version_positions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parquet::filter::predicate;
-    use crate::table::delete::delete;
     use crate::table::scan::{resolve, At};
-    use crate::table::tests::{append_ids, cond, counting_store, create_keyed, ids, int, text};
+    use crate::table::tests::{append_ids, counting_store, create_keyed, ids};
     use crate::table::tombstone::Entry;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
@@ -156,16 +165,7 @@ mod tests {
         let (store, _) = counting_store();
         create_keyed(&store, 0..1000); // row groups of 100 rows
         append_ids(&store, 1000..2000).unwrap();
-        for conditions in [
-            vec![cond("id", ">=", int(950)), cond("id", "<", int(1010))], // a key range
-            vec![cond("customer", "==", text("c0"))],                     // positions
-            vec![
-                cond("id", ">=", int(1200)),
-                cond("customer", "!=", text("none")),
-            ], // row groups
-        ] {
-            delete(store.clone(), "t", predicate(conditions).unwrap(), 2).unwrap();
-        }
+        crate::table::delta::test_tables::delete_every_kind(&store);
         let m = crate::runtime::block_on(resolve(&store, "t", At::Latest))
             .unwrap()
             .unwrap();
@@ -192,9 +192,11 @@ mod tests {
             kinds.into_iter().collect::<Vec<_>>(),
             ["pk_range", "row_group", "rows"]
         );
-        let deleted = crate::runtime::block_on(version_positions(&store, "t", &m, "t/manifest"))
-            .unwrap()
-            .unwrap();
+        let all: Vec<&DataFile> = m.data_files.iter().collect();
+        let deleted =
+            crate::runtime::block_on(version_positions(&store, "t", &m, &all, "t/manifest"))
+                .unwrap()
+                .unwrap();
         let mut kept = Vec::new();
         for file in &m.data_files {
             let opts = ReadOptions {

@@ -1,7 +1,8 @@
 //! Publishing the Delta log: the entries it lacks, in version order, each
-//! after the deletion-vector files it names.
+//! after the deletion-vector files it names, and a checkpoint every
+//! [`CHECKPOINT_INTERVAL`] versions.
 //!
-//! Every object is written create-only with bytes that are a function of
+//! Every entry is written create-only with bytes that are a function of
 //! pds's versions ([`crate::table::delta::entry`]), so a process that finds
 //! an object there already accepts it only if it holds exactly those bytes
 //! (another process published it, or this one before a lost reply). Any
@@ -9,6 +10,12 @@
 //! and nothing more is written. Entries are written in order, so a process
 //! that stops between two leaves the log at a consistent earlier version,
 //! and the next publish fills the gap.
+//!
+//! **Where the log starts.** A table published from its creation (`since`
+//! 0) has an entry for every version. One whose view was enabled later
+//! starts with a checkpoint of version `since` and has entries after it.
+//! Entries below the newest checkpoint may have been removed by vacuum;
+//! they are not written again.
 
 use std::collections::BTreeSet;
 
@@ -16,47 +23,141 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
+use crate::table::delta::checkpoint::write_checkpoint;
 use crate::table::delta::entry::{entry, entry_path};
 use crate::table::scan::{resolve, At};
 use crate::table::snapshot::TableManifest;
 
-/// The versions `table`'s `_delta_log` holds entries for (1 LIST). Other
-/// objects there (checkpoints, `_last_checkpoint`) are not entries.
-pub async fn logged_versions(store: &StoreHandle, table: &str) -> Result<BTreeSet<u64>> {
+/// A checkpoint is written at every version that is a multiple of this,
+/// and at the latest version when the newest checkpoint (or the log's
+/// start) is this many versions behind (one a stopped writer missed).
+pub const CHECKPOINT_INTERVAL: u64 = 100;
+
+/// What `_delta_log` holds: the versions with an entry, and those with a
+/// checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Logged {
+    pub entries: BTreeSet<u64>,
+    pub checkpoints: BTreeSet<u64>,
+}
+
+/// The version a log object name stands for, and whether it is a
+/// checkpoint (`None`: not an entry or single-file checkpoint).
+pub fn log_object(name: &str) -> Option<(u64, bool)> {
+    let (digits, checkpoint) = match name.strip_suffix(".checkpoint.parquet") {
+        Some(d) => (d, true),
+        None => (name.strip_suffix(".json")?, false),
+    };
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().ok()?, checkpoint))
+}
+
+/// What `table`'s `_delta_log` holds (1 LIST). Other objects there
+/// (`_last_checkpoint`) are neither.
+pub async fn logged(store: &StoreHandle, table: &str) -> Result<Logged> {
     let folder = format!("{}/_delta_log", table.trim_end_matches('/'));
     let listing = match store.list(&folder, false).await {
         Ok(l) => l,
-        Err(Error::NotFound { .. }) => return Ok(BTreeSet::new()),
+        Err(Error::NotFound { .. }) => return Ok(Logged::default()),
         Err(e) => return Err(e),
     };
-    Ok(listing
-        .objects
-        .iter()
-        .filter_map(|m| {
-            let name = m.key.rsplit('/').next()?;
-            let digits = name.strip_suffix(".json")?;
-            (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| digits.parse().ok())
-                .flatten()
-        })
-        .collect())
+    let mut out = Logged::default();
+    for m in &listing.objects {
+        let Some(name) = m.key.rsplit('/').next() else {
+            continue;
+        };
+        match log_object(name) {
+            Some((v, true)) => out.checkpoints.insert(v),
+            Some((v, false)) => out.entries.insert(v),
+            None => false,
+        };
+    }
+    Ok(out)
 }
 
-/// Write the entries of versions `since..=upto` of `table` that its log
-/// lacks (`since`: the first version published, whose entry holds the
-/// whole table); the versions written. An entry the log holds past `upto`,
-/// or one that differs from pds's, is `ManifestCorrupted` naming it.
-///
-/// Cost: 1 LIST; per entry written, its two manifests (the earlier one read
-/// already for the one before), the tombstones and key columns its
-/// deletion vectors need, and its PUTs.
-pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) -> Result<Vec<u64>> {
-    let logged = logged_versions(store, table).await?;
-    if let Some(v) = logged.range(upto.saturating_add(1)..).next() {
-        return Err(foreign(table, *v, "past the table's latest version"));
+/// The versions `table`'s `_delta_log` holds entries for (1 LIST).
+pub async fn logged_versions(store: &StoreHandle, table: &str) -> Result<BTreeSet<u64>> {
+    Ok(logged(store, table).await?.entries)
+}
+
+/// What one publish wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Published {
+    /// The versions whose entries it wrote.
+    pub entries: Vec<u64>,
+    /// The versions whose checkpoints it wrote.
+    pub checkpoints: Vec<u64>,
+}
+
+impl Published {
+    /// Every version it wrote an entry or a checkpoint of, in order.
+    pub fn versions(&self) -> Vec<u64> {
+        let all: BTreeSet<u64> = self
+            .entries
+            .iter()
+            .chain(&self.checkpoints)
+            .copied()
+            .collect();
+        all.into_iter().collect()
     }
-    let missing: Vec<u64> = (since..=upto).filter(|v| !logged.contains(v)).collect();
+}
+
+/// Write what the log of `table` lacks up to version `upto` (`since`: the
+/// first version published; see the module docs): the starting checkpoint
+/// if the view was enabled after creation, the missing entries in order,
+/// and the checkpoints due. An entry or checkpoint the log holds past
+/// `upto`, or an entry that differs from pds's, is `ManifestCorrupted`
+/// naming it.
+///
+/// Cost: 1 LIST (and a HEAD if the log holds versions past `upto`: a
+/// writer that committed since); per entry written, its two manifests (the earlier one read
+/// already for the one before), the tombstones and key columns its
+/// deletion vectors need, and its PUTs; per checkpoint, the same for every
+/// file with deleted rows.
+pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) -> Result<Published> {
+    let logged = logged(store, table).await?;
+    // Past `upto`: another writer's newer commit (its version exists), or
+    // an object pds did not write.
+    let past = upto.saturating_add(1)..;
+    let entry_past = logged.entries.range(past.clone()).next_back().copied();
+    let check = logged.checkpoints.range(past).next_back().copied();
+    for (v, path) in [
+        entry_past.map(|v| (v, entry_path(v))),
+        check.map(|v| (v, super::checkpoint::checkpoint_path(v))),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        match store.head(&crate::table::manifest_key(table, v)).await {
+            Ok(_) => {}
+            Err(Error::NotFound { .. }) => {
+                return Err(foreign(table, &path, "past the table's latest version"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = Published::default();
+    let mut newest = logged.checkpoints.range(since..).next_back().copied();
     let mut prev: Option<TableManifest> = None;
+    if since > 0 && !logged.checkpoints.contains(&since) {
+        // The view starts here: its first checkpoint.
+        let m = resolve(store, table, At::Version(since)).await?;
+        write_checkpoint(store, table, &m, newest).await?;
+        out.checkpoints.push(since);
+        newest = newest.max(Some(since));
+        prev = Some(m);
+    }
+    // Entries below the newest checkpoint are not needed (vacuum may have
+    // removed them): only those after it are written.
+    let first = match newest {
+        Some(c) => c + 1,
+        None => since,
+    };
+    let missing: Vec<u64> = (first..=upto)
+        .filter(|v| !logged.entries.contains(v))
+        .collect();
     for &v in &missing {
         let before = match prev.take() {
             Some(m) if v > since && m.version == v - 1 => Some(m),
@@ -67,42 +168,103 @@ pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) ->
         let at = crate::table::manifest_key(table, v);
         let e = entry(store, table, before.as_ref(), &cur, &at).await?;
         let root = table.trim_end_matches('/');
-        for f in &e.dv_files {
-            let key = format!("{root}/{}", f.path);
-            own(store, &key, &f.bytes, table, v).await?;
+        own_vectors(store, table, &e.dv_files, v).await?;
+        let path = entry_path(v);
+        own(store, &format!("{root}/{path}"), &e.bytes, table, v).await?;
+        out.entries.push(v);
+        if v > since && v % CHECKPOINT_INTERVAL == 0 && !logged.checkpoints.contains(&v) {
+            write_checkpoint(store, table, &cur, newest).await?;
+            out.checkpoints.push(v);
+            newest = newest.max(Some(v));
         }
-        own(
-            store,
-            &format!("{root}/{}", entry_path(v)),
-            &e.bytes,
-            table,
-            v,
-        )
-        .await?;
         prev = Some(cur);
     }
-    Ok(missing)
+    // A checkpoint a stopped writer missed: one at the latest version.
+    let base = newest.unwrap_or(since);
+    if upto >= base.saturating_add(CHECKPOINT_INTERVAL) {
+        let m = match prev {
+            Some(m) if m.version == upto => m,
+            _ => resolve(store, table, At::Version(upto)).await?,
+        };
+        write_checkpoint(store, table, &m, newest).await?;
+        out.checkpoints.push(upto);
+    }
+    Ok(out)
+}
+
+/// Publish what the formats of `table` lack up to its latest version: the
+/// versions written, per format (see [`publish`]).
+pub async fn sync(
+    store: &StoreHandle,
+    table: &str,
+) -> Result<std::collections::BTreeMap<String, Published>> {
+    let latest =
+        crate::table::scan::resolve_at(store, table, At::Latest, crate::table::commit::Depth::Root)
+            .await?;
+    let mut out = std::collections::BTreeMap::new();
+    if let Some(delta) = latest.formats.get("delta") {
+        let written = publish(store, table, delta.since, latest.version).await?;
+        out.insert("delta".to_string(), written);
+    }
+    Ok(out)
+}
+
+/// How many deletion-vector PUTs run at once.
+const VECTOR_PUTS: usize = 16;
+
+/// Write `files` (relative to `table`), create-only and a few at once,
+/// each accepted if it holds exactly its bytes already (see [`own`]).
+pub(crate) async fn own_vectors(
+    store: &StoreHandle,
+    table: &str,
+    files: &[super::entry::DvFile],
+    v: u64,
+) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    let root = table.trim_end_matches('/');
+    futures::stream::iter(files.iter().map(|f| {
+        let key = format!("{root}/{}", f.path);
+        async move { own(store, &key, &f.bytes, table, v).await }
+    }))
+    .buffer_unordered(VECTOR_PUTS)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
 }
 
 /// Create `key` with `bytes`, or accept it holding exactly them.
-async fn own(store: &StoreHandle, key: &str, bytes: &[u8], table: &str, v: u64) -> Result<()> {
+pub(crate) async fn own(
+    store: &StoreHandle,
+    key: &str,
+    bytes: &[u8],
+    table: &str,
+    v: u64,
+) -> Result<()> {
     match store
         .put_create_own(key, Bytes::copy_from_slice(bytes))
         .await
     {
         Ok(_) => Ok(()),
         Err(Error::AlreadyExists { .. }) => {
-            Err(foreign(table, v, "that differs from pds's version"))
+            let rel = key
+                .strip_prefix(table.trim_end_matches('/'))
+                .map_or(key, |r| r.trim_start_matches('/'));
+            Err(foreign(
+                table,
+                rel,
+                &format!("that differs from pds's version {v}"),
+            ))
         }
         Err(e) => Err(e),
     }
 }
 
-fn foreign(table: &str, v: u64, what: &str) -> Error {
+/// A log object pds did not write (`path`: relative to the table).
+fn foreign(table: &str, path: &str, what: &str) -> Error {
     Error::ManifestCorrupted {
-        path: format!("{}/{}", table.trim_end_matches('/'), entry_path(v)),
+        path: format!("{}/{path}", table.trim_end_matches('/')),
         reason: format!(
-            "a Delta log entry {what}: a commit pds did not make (other writers must not write to a pds table's Delta view)"
+            "a Delta log object {what}: a commit pds did not make (other writers must not write to a pds table's Delta view)"
         ),
     }
 }
@@ -122,9 +284,8 @@ mod tests {
     #[test]
     fn every_commit_of_a_table_publishing_delta_is_logged() {
         use crate::table::compact::{compact, CompactOptions};
-        use crate::table::tests::{props, rows, schema};
+        use crate::table::tests::rows;
         use crate::table::upsert::upsert;
-        use crate::table::write::create_publishing;
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
         let root = std::env::var("PDS_DELTA_KEEP")
@@ -133,29 +294,9 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         let url = url::Url::from_directory_path(&root).unwrap().to_string();
         let store = Arc::new(StoreHandle::open(&url, &Default::default()).unwrap());
-        let delta = vec!["delta".to_string()];
-        create_publishing(
-            store.clone(),
-            "t",
-            schema(),
-            Some(rows(0..1000)),
-            props(Some("id")),
-            false,
-            2,
-            &delta,
-        )
-        .unwrap();
+        crate::table::delta::test_tables::create_with_view(&store, 0..1000);
         append_ids(&store, 1000..2000).unwrap();
-        for conditions in [
-            vec![cond("id", ">=", int(950)), cond("id", "<", int(1010))],
-            vec![cond("customer", "==", text("c0"))],
-            vec![
-                cond("id", ">=", int(1200)),
-                cond("customer", "!=", text("none")),
-            ],
-        ] {
-            delete(store.clone(), "t", predicate(conditions).unwrap(), 2).unwrap();
-        }
+        crate::table::delta::test_tables::delete_every_kind(&store);
         upsert(
             store.clone(),
             "t",
@@ -206,7 +347,11 @@ mod tests {
         let (store, _) = counting_store();
         create_keyed(&store, 0..300);
         append_ids(&store, 300..600).unwrap();
-        let run = |upto| crate::runtime::block_on(publish(&store, "t", 0, upto)).unwrap();
+        let run = |upto| {
+            crate::runtime::block_on(publish(&store, "t", 0, upto))
+                .unwrap()
+                .map(|p| p.entries)
+        };
         assert_eq!(run(1).unwrap(), vec![0, 1]);
         assert_eq!(run(1).unwrap(), Vec::<u64>::new(), "nothing left to write");
         delete(
@@ -268,5 +413,148 @@ mod tests {
         crate::runtime::block_on(own(&store, &key, &bytes, "t", 1))
             .unwrap()
             .unwrap();
+
+        // An entry past `upto` whose version pds holds is another writer's
+        // newer commit, published before this writer got to its own: fine.
+        append_ids(&store, 600..700).unwrap();
+        assert_eq!(run(4).unwrap(), vec![4]);
+        assert_eq!(run(3).unwrap(), Vec::<u64>::new());
+    }
+
+    /// A view enabled on an existing table starts with a checkpoint of the
+    /// version that enables it, and entries follow it; enabling it again
+    /// commits nothing. An unknown format is refused before any request.
+    #[test]
+    fn a_view_enabled_later_starts_with_a_checkpoint() {
+        use crate::table::formats::enable_format;
+        let (store, counts) = counting_store();
+        create_keyed(&store, 0..1000);
+        append_ids(&store, 1000..2000).unwrap();
+        crate::table::delta::test_tables::delete_every_kind(&store);
+        counts.take();
+        let err = crate::runtime::block_on(enable_format(&store, "t", "iceberg"))
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert_eq!(counts.take(), [0; 5], "no request for an unknown format");
+
+        let e = crate::runtime::block_on(enable_format(&store, "t", "delta"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.since, e.version, e.committed), (5, 5, true));
+        let log = crate::runtime::block_on(logged(&store, "t"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.checkpoints.into_iter().collect::<Vec<_>>(), [5]);
+        assert!(log.entries.is_empty());
+        let hint = crate::runtime::block_on(store.get("t/_delta_log/_last_checkpoint"))
+            .unwrap()
+            .unwrap();
+        let hint: serde_json::Value = serde_json::from_slice(&hint).unwrap();
+        assert_eq!(hint["version"], 5);
+        assert_eq!(hint["numOfAddFiles"], 2);
+
+        append_ids(&store, 2000..2100).unwrap();
+        let log = crate::runtime::block_on(logged(&store, "t"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.entries.into_iter().collect::<Vec<_>>(), [6]);
+        let again = crate::runtime::block_on(enable_format(&store, "t", "delta"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((again.since, again.version, again.committed), (5, 6, false));
+    }
+
+    /// A checkpoint at every hundredth version; one a stopped writer missed
+    /// is written at the latest version by the next publish. Vacuum then
+    /// removes the entries below the newest retained checkpoint and the
+    /// vectors no retained version names, and publishing again writes none
+    /// of them back.
+    #[test]
+    fn checkpoints_every_hundred_versions_and_vacuum_keeps_what_opens_the_retained_ones() {
+        use crate::table::vacuum::{vacuum, VacuumOptions};
+        let (store, _) = counting_store();
+        crate::table::delta::test_tables::create_with_view(&store, 0..1000);
+        let delete_where = |conditions| {
+            delete(store.clone(), "t", predicate(conditions).unwrap(), 2).unwrap();
+        };
+        delete_where(vec![cond("customer", "==", text("c1"))]);
+        delete_where(vec![cond("customer", "==", text("c2"))]);
+        let vectors = |store: &StoreHandle| -> BTreeSet<String> {
+            crate::runtime::block_on(store.list("t", false))
+                .unwrap()
+                .unwrap()
+                .objects
+                .iter()
+                .filter_map(|o| o.key.strip_prefix("t/"))
+                .filter(|k| k.starts_with("deletion_vector_"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            vectors(&store).len(),
+            2,
+            "one per tombstone set of the file"
+        );
+        for i in 3..=100 {
+            append_ids(&store, 1000 + i..1001 + i).unwrap();
+        }
+        let log = crate::runtime::block_on(logged(&store, "t"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.checkpoints.iter().copied().collect::<Vec<_>>(), [100]);
+        assert_eq!(log.entries.len(), 101);
+
+        // A writer that stopped after entry 100, before its checkpoint.
+        for key in [
+            format!("t/{}", super::super::checkpoint::checkpoint_path(100)),
+            format!("t/{}", super::super::checkpoint::LAST_CHECKPOINT),
+        ] {
+            crate::runtime::block_on(store.delete(&key))
+                .unwrap()
+                .unwrap();
+        }
+        append_ids(&store, 5000..5001).unwrap();
+        let log = crate::runtime::block_on(logged(&store, "t"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.checkpoints.iter().copied().collect::<Vec<_>>(), [101]);
+
+        let opts = VacuumOptions {
+            retain: chrono::Duration::zero(),
+            min_age: chrono::Duration::zero(),
+            keep_versions: false,
+            dry_run: false,
+            progress: None,
+        };
+        let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+        let gone = crate::runtime::block_on(vacuum(&store, "t", &opts, tomorrow))
+            .unwrap()
+            .unwrap();
+        let log = crate::runtime::block_on(logged(&store, "t"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.checkpoints.iter().copied().collect::<Vec<_>>(), [101]);
+        assert_eq!(log.entries.iter().copied().collect::<Vec<_>>(), [101]);
+        let removed_entries = gone
+            .removed
+            .iter()
+            .filter(|k| k.starts_with("_delta_log/"))
+            .count();
+        assert_eq!(removed_entries, 101);
+        assert_eq!(vectors(&store).len(), 1, "the superseded vector is removed");
+        assert!(
+            crate::runtime::block_on(store.get("t/_delta_log/_last_checkpoint"))
+                .unwrap()
+                .is_ok()
+        );
+        let again = crate::runtime::block_on(publish(&store, "t", 0, 101))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            again,
+            Published::default(),
+            "nothing below the checkpoint again"
+        );
     }
 }

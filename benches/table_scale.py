@@ -11,8 +11,11 @@ Then, alternating small and large rep by rep:
   wrote: the new root manifest plus the segments it added (bytes);
 - ``point read``: ``Table.open`` + ``scan(filter=[("id", "==", k)])`` of one
   random key, with the segments this process read before cached (median);
-- ``point read, new process`` (``file://`` only): the same in a fresh Python
-  process, timed inside it, so no segment is cached (median).
+- in a fresh Python process (``file://`` only, so no segment is cached),
+  timed inside it from ``Table.open``: a ``point read``, ``changes()`` of the
+  last version (the append just made), a ``point delete`` by primary key,
+  an ``upsert`` of 10 rows and an ``update`` of 1 row (medians of 5, after
+  the reps above).
 
 Every read is checked against the truth. Prints a Markdown table and writes
 it to ``--out``::
@@ -76,19 +79,34 @@ def point_read(store: Store, key: str, k: int) -> float:
 
 
 CHILD = """
-import sys, time, pds
+import sys, time, pyarrow as pa, pds
 store = pds.open_store(sys.argv[1])
-k = int(sys.argv[3])
+key, op, k = sys.argv[2], sys.argv[3], int(sys.argv[4])
 t0 = time.perf_counter()
-got = pds.Table.open(store, sys.argv[2]).scan(filter=[("id", "==", k)]).read_all()
-took = time.perf_counter() - t0
-assert got.num_rows == 1 and got.column("id")[0].as_py() == k
-print(took)
+t = pds.Table.open(store, key)
+if op == "point read":
+    got = t.scan(filter=[("id", "==", k)]).read_all()
+    assert got.num_rows == 1 and got.column("id")[0].as_py() == k
+elif op == "changes of the last version":
+    n = t.changes(from_version=t.version).read_all().num_rows
+    assert n >= 1, n
+elif op == "point delete":
+    t.delete([("id", "==", k)])
+elif op == "upsert 10 rows":
+    ids = list(range(k, k + 10))
+    t.upsert(pa.table({"id": pa.array(ids, pa.int64()), "name": [f"u{i}" for i in ids]}))
+elif op == "update 1 row":
+    t.update([("id", "==", k)], {"name": "w"})
+print(time.perf_counter() - t0)
 """
 
+#: What a new process times on each table (`file://` only; see the module docs).
+COLD_OPS = ("point read", "changes of the last version", "point delete", "upsert 10 rows", "update 1 row")
 
-def cold_read(url: str, key: str, k: int) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD, url, key, str(k)], check=True, capture_output=True, text=True)
+
+def cold_op(url: str, key: str, op: str, k: int) -> float:
+    argv = [sys.executable, "-c", CHILD, url, key, op, str(k)]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -105,7 +123,7 @@ def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
         appends: dict[str, list[float]] = {"small": [], "large": []}
         written: dict[str, list[int]] = {"small": [], "large": []}
         reads: dict[str, list[float]] = {"small": [], "large": []}
-        cold: dict[str, list[float]] = {"small": [], "large": []}
+        cold: dict[tuple[str, str], list[float]] = {}
         rng = random.Random(7)
         for rep in range(reps):
             for name in ("small", "large") if rep % 2 == 0 else ("large", "small"):
@@ -117,8 +135,13 @@ def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
                 sizes[name] += 1
                 written[name].append(metadata_written(store, name, before, t._manifest))
                 reads[name].append(point_read(store, name, rng.randrange(sizes[name])))
-                if kind == "file" and rep < 5:
-                    cold[name].append(cold_read(url, name, rng.randrange(sizes[name])))
+        # After the reps above, whose reads and appends they would change.
+        for rep in range(5 if kind == "file" else 0):
+            for name in ("small", "large") if rep % 2 == 0 else ("large", "small"):
+                for op in COLD_OPS:
+                    took = cold_op(url, name, op, rng.randrange(sizes[name] - 10))
+                    cold.setdefault((op, name), []).append(took)
+        large.refresh()
         root = len(store.read_bytes(f"large/manifest/v{large.version:08d}.json"))
         segments = len(large._manifest.get("segments", []))
     out: dict[str, Any] = {"built_s": built, "root_bytes": root, "segments": segments}
@@ -126,8 +149,8 @@ def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
         out[f"append_{name}"] = statistics.median(appends[name])
         out[f"written_{name}"] = max(written[name])
         out[f"read_{name}"] = statistics.median(reads[name])
-        if cold[name]:
-            out[f"cold_{name}"] = statistics.median(cold[name])
+    for (op, name), took in cold.items():
+        out[f"cold {op} {name}"] = statistics.median(took)
     return out
 
 
@@ -160,10 +183,13 @@ def render(results: dict[str, dict[str, Any]], files: int, reps: int) -> str:
             f"| {kind} | point read (open + scan) | {ms(r['read_small'])} | {ms(r['read_large'])} | {p:.2f}x | "
             f"<= {TARGETS['read']:.0f}x: {'met' if p <= TARGETS['read'] else '**missed**'} |"
         )
-        if "cold_large" in r:
-            c = r["cold_large"] / r["cold_small"]
+        for op in COLD_OPS:
+            if f"cold {op} large" not in r:
+                continue
+            small, large = r[f"cold {op} small"], r[f"cold {op} large"]
+            c = large / small
             lines.append(
-                f"| {kind} | point read, new process | {ms(r['cold_small'])} | {ms(r['cold_large'])} | {c:.2f}x | "
+                f"| {kind} | {op}, new process | {ms(small)} | {ms(large)} | {c:.2f}x | "
                 f"<= {TARGETS['read']:.0f}x: {'met' if c <= TARGETS['read'] else '**missed**'} |"
             )
     lines.append("")

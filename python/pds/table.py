@@ -1075,7 +1075,10 @@ class Table:
         window, so every version inside it can be asked for.
 
         Cost: 2 GETs for the latest version when *to_version* is omitted, a
-        manifest GET per version (and the one before), the new tombstones,
+        manifest GET per version (and the one before) and a GET per segment
+        (1,000 files) a version changed, not yet read by this process (an
+        append changes one: the cost does not grow with the table), the new
+        tombstones,
         then the added files, the deleted rows' row groups, and the live
         rows of removed files.
 

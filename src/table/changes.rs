@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use super::commit::read_version;
+use super::commit::{read_version_at, Depth};
 use super::manifest_key;
 use super::scan::{deleted_positions, file_read_options, output_schema};
 use super::schema::widens;
@@ -78,7 +78,9 @@ async fn file_deletes(
         .filter(|t| t.files.iter().any(|f| f == file))
         .cloned()
         .collect();
-    let loaded = tombstone::load(store, table, manifest.version, &refs).await?;
+    let scope = manifest.loaded_scope();
+    let loaded =
+        tombstone::load_scoped(store, table, manifest.version, &refs, scope.as_ref()).await?;
     Ok(tombstone::fold(&loaded)?.remove(file))
 }
 
@@ -161,7 +163,10 @@ async fn version_sources(
                 .filter(|t| t.files.iter().any(|f| gone.contains(f.as_str())))
                 .cloned()
                 .collect();
-            let deletes = tombstone::fold(&tombstone::load(store, table, p.version, &refs).await?)?;
+            let scope = p.loaded_scope();
+            let loaded =
+                tombstone::load_scoped(store, table, p.version, &refs, scope.as_ref()).await?;
+            let deletes = tombstone::fold(&loaded)?;
             for f in removed {
                 readable(table, p, f, output, m.version)?;
                 let opts =
@@ -259,6 +264,39 @@ async fn version_sources(
     Ok(out)
 }
 
+/// The parts of versions `prev` and `m` (roots, as read) that differ: each
+/// with only the segments the other lacks loaded. A segment is an
+/// immutable object, so one both list holds the same files and tombstones
+/// in both, and a file is listed once per version: the files `m` added are
+/// in its new segments, those it removed in `prev`'s old ones, and every
+/// tombstone of a file whose deletes changed is in that file's segment,
+/// which changed. A version without segments (an earlier format) is whole.
+/// Cost: a GET per segment loaded that this process has not read yet.
+pub(crate) async fn changed_part(
+    store: &StoreHandle,
+    table: &str,
+    prev: Option<&TableManifest>,
+    m: &TableManifest,
+) -> Result<(Option<TableManifest>, TableManifest)> {
+    let paths = |x: &TableManifest| -> BTreeSet<String> {
+        x.segments.iter().map(|s| s.path.clone()).collect()
+    };
+    let (theirs, ours) = (prev.map(paths).unwrap_or_default(), paths(m));
+    let mut now = m.clone();
+    now.load_where(store, table, |_, s| Ok(!theirs.contains(&s.path)))
+        .await?;
+    let before = match prev {
+        Some(p) => {
+            let mut b = p.clone();
+            b.load_where(store, table, |_, s| Ok(!ours.contains(&s.path)))
+                .await?;
+            Some(b)
+        }
+        None => None,
+    };
+    Ok((before, now))
+}
+
 /// How a version's added rows are tagged.
 enum Added {
     Every(&'static str),
@@ -332,36 +370,40 @@ fn tag_by_key(schema: SchemaRef, pk: &str, set: Arc<ValueSet>, version: u64) -> 
 /// The manifest of version `v` of the range asked for; `VersionNotFound`
 /// naming it if it is not there.
 async fn in_range(store: &StoreHandle, table: &str, v: u64) -> Result<TableManifest> {
-    read_version(store, table, v).await.map_err(|e| match e {
-        Error::NotFound { .. } => Error::VersionNotFound {
-            path: table.to_string(),
-            reason: format!(
-                "the changes asked for include version {v} of table {table:?}, which does not \
+    read_version_at(store, table, v, Depth::Root)
+        .await
+        .map_err(|e| match e {
+            Error::NotFound { .. } => Error::VersionNotFound {
+                path: table.to_string(),
+                reason: format!(
+                    "the changes asked for include version {v} of table {table:?}, which does not \
                  exist (never committed, or vacuumed)"
-            ),
-        },
-        other => other,
-    })
+                ),
+            },
+            other => other,
+        })
 }
 
 /// The manifest of version `p`, the one before the range: what the
 /// range's first version added and deleted is the difference from it.
 /// `VersionNotFound` saying so if it was vacuumed.
 async fn before_range(store: &StoreHandle, table: &str, p: u64) -> Result<TableManifest> {
-    read_version(store, table, p).await.map_err(|e| match e {
-        Error::NotFound { .. } => Error::VersionNotFound {
-            path: table.to_string(),
-            reason: format!(
-                "changes from version {from} of table {table:?} need the manifest of version \
+    read_version_at(store, table, p, Depth::Root)
+        .await
+        .map_err(|e| match e {
+            Error::NotFound { .. } => Error::VersionNotFound {
+                path: table.to_string(),
+                reason: format!(
+                    "changes from version {from} of table {table:?} need the manifest of version \
                  {p} (what version {from} changed is its difference from {p}), which was \
                  vacuumed; ask for changes from version {next} or later (vacuum with \
                  keep_versions=True keeps every version's manifest)",
-                from = p + 1,
-                next = p + 2,
-            ),
-        },
-        other => other,
-    })
+                    from = p + 1,
+                    next = p + 2,
+                ),
+            },
+            other => other,
+        })
 }
 
 /// Stream the changes of versions `from..=to` (`to`: `latest`'s version
@@ -371,7 +413,8 @@ async fn before_range(store: &StoreHandle, table: &str, p: u64) -> Result<TableM
 /// not exist.
 ///
 /// Cost: a manifest GET per version (and the one before `from`), the
-/// tombstones they add, then the added files and the rows deleted.
+/// segments each version changed ([`changed_part`]), the tombstones they
+/// add, then the added files and the rows deleted.
 pub fn changes(
     store: Arc<StoreHandle>,
     table: &str,
@@ -402,8 +445,14 @@ pub fn changes(
                 } else {
                     in_range(&store, table, v).await?
                 };
+                if m.operation == "compact" {
+                    // Its rows are unchanged: none of its segments is read.
+                    prev = Some(m);
+                    continue;
+                }
+                let (before, now) = changed_part(&store, table, prev.as_ref(), &m).await?;
                 sources.extend(
-                    version_sources(&store, table, prev.as_ref(), &m, &output, &feed).await?,
+                    version_sources(&store, table, before.as_ref(), &now, &output, &feed).await?,
                 );
                 prev = Some(m);
             }

@@ -572,10 +572,7 @@ pub fn scan(
         .filter(|t| t.files.iter().any(|f| read.contains(f.as_str())))
         .cloned()
         .collect();
-    // A pruned manifest lists a tombstone's files in the loaded segments only.
-    let scope: Option<std::collections::HashSet<String>> = (manifest.layout.view
-        == super::snapshot::View::Pruned)
-        .then(|| manifest.data_files.iter().map(|f| f.path.clone()).collect());
+    let scope = manifest.loaded_scope();
     let tombstones = crate::runtime::block_on(tombstone::load_scoped(
         &store,
         table,

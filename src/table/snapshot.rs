@@ -624,6 +624,15 @@ impl TableManifest {
         }
     }
 
+    /// The files a tombstone check of this manifest covers: `None` (every
+    /// file) for a whole file list, else the files of the segments loaded
+    /// (a pruned view lists a tombstone's files in those only; see
+    /// `Tombstone::check_files`).
+    pub fn loaded_scope(&self) -> Option<std::collections::HashSet<String>> {
+        (self.layout.view == View::Pruned)
+            .then(|| self.data_files.iter().map(|f| f.path.clone()).collect())
+    }
+
     /// Make `files` the version's whole file list, with no tombstone (an
     /// overwrite): no segment of the version it was built on is kept.
     pub fn replace_files(&mut self, files: Vec<DataFile>) {

@@ -46,13 +46,24 @@ pub struct Checkpoint {
 }
 
 /// The checkpoint of version `m` of `table` (`at`: its manifest key, for
-/// errors). Cost: the tombstones and key columns its deletion vectors need.
+/// errors). Cost: the segments of `m` not loaded yet, and the tombstones
+/// and key columns its deletion vectors need.
 pub async fn checkpoint(
     store: &StoreHandle,
     table: &str,
     m: &TableManifest,
     at: &str,
 ) -> Result<Checkpoint> {
+    // The whole file list (a root or a pruned view loads the rest).
+    let whole;
+    let m = if m.layout.view == crate::table::snapshot::View::Full {
+        m
+    } else {
+        let mut all = m.clone();
+        all.load_all(store, table).await?;
+        whole = all;
+        &whole
+    };
     let (mut actions, dv_files) = entry_actions(store, table, None, m, at).await?;
     actions.retain(|a| !matches!(a, Action::CommitInfo(_)));
     let adds = actions

@@ -135,7 +135,9 @@ pub async fn version_positions(
     if refs.is_empty() {
         return Ok(out);
     }
-    let tombstones = tombstone::load_scoped(store, table, manifest.version, &refs, None).await?;
+    let scope = manifest.loaded_scope();
+    let tombstones =
+        tombstone::load_scoped(store, table, manifest.version, &refs, scope.as_ref()).await?;
     let deletes = tombstone::fold(&tombstones)?;
     for file in files {
         let Some(d) = deletes.get(&file.path) else {

@@ -23,9 +23,11 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
+use crate::table::changes::changed_part;
+use crate::table::commit::Depth;
 use crate::table::delta::checkpoint::write_checkpoint;
 use crate::table::delta::entry::{entry, entry_path};
-use crate::table::scan::{resolve, At};
+use crate::table::scan::{resolve_at, At};
 use crate::table::snapshot::TableManifest;
 
 /// A checkpoint is written at every version that is a multiple of this,
@@ -112,10 +114,11 @@ impl Published {
 /// naming it.
 ///
 /// Cost: 1 LIST (and a HEAD if the log holds versions past `upto`: a
-/// writer that committed since); per entry written, its two manifests (the earlier one read
-/// already for the one before), the tombstones and key columns its
-/// deletion vectors need, and its PUTs; per checkpoint, the same for every
-/// file with deleted rows.
+/// writer that committed since); per entry written, the roots of its two
+/// versions (the earlier one read already for the one before) and the
+/// segments they do not share, the tombstones and key columns its deletion
+/// vectors need, and its PUTs; per checkpoint, every segment, and the same
+/// for every file with deleted rows.
 pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) -> Result<Published> {
     let logged = logged(store, table).await?;
     // Past `upto`: another writer's newer commit (its version exists), or
@@ -140,10 +143,13 @@ pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) ->
     }
     let mut out = Published::default();
     let mut newest = logged.checkpoints.range(since..).next_back().copied();
+    // Roots only: each entry loads just the segments its two versions do
+    // not share (`changes::changed_part`); a checkpoint loads them all.
+    let root_of = |v: u64| resolve_at(store, table, At::Version(v), Depth::Root);
     let mut prev: Option<TableManifest> = None;
     if since > 0 && !logged.checkpoints.contains(&since) {
         // The view starts here: its first checkpoint.
-        let m = resolve(store, table, At::Version(since)).await?;
+        let m = root_of(since).await?;
         write_checkpoint(store, table, &m, newest).await?;
         out.checkpoints.push(since);
         newest = newest.max(Some(since));
@@ -161,12 +167,13 @@ pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) ->
     for &v in &missing {
         let before = match prev.take() {
             Some(m) if v > since && m.version == v - 1 => Some(m),
-            _ if v > since => Some(resolve(store, table, At::Version(v - 1)).await?),
+            _ if v > since => Some(root_of(v - 1).await?),
             _ => None,
         };
-        let cur = resolve(store, table, At::Version(v)).await?;
+        let cur = root_of(v).await?;
+        let (was, now) = changed_part(store, table, before.as_ref(), &cur).await?;
         let at = crate::table::manifest_key(table, v);
-        let e = entry(store, table, before.as_ref(), &cur, &at).await?;
+        let e = entry(store, table, was.as_ref(), &now, &at).await?;
         let root = table.trim_end_matches('/');
         own_vectors(store, table, &e.dv_files, v).await?;
         let path = entry_path(v);
@@ -184,7 +191,7 @@ pub async fn publish(store: &StoreHandle, table: &str, since: u64, upto: u64) ->
     if upto >= base.saturating_add(CHECKPOINT_INTERVAL) {
         let m = match prev {
             Some(m) if m.version == upto => m,
-            _ => resolve(store, table, At::Version(upto)).await?,
+            _ => root_of(upto).await?,
         };
         write_checkpoint(store, table, &m, newest).await?;
         out.checkpoints.push(upto);
@@ -275,6 +282,7 @@ mod tests {
     use crate::parquet::filter::predicate;
     use crate::store::PutMode;
     use crate::table::delete::delete;
+    use crate::table::scan::resolve;
     use crate::table::tests::{append_ids, cond, counting_store, create_keyed, int, text};
 
     /// A table created publishing `delta` logs every commit, whatever the
@@ -326,12 +334,18 @@ mod tests {
             logged.into_iter().collect::<Vec<_>>(),
             (0..=latest.version).collect::<Vec<_>>()
         );
+        assert_entries_are_the_whole_versions(&store, latest.version);
+    }
+
+    /// Every entry of table `t` up to `latest` holds exactly the bytes
+    /// [`entry`] computes from the two whole versions.
+    fn assert_entries_are_the_whole_versions(store: &StoreHandle, latest: u64) {
         let mut prev = None;
-        for v in 0..=latest.version {
-            let m = crate::runtime::block_on(resolve(&store, "t", At::Version(v)))
+        for v in 0..=latest {
+            let m = crate::runtime::block_on(resolve(store, "t", At::Version(v)))
                 .unwrap()
                 .unwrap();
-            let e = crate::runtime::block_on(entry(&store, "t", prev.as_ref(), &m, "t/m"))
+            let e = crate::runtime::block_on(entry(store, "t", prev.as_ref(), &m, "t/m"))
                 .unwrap()
                 .unwrap();
             let there = crate::runtime::block_on(store.get(&format!("t/{}", entry_path(v))))
@@ -556,5 +570,79 @@ mod tests {
             Published::default(),
             "nothing below the checkpoint again"
         );
+    }
+
+    /// On a table of several segments each entry loads only the segments
+    /// its two versions do not share, and is byte for byte the entry of
+    /// the two whole versions.
+    #[test]
+    fn entries_of_a_segmented_table_equal_those_of_the_whole_versions() {
+        use crate::table::compact::{compact, CompactOptions};
+        let (store, _) = counting_store();
+        crate::table::delta::test_tables::create_with_view(&store, 0..100);
+        for i in 1..=40 {
+            append_ids(&store, i * 100..i * 100 + 100).unwrap();
+        }
+        delete(
+            store.clone(),
+            "t",
+            predicate(vec![cond("id", "<", int(5))]).unwrap(),
+            2,
+        )
+        .unwrap();
+        delete(
+            store.clone(),
+            "t",
+            predicate(vec![cond("customer", "==", text("c3"))]).unwrap(),
+            2,
+        )
+        .unwrap();
+        append_ids(&store, 9000..9100).unwrap();
+        let segmented = crate::runtime::block_on(resolve(&store, "t", At::Latest))
+            .unwrap()
+            .unwrap();
+        assert!(segmented.segments.len() >= 2, "{:?}", segmented.segments);
+        let opts = CompactOptions {
+            target_file_size: None,
+            min_deleted_fraction: 0.5,
+            parallelism: 2,
+            progress: None,
+        };
+        compact(store.clone(), "t", opts).unwrap();
+        let latest = crate::runtime::block_on(resolve(&store, "t", At::Latest))
+            .unwrap()
+            .unwrap();
+        assert_entries_are_the_whole_versions(&store, latest.version);
+        // An append's entry loads the segment it changed, not the others.
+        let before = crate::runtime::block_on(resolve_at(
+            &store,
+            "t",
+            At::Version(latest.version - 2),
+            Depth::Root,
+        ))
+        .unwrap()
+        .unwrap();
+        let after = crate::runtime::block_on(resolve_at(
+            &store,
+            "t",
+            At::Version(latest.version - 1),
+            Depth::Root,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(after.operation, "append");
+        let (was, now) = crate::runtime::block_on(changed_part(&store, "t", Some(&before), &after))
+            .unwrap()
+            .unwrap();
+        let full = crate::runtime::block_on(resolve(&store, "t", At::Version(after.version)))
+            .unwrap()
+            .unwrap();
+        assert!(
+            now.data_files.len() < full.data_files.len() / 2,
+            "{} of {} files loaded",
+            now.data_files.len(),
+            full.data_files.len()
+        );
+        assert!(was.unwrap().data_files.len() < full.data_files.len() / 2);
     }
 }

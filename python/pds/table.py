@@ -590,7 +590,10 @@ class Table:
         primary-key range, nothing when the statistics prove a match, else a
         footer GET (2 for a large footer) per candidate file and the key
         column chunks of its row groups that may match; otherwise one footer
-        and the filter columns of each candidate file.
+        and the filter columns of each candidate file. Of the file list,
+        only the segments (1,000 files each) whose statistics can match the
+        filter are read (1 GET each, unless this process has read it), and
+        a small last one; the commit rewrites only those it changes.
 
         Serializable: rows that a concurrent append commits before this
         delete commits are planned too (one more tombstone in the same

@@ -7,6 +7,7 @@
 //! append rebases on whatever won meanwhile; a delete or compaction can
 //! re-validate the files it touched, or give up.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -121,13 +122,17 @@ pub trait Versioned: Sized {
 }
 
 /// How much of a version a read loads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub enum Depth {
     /// Everything it references: a table's whole file list.
     #[default]
     Full,
     /// The manifest object alone (a table's root, with its segment list).
     Root,
+    /// A table's segments whose statistics can hold rows the predicate
+    /// matches (and a small last one): a [`View::Partial`](super::snapshot::View::Partial)
+    /// manifest a rewrite commits on.
+    Where(Arc<crate::parquet::filter::Predicate>),
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -179,6 +184,13 @@ impl Versioned for TableManifest {
             match depth {
                 Depth::Root => Ok(()),
                 Depth::Full => self.load_all(store, table).await,
+                Depth::Where(predicate) => {
+                    let keep = super::scan::segments_may_match(self, table, &predicate)?;
+                    self.load_partial(store, table, |i, _| {
+                        Ok(keep.get(i).copied().unwrap_or(true))
+                    })
+                    .await
+                }
             }
         })
     }
@@ -280,7 +292,7 @@ pub async fn latest_at<M: Versioned>(
         if let Some(next) = v.checked_add(1) {
             let next_key = manifest_key(table, next);
             let (got, ahead) = futures::join!(
-                read_version_of_table::<M>(store, table, v, depth, id),
+                read_version_of_table::<M>(store, table, v, depth.clone(), id),
                 store.try_head(&next_key)
             );
             if ahead?.is_none() {
@@ -346,7 +358,7 @@ pub fn latest_existing(store: &StoreHandle, table: &str) -> Result<Latest> {
 }
 
 /// [`latest_existing`], loading the manifest to `depth`.
-fn latest_existing_at(store: &StoreHandle, table: &str, depth: Depth) -> Result<Latest> {
+pub fn latest_existing_at(store: &StoreHandle, table: &str, depth: Depth) -> Result<Latest> {
     crate::runtime::block_on(async {
         match latest_at(store, table, false, depth).await? {
             Some(l) => Ok(l),
@@ -432,7 +444,7 @@ async fn read_version_of_table<M: Versioned>(
     depth: Depth,
     id: Option<Option<&str>>,
 ) -> Result<M> {
-    let m = read_version_at::<M>(store, table, version, depth).await?;
+    let m = read_version_at::<M>(store, table, version, depth.clone()).await?;
     let Some(id) = id else {
         return Ok(m);
     };
@@ -726,7 +738,7 @@ where
         }
         let base = match given.take() {
             Some(b) if b.read_at.elapsed() < MAX_BASE_AGE => Some(b),
-            _ => match latest_at::<M>(store, table, attempt > 1, opts.depth).await {
+            _ => match latest_at::<M>(store, table, attempt > 1, opts.depth.clone()).await {
                 Ok(b) => b,
                 Err(e) => match &pending {
                     Some((_, why)) => {

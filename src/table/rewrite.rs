@@ -82,6 +82,19 @@ pub struct Rewrite {
     pub commits_always: bool,
 }
 
+impl Rewrite {
+    /// How much of a version its rounds and commit load: with a predicate,
+    /// the segments whose statistics can hold rows it matches (the rest
+    /// are kept as they are); without one, or when it changes the schema
+    /// (which every segment records), the whole file list.
+    fn depth(&self) -> commit::Depth {
+        match (&self.predicate, &self.schema) {
+            (Some(_), Some((_, Some(_)))) | (None, _) => commit::Depth::Full,
+            (Some(p), _) => commit::Depth::Where(Arc::new(p.clone())),
+        }
+    }
+}
+
 /// The schema text an operation checked its rows against, and the schema
 /// change it makes (the new schema and its description), if any.
 pub type CheckedSchema = (String, Option<(TableSchema, Vec<String>)>);
@@ -209,10 +222,21 @@ where
         e
     };
     for _ in 0..MAX_REPLANS {
-        let latest = match first
-            .take()
-            .map_or_else(|| commit::latest_existing(store, table), Ok)
-        {
+        let latest = match first.take() {
+            // The caller's read: its root, loaded here as deep as `op` needs.
+            Some(mut l) => {
+                let loaded = if l.manifest.layout.view == super::snapshot::View::Root {
+                    use commit::Versioned;
+                    crate::runtime::block_on(l.manifest.load(store, table, op.depth()))
+                        .and_then(|r| r)
+                } else {
+                    Ok(())
+                };
+                loaded.map(|()| l)
+            }
+            None => commit::latest_existing_at(store, table, op.depth()),
+        };
+        let latest = match latest {
             Ok(l) => l,
             Err(e) => return Err(fail(&mut progress, &op, e)),
         };
@@ -336,12 +360,12 @@ fn try_commit(
     let mut stale = false;
     let added: Vec<&DataFile> = op.files.iter().chain(&state.files).collect();
     let rows_added: u64 = added.iter().map(|f| f.total_rows).sum();
-    let out = crate::runtime::block_on(commit::commit(
-        store,
-        table,
-        &CommitOptions::default(),
-        Some(latest),
-        |now| {
+    let opts = CommitOptions {
+        depth: op.depth(),
+        ..Default::default()
+    };
+    let out =
+        crate::runtime::block_on(commit::commit(store, table, &opts, Some(latest), |now| {
             let now = now.ok_or_else(|| Error::NotFound {
                 path: table.to_string(),
             })?;
@@ -415,8 +439,7 @@ fn try_commit(
                 }));
             next.data_files.extend(added.iter().map(|f| (*f).clone()));
             Ok(Some(next))
-        },
-    ))??;
+        }))??;
     match out {
         Outcome::Committed { manifest, .. } => Ok(Some(*manifest)),
         Outcome::Unchanged { .. } if stale => Ok(None),

@@ -107,19 +107,9 @@ pub async fn for_scan(
         Err(Error::NotFound { .. }) => return Err(no_version(store, table, version).await),
         other => other?,
     };
-    let path = manifest_key(table, version);
     match predicate {
         Some(p) if !whole => {
-            let schema = m.arrow_schema(&path)?;
-            let bound = p.clone().bind(&schema)?;
-            let schemas = FileSchemas::of(&m, &path)?;
-            let keep = which_may_match(
-                m.segments
-                    .iter()
-                    .map(|r| (r.schema.as_deref(), r.total_rows, &r.columns)),
-                &schemas,
-                &bound,
-            )?;
+            let keep = segments_may_match(&m, table, p)?;
             m.load_where(store, table, |i, _| {
                 Ok(keep.get(i).copied().unwrap_or(true))
             })
@@ -327,6 +317,26 @@ pub fn units_may_match(
 }
 
 /// The statistics of one unit: its schema id, rows and per-column stats.
+/// Which segments of `m` (a root) can hold rows matching `predicate`, by
+/// their statistics. No I/O.
+pub fn segments_may_match(
+    m: &TableManifest,
+    table: &str,
+    predicate: &Predicate,
+) -> Result<Vec<bool>> {
+    let path = manifest_key(table, m.version);
+    let schema = m.arrow_schema(&path)?;
+    let bound = predicate.clone().bind(&schema)?;
+    let schemas = FileSchemas::of(m, &path)?;
+    which_may_match(
+        m.segments
+            .iter()
+            .map(|r| (r.schema.as_deref(), r.total_rows, &r.columns)),
+        &schemas,
+        &bound,
+    )
+}
+
 type Unit<'a> = (
     Option<&'a str>,
     u64,

@@ -477,7 +477,9 @@ pub fn materialize(
 
 /// A group of files to write as new segments, or a segment kept as is.
 enum Piece {
-    Keep(SegmentRef, Arc<Segment>),
+    /// A base segment kept as it is (its body `None` if it was not loaded:
+    /// a partial view keeps every segment it did not load).
+    Keep(SegmentRef, Option<Arc<Segment>>),
     Write(Vec<DataFile>),
 }
 
@@ -515,7 +517,7 @@ fn chunks(files: Vec<DataFile>) -> Vec<Vec<DataFile>> {
 ///
 /// Returns the pieces in order; [`write`] turns them into segments.
 fn plan(
-    base: Vec<(SegmentRef, Arc<Segment>)>,
+    base: Vec<(SegmentRef, Option<Arc<Segment>>)>,
     files: &[DataFile],
     tombstones: &[TombstoneRef],
     repack: bool,
@@ -534,6 +536,10 @@ fn plan(
     let mut covered = vec![false; files.len()];
     let mut pieces = Vec::new();
     for (r, body) in base {
+        let Some(body) = body else {
+            pieces.push(Piece::Keep(r, None));
+            continue;
+        };
         if repack && r.file_count < SMALL_SEGMENT {
             // Its files join the new ones at the end, merged with the
             // other small segments' there.
@@ -550,7 +556,7 @@ fn plan(
             }
         }
         if unchanged {
-            pieces.push(Piece::Keep(r, body));
+            pieces.push(Piece::Keep(r, Some(body)));
         } else {
             let kept: Vec<DataFile> = body
                 .files
@@ -569,7 +575,7 @@ fn plan(
     if !new.is_empty() {
         // Into a small last segment (rewritten), or a new one.
         match pieces.pop() {
-            Some(Piece::Keep(r, body))
+            Some(Piece::Keep(r, Some(body)))
                 if r.file_count < TAIL_FILES
                     && shared_schema(&body.files) == shared_schema(&new) =>
             {
@@ -672,13 +678,17 @@ pub async fn lay_out(
              committed): {reason}"
         ))
     })?;
+    let partial = manifest.layout.view == View::Partial;
     let refs = std::mem::take(&mut manifest.segments);
     let bodies = std::mem::take(&mut manifest.layout.bodies);
     let mut base = Vec::with_capacity(refs.len());
     for (i, r) in refs.into_iter().enumerate() {
-        let body = bodies.get(i).cloned().flatten().ok_or_else(|| {
-            Error::Task("a version was laid out without its base's segments (a bug)".into())
-        })?;
+        let body = bodies.get(i).cloned().flatten();
+        if body.is_none() && !partial {
+            return Err(Error::Task(
+                "a version was laid out without its base's segments (a bug)".into(),
+            ));
+        }
         base.push((r, body));
     }
     let pieces = plan(base, &manifest.data_files, &manifest.tombstones, repack);
@@ -697,16 +707,18 @@ pub async fn lay_out(
                 let tombs = tombstones_of(&files, &manifest.tombstones, &by_file);
                 let (r, b, body) = Segment::build(files, tombs, new_path(), manifest, &path)?;
                 puts.push((key_of(table, &r.path), body));
-                out.push((r, b));
+                out.push((r, Some(b)));
             }
         }
     }
     drop(by_file);
     put_all(store, puts).await?;
     for (r, b) in &out {
-        remember(r, b);
+        if let Some(b) = b {
+            remember(r, b);
+        }
     }
-    let (refs, bodies): (Vec<_>, Vec<_>) = out.into_iter().map(|(r, b)| (r, Some(b))).unzip();
+    let (refs, bodies): (Vec<_>, Vec<_>) = out.into_iter().unzip();
     let (files, tombstones) = materialize(&bodies).map_err(Error::Task)?;
     manifest.segments = refs;
     manifest.layout.bodies = bodies;
@@ -807,7 +819,7 @@ impl TableManifest {
                     "an append's manifest was asked for its whole file list (a bug)".into(),
                 ))
             }
-            View::Root | View::Pruned => {}
+            View::Root | View::Pruned | View::Partial => {}
         }
         self.layout.bodies.resize(self.segments.len(), None);
         let wanted: Vec<usize> = (0..self.segments.len())
@@ -831,17 +843,47 @@ impl TableManifest {
     where
         F: Fn(usize, &SegmentRef) -> Result<bool>,
     {
+        self.narrow(store, table, keep, View::Pruned).await
+    }
+
+    /// Load the segments `keep` accepts, and the last one if it is small
+    /// (the files a commit adds may join it), and make this a
+    /// [`View::Partial`] manifest of their files, for a rewrite to plan
+    /// and commit on: segments not loaded are kept as they are. All of
+    /// them accepted: [`View::Full`]. A [`View::Full`] manifest stays as
+    /// it is. Cost: a GET per segment loaded that is not cached.
+    pub async fn load_partial<F>(&mut self, store: &StoreHandle, table: &str, keep: F) -> Result<()>
+    where
+        F: Fn(usize, &SegmentRef) -> Result<bool>,
+    {
+        self.narrow(store, table, keep, View::Partial).await
+    }
+
+    /// [`Self::load_where`] (`view` [`View::Pruned`]) or
+    /// [`Self::load_partial`] ([`View::Partial`]).
+    async fn narrow<F>(
+        &mut self,
+        store: &StoreHandle,
+        table: &str,
+        keep: F,
+        view: View,
+    ) -> Result<()>
+    where
+        F: Fn(usize, &SegmentRef) -> Result<bool>,
+    {
         if self.layout.view == View::Full {
             return Ok(());
         }
         if self.layout.view != View::Root {
             return Err(Error::Task(
-                "a manifest was pruned twice, or after an append (a bug)".into(),
+                "a manifest was narrowed twice, or after an append (a bug)".into(),
             ));
         }
+        let last = self.segments.len().checked_sub(1);
         let mut wanted = Vec::new();
         for (i, r) in self.segments.iter().enumerate() {
-            if keep(i, r)? {
+            let tail = view == View::Partial && Some(i) == last && r.file_count < TAIL_FILES;
+            if tail || keep(i, r)? {
                 wanted.push(i);
             }
         }
@@ -849,17 +891,16 @@ impl TableManifest {
             return self.load_all(store, table).await;
         }
         load(store, table, self, &wanted).await?;
-        let chosen: Vec<Option<Arc<Segment>>> = self
-            .layout
-            .bodies
-            .iter()
-            .enumerate()
-            .map(|(i, b)| if wanted.contains(&i) { b.clone() } else { None })
-            .collect();
+        let mut chosen: Vec<Option<Arc<Segment>>> = vec![None; self.segments.len()];
+        for &i in &wanted {
+            chosen[i] = self.layout.bodies.get(i).cloned().flatten();
+        }
         let (files, tombstones) = materialize(&chosen).map_err(|r| self.corrupted(table, r))?;
+        // Only what the view holds: a partial one is laid out from these.
+        self.layout.bodies = chosen;
         self.data_files = files;
         self.tombstones = tombstones;
-        self.layout.view = View::Pruned;
+        self.layout.view = view;
         self.check_segmented_files()
             .map_err(|r| self.corrupted(table, r))
     }
@@ -876,6 +917,7 @@ impl TableManifest {
                 lay_out_append(store, table, self).await?;
                 self.layout.view = View::Root;
             }
+            View::Partial => lay_out(store, table, self, false).await?,
             View::Root => {}
             View::Pruned => {
                 return Err(Error::Task(

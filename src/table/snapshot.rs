@@ -199,6 +199,10 @@ pub enum View {
     Pruned,
     /// Built on a root for an append: `data_files` are the files it adds.
     Appended,
+    /// Only the segments that can hold a rewrite's rows are loaded (and a
+    /// small last one, for the files it adds), for a commit on them:
+    /// segments not loaded are kept as they are when it is laid out.
+    Partial,
 }
 
 /// The in-memory side of a manifest's segments: which are loaded, and
@@ -606,7 +610,7 @@ impl TableManifest {
         match self.layout.view {
             View::Full => listed,
             View::Appended => segmented.saturating_add(listed),
-            View::Root | View::Pruned => segmented,
+            View::Root | View::Pruned | View::Partial => segmented,
         }
     }
 
@@ -620,7 +624,7 @@ impl TableManifest {
         match self.layout.view {
             View::Full => listed,
             View::Appended => segmented.saturating_add(listed),
-            View::Root | View::Pruned => segmented,
+            View::Root | View::Pruned | View::Partial => segmented,
         }
     }
 
@@ -629,7 +633,7 @@ impl TableManifest {
     /// (a pruned view lists a tombstone's files in those only; see
     /// `Tombstone::check_files`).
     pub fn loaded_scope(&self) -> Option<std::collections::HashSet<String>> {
-        (self.layout.view == View::Pruned)
+        matches!(self.layout.view, View::Pruned | View::Partial)
             .then(|| self.data_files.iter().map(|f| f.path.clone()).collect())
     }
 
@@ -649,7 +653,7 @@ impl TableManifest {
     /// out).
     pub fn add_files(&mut self, files: impl IntoIterator<Item = DataFile>) -> Result<()> {
         match self.layout.view {
-            View::Full | View::Appended => {}
+            View::Full | View::Appended | View::Partial => {}
             View::Root => self.layout.view = View::Appended,
             View::Pruned => {
                 return Err(Error::Task(

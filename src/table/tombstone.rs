@@ -400,14 +400,16 @@ pub async fn load(
     load_scoped(store, table, version, refs, None).await
 }
 
-/// [`load`] of every tombstone `m` lists (the version's whole deletes, for
-/// a writer planning on it).
+/// [`load`] of every tombstone `m` lists (the deletes of the files it
+/// holds, for a writer planning on it).
 pub async fn load_version(
     store: &StoreHandle,
     table: &str,
     m: &super::snapshot::TableManifest,
 ) -> Result<Vec<Arc<Tombstone>>> {
-    load(store, table, m.version, &m.tombstones).await
+    // A partial view lists each tombstone with the loaded files only.
+    let scope = m.loaded_scope();
+    load_scoped(store, table, m.version, &m.tombstones, scope.as_ref()).await
 }
 
 /// [`load`] for a pruned read: `scope` holds the files of the segments it

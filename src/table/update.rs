@@ -100,12 +100,8 @@ fn round(
     let path = manifest_key(table, base.version);
     let schema = base.arrow_schema(&path)?;
     let output: SchemaRef = output_schema(&schema, None)?;
-    let old_refs = base.tombstones.clone();
-    let old = tombstone::fold(&crate::runtime::block_on(tombstone::load(
-        store,
-        table,
-        base.version,
-        &old_refs,
+    let old = tombstone::fold(&crate::runtime::block_on(tombstone::load_version(
+        store, table, base,
     ))??)?;
     // Which files hold candidates, and which rows of them.
     let (files, newly): (Vec<&DataFile>, Option<tombstone::Deletes>) = match &opts.predicate {
@@ -251,7 +247,8 @@ pub fn update(
                 .collect::<Vec<_>>(),
         ),
     );
-    let latest = super::commit::latest_existing(&store, table)?;
+    // The root: the rewrite loads the segments its filter can match.
+    let latest = super::commit::latest_existing_root(&store, table)?;
     let op = Rewrite {
         operation: "update",
         params,

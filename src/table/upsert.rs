@@ -178,7 +178,8 @@ pub fn upsert_files(
     let started = crate::store::counted::Started::now(&store);
     write::check_uploaded(&store, table, &files, &schema)?;
     let checked_schema = TableSchema::of(&schema)?.arrow_schema;
-    let latest = commit::latest_existing(&store, table)?;
+    // The root: the rewrite loads the segments its keys can be in.
+    let latest = commit::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     if base.schema.arrow_schema != checked_schema {
         write::discard(&store, table, &files);
@@ -261,7 +262,8 @@ pub fn upsert(
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
     let started = crate::store::counted::Started::now(&store);
-    let latest = commit::latest_existing(&store, table)?;
+    // The root: the rewrite loads the segments its keys can be in.
+    let latest = commit::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     let (pk, old) = key_and_schema(&base, table)?;
     if reader.schema().field_with_name(&pk).is_err() {

@@ -552,3 +552,75 @@ fn segment_weights_grow_with_files_and_the_cache_is_bounded() {
         assert!(n <= 50 && bytes <= 100 * weight(&big), "{n} {bytes}");
     }
 }
+
+/// On a table of several segments (keys in append order), a delete, an
+/// upsert and an update by primary key plan and commit on the segments
+/// that can hold their keys (and the small last one): the others are kept
+/// as they are, never loaded, and the table reads as its model.
+#[test]
+fn key_rewrites_load_only_the_segments_that_can_hold_their_keys() {
+    use crate::table::update::{update, UpdateOptions};
+    use crate::table::upsert::upsert;
+    let (store, _) = counting_store();
+    create_keyed(&store, 0..10);
+    let mut model: Vec<i64> = (0..10).collect();
+    for i in 0..150i64 {
+        let lo = 10 + 3 * i;
+        append_ids(&store, lo..lo + 3).unwrap();
+        model.extend(lo..lo + 3);
+    }
+    let before: TableManifest = block(read_version_at(&store, "t", 150, Depth::Root));
+    assert!(before.segments.len() >= 3, "{:?}", before.segments);
+    let file_count = before.file_count() as usize;
+
+    let d = delete(
+        store.clone(),
+        "t",
+        predicate(vec![cond("id", "==", int(20))]).unwrap(),
+        2,
+    )
+    .unwrap();
+    model.retain(|&k| k != 20);
+    assert_eq!(d.manifest.layout.view, View::Partial);
+    assert!(
+        d.manifest.data_files.len() < file_count / 2,
+        "{} of {file_count} files loaded",
+        d.manifest.data_files.len()
+    );
+    let after: TableManifest = block(read_version_at(&store, "t", 151, Depth::Root));
+    let kept = after
+        .segments
+        .iter()
+        .filter(|s| before.segments.iter().any(|b| b.path == s.path))
+        .count();
+    assert!(kept >= before.segments.len() - 2, "{kept} segments kept");
+    assert_eq!(ids(&store, At::Latest, None), model);
+
+    let up = upsert(store.clone(), "t", rows(30..33), SchemaMode::Strict, 2).unwrap();
+    assert!(up.manifest.data_files.len() < file_count / 2);
+    let mut sorted = model.clone();
+    sorted.sort_unstable();
+    assert_eq!(ids(&store, At::Latest, None), sorted);
+
+    let opts = UpdateOptions {
+        predicate: Some(predicate(vec![cond("id", "==", int(40))]).unwrap()),
+        columns: vec!["customer".into()],
+        filter: serde_json::Value::Null,
+        parallelism: 2,
+    };
+    let mut set = |b: arrow_array::RecordBatch| {
+        let n = b.num_rows();
+        let columns = vec![
+            b.column(0).clone(),
+            Arc::new(arrow_array::StringArray::from(vec!["w"; n])) as arrow_array::ArrayRef,
+        ];
+        Ok((
+            None,
+            arrow_array::RecordBatch::try_new(b.schema(), columns)?,
+        ))
+    };
+    let u = update(store.clone(), "t", opts, &mut set).unwrap();
+    assert_eq!(u.rows, Some(1));
+    assert!(u.manifest.data_files.len() < file_count / 2);
+    assert_eq!(ids(&store, At::Latest, None), sorted);
+}

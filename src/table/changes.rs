@@ -72,16 +72,9 @@ async fn file_deletes(
     manifest: &TableManifest,
     file: &str,
 ) -> Result<Option<FileDeletes>> {
-    let refs: Vec<_> = manifest
-        .tombstones
-        .iter()
-        .filter(|t| t.files.iter().any(|f| f == file))
-        .cloned()
-        .collect();
-    let scope = manifest.loaded_scope();
-    let loaded =
-        tombstone::load_scoped(store, table, manifest.version, &refs, scope.as_ref()).await?;
-    Ok(tombstone::fold(&loaded)?.remove(file))
+    Ok(tombstone::deletes_of(store, table, manifest, |f| f == file)
+        .await?
+        .remove(file))
 }
 
 /// `SchemaMismatch` unless the rows of `file` (of `manifest`) read exactly
@@ -157,16 +150,7 @@ async fn version_sources(
         if !removed.is_empty() {
             let prev_path = manifest_key(table, p.version);
             let gone: BTreeSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
-            let refs: Vec<_> = p
-                .tombstones
-                .iter()
-                .filter(|t| t.files.iter().any(|f| gone.contains(f.as_str())))
-                .cloned()
-                .collect();
-            let scope = p.loaded_scope();
-            let loaded =
-                tombstone::load_scoped(store, table, p.version, &refs, scope.as_ref()).await?;
-            let deletes = tombstone::fold(&loaded)?;
+            let deletes = tombstone::deletes_of(store, table, p, |f| gone.contains(f)).await?;
             for f in removed {
                 readable(table, p, f, output, m.version)?;
                 let opts =

@@ -49,6 +49,20 @@ pub struct CompactOptions {
     pub progress: Option<Arc<Progress>>,
 }
 
+impl CompactOptions {
+    /// Rewrite the files with at least `min_deleted_fraction` of their
+    /// rows deleted (and merge small ones) at the table's file size, two
+    /// files at a time, uncounted.
+    pub fn deleted(min_deleted_fraction: f64) -> Self {
+        CompactOptions {
+            target_file_size: None,
+            min_deleted_fraction,
+            parallelism: 2,
+            progress: None,
+        }
+    }
+}
+
 /// What a compaction did.
 #[derive(Debug, Clone)]
 pub struct Compacted {

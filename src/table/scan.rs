@@ -576,21 +576,9 @@ pub fn scan(
     };
     // Only the tombstones of the files read.
     let read: std::collections::BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let refs: Vec<_> = manifest
-        .tombstones
-        .iter()
-        .filter(|t| t.files.iter().any(|f| read.contains(f.as_str())))
-        .cloned()
-        .collect();
-    let scope = manifest.loaded_scope();
-    let tombstones = crate::runtime::block_on(tombstone::load_scoped(
-        &store,
-        table,
-        manifest.version,
-        &refs,
-        scope.as_ref(),
-    ))??;
-    let deletes = tombstone::fold(&tombstones)?;
+    let deletes = crate::runtime::block_on(tombstone::deletes_of(&store, table, manifest, |f| {
+        read.contains(f)
+    }))??;
     let mut sources = Vec::new();
     for (file, footer) in files.into_iter().zip(footers) {
         let Some(read) = file_read_options(

@@ -412,6 +412,27 @@ pub async fn load_version(
     load_scoped(store, table, m.version, &m.tombstones, scope.as_ref()).await
 }
 
+/// The deletes of the files of `m` that `wanted` accepts: only the
+/// tombstones naming one of them are read, scoped to the files `m` loaded.
+pub async fn deletes_of(
+    store: &StoreHandle,
+    table: &str,
+    m: &super::snapshot::TableManifest,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Deletes> {
+    let refs: Vec<_> = m
+        .tombstones
+        .iter()
+        .filter(|t| t.files.iter().any(|f| wanted(f)))
+        .cloned()
+        .collect();
+    if refs.is_empty() {
+        return Ok(Deletes::new());
+    }
+    let scope = m.loaded_scope();
+    fold(&load_scoped(store, table, m.version, &refs, scope.as_ref()).await?)
+}
+
 /// [`load`] for a pruned read: `scope` holds the files of the segments it
 /// loaded (see `Tombstone::check_files`).
 pub async fn load_scoped(

@@ -125,20 +125,8 @@ pub async fn version_positions(
     at: &str,
 ) -> Result<BTreeMap<String, RoaringBitmap>> {
     let wanted: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let refs: Vec<_> = manifest
-        .tombstones
-        .iter()
-        .filter(|t| t.files.iter().any(|f| wanted.contains(f.as_str())))
-        .cloned()
-        .collect();
+    let deletes = tombstone::deletes_of(store, table, manifest, |f| wanted.contains(f)).await?;
     let mut out = BTreeMap::new();
-    if refs.is_empty() {
-        return Ok(out);
-    }
-    let scope = manifest.loaded_scope();
-    let tombstones =
-        tombstone::load_scoped(store, table, manifest.version, &refs, scope.as_ref()).await?;
-    let deletes = tombstone::fold(&tombstones)?;
     for file in files {
         let Some(d) = deletes.get(&file.path) else {
             continue;

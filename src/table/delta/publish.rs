@@ -79,11 +79,6 @@ pub async fn logged(store: &StoreHandle, table: &str) -> Result<Logged> {
     Ok(out)
 }
 
-/// The versions `table`'s `_delta_log` holds entries for (1 LIST).
-pub async fn logged_versions(store: &StoreHandle, table: &str) -> Result<BTreeSet<u64>> {
-    Ok(logged(store, table).await?.entries)
-}
-
 /// What one publish wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Published {
@@ -313,12 +308,7 @@ mod tests {
             2,
         )
         .unwrap();
-        let opts = CompactOptions {
-            target_file_size: None,
-            min_deleted_fraction: 0.1,
-            parallelism: 2,
-            progress: None,
-        };
+        let opts = CompactOptions::deleted(0.1);
         compact(store.clone(), "t", opts).unwrap();
         let latest = crate::runtime::block_on(resolve(&store, "t", At::Latest))
             .unwrap()
@@ -327,9 +317,10 @@ mod tests {
             latest.version, 6,
             "create, append, 3 deletes, upsert, compact"
         );
-        let logged = crate::runtime::block_on(logged_versions(&store, "t"))
+        let logged = crate::runtime::block_on(logged(&store, "t"))
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .entries;
         assert_eq!(
             logged.into_iter().collect::<Vec<_>>(),
             (0..=latest.version).collect::<Vec<_>>()
@@ -385,9 +376,10 @@ mod tests {
         // A process that stopped after version 2's entry: the next fills 3.
         assert_eq!(run(2).unwrap(), vec![2]);
         assert_eq!(run(3).unwrap(), vec![3]);
-        let entries = crate::runtime::block_on(logged_versions(&store, "t"))
+        let entries = crate::runtime::block_on(logged(&store, "t"))
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .entries;
         assert_eq!(entries.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
 
         // A missing entry below the last (removed by hand) is written again, alike.
@@ -602,12 +594,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(segmented.segments.len() >= 2, "{:?}", segmented.segments);
-        let opts = CompactOptions {
-            target_file_size: None,
-            min_deleted_fraction: 0.5,
-            parallelism: 2,
-            progress: None,
-        };
+        let opts = CompactOptions::deleted(0.5);
         compact(store.clone(), "t", opts).unwrap();
         let latest = crate::runtime::block_on(resolve(&store, "t", At::Latest))
             .unwrap()

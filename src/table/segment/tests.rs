@@ -293,17 +293,7 @@ fn a_real_table_grows_segments_by_appends_and_reads_like_its_model() {
         assert_eq!(got, want, "key {k}");
     }
     // Compaction merges the small segments into one.
-    let c = compact(
-        store.clone(),
-        "t",
-        CompactOptions {
-            target_file_size: None,
-            min_deleted_fraction: 0.5,
-            parallelism: 2,
-            progress: None,
-        },
-    )
-    .unwrap();
+    let c = compact(store.clone(), "t", CompactOptions::deleted(0.5)).unwrap();
     assert!(c.committed);
     assert_eq!(c.manifest.segments.len(), 1);
     assert_eq!(ids(&store, At::Latest, None), model);

@@ -239,12 +239,7 @@ fn a_commit_landing_while_vacuum_lists_keeps_its_manifest_and_files() {
 fn keep_versions_removes_only_what_no_version_references() {
     let store = memory();
     table(&store);
-    let opts = CompactOptions {
-        target_file_size: None,
-        min_deleted_fraction: 0.0,
-        parallelism: 2,
-        progress: None,
-    };
+    let opts = CompactOptions::deleted(0.0);
     assert!(compact(store.clone(), "t", opts).unwrap().committed);
     put(&store, "t/data/killed-writer.parquet", b"PAR1 half");
     put(&store, "t/tombstone/killed.del", b"{}");

@@ -202,6 +202,9 @@ def parse_args(argv: list[str]) -> Settings:
     )
     p.add_argument("--tools", type=_csv(TOOLS), default=TOOLS, help=f"subset of {','.join(TOOLS)} (pds is needed)")
     p.add_argument("--rows-per-file", type=int, help="rows per part file (default 1,000,000; --quick: rows/4)")
+    p.add_argument(
+        "--row-group-rows", type=int, help="rows per row group (default: --rows-per-file, one row group per file)"
+    )
     p.add_argument("--rss-mib", type=int, help="Arrow size of the RSS workload's stream (default 2048; --quick: 128)")
     p.add_argument("--delay-ms", type=float, default=10.0, help="one-way latency of s3-latency (default 10)")
     p.add_argument("--seed", type=int, default=42)
@@ -259,7 +262,7 @@ def parse_args(argv: list[str]) -> Settings:
         stores=a.stores,
         workloads=a.workloads,
         tools=tuple(t for t in TOOLS if t in a.tools),
-        layout=Layout(rows_per_file=per_file, row_group_rows=per_file),
+        layout=Layout(rows_per_file=per_file, row_group_rows=a.row_group_rows or per_file),
         rss_bytes=rss_mib * 2**20,
         delay_ms=a.delay_ms,
         seed=a.seed,

@@ -112,6 +112,7 @@
 //! there but the parts it named for itself (the other names may now be
 //! the new holder's).
 
+mod chunks;
 pub mod manifest;
 pub mod scan;
 
@@ -131,6 +132,7 @@ use crate::parquet::part_ref::{self, PartRef};
 use crate::parquet::split::{part_name, Piece, Splitter};
 use crate::store::occupancy::{self, Kind};
 use crate::store::{PutMode, PutOutcome, StoreHandle};
+use chunks::{ChunkPool, ChunkSink};
 use manifest::{Manifest, PartInfo};
 
 /// The commit marker, written last.
@@ -343,59 +345,15 @@ enum PartMsg {
     Finish,
 }
 
-/// A `Write` sink that hands full chunks to the uploader task.
-struct ChunkSink {
-    buf: Vec<u8>,
-    tx: mpsc::Sender<Bytes>,
-}
-
-impl ChunkSink {
-    /// Hand the buffer on (`last`: no new buffer after it). A chunk is kept
-    /// as long as the upload holds it (a memory store keeps it for good), so
-    /// a short one gives back the rest of its capacity first: a 1 KiB part
-    /// must not hold an 8 MiB allocation.
-    fn send(&mut self, last: bool) -> std::io::Result<()> {
-        let next = if last {
-            Vec::new()
-        } else {
-            Vec::with_capacity(CHUNK)
-        };
-        let mut buf = std::mem::replace(&mut self.buf, next);
-        if buf.capacity() > 2 * buf.len() {
-            buf.shrink_to_fit();
-        }
-        let chunk = Bytes::from(buf);
-        self.tx
-            .blocking_send(chunk)
-            .map_err(|_| std::io::Error::other("upload stopped"))
-    }
-}
-
-impl std::io::Write for ChunkSink {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= CHUNK {
-            self.send(false)?;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Encode the batches of one part into chunks (runs on a blocking thread).
 fn encode_part(
     schema: SchemaRef,
     opts: EncodeOptions,
     batches: std::sync::mpsc::Receiver<PartMsg>,
     chunks: mpsc::Sender<Bytes>,
+    pool: ChunkPool,
 ) -> Result<PartSummary> {
-    let sink = ChunkSink {
-        buf: Vec::with_capacity(CHUNK),
-        tx: chunks,
-    };
+    let sink = ChunkSink::new(chunks, pool);
     let mut enc = PartEncoder::new(sink, schema, &opts)?;
     loop {
         match batches.recv() {
@@ -405,7 +363,7 @@ fn encode_part(
         }
     }
     let (summary, mut sink) = enc.finish()?;
-    if !sink.buf.is_empty() {
+    if !sink.is_empty() {
         sink.send(true)?;
     }
     Ok(summary)
@@ -687,11 +645,12 @@ async fn run_part(
     opts: EncodeOptions,
     batches: std::sync::mpsc::Receiver<PartMsg>,
     name: PartName,
+    pool: ChunkPool,
 ) -> Result<(String, PartSummary, Option<String>)> {
     let (chunk_tx, chunk_rx) = mpsc::channel::<Bytes>(2);
     let encoder = tokio::task::spawn_blocking(move || {
         crate::error::contain(crate::parquet::encode::encoder_panic, || {
-            encode_part(schema, opts, batches, chunk_tx)
+            encode_part(schema, opts, batches, chunk_tx, pool)
         })
     });
     let uploaded = upload_part(store.clone(), dataset_key.clone(), name, chunk_rx).await;
@@ -1311,6 +1270,9 @@ fn write_parts_claimed(
         req.io.unwrap_or_else(|| store.default_io_concurrency()),
         parallelism,
     );
+    // Each part holds a chunk being filled, two on their way to its
+    // uploader and `uploads` uploading.
+    let pool = ChunkPool::new(CHUNK, parallelism * (uploads + 3));
     let max_rows = opts.max_rows_per_file;
     crate::progress::start(
         req.progress.as_deref(),
@@ -1375,6 +1337,7 @@ fn write_parts_claimed(
                     uploads,
                     claim: claim.cloned(),
                 },
+                pool.clone(),
             );
             let progress = req.progress.clone();
             tasks.push(handle.spawn(async move {

@@ -195,7 +195,6 @@ pub struct PartEncoder<W: Write + Send> {
     open_rows: usize,
     row_groups: usize,
     rows: u64,
-    threads: usize,
     /// Columns with page statistics (see [`EncodeOptions::page_index`]).
     page_index: Vec<String>,
 }
@@ -235,9 +234,6 @@ impl<W: Write + Send> PartEncoder<W> {
             open_rows: 0,
             row_groups: 0,
             rows: 0,
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
             page_index: opts.page_index.clone(),
         })
     }
@@ -327,42 +323,20 @@ impl<W: Write + Send> PartEncoder<W> {
         Ok(())
     }
 
-    /// Run `work` on each job, the jobs spread over up to one thread per
-    /// core (a panic in one is the typed error).
+    /// Run `work` on each job, spread over rayon's pool (one thread per
+    /// core, alive for the process: a thread started per slice would give
+    /// the allocator a new heap each time, whose pages the slice's encoded
+    /// pages then pin after it exits). A panic in one is the typed error.
     fn in_lanes<J: Send, T: Send>(
         &self,
         jobs: Vec<J>,
         work: impl Fn(J) -> Result<T> + Sync,
     ) -> Result<Vec<T>> {
-        let threads = self.threads.min(jobs.len()).max(1);
-        let mut lanes: Vec<Vec<J>> = (0..threads).map(|_| Vec::new()).collect();
-        for (n, job) in jobs.into_iter().enumerate() {
-            lanes[n % threads].push(job);
-        }
+        use rayon::prelude::*;
         let work = &work;
-        let done: Vec<Result<Vec<T>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = lanes
-                .into_iter()
-                .map(|lane| {
-                    scope.spawn(move || {
-                        crate::error::contained(|| lane.into_iter().map(work).collect())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|payload| {
-                        Err(encoder_panic(crate::error::panic_message(payload.as_ref())))
-                    })
-                })
-                .collect()
-        });
-        let mut out = Vec::new();
-        for lane in done {
-            out.extend(lane?);
-        }
-        Ok(out)
+        jobs.into_par_iter()
+            .map(|job| crate::error::contain(encoder_panic, || work(job)))
+            .collect()
     }
 
     /// Encode what is buffered, close the open row group and write it out.

@@ -56,6 +56,10 @@ pub struct EncodeOptions {
     /// reader can fetch only the pages that may hold a value; every page's
     /// CRC-32 is then recorded too (see [`crate::parquet::chunk_crc`]).
     pub page_index: Vec<String>,
+    /// Columns written without a dictionary: sorted keys, whose values
+    /// mostly differ from page to page, so that building a dictionary costs
+    /// time and, once it outgrows its page, falls back to plain anyway.
+    pub plain: Vec<String>,
 }
 
 impl EncodeOptions {
@@ -79,12 +83,19 @@ impl EncodeOptions {
             row_group_size,
             max_rows_per_file,
             page_index: Vec::new(),
+            plain: Vec::new(),
         })
     }
 
     /// These options, with page statistics on `columns` (see [`Self::page_index`]).
     pub fn with_page_index(mut self, columns: &[String]) -> Self {
         self.page_index = columns.to_vec();
+        self
+    }
+
+    /// These options, with no dictionary for `columns` (see [`Self::plain`]).
+    pub fn without_dictionary(mut self, columns: &[String]) -> Self {
+        self.plain = columns.to_vec();
         self
     }
 
@@ -97,6 +108,12 @@ impl EncodeOptions {
             .set_statistics_enabled(EnabledStatistics::Chunk);
         if let Some(n) = self.row_group_size {
             b = b.set_max_row_group_row_count(Some(n));
+        }
+        for c in &self.plain {
+            b = b.set_column_dictionary_enabled(
+                parquet::schema::types::ColumnPath::from(c.as_str()),
+                false,
+            );
         }
         for c in &self.page_index {
             b = b.set_column_statistics_enabled(

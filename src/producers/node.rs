@@ -284,14 +284,19 @@ impl NodeView {
         sort_key: Vec<String>,
         cut_key: Vec<String>,
     ) -> Arc<Layout> {
+        // Page statistics on the cut key: lookups seek (see
+        // `crate::parquet::seek`). Sorted keys go without a dictionary.
+        let opts = env
+            .opts
+            .clone()
+            .with_page_index(&cut_key)
+            .without_dictionary(&sort_key);
         Arc::new(Layout {
             store: env.store.clone(),
             root: env.root.clone(),
             schema,
             sort_key,
-            // Page statistics on the cut key: lookups seek (see
-            // `crate::parquet::seek`).
-            opts: env.opts.clone().with_page_index(&cut_key),
+            opts,
             cut_key,
             target_rows: env.target_rows,
         })

@@ -524,13 +524,15 @@ pub fn default_threads() -> usize {
         })
 }
 
-/// `f` applied to each of `items`, each on a scoped thread of its own (the
-/// first on the calling thread), results in order. A panic in `f` becomes
-/// the typed internal error; the first error (in item order) is returned.
+/// `f` applied to each of `items` on rayon's pool (threads that live for
+/// the process: see `PartEncoder::in_lanes`), results in order. A panic in
+/// `f` becomes the typed internal error; the first error (in item order)
+/// is returned.
 pub fn par_map<T: Send, R: Send>(
     items: Vec<T>,
     f: impl Fn(T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
+    use rayon::prelude::*;
     let f = &f;
     let run = move |item: T| -> Result<R> {
         crate::error::contain(crate::error::internal_panic, || f(item))
@@ -538,32 +540,8 @@ pub fn par_map<T: Send, R: Send>(
     if items.len() <= 1 {
         return items.into_iter().map(run).collect();
     }
-    std::thread::scope(|s| {
-        let mut items = items.into_iter();
-        let first = items.next();
-        let handles: Vec<_> = items
-            .map(|item| {
-                std::thread::Builder::new()
-                    .name("pds-sort".into())
-                    .spawn_scoped(s, move || run(item))
-            })
-            .collect();
-        let mut out = Vec::with_capacity(handles.len() + 1);
-        if let Some(item) = first {
-            out.push(run(item));
-        }
-        for h in handles {
-            out.push(match h {
-                Ok(h) => h.join().unwrap_or_else(|p| {
-                    Err(crate::error::internal_panic(crate::error::panic_message(
-                        p.as_ref(),
-                    )))
-                }),
-                Err(e) => Err(Error::Task(format!("a sort thread could not start: {e}"))),
-            });
-        }
-        out.into_iter().collect()
-    })
+    let done: Vec<Result<R>> = items.into_par_iter().map(run).collect();
+    done.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,128 @@
+"""A pipeline's full build and its scattered update, against DuckDB on the
+same events: 4M events (user, ts, amount) of 400,000 users, unsorted, in
+one Parquet file, to a local folder.
+
+- pds: source ``events`` keyed by ``user``; batched stage ``by_day`` re-keys
+  each event by ``(user, day)``; batched stage ``daily`` sums ``amount`` and
+  counts the events of each ``(user, day)``. The build is one
+  ``Pipeline.update`` from the file's batches.
+- DuckDB (2 threads): ``GROUP BY user, day ORDER BY user, day`` of the same
+  file into Parquet.
+
+The two builds take turns rep by rep (pds on a fresh key each time); pds's
+output is checked equal to DuckDB's. Then scattered updates, each sending
+10 new events for 2,000 users drawn uniformly (0.5 % of users), on the last
+build; the report gives their median as a share of pds's median build.
+
+    python benches/pipeline_build.py [--events 4000000] [--reps 3] [--updates 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from producers_compare import EVENT_SCHEMA, change, file_stream, uniform, write_events
+
+import pds
+
+BY_DAY = {"ts": pa.timestamp("us"), "amount": pa.int64()}
+DAILY = {"amount": pa.int64(), "events": pa.int64()}
+
+
+def by_day(events: pa.Table) -> pa.Table:
+    """Each event keyed by (user, day)."""
+    return pa.table(
+        {
+            "user": events["user"],
+            "day": pc.cast(events["ts"], pa.date32()),
+            "ts": events["ts"],
+            "amount": events["amount"],
+        }
+    )
+
+
+def daily(rows: pa.Table) -> pa.Table:
+    """Whole (user, day) groups -> their sum and count."""
+    agg = rows.group_by(["user", "day"], use_threads=False).aggregate([("amount", "sum"), ("amount", "count")])
+    return pa.table(
+        {"user": agg["user"], "day": agg["day"], "amount": agg["amount_sum"], "events": agg["amount_count"]}
+    )
+
+
+def declare(store: Any, key: str) -> pds.Pipeline:
+    p = pds.Pipeline.create(store, key)
+    ev = p.source("events", key={"user": pa.int64()}, value={"ts": pa.timestamp("us"), "amount": pa.int64()})
+    p.stage("by_day", sources=[ev], key={"user": pa.int64(), "day": pa.date32()}, value=BY_DAY, batched=True)(by_day)
+    p.stage("daily", sources=["by_day"], key={"user": pa.int64(), "day": pa.date32()}, value=DAILY, batched=True)(daily)
+    return p
+
+
+def duckdb_build(src: Path, out: Path) -> float:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads=2")
+    t0 = time.perf_counter()
+    con.execute(
+        "COPY (SELECT user, CAST(ts AS DATE) AS day, sum(amount) AS amount, count(*) AS events "
+        f"FROM read_parquet('{src}') GROUP BY user, day ORDER BY user, day) TO '{out}' (FORMAT parquet)"
+    )
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=4_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--updates", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="pds-pipeline-build-"))
+    n, users = args.events, args.events // 10
+    src = tmp / "events.parquet"
+    write_events(src, n, users, seed=1)
+    store = pds.open_store((tmp / "lake").as_uri())
+    builds: dict[str, list[float]] = {"pds": [], "duckdb": []}
+    p = None
+    for rep in range(args.reps):
+        for tool in ("pds", "duckdb") if rep % 2 == 0 else ("duckdb", "pds"):
+            if tool == "pds":
+                p = declare(store, f"p{rep}")
+                t0 = time.perf_counter()
+                p.update({"events": file_stream(src)})
+                builds["pds"].append(time.perf_counter() - t0)
+            else:
+                builds["duckdb"].append(duckdb_build(src, tmp / f"duck{rep}.parquet"))
+            print(f"rep {rep + 1} {tool:<6} build {builds[tool][-1]:.2f} s", flush=True)
+    assert p is not None
+    keys = [("user", "ascending"), ("day", "ascending")]
+    mine = p.read("daily").select(["user", "day", "amount", "events"])
+    theirs = pq.read_table(tmp / "duck0.parquet").cast(mine.schema)
+    if not mine.sort_by(keys).equals(theirs.sort_by(keys)):
+        raise SystemExit("pds and DuckDB disagree")
+    updates = []
+    for i in range(args.updates):
+        ch = change(uniform(users, users // 200, seed=100 + i), 10, seed=200 + i).cast(EVENT_SCHEMA)
+        t0 = time.perf_counter()
+        p.update({"events": ch})
+        updates.append(time.perf_counter() - t0)
+        print(f"scattered update {i + 1}: {updates[-1]:.2f} s", flush=True)
+    pb, db, up = statistics.median(builds["pds"]), statistics.median(builds["duckdb"]), statistics.median(updates)
+    print(f"\n`python benches/pipeline_build.py --events {n} --reps {args.reps} --updates {args.updates}`:\n")
+    print("| work | pds | DuckDB | ratio |\n|---|---:|---:|---:|")
+    print(f"| full build, {n:,} events | {pb:.2f} s | {db:.2f} s | {pb / db:.2f}x DuckDB |")
+    print(f"| scattered update, {users // 200:,} of {users:,} users | {up:.2f} s | | {up / pb:.0%} of the build |")
+
+
+if __name__ == "__main__":
+    main()

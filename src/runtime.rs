@@ -1,49 +1,75 @@
-//! One tokio runtime per process, re-created after `fork()`.
+//! One tokio runtime and one CPU thread pool per process, each re-created
+//! after `fork()`.
 //!
-//! Spark forks its Python workers. A tokio runtime's worker threads do not
-//! survive a fork, so a child that reused the parent's runtime would hang.
-//! We remember the pid that built the runtime and build a fresh one when the
-//! current pid differs. The parent's runtime is leaked in the child on
-//! purpose: dropping it would try to join threads that do not exist there.
+//! Spark forks its Python workers. Neither a tokio runtime's worker threads
+//! nor a rayon pool's survive a fork, so a child that reused the parent's
+//! would hang. We remember the pid that built each and build a fresh one
+//! when the current pid differs. The parent's is leaked in the child on
+//! purpose: dropping it would try to reach threads that do not exist there.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-struct Owned {
-    pid: u32,
-    runtime: Arc<tokio::runtime::Runtime>,
+/// A value built once per process: built again in a forked child.
+struct PerProcess<T> {
+    slot: Mutex<Option<(u32, Arc<T>)>>,
 }
 
-static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
+impl<T> PerProcess<T> {
+    const fn new() -> Self {
+        PerProcess {
+            slot: Mutex::new(None),
+        }
+    }
+
+    fn get(&self, what: &str, build: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        let pid = std::process::id();
+        let mut slot = self
+            .slot
+            .lock()
+            .map_err(|_| Error::Task(format!("{what} lock poisoned")))?;
+        if let Some((owner, value)) = slot.as_ref() {
+            if *owner == pid {
+                return Ok(value.clone());
+            }
+        }
+        let value = Arc::new(build()?);
+        if let Some(stale) = slot.take() {
+            // Built by the parent before fork(): its threads are gone in this process.
+            std::mem::forget(stale);
+        }
+        *slot = Some((pid, value.clone()));
+        Ok(value)
+    }
+}
+
+static RUNTIME: PerProcess<tokio::runtime::Runtime> = PerProcess::new();
+static CPU_POOL: PerProcess<rayon::ThreadPool> = PerProcess::new();
 
 /// The process's runtime, built on first use (and again in a forked child).
 pub fn get() -> Result<Arc<tokio::runtime::Runtime>> {
-    let pid = std::process::id();
-    let mut slot = RUNTIME
-        .lock()
-        .map_err(|_| Error::Task("runtime lock poisoned".into()))?;
-    if let Some(owned) = slot.as_ref() {
-        if owned.pid == pid {
-            return Ok(owned.runtime.clone());
-        }
-    }
-    let runtime = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
+    RUNTIME.get("runtime", || {
+        Ok(tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("pds-io")
-            .build()?,
-    );
-    if let Some(stale) = slot.take() {
-        // Built by the parent before fork(): its threads are gone in this process.
-        std::mem::forget(stale);
-    }
-    *slot = Some(Owned {
-        pid,
-        runtime: runtime.clone(),
-    });
-    Ok(runtime)
+            .build()?)
+    })
+}
+
+/// The process's pool of CPU threads (one per core) for parallel encoding,
+/// sorting and gathering, built on first use (and again in a forked child).
+/// Its threads live as long as the process: a thread started per task
+/// would give the allocator a new heap each time, whose pages that task's
+/// results then pin after it exits.
+pub fn cpu_pool() -> Result<Arc<rayon::ThreadPool>> {
+    CPU_POOL.get("CPU pool", || {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("pds-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Task(format!("the CPU thread pool could not start: {e}")))
+    })
 }
 
 /// Run a future to completion on the process runtime.

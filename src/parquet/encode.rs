@@ -340,10 +340,8 @@ impl<W: Write + Send> PartEncoder<W> {
         Ok(())
     }
 
-    /// Run `work` on each job, spread over rayon's pool (one thread per
-    /// core, alive for the process: a thread started per slice would give
-    /// the allocator a new heap each time, whose pages the slice's encoded
-    /// pages then pin after it exits). A panic in one is the typed error.
+    /// Run `work` on each job, spread over the process's CPU pool (see
+    /// [`crate::runtime::cpu_pool`]). A panic in one is the typed error.
     fn in_lanes<J: Send, T: Send>(
         &self,
         jobs: Vec<J>,
@@ -351,9 +349,11 @@ impl<W: Write + Send> PartEncoder<W> {
     ) -> Result<Vec<T>> {
         use rayon::prelude::*;
         let work = &work;
-        jobs.into_par_iter()
-            .map(|job| crate::error::contain(encoder_panic, || work(job)))
-            .collect()
+        crate::runtime::cpu_pool()?.install(|| {
+            jobs.into_par_iter()
+                .map(|job| crate::error::contain(encoder_panic, || work(job)))
+                .collect()
+        })
     }
 
     /// Encode what is buffered, close the open row group and write it out.

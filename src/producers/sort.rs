@@ -524,8 +524,8 @@ pub fn default_threads() -> usize {
         })
 }
 
-/// `f` applied to each of `items` on rayon's pool (threads that live for
-/// the process: see `PartEncoder::in_lanes`), results in order. A panic in
+/// `f` applied to each of `items` on the process's CPU pool (see
+/// [`crate::runtime::cpu_pool`]), results in order. A panic in
 /// `f` becomes the typed internal error; the first error (in item order)
 /// is returned.
 pub fn par_map<T: Send, R: Send>(
@@ -540,7 +540,8 @@ pub fn par_map<T: Send, R: Send>(
     if items.len() <= 1 {
         return items.into_iter().map(run).collect();
     }
-    let done: Vec<Result<R>> = items.into_par_iter().map(run).collect();
+    let done: Vec<Result<R>> =
+        crate::runtime::cpu_pool()?.install(|| items.into_par_iter().map(run).collect());
     done.into_iter().collect()
 }
 

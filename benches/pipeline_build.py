@@ -20,6 +20,7 @@ build; the report gives their median as a share of pds's median build.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -88,6 +89,14 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pds-pipeline-build-"))
+    try:
+        run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    """The builds, the check and the updates, in *tmp*; prints the report."""
     n, users = args.events, args.events // 10
     src = tmp / "events.parquet"
     write_events(src, n, users, seed=1)

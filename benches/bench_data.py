@@ -16,7 +16,16 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["CATEGORIES", "SCHEMA", "make_batch", "make_table", "stream_reader", "stream_rows_for"]
+__all__ = [
+    "CATEGORIES",
+    "NUMERIC_SCHEMA",
+    "SCHEMA",
+    "make_batch",
+    "make_table",
+    "numeric_batch",
+    "stream_reader",
+    "stream_rows_for",
+]
 
 SCHEMA = pa.schema(
     [
@@ -27,6 +36,11 @@ SCHEMA = pa.schema(
         ("uid", pa.string()),
     ]
 )
+
+# The "numeric" stream: four random columns, 32 bytes a row, no dictionary to
+# build and nothing to compress (a write's memory at its plainest).
+NUMERIC_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("c", pa.float64()), ("d", pa.float64())])
+NUMERIC_BATCH_ROWS = 1 << 20
 
 CATEGORIES = pa.array([f"category-{i:02d}" for i in range(50)], pa.string())
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -69,17 +83,34 @@ def make_table(rows: int, seed: int, chunk_rows: int = 1 << 20) -> pa.Table:
     return pa.Table.from_batches(batches, schema=SCHEMA)
 
 
-def stream_rows_for(target_bytes: int, seed: int, batch_rows: int = 65_536) -> int:
+def numeric_batch(start: int, rows: int, seed: int) -> pa.RecordBatch:
+    """Rows ``start .. start + rows - 1`` of the numeric stream for *seed*."""
+    rng = np.random.default_rng([seed, start, rows])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(rng.integers(0, 1 << 62, rows)),
+            pa.array(rng.integers(0, 1 << 62, rows)),
+            pa.array(rng.random(rows)),
+            pa.array(rng.random(rows)),
+        ],
+        schema=NUMERIC_SCHEMA,
+    )
+
+
+def stream_rows_for(target_bytes: int, seed: int, batch_rows: int = 65_536, data: str = "mixed") -> int:
     """How many rows make about *target_bytes* of Arrow data (measured on one batch)."""
-    sample = make_batch(0, batch_rows, seed)
+    sample = (numeric_batch if data == "numeric" else make_batch)(0, batch_rows, seed)
     return max(1, round(target_bytes / (int(sample.nbytes) / batch_rows)))
 
 
-def stream_reader(rows: int, seed: int, batch_rows: int = 65_536) -> pa.RecordBatchReader:
-    """A RecordBatchReader over *rows* rows, generated one batch at a time as it is read."""
+def stream_reader(rows: int, seed: int, batch_rows: int = 65_536, data: str = "mixed") -> pa.RecordBatchReader:
+    """A RecordBatchReader over *rows* rows of *data* ("mixed": SCHEMA, or
+    "numeric"), generated one batch at a time as it is read."""
+    make = numeric_batch if data == "numeric" else make_batch
+    schema = NUMERIC_SCHEMA if data == "numeric" else SCHEMA
 
     def batches() -> Iterator[pa.RecordBatch]:
         for start in range(0, rows, batch_rows):
-            yield make_batch(start, min(batch_rows, rows - start), seed)
+            yield make(start, min(batch_rows, rows - start), seed)
 
-    return pa.RecordBatchReader.from_batches(SCHEMA, batches())
+    return pa.RecordBatchReader.from_batches(schema, batches())

@@ -15,6 +15,9 @@ above 1 means pds is faster) and writes it to ``--out``.
     python benches/compare.py                 # the full run (4M rows, 3 repeats)
     python benches/compare.py --quick         # a smoke run (200k rows, 1 repeat, 128 MiB RSS input)
     python benches/compare.py --stores file,s3 --workloads write,read
+    # a 2 GiB numeric stream into 16M-row parts of 1M-row groups, 3 processes a tool:
+    python benches/compare.py --stores file --workloads rss --tools pds,pyarrow --rss-data numeric \
+        --rows-per-file 16777216 --row-group-rows 1048576 --rss-repeat 3
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from bench_data import make_batch, make_table, stream_rows_for
+from bench_data import NUMERIC_BATCH_ROWS, make_batch, make_table, stream_rows_for
 from bench_tools import (
     TOOL_LABELS,
     TOOLS,
@@ -79,6 +82,10 @@ WORKLOAD_LABELS = {
 }
 BASELINES = tuple(t for t in TOOLS if t != "pds")
 RSS_SAMPLE_SECONDS = 0.020
+RSS_DATA = {
+    "mixed": "the table's data, 65,536-row batches",
+    "numeric": "1,048,576-row batches of two random int64 and two random float64 columns",
+}
 BUCKET = "pds-bench"
 RSS_MEMORY_NOTE = "not measured on memory://, where the written data itself stays in the measured process"
 
@@ -163,6 +170,8 @@ class Settings:
     tools: tuple[str, ...]
     layout: Layout
     rss_bytes: int
+    rss_data: str
+    rss_repeat: int
     delay_ms: float
     seed: int
     proxy_mode: str
@@ -206,6 +215,14 @@ def parse_args(argv: list[str]) -> Settings:
         "--row-group-rows", type=int, help="rows per row group (default: --rows-per-file, one row group per file)"
     )
     p.add_argument("--rss-mib", type=int, help="Arrow size of the RSS workload's stream (default 2048; --quick: 128)")
+    p.add_argument(
+        "--rss-data",
+        choices=("mixed", "numeric"),
+        default="mixed",
+        help="the RSS stream: the table's data in 65,536-row batches (default), or 1,048,576-row batches of "
+        "two random int64 and two random float64 columns",
+    )
+    p.add_argument("--rss-repeat", type=int, default=1, help="fresh processes per tool for RSS, median reported")
     p.add_argument("--delay-ms", type=float, default=10.0, help="one-way latency of s3-latency (default 10)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
@@ -252,8 +269,8 @@ def parse_args(argv: list[str]) -> Settings:
     per_file = pick(a.rows_per_file, max(1, rows // 4), 1_000_000)
     rss_mib = pick(a.rss_mib, 128, 2048)
     latency_repeat = pick(a.latency_repeat, repeat, repeat)
-    if min(rows, repeat, per_file, rss_mib, latency_repeat) < 1:
-        p.error("--rows, --repeat, --latency-repeat, --rows-per-file and --rss-mib must be positive")
+    if min(rows, repeat, per_file, rss_mib, latency_repeat, a.rss_repeat) < 1:
+        p.error("--rows, --repeat, --latency-repeat, --rows-per-file, --rss-mib and --rss-repeat must be positive")
     out = a.out or HERE / ("results-quick.md" if a.quick else "results.md")
     return Settings(
         rows=rows,
@@ -264,6 +281,8 @@ def parse_args(argv: list[str]) -> Settings:
         tools=tuple(t for t in TOOLS if t in a.tools),
         layout=Layout(rows_per_file=per_file, row_group_rows=a.row_group_rows or per_file),
         rss_bytes=rss_mib * 2**20,
+        rss_data=a.rss_data,
+        rss_repeat=a.rss_repeat,
         delay_ms=a.delay_ms,
         seed=a.seed,
         proxy_mode=a.proxy,
@@ -624,6 +643,7 @@ def measure_rss(settings: Settings, spec: StoreSpec, tool: str, rows: int, key: 
         "rows": rows,
         "seed": settings.seed,
         "key": key,
+        "data": settings.rss_data,
     }
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
@@ -691,17 +711,30 @@ def _tail(err: Any, chars: int = 300) -> str:
 
 
 def run_rss(settings: Settings, spec: StoreSpec, results: Results) -> None:
+    """Each tool's peak RSS, in --rss-repeat fresh processes each, the tools
+    taking turns in an order that flips every run; the cell is the median."""
     store = spec.kind
     if store == "memory":  # see RSS_MEMORY_NOTE
         return
-    rows = stream_rows_for(settings.rss_bytes, settings.seed)
-    for name in settings.tools:
-        cell = measure_rss(settings, spec, name, rows, key=f"rss-{name}")
-        results.cells.setdefault((store, "rss"), {})[name] = cell
-        if cell.status == "ok":
-            log(f"  {store:<10} rss         {name:<8}: {cell.samples[0]:7.0f} MiB over baseline ({cell.seconds:.1f} s)")
-        else:
-            log(f"  {store:<10} rss         {name:<8}: {cell.status}: {cell.note}")
+    batch_rows = NUMERIC_BATCH_ROWS if settings.rss_data == "numeric" else 65_536
+    rows = stream_rows_for(settings.rss_bytes, settings.seed, batch_rows, settings.rss_data)
+    cells = results.cells.setdefault((store, "rss"), {})
+    seconds: dict[str, list[float]] = {}
+    for rep in range(settings.rss_repeat):
+        order = settings.tools if rep % 2 == 0 else tuple(reversed(settings.tools))
+        for name in order:
+            if name in cells and cells[name].status != "ok":
+                continue
+            one = measure_rss(settings, spec, name, rows, key=f"rss-{name}-{rep}")
+            cell = cells.setdefault(name, Cell())
+            if one.status != "ok":
+                cell.fail(one.status, one.note)
+                log(f"  {store:<10} rss         {name:<8}: {one.status}: {one.note}")
+                continue
+            cell.samples += one.samples
+            seconds.setdefault(name, []).append(one.seconds or 0.0)
+            cell.seconds = statistics.median(seconds[name])
+            log(f"  {store:<10} rss         {name:<8}: {one.samples[0]:7.0f} MiB over baseline ({one.seconds:.1f} s)")
 
 
 # -- report ------------------------------------------------------------------------
@@ -853,8 +886,10 @@ def render(
         f"- Filtered read: `id < {settings.filter_bound:,}` (10% of rows); pds and pyarrow.dataset and deltalake "
         "filter in the reader, remote_store.ext.parquet reads everything and then filters in pyarrow.",
         f"- Peak RSS: a fresh process per tool writes a {rss_gib:g} GiB RecordBatchReader generated batch by "
-        f"batch; the cell is peak RSS (sampled every {RSS_SAMPLE_SECONDS * 1000:.0f} ms) minus the process's RSS "
-        "after imports, one run each, with the write's duration; ratio = baseline MiB / pds MiB. "
+        f"batch ({RSS_DATA[settings.rss_data]}); the cell is peak RSS (sampled every "
+        f"{RSS_SAMPLE_SECONDS * 1000:.0f} ms) minus the process's RSS after imports, the median of "
+        f"{settings.rss_repeat} run{'s' if settings.rss_repeat > 1 else ''} each, with the write's duration; "
+        "ratio = baseline MiB / pds MiB. "
         "remote_store.ext.parquet takes only a Table, so its input is materialised first; " + RSS_MEMORY_NOTE + ".",
         *extras,
         "",

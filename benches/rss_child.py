@@ -12,7 +12,8 @@ Protocol on stdout (one line each; the parent samples this process's RSS):
 Instead of READY or DONE it may print ``NA reason`` or ``ERROR message``.
 
 Usage: ``python benches/rss_child.py '<json spec>'`` with keys tool, store
-(a StoreSpec as a dict), layout (a Layout as a dict), rows, seed, key.
+(a StoreSpec as a dict), layout (a Layout as a dict), rows, seed, key, data
+("mixed" or "numeric", see bench_data).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import traceback
 from collections.abc import Iterator
 
 import pyarrow as pa
-from bench_data import SCHEMA, stream_reader
+from bench_data import NUMERIC_BATCH_ROWS, stream_reader
 from bench_tools import Layout, NotApplicable, StoreSpec, make_tool
 
 
@@ -37,7 +38,7 @@ def _counting(reader: pa.RecordBatchReader, total: list[int]) -> pa.RecordBatchR
             total[0] += batch.nbytes
             yield batch
 
-    return pa.RecordBatchReader.from_batches(SCHEMA, batches())
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +51,9 @@ def main(argv: list[str]) -> int:
         print(f"NA {exc}", flush=True)
         return 0
     generated = [0]
-    reader = _counting(stream_reader(int(spec["rows"]), int(spec["seed"])), generated)
+    data = spec.get("data", "mixed")
+    batch_rows = NUMERIC_BATCH_ROWS if data == "numeric" else 65_536
+    reader = _counting(stream_reader(int(spec["rows"]), int(spec["seed"]), batch_rows, data), generated)
     gc.collect()
     print("READY", flush=True)
     if sys.stdin.readline().strip() != "GO":

@@ -49,6 +49,7 @@ pub struct CompactOptions {
     pub progress: Option<Arc<Progress>>,
 }
 
+#[cfg(test)]
 impl CompactOptions {
     /// Rewrite the files with at least `min_deleted_fraction` of their
     /// rows deleted (and merge small ones) at the table's file size, two

@@ -202,6 +202,19 @@ pub(crate) fn append_ids(
     append(store.clone(), "t", rows(ids), SchemaMode::Strict, None, 2)
 }
 
+/// Table `t` keyed by `id`: ids 0..10 created, then `steps` appends of 3
+/// ids each (one file per version); the ids in order, the model.
+pub(crate) fn create_and_append_steps(store: &Arc<StoreHandle>, steps: i64) -> Vec<i64> {
+    create_keyed(store, 0..10);
+    let mut model: Vec<i64> = (0..10).collect();
+    for i in 0..steps {
+        let lo = 10 + 3 * i;
+        append_ids(store, lo..lo + 3).unwrap();
+        model.extend(lo..lo + 3);
+    }
+    model
+}
+
 pub(crate) fn props(pk: Option<&str>) -> TableProperties {
     TableProperties {
         primary_key: pk.map(str::to_string),

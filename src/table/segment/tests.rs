@@ -18,7 +18,8 @@ use crate::table::scan::{for_scan, scan, At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::tests::manifest as one_file_manifest;
 use crate::table::tests::{
-    append_ids, cond, counting_store, create_and_append, create_keyed, ids, int, rows,
+    append_ids, cond, counting_store, create_and_append, create_and_append_steps, create_keyed,
+    ids, int, rows,
 };
 use crate::table::write::append;
 use crate::table::{manifest_key, pointer_key, Pointer};
@@ -227,21 +228,7 @@ fn planning_a_point_read_loads_only_segments_that_can_match() {
 #[test]
 fn a_real_table_grows_segments_by_appends_and_reads_like_its_model() {
     let (store, counts) = counting_store();
-    create_keyed(&store, 0..10);
-    let mut model: Vec<i64> = (0..10).collect();
-    for i in 0..40i64 {
-        let lo = 10 + 3 * i;
-        append(
-            store.clone(),
-            "t",
-            rows(lo..lo + 3),
-            SchemaMode::Strict,
-            None,
-            2,
-        )
-        .unwrap();
-        model.extend(lo..lo + 3);
-    }
+    let mut model = create_and_append_steps(&store, 40);
     let root: TableManifest = block(read_version_at(&store, "t", 40, Depth::Root));
     let files: Vec<u64> = root.segments.iter().map(|s| s.file_count).collect();
     assert_eq!(
@@ -552,13 +539,7 @@ fn key_rewrites_load_only_the_segments_that_can_hold_their_keys() {
     use crate::table::update::{update, UpdateOptions};
     use crate::table::upsert::upsert;
     let (store, _) = counting_store();
-    create_keyed(&store, 0..10);
-    let mut model: Vec<i64> = (0..10).collect();
-    for i in 0..150i64 {
-        let lo = 10 + 3 * i;
-        append_ids(&store, lo..lo + 3).unwrap();
-        model.extend(lo..lo + 3);
-    }
+    let mut model = create_and_append_steps(&store, 150);
     let before: TableManifest = block(read_version_at(&store, "t", 150, Depth::Root));
     assert!(before.segments.len() >= 3, "{:?}", before.segments);
     let file_count = before.file_count() as usize;

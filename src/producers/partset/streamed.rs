@@ -345,83 +345,10 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::parquet::encode::EncodeOptions;
-    use crate::producers::partset::Change;
-    use crate::store::StoreHandle;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
-    use arrow_array::Int64Array;
-    use arrow_schema::{DataType, Field, Schema};
-    use std::collections::BTreeMap;
 
-    fn schema() -> arrow_schema::SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
-            Field::new("v", DataType::Int64, false),
-        ]))
-    }
-
-    fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
-        let (k, v): (Vec<i64>, Vec<i64>) = pairs.iter().copied().unzip();
-        RecordBatch::try_new(
-            schema(),
-            vec![Arc::new(Int64Array::from(k)), Arc::new(Int64Array::from(v))],
-        )
-        .unwrap()
-    }
-
-    fn keys(ks: &[i64]) -> RecordBatch {
-        let s = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-        RecordBatch::try_new(s, vec![Arc::new(Int64Array::from(ks.to_vec()))]).unwrap()
-    }
-
-    fn stream(batches: Vec<RecordBatch>) -> BatchIter {
-        Box::new(batches.into_iter().map(Ok))
-    }
-
-    fn layout() -> Layout {
-        Layout {
-            store: Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap()),
-            root: "n/content".into(),
-            schema: schema(),
-            sort_key: vec!["k".into(), "v".into()],
-            cut_key: vec!["k".into()],
-            opts: EncodeOptions::new("zstd", None, None).unwrap(),
-            target_rows: 100,
-        }
-    }
-
-    fn read(l: &Layout, parts: &[RangePart]) -> Vec<(i64, i64)> {
-        let mut out = Vec::new();
-        for b in l.read_many(parts, None).unwrap().into_iter().flatten() {
-            let (k, v) = (b.column(0).as_primitive::<Int64Type>(), b.column(1));
-            let v = v.as_primitive::<Int64Type>();
-            out.extend((0..b.num_rows()).map(|i| (k.value(i), v.value(i))));
-        }
-        out
-    }
-
-    fn change(prefix: &str, remove: &[i64], adds: &[(i64, i64)]) -> Change {
-        let k = keys(remove);
-        let set = key_set(
-            std::slice::from_ref(&k),
-            &KeyEncoder::new(&k.schema(), &["k".to_string()]).unwrap(),
-        )
-        .unwrap();
-        Change {
-            remove: Remove::Keys {
-                key: vec!["k".into()],
-                set,
-            },
-            touch: stream(vec![k]),
-            adds: stream(vec![rows(adds)]),
-            collect_removed: true,
-            select: true,
-            prefix: prefix.into(),
-            derived: None,
-        }
-    }
+    use crate::producers::partset::tests::{change, layout, read, rows, stream};
 
     /// A key spanning five parts, with a small key in its first part and
     /// two in its last: its unit is rewritten as a stream, each change's

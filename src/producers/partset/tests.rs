@@ -1,0 +1,174 @@
+//! Rewrites of units of one part: the next part read ahead on the reader's
+//! thread, its answers taken in order, and its failures reported.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use bytes::Bytes;
+
+use super::*;
+use crate::parquet::encode::EncodeOptions;
+use crate::store::{PutMode, StoreHandle};
+
+pub(crate) fn schema() -> arrow_schema::SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+    ]))
+}
+
+pub(crate) fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
+    let (k, v): (Vec<i64>, Vec<i64>) = pairs.iter().copied().unzip();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(k)), Arc::new(Int64Array::from(v))],
+    )
+    .unwrap()
+}
+
+pub(crate) fn keys(ks: &[i64]) -> RecordBatch {
+    let s = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    RecordBatch::try_new(s, vec![Arc::new(Int64Array::from(ks.to_vec()))]).unwrap()
+}
+
+pub(crate) fn stream(batches: Vec<RecordBatch>) -> BatchIter {
+    Box::new(batches.into_iter().map(Ok))
+}
+
+pub(crate) fn layout() -> Layout {
+    Layout {
+        store: Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap()),
+        root: "n/content".into(),
+        schema: schema(),
+        sort_key: vec!["k".into(), "v".into()],
+        cut_key: vec!["k".into()],
+        opts: EncodeOptions::new("zstd", None, None).unwrap(),
+        target_rows: 100,
+    }
+}
+
+pub(crate) fn read(l: &Layout, parts: &[RangePart]) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    for b in l.read_many(parts, None).unwrap().into_iter().flatten() {
+        let (k, v) = (b.column(0).as_primitive::<Int64Type>(), b.column(1));
+        let v = v.as_primitive::<Int64Type>();
+        out.extend((0..b.num_rows()).map(|i| (k.value(i), v.value(i))));
+    }
+    out
+}
+
+pub(crate) fn change(prefix: &str, remove: &[i64], adds: &[(i64, i64)]) -> Change {
+    let k = keys(remove);
+    let set = key_set(
+        std::slice::from_ref(&k),
+        &KeyEncoder::new(&k.schema(), &["k".to_string()]).unwrap(),
+    )
+    .unwrap();
+    Change {
+        remove: Remove::Keys {
+            key: vec!["k".into()],
+            set,
+        },
+        touch: stream(vec![k]),
+        adds: stream(vec![rows(adds)]),
+        collect_removed: true,
+        select: true,
+        prefix: prefix.into(),
+        derived: None,
+    }
+}
+
+/// The parts' object keys under the layout's store.
+fn objects(l: &Layout) -> Vec<String> {
+    let listing = crate::runtime::block_on(l.store.list("", true))
+        .unwrap()
+        .unwrap();
+    let mut keys: Vec<String> = listing.objects.into_iter().map(|m| m.key).collect();
+    keys.sort();
+    keys
+}
+
+/// Distinct keys 0..1000 (value = key), in parts of about 100 rows: ten
+/// parts, each a unit of its own, too small to seek in.
+fn ten_parts(l: &Layout) -> Vec<RangePart> {
+    let all: Vec<(i64, i64)> = (0..1000).map(|k| (k, k)).collect();
+    let parts = l
+        .write("p", stream(vec![rows(&all)]), &mut Vec::new())
+        .unwrap();
+    let units = crate::producers::parts::units(&parts, &l.schema, &l.cut_key).unwrap();
+    assert!(parts.len() >= 9 && units.len() == parts.len(), "{units:?}");
+    parts
+}
+
+/// A change to every part, twice (the second over the first's patches):
+/// each part after the first is read ahead while the one before it is
+/// rewritten, and every result is the model's.
+#[test]
+fn a_change_to_every_part_reads_the_next_ahead_and_matches_its_model() {
+    let l = layout();
+    let mut parts = ten_parts(&l);
+    let mut model: BTreeMap<i64, i64> = (0..1000).map(|k| (k, k)).collect();
+    for (round, offset) in [(0i64, 7i64), (1, 53)] {
+        // One key replaced and one removed in every hundred; one key added
+        // past the end.
+        let removed: Vec<i64> = (0..10).map(|h| h * 100 + offset).collect();
+        let replaced: Vec<(i64, i64)> = (0..10).map(|h| (h * 100 + 31, -h - 100 * round)).collect();
+        let mut adds = replaced.clone();
+        adds.push((2000 + round, 1));
+        let mut touched: Vec<i64> = removed.to_vec();
+        touched.extend(adds.iter().map(|r| r.0));
+        touched.sort();
+        let c = l
+            .rewrite(&parts, change(&format!("c{round}"), &touched, &adds))
+            .unwrap();
+        for k in &touched {
+            model.remove(k);
+        }
+        model.extend(adds.iter().copied());
+        let want: Vec<(i64, i64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(read(&l, &c.parts), want, "round {round}");
+        let mut selected = adds.clone();
+        selected.sort();
+        assert_eq!(read(&l, &c.selected), selected, "round {round}");
+        let deleted: Vec<i64> = c
+            .deleted
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        assert_eq!(deleted, removed, "round {round}");
+        parts = c.parts;
+    }
+}
+
+/// A damaged part read ahead fails the rewrite with `PartCorrupted` naming
+/// it; what the rewrite wrote before is removed, and the stored parts are
+/// as they were.
+#[test]
+fn a_damaged_part_read_ahead_fails_the_rewrite_and_leaves_nothing() {
+    let l = layout();
+    let parts = ten_parts(&l);
+    let before = objects(&l);
+    let victim = l.object(&parts[3]);
+    let good = crate::runtime::block_on(l.store.get(&victim))
+        .unwrap()
+        .unwrap();
+    let mut bad = good.to_vec();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    crate::runtime::block_on(l.store.put(&victim, Bytes::from(bad), PutMode::Overwrite))
+        .unwrap()
+        .unwrap();
+    let touched: Vec<i64> = (0..10).map(|h| h * 100 + 5).collect();
+    let err = l
+        .rewrite(&parts, change("c", &touched, &[]))
+        .expect_err("a damaged part");
+    match &err {
+        Error::PartCorrupted { path, .. } => assert_eq!(path, &victim),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(objects(&l), before, "only the stored parts remain");
+}

@@ -15,6 +15,12 @@
 //! - mimalloc, purge delay 1 ms (`MIMALLOC_PURGE_DELAY=1`): 516 / 518
 //!   MiB; 532-536 MiB, but the pipeline build took 15.5 s instead of 11.0
 //!   and a scattered update 4.8 s instead of 2.5: not the default.
+//! - Again on 2026-11-28, after the CPU pool: the constant-key group
+//!   (batched) 637-726 MiB by default; `MIMALLOC_PURGE_DELAY=0` 511 MiB,
+//!   `MIMALLOC_ARENA_PURGE_MULT=0` 492 MiB, but the 4M-event pipeline build
+//!   (`benches/pipeline_build.py`) 18-29 % and its scattered update 67-81 %
+//!   slower: still not the default. Its live heap peaks at 286 MB
+//!   (heaptrack); the rest is memory kept for reuse.
 //!
 //! mimalloc reads its settings from the environment (`MIMALLOC_*`). Only
 //! Rust's allocations use it: the Arrow buffers pds hands to Python are

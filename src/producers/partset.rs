@@ -919,218 +919,212 @@ impl Layout {
             Some(d) => &d.prefixes[r],
             None => no_leads,
         };
-        std::thread::scope(|scope| -> Result<()> {
-            let mut reader = Reader::new(self, scope);
-            // The next unit's touched and added rows, taken early to read it ahead.
-            let mut taken: Option<(Vec<RecordBatch>, Vec<RecordBatch>)> = None;
-            for (u, range) in units.iter().enumerate() {
-                let j = range.start;
-                let unit = &parts[range.clone()];
-                let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
-                let (touch_j, adds_early) = match taken.take() {
-                    Some((touch, adds)) => (touch, Some(adds)),
-                    None => (touch_split.take_until(bound)?, None),
-                };
-                let lead = leads(leads_in(j, unit.len()));
-                if unit.len() > 1 && lead.is_empty() {
-                    // A key spanning parts: rewritten as a stream, whatever its size.
-                    let (first, _) = lock()?.take_until_limit(bound, 1)?;
-                    let any_add = has(&first);
-                    lock()?.unread(first);
-                    if !any_add && !has(&touch_j) {
-                        out.parts.extend(unit.iter().cloned());
-                        continue;
-                    }
-                    let change = streamed::UnitChange {
-                        unit,
-                        touch: &touch_j,
-                        adds: add_split.clone(),
-                        bound: bound.map(|r| r.owned()),
-                        remove: remove.clone(),
-                        collect_removed,
-                        select,
-                        name: format!("{prefix}-s{j:05}"),
-                    };
-                    self.rewrite_unit_streamed(change, &mut pending, &mut flush, out)?;
-                    continue;
-                }
-                let adds_j = match adds_early {
-                    Some(adds) => adds,
-                    None => lock()?.take_until(bound)?,
-                };
-                if !has(&adds_j) && !has(&touch_j) && lead.is_empty() {
+        let mut reader = Reader::new(self);
+        // The next unit's touched and added rows, taken early to read it ahead.
+        let mut taken: Option<(Vec<RecordBatch>, Vec<RecordBatch>)> = None;
+        for (u, range) in units.iter().enumerate() {
+            let j = range.start;
+            let unit = &parts[range.clone()];
+            let bound = (u < last).then(|| bounds.row(j + unit.len() - 1));
+            let (touch_j, adds_early) = match taken.take() {
+                Some((touch, adds)) => (touch, Some(adds)),
+                None => (touch_split.take_until(bound)?, None),
+            };
+            let lead = leads(leads_in(j, unit.len()));
+            if unit.len() > 1 && lead.is_empty() {
+                // A key spanning parts: rewritten as a stream, whatever its size.
+                let (first, _) = lock()?.take_until_limit(bound, 1)?;
+                let any_add = has(&first);
+                lock()?.unread(first);
+                if !any_add && !has(&touch_j) {
                     out.parts.extend(unit.iter().cloned());
                     continue;
                 }
-                // The unit's rows (a key spanning parts: all of its parts, in
-                // memory for now), patches applied; the cut-key values this
-                // change is about, sorted, and their rows.
-                // A small change to a large part reads only the pages holding
-                // its values first (see [`Self::seekable`]); if it must then be
-                // rewritten in place, the part is read whole.
-                let mut seek = match unit {
-                    [one] => self.seekable(one, &adds_j, &touch_j, lead.len()),
-                    _ => false,
+                let change = streamed::UnitChange {
+                    unit,
+                    touch: &touch_j,
+                    adds: add_split.clone(),
+                    bound: bound.map(|r| r.owned()),
+                    remove: remove.clone(),
+                    collect_removed,
+                    select,
+                    name: format!("{prefix}-s{j:05}"),
                 };
-                // If the next unit is one part this change reads whole, it is
-                // read on the reader's thread while this one is worked on.
-                if let Some(next) = units.get(u + 1).filter(|r| r.len() == 1) {
-                    let k = next.start;
-                    let next_bound = (u + 1 < last).then(|| bounds.row(k));
-                    let touch = touch_split.take_until(next_bound)?;
-                    let adds = lock()?.take_until(next_bound)?;
-                    let n_leads = leads_in(k, 1).len();
-                    if (has(&adds) || has(&touch) || n_leads > 0)
-                        && !self.seekable(&parts[k], &adds, &touch, n_leads)
-                    {
-                        reader.ask(k, &parts[k])?;
-                    }
-                    taken = Some((touch, adds));
+                self.rewrite_unit_streamed(change, &mut pending, &mut flush, out)?;
+                continue;
+            }
+            let adds_j = match adds_early {
+                Some(adds) => adds,
+                None => lock()?.take_until(bound)?,
+            };
+            if !has(&adds_j) && !has(&touch_j) && lead.is_empty() {
+                out.parts.extend(unit.iter().cloned());
+                continue;
+            }
+            // The unit's rows (a key spanning parts: all of its parts, in
+            // memory for now), patches applied; the cut-key values this
+            // change is about, sorted, and their rows.
+            // A small change to a large part reads only the pages holding
+            // its values first (see [`Self::seekable`]); if it must then be
+            // rewritten in place, the part is read whole.
+            let mut seek = match unit {
+                [one] => self.seekable(one, &adds_j, &touch_j, lead.len()),
+                _ => false,
+            };
+            // If the next unit is one part this change reads whole, it is
+            // read on the reader's thread while this one is worked on.
+            if let Some(next) = units.get(u + 1).filter(|r| r.len() == 1) {
+                let k = next.start;
+                let next_bound = (u + 1 < last).then(|| bounds.row(k));
+                let touch = touch_split.take_until(next_bound)?;
+                let adds = lock()?.take_until(next_bound)?;
+                let n_leads = leads_in(k, 1).len();
+                if (has(&adds) || has(&touch) || n_leads > 0)
+                    && !self.seekable(&parts[k], &adds, &touch, n_leads)
+                {
+                    reader.ask(k, &parts[k])?;
                 }
-                let touch_given = touch_j;
-                loop {
-                    let old = match (unit, seek) {
-                        ([one], true) => {
-                            let values =
-                                self.seek_values(&touch_given, &adds_j, derived.as_ref())?;
-                            self.seek_parts(vec![one.clone()], &values, &self.schema_names())?
-                                .remove(0)
-                        }
-                        ([one], false) => reader.read(j, one)?,
-                        _ => {
-                            let rows = self.read_many(unit, None)?.into_iter().flatten().collect();
-                            Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
-                        }
-                    };
-                    // Values beginning with a derived leading value that hold a
-                    // removed row are touched too.
-                    let mut touch_j = touch_given.clone();
-                    if !lead.is_empty() {
-                        let extra =
-                            self.derived_touches(&old, lead, &remove, remove_enc.as_ref())?;
-                        if !extra.is_empty() {
-                            let lists: Vec<BatchIter> = vec![
-                                Box::new(std::mem::take(&mut touch_j).into_iter().map(Ok)),
-                                Box::new(extra.into_iter().map(Ok)),
-                            ];
-                            touch_j =
-                                merge_sorted(self.cut_schema()?, &self.cut_key, lists, BATCH_ROWS)?
-                                    .collect::<Result<_>>()?;
-                        }
-                        if !has(&adds_j) && !has(&touch_j) {
-                            out.parts.extend(unit.iter().cloned());
-                            break;
-                        }
+                taken = Some((touch, adds));
+            }
+            let touch_given = touch_j;
+            loop {
+                let old = match (unit, seek) {
+                    ([one], true) => {
+                        let values = self.seek_values(&touch_given, &adds_j, derived.as_ref())?;
+                        self.seek_parts(vec![one.clone()], &values, &self.schema_names())?
+                            .remove(0)
                     }
-                    let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
-                    let (old_w, n_w) = old.take(&wanted)?;
-                    // Rows are removed in touched values only (see
-                    // [`Change::touch`]), as in a streamed unit.
-                    let (kept, removed) = match (&*remove, &remove_enc) {
-                        (Remove::Keys { set, .. }, Some(enc)) => {
-                            let touched = key_set(&touch_j, &tenc)?;
-                            filter_by_keys(&old_w, enc, set, false, Some((&cut, &touched)))?
-                        }
-                        _ => (old_w, Vec::new()),
-                    };
-                    // Every row, after the change, of each value it is about.
-                    let picked: Vec<RecordBatch> = merge_sorted(
-                        self.schema.clone(),
-                        &self.sort_key,
-                        vec![
-                            Box::new(kept.into_iter().map(Ok)),
-                            Box::new(adds_j.clone().into_iter().map(Ok)),
-                        ],
-                        BATCH_ROWS,
-                    )?
-                    .collect::<Result<_>>()?;
-                    // The touched values left with no row.
-                    let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
-                    let count =
-                        |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-                    // Rows the unit keeps untouched (a seek read only some).
-                    let stored = match seek {
-                        true => unit[0].rows as usize,
-                        false => old.len(),
-                    };
-                    let rest = stored
-                        .checked_sub(n_w)
-                        .ok_or_else(|| Error::PartCorrupted {
-                            path: self.object(&unit[0]),
-                            reason: "its rows are not in key order".into(),
-                        })? as u64;
-                    let live = rest + count(&picked);
-                    if may_patch(unit, live, count(&picked) + count(&gone)) {
-                        // The part's new range: its rows' extremes (after a
-                        // seek, its recorded range, which may then be wider than
-                        // its rows), and the picked rows'.
-                        let mut ends = match seek {
-                            true => self.recorded_ends(&unit[0])?,
-                            false => old.ends_without(&wanted),
-                        };
-                        ends.extend(
-                            picked
-                                .iter()
-                                .find(|b| b.num_rows() > 0)
-                                .map(|b| b.slice(0, 1)),
-                        );
-                        ends.extend(
-                            picked
-                                .iter()
-                                .rev()
-                                .find(|b| b.num_rows() > 0)
-                                .map(|b| b.slice(b.num_rows() - 1, 1)),
-                        );
-                        let (first, last) = extremes(&cut, &ends)?
-                            .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
-                        let name = format!("{prefix}-p{j:05}");
-                        let part =
-                            self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
-                        if collect_removed {
-                            out.removed.extend(removed);
-                        }
-                        if select {
-                            flush(&mut pending, out)?;
-                            if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
-                                out.selected.push(rows);
-                            }
-                            out.deleted.extend(gone);
-                        }
-                        out.parts.push(part);
+                    ([one], false) => reader.read(j, one)?,
+                    _ => {
+                        let rows = self.read_many(unit, None)?.into_iter().flatten().collect();
+                        Layered::new(&self.schema, &cut, &tenc, rows, Vec::new())?
+                    }
+                };
+                // Values beginning with a derived leading value that hold a
+                // removed row are touched too.
+                let mut touch_j = touch_given.clone();
+                if !lead.is_empty() {
+                    let extra = self.derived_touches(&old, lead, &remove, remove_enc.as_ref())?;
+                    if !extra.is_empty() {
+                        let lists: Vec<BatchIter> = vec![
+                            Box::new(std::mem::take(&mut touch_j).into_iter().map(Ok)),
+                            Box::new(extra.into_iter().map(Ok)),
+                        ];
+                        touch_j =
+                            merge_sorted(self.cut_schema()?, &self.cut_key, lists, BATCH_ROWS)?
+                                .collect::<Result<_>>()?;
+                    }
+                    if !has(&adds_j) && !has(&touch_j) {
+                        out.parts.extend(unit.iter().cloned());
                         break;
                     }
-                    if seek {
-                        // Rewritten in place: read it whole.
-                        seek = false;
-                        continue;
+                }
+                let wanted = sorted_keys(&[(&touch_j, &tenc), (&adds_j, &cut)])?;
+                let (old_w, n_w) = old.take(&wanted)?;
+                // Rows are removed in touched values only (see
+                // [`Change::touch`]), as in a streamed unit.
+                let (kept, removed) = match (&*remove, &remove_enc) {
+                    (Remove::Keys { set, .. }, Some(enc)) => {
+                        let touched = key_set(&touch_j, &tenc)?;
+                        filter_by_keys(&old_w, enc, set, false, Some((&cut, &touched)))?
                     }
+                    _ => (old_w, Vec::new()),
+                };
+                // Every row, after the change, of each value it is about.
+                let picked: Vec<RecordBatch> = merge_sorted(
+                    self.schema.clone(),
+                    &self.sort_key,
+                    vec![
+                        Box::new(kept.into_iter().map(Ok)),
+                        Box::new(adds_j.clone().into_iter().map(Ok)),
+                    ],
+                    BATCH_ROWS,
+                )?
+                .collect::<Result<_>>()?;
+                // The touched values left with no row.
+                let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
+                let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                // Rows the unit keeps untouched (a seek read only some).
+                let stored = match seek {
+                    true => unit[0].rows as usize,
+                    false => old.len(),
+                };
+                let rest = stored
+                    .checked_sub(n_w)
+                    .ok_or_else(|| Error::PartCorrupted {
+                        path: self.object(&unit[0]),
+                        reason: "its rows are not in key order".into(),
+                    })? as u64;
+                let live = rest + count(&picked);
+                if may_patch(unit, live, count(&picked) + count(&gone)) {
+                    // The part's new range: its rows' extremes (after a
+                    // seek, its recorded range, which may then be wider than
+                    // its rows), and the picked rows'.
+                    let mut ends = match seek {
+                        true => self.recorded_ends(&unit[0])?,
+                        false => old.ends_without(&wanted),
+                    };
+                    ends.extend(
+                        picked
+                            .iter()
+                            .find(|b| b.num_rows() > 0)
+                            .map(|b| b.slice(0, 1)),
+                    );
+                    ends.extend(
+                        picked
+                            .iter()
+                            .rev()
+                            .find(|b| b.num_rows() > 0)
+                            .map(|b| b.slice(b.num_rows() - 1, 1)),
+                    );
+                    let (first, last) = extremes(&cut, &ends)?
+                        .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
+                    let name = format!("{prefix}-p{j:05}");
+                    let part =
+                        self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
                     if collect_removed {
                         out.removed.extend(removed);
                     }
-                    // Rewritten in place: each value's rows replaced by its new ones.
-                    let only_picked = rest == 0;
-                    let new = Sorted::new(self.schema.clone(), picked.clone(), &cut)?;
-                    let merged: BatchIter =
-                        Box::new(old.replaced(&wanted, &new)?.into_iter().map(Ok));
-                    drop(old);
-                    let new_parts =
-                        self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
-                    out.parts.extend(new_parts.iter().cloned());
                     if select {
-                        if only_picked && !picked.is_empty() {
-                            flush(&mut pending, out)?;
-                            out.selected.extend(new_parts);
-                        } else {
-                            pending.extend(picked);
+                        flush(&mut pending, out)?;
+                        if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
+                            out.selected.push(rows);
                         }
                         out.deleted.extend(gone);
                     }
+                    out.parts.push(part);
                     break;
                 }
+                if seek {
+                    // Rewritten in place: read it whole.
+                    seek = false;
+                    continue;
+                }
+                if collect_removed {
+                    out.removed.extend(removed);
+                }
+                // Rewritten in place: each value's rows replaced by its new ones.
+                let only_picked = rest == 0;
+                let new = Sorted::new(self.schema.clone(), picked.clone(), &cut)?;
+                let merged: BatchIter = Box::new(old.replaced(&wanted, &new)?.into_iter().map(Ok));
+                drop(old);
+                let new_parts =
+                    self.write(&format!("{prefix}-s{j:05}"), merged, &mut out.created)?;
+                out.parts.extend(new_parts.iter().cloned());
+                if select {
+                    if only_picked && !picked.is_empty() {
+                        flush(&mut pending, out)?;
+                        out.selected.extend(new_parts);
+                    } else {
+                        pending.extend(picked);
+                    }
+                    out.deleted.extend(gone);
+                }
+                break;
             }
-            flush(&mut pending, out)?;
-            Ok(())
-        })
+        }
+        flush(&mut pending, out)?;
+        Ok(())
     }
 
     /// The layout's column names, in order.

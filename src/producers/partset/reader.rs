@@ -2,6 +2,10 @@
 //! is fetched and decoded on a thread of its own while the rewrite merges
 //! and writes the part before it.
 
+use std::collections::VecDeque;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
+
 use super::{Layout, RangePart};
 use crate::error::{Error, Result};
 use crate::producers::patch::Layered;
@@ -10,58 +14,40 @@ use crate::producers::patch::Layered;
 /// order asked, so that a rewrite reads the next part while it merges and
 /// writes the one before: two cores busy instead of one. Memory: a rewrite
 /// asks one part ahead, so at most one decoded part more than it holds.
-pub(super) struct Reader<'scope, 'env> {
-    layout: &'env Layout,
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    /// The thread's request and answer channels, once started.
-    channels: Option<ReaderChannels>,
+///
+/// The thread starts at the first [`Reader::ask`] and is joined when the
+/// reader is dropped (after the read in progress, if any), so that no read
+/// outlives the rewrite.
+pub(super) struct Reader<'a> {
+    layout: &'a Layout,
+    thread: Option<Thread>,
     /// The parts asked for and not yet taken, in order (indices).
-    asked: std::collections::VecDeque<usize>,
+    asked: VecDeque<usize>,
 }
 
-struct ReaderChannels {
-    ask: std::sync::mpsc::Sender<RangePart>,
-    answers: std::sync::mpsc::Receiver<Result<Layered>>,
+struct Thread {
+    ask: Sender<RangePart>,
+    answers: Receiver<Result<Layered>>,
+    handle: JoinHandle<()>,
 }
 
-impl<'scope, 'env> Reader<'scope, 'env> {
-    pub(super) fn new(
-        layout: &'env Layout,
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-    ) -> Self {
+impl<'a> Reader<'a> {
+    pub(super) fn new(layout: &'a Layout) -> Self {
         Reader {
             layout,
-            scope,
-            channels: None,
-            asked: Default::default(),
+            thread: None,
+            asked: VecDeque::new(),
         }
     }
 
     /// Start reading part `j` (`part`) whole on the reader's thread, after
     /// the parts asked for before it.
     pub(super) fn ask(&mut self, j: usize, part: &RangePart) -> Result<()> {
-        if self.channels.is_none() {
-            let (ask, requests) = std::sync::mpsc::channel::<RangePart>();
-            let (give, answers) = std::sync::mpsc::channel();
-            let layout = self.layout;
-            std::thread::Builder::new()
-                .name("pds-part-reader".into())
-                .spawn_scoped(self.scope, move || {
-                    for part in requests {
-                        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            crate::error::contained(|| layout.read_whole(&part))
-                        }))
-                        .unwrap_or_else(|_| Err(Error::Task("a part read panicked".into())));
-                        if give.send(read).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .map_err(|e| Error::Task(format!("the part reader could not start: {e}")))?;
-            self.channels = Some(ReaderChannels { ask, answers });
-        }
-        let channels = self.channels.as_ref().ok_or_else(gone)?;
-        channels.ask.send(part.clone()).map_err(|_| gone())?;
+        let thread = match &mut self.thread {
+            Some(thread) => thread,
+            none => none.insert(Thread::start(self.layout.clone())?),
+        };
+        thread.ask.send(part.clone()).map_err(|_| stopped())?;
         self.asked.push_back(j);
         Ok(())
     }
@@ -74,8 +60,8 @@ impl<'scope, 'env> Reader<'scope, 'env> {
                 break;
             }
             self.asked.pop_front();
-            let channels = self.channels.as_ref().ok_or_else(gone)?;
-            let answer = channels.answers.recv().map_err(|_| gone())?;
+            let thread = self.thread.as_ref().ok_or_else(stopped)?;
+            let answer = thread.answers.recv().map_err(|_| stopped())?;
             if first == j {
                 return answer;
             }
@@ -84,7 +70,43 @@ impl<'scope, 'env> Reader<'scope, 'env> {
     }
 }
 
+impl Thread {
+    fn start(layout: Layout) -> Result<Self> {
+        let (ask, requests) = channel::<RangePart>();
+        let (give, answers) = channel();
+        let handle = std::thread::Builder::new()
+            .name("pds-part-reader".into())
+            .spawn(move || {
+                for part in requests {
+                    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        crate::error::contained(|| layout.read_whole(&part))
+                    }))
+                    .unwrap_or_else(|_| Err(Error::Task("a part read panicked".into())));
+                    if give.send(read).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::Task(format!("the part reader could not start: {e}")))?;
+        Ok(Thread {
+            ask,
+            answers,
+            handle,
+        })
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        if let Some(Thread { ask, handle, .. }) = self.thread.take() {
+            // No more requests: the thread ends after its current read.
+            drop(ask);
+            let _ = handle.join();
+        }
+    }
+}
+
 /// The part reader's thread ended before it answered.
-fn gone() -> Error {
+fn stopped() -> Error {
     Error::Task("the part reader stopped".into())
 }

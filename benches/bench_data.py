@@ -20,6 +20,7 @@ __all__ = [
     "CATEGORIES",
     "NUMERIC_SCHEMA",
     "SCHEMA",
+    "STREAM_BATCH_ROWS",
     "make_batch",
     "make_table",
     "numeric_batch",
@@ -40,7 +41,8 @@ SCHEMA = pa.schema(
 # The "numeric" stream: four random columns, 32 bytes a row, no dictionary to
 # build and nothing to compress (a write's memory at its plainest).
 NUMERIC_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("c", pa.float64()), ("d", pa.float64())])
-NUMERIC_BATCH_ROWS = 1 << 20
+# Rows per generated batch of each stream.
+STREAM_BATCH_ROWS = {"mixed": 65_536, "numeric": 1 << 20}
 
 CATEGORIES = pa.array([f"category-{i:02d}" for i in range(50)], pa.string())
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -97,17 +99,19 @@ def numeric_batch(start: int, rows: int, seed: int) -> pa.RecordBatch:
     )
 
 
-def stream_rows_for(target_bytes: int, seed: int, batch_rows: int = 65_536, data: str = "mixed") -> int:
-    """How many rows make about *target_bytes* of Arrow data (measured on one batch)."""
+def stream_rows_for(target_bytes: int, seed: int, data: str = "mixed") -> int:
+    """How many rows of *data* make about *target_bytes* of Arrow data (measured on one batch)."""
+    batch_rows = STREAM_BATCH_ROWS[data]
     sample = (numeric_batch if data == "numeric" else make_batch)(0, batch_rows, seed)
     return max(1, round(target_bytes / (int(sample.nbytes) / batch_rows)))
 
 
-def stream_reader(rows: int, seed: int, batch_rows: int = 65_536, data: str = "mixed") -> pa.RecordBatchReader:
+def stream_reader(rows: int, seed: int, data: str = "mixed") -> pa.RecordBatchReader:
     """A RecordBatchReader over *rows* rows of *data* ("mixed": SCHEMA, or
-    "numeric"), generated one batch at a time as it is read."""
+    "numeric"), generated one batch of STREAM_BATCH_ROWS at a time as it is read."""
     make = numeric_batch if data == "numeric" else make_batch
     schema = NUMERIC_SCHEMA if data == "numeric" else SCHEMA
+    batch_rows = STREAM_BATCH_ROWS[data]
 
     def batches() -> Iterator[pa.RecordBatch]:
         for start in range(0, rows, batch_rows):

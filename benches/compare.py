@@ -49,7 +49,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from bench_data import NUMERIC_BATCH_ROWS, make_batch, make_table, stream_rows_for
+from bench_data import make_batch, make_table, stream_rows_for
 from bench_tools import (
     TOOL_LABELS,
     TOOLS,
@@ -716,8 +716,7 @@ def run_rss(settings: Settings, spec: StoreSpec, results: Results) -> None:
     store = spec.kind
     if store == "memory":  # see RSS_MEMORY_NOTE
         return
-    batch_rows = NUMERIC_BATCH_ROWS if settings.rss_data == "numeric" else 65_536
-    rows = stream_rows_for(settings.rss_bytes, settings.seed, batch_rows, settings.rss_data)
+    rows = stream_rows_for(settings.rss_bytes, settings.seed, settings.rss_data)
     cells = results.cells.setdefault((store, "rss"), {})
     seconds: dict[str, list[float]] = {}
     for rep in range(settings.rss_repeat):

@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Iterator
 
 import pyarrow as pa
-from bench_data import NUMERIC_BATCH_ROWS, stream_reader
+from bench_data import stream_reader
 from bench_tools import Layout, NotApplicable, StoreSpec, make_tool
 
 
@@ -51,9 +51,7 @@ def main(argv: list[str]) -> int:
         print(f"NA {exc}", flush=True)
         return 0
     generated = [0]
-    data = spec.get("data", "mixed")
-    batch_rows = NUMERIC_BATCH_ROWS if data == "numeric" else 65_536
-    reader = _counting(stream_reader(int(spec["rows"]), int(spec["seed"]), batch_rows, data), generated)
+    reader = _counting(stream_reader(int(spec["rows"]), int(spec["seed"]), spec.get("data", "mixed")), generated)
     gc.collect()
     print("READY", flush=True)
     if sys.stdin.readline().strip() != "GO":

@@ -26,7 +26,7 @@ use super::BatchIter;
 /// `target_rows` rows (see the module docs).
 pub const SPAN_FACTOR: usize = 2;
 use crate::error::{Error, Result};
-use crate::parquet::encode::{encode_to_bytes, EncodeOptions};
+use crate::parquet::encode::{encode_owned, EncodeOptions};
 use crate::store::StoreHandle;
 
 /// One key-range part.
@@ -155,8 +155,7 @@ pub fn write_range_parts_on(
         let (first, last) = (&batches[0], &batches[batches.len() - 1]);
         let first_key = key_values(first, key, 0);
         let last_key = key_values(last, key, last.num_rows() - 1);
-        let (bytes, summary) = encode_to_bytes(&batches, schema.clone(), opts)?;
-        drop(batches);
+        let (bytes, summary) = encode_owned(batches, schema.clone(), opts)?;
         let name = format!("{prefix}-{index:05}.parquet");
         crate::runtime::block_on(store.put_create_own(&object_of(&name), bytes))??;
         Ok(RangePart {

@@ -1,5 +1,7 @@
-//! Rewrites of units of one part: the next part read ahead on the reader's
-//! thread, its answers taken in order, and its failures reported.
+//! Tests of rewrites of units of one part (the next part read ahead on the
+//! reader's thread, its answers taken in order, its failures reported), and
+//! the helpers every partset test shares: a two-column layout on a memory
+//! store, its rows, and a change by key.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

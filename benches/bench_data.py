@@ -11,7 +11,7 @@ arguments give the same bytes on any machine with the same numpy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -99,18 +99,22 @@ def numeric_batch(start: int, rows: int, seed: int) -> pa.RecordBatch:
     )
 
 
+def _stream_kind(data: str) -> tuple[Callable[[int, int, int], pa.RecordBatch], pa.Schema]:
+    """The batch maker and schema of stream *data* ("mixed" or "numeric")."""
+    return (numeric_batch, NUMERIC_SCHEMA) if data == "numeric" else (make_batch, SCHEMA)
+
+
 def stream_rows_for(target_bytes: int, seed: int, data: str = "mixed") -> int:
     """How many rows of *data* make about *target_bytes* of Arrow data (measured on one batch)."""
     batch_rows = STREAM_BATCH_ROWS[data]
-    sample = (numeric_batch if data == "numeric" else make_batch)(0, batch_rows, seed)
+    sample = _stream_kind(data)[0](0, batch_rows, seed)
     return max(1, round(target_bytes / (int(sample.nbytes) / batch_rows)))
 
 
 def stream_reader(rows: int, seed: int, data: str = "mixed") -> pa.RecordBatchReader:
     """A RecordBatchReader over *rows* rows of *data* ("mixed": SCHEMA, or
     "numeric"), generated one batch of STREAM_BATCH_ROWS at a time as it is read."""
-    make = numeric_batch if data == "numeric" else make_batch
-    schema = NUMERIC_SCHEMA if data == "numeric" else SCHEMA
+    make, schema = _stream_kind(data)
     batch_rows = STREAM_BATCH_ROWS[data]
 
     def batches() -> Iterator[pa.RecordBatch]:

@@ -567,11 +567,7 @@ impl Layout {
 
     /// Fetch and decode one part whole, not merged with its patches.
     fn read_whole(&self, part: &RangePart) -> Result<Layered> {
-        let fetched = self.fetch_all(std::slice::from_ref(part))?;
-        let fetched = fetched
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Task("a part was not fetched".into()))?;
+        let fetched = crate::runtime::block_on(self.fetch_part(part))??;
         self.decode_layered(part, fetched)
     }
 

@@ -373,9 +373,15 @@ impl Collectable for PipelineManifest {
         chrono::DateTime::from_timestamp_millis(self.timestamp_ms)
     }
 
-    fn references(&self, _table: &str, keep: &mut std::collections::BTreeSet<String>) {
+    fn references<'a>(
+        &'a self,
+        _store: &'a crate::store::StoreHandle,
+        _table: &'a str,
+        keep: &'a mut std::collections::BTreeSet<String>,
+    ) -> crate::table::commit::BoxFuture<'a, crate::error::Result<()>> {
         keep.insert(crate::table::manifest_name(self.version));
         keep.extend(self.parts().flat_map(|p| p.objects()).map(str::to_string));
+        Box::pin(async { Ok(()) })
     }
 }
 

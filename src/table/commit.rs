@@ -135,7 +135,8 @@ pub enum Depth {
     Where(Arc<crate::parquet::filter::Predicate>),
 }
 
-type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 impl Versioned for TableManifest {
     fn version(&self) -> u64 {

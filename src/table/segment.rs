@@ -390,6 +390,38 @@ fn key_of(table: &str, path: &str) -> String {
     format!("{}/{}", table.trim_end_matches('/'), path)
 }
 
+/// GET (or take from the cache) segment `i` of `manifest` (whose key is
+/// `path`), checked against its reference.
+async fn fetch(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    path: &str,
+    i: usize,
+) -> Result<Arc<Segment>> {
+    let r = manifest.segments.get(i).ok_or_else(|| {
+        Error::Task(format!(
+            "segment {i} of a manifest of {} asked",
+            manifest.segments.len()
+        ))
+    })?;
+    if let Some(s) = cached(r, manifest, path)? {
+        return Ok(s);
+    }
+    let key = key_of(table, &r.path);
+    let raw = match store.get(&key).await {
+        Ok(raw) => raw,
+        Err(Error::NotFound { .. }) => {
+            let what = format!("segment {:?}", r.path);
+            return Err(super::missing_object(store, table, manifest.version, &what).await);
+        }
+        Err(e) => return Err(e),
+    };
+    let s = Arc::new(Segment::open(&raw, &key, r, manifest, path)?);
+    remember(r, &s);
+    Ok(s)
+}
+
 /// GET (or take from the cache) the segments `wanted` (indices into
 /// `manifest.segments`) at once, and record them in the manifest's layout.
 pub async fn load(
@@ -404,29 +436,7 @@ pub async fn load(
     let got: Vec<(usize, Arc<Segment>)> = futures::stream::iter(wanted.iter().copied())
         .map(|i| {
             let path = path.as_str();
-            async move {
-                let r = m.segments.get(i).ok_or_else(|| {
-                    Error::Task(format!(
-                        "segment {i} of a manifest of {} asked",
-                        m.segments.len()
-                    ))
-                })?;
-                if let Some(s) = cached(r, m, path)? {
-                    return Ok::<_, Error>((i, s));
-                }
-                let key = key_of(table, &r.path);
-                let raw = match store.get(&key).await {
-                    Ok(raw) => raw,
-                    Err(Error::NotFound { .. }) => {
-                        let what = format!("segment {:?}", r.path);
-                        return Err(super::missing_object(store, table, m.version, &what).await);
-                    }
-                    Err(e) => return Err(e),
-                };
-                let s = Arc::new(Segment::open(&raw, &key, r, m, path)?);
-                remember(r, &s);
-                Ok((i, s))
-            }
+            async move { Ok::<_, Error>((i, fetch(store, table, m, path, i).await?)) }
         })
         .buffer_unordered(IO_CONCURRENCY)
         .try_collect()
@@ -436,6 +446,32 @@ pub async fn load(
         manifest.layout.bodies[i] = Some(s);
     }
     Ok(())
+}
+
+/// Hand each of the segments `wanted` of `manifest` to `visit`, in any
+/// order, without keeping them: at most [`IO_CONCURRENCY`] are held at
+/// once (besides the process's segment cache), however many there are.
+pub async fn visit<F>(
+    store: &StoreHandle,
+    table: &str,
+    manifest: &TableManifest,
+    wanted: &[usize],
+    mut visit: F,
+) -> Result<()>
+where
+    F: FnMut(&Segment),
+{
+    use futures::stream::{StreamExt, TryStreamExt};
+    let path = super::manifest_key(table, manifest.version);
+    let path = path.as_str();
+    futures::stream::iter(wanted.iter().copied())
+        .map(|i| fetch(store, table, manifest, path, i))
+        .buffer_unordered(IO_CONCURRENCY)
+        .try_for_each(|s| {
+            visit(&s);
+            futures::future::ready(Ok(()))
+        })
+        .await
 }
 
 /// The data files and tombstones of the loaded segments, in segment order;

@@ -34,8 +34,8 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::commit::{latest_of, read_version_of, Versioned};
-use super::snapshot::TableManifest;
+use super::commit::{latest_at, read_version_at, BoxFuture, Depth, Versioned};
+use super::snapshot::{DataFile, TableManifest, TombstoneRef};
 use super::{manifest_name, POINTER};
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
@@ -154,8 +154,15 @@ pub trait Collectable: Versioned {
 
     fn created(&self) -> Option<DateTime<Utc>>;
     /// Add the objects this version of `table` needs, its own manifest
-    /// included.
-    fn references(&self, table: &str, keep: &mut BTreeSet<String>);
+    /// included, reading what it references beyond its own object (a
+    /// table's segments, each once per vacuum: one already in `keep` was
+    /// read), a few at a time: memory does not grow with the versions.
+    fn references<'a>(
+        &'a self,
+        store: &'a StoreHandle,
+        table: &'a str,
+        keep: &'a mut BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<()>>;
     /// Add the objects of formats published beside the key's own to keep
     /// (`oldest`: the oldest version retained; `names`: every object under
     /// the key, relative). None by default.
@@ -186,12 +193,24 @@ impl Collectable for TableManifest {
             .map(|d| d.with_timezone(&Utc))
     }
 
-    fn references(&self, table: &str, keep: &mut BTreeSet<String>) {
-        keep.insert(manifest_name(self.version));
-        keep.extend(self.segments.iter().map(|s| s.path.clone()));
-        keep.extend(self.data_files.iter().map(|f| f.path.clone()));
-        keep.extend(self.tombstones.iter().map(|t| t.path.clone()));
-        super::delta::vacuum::keep_vectors(self, table, keep);
+    fn references<'a>(
+        &'a self,
+        store: &'a StoreHandle,
+        table: &'a str,
+        keep: &'a mut BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            keep.insert(manifest_name(self.version));
+            // The files the root itself lists (the first format's).
+            keep_files(self, table, &self.data_files, &self.tombstones, keep);
+            let unread: Vec<usize> = (0..self.segments.len())
+                .filter(|&i| keep.insert(self.segments[i].path.clone()))
+                .collect();
+            super::segment::visit(store, table, self, &unread, |s| {
+                keep_files(self, table, &s.files, &s.tombstones, keep)
+            })
+            .await
+        })
     }
 
     fn keep_published<'a>(
@@ -202,6 +221,20 @@ impl Collectable for TableManifest {
     ) {
         super::delta::vacuum::keep_log(self, oldest, names, keep);
     }
+}
+
+/// Add `files` of version `m` of `table`, their tombstones (all of them:
+/// `m`'s own list, or a segment's) and their deletion vectors to `keep`.
+fn keep_files(
+    m: &TableManifest,
+    table: &str,
+    files: &[DataFile],
+    tombstones: &[TombstoneRef],
+    keep: &mut BTreeSet<String>,
+) {
+    keep.extend(files.iter().map(|f| f.path.clone()));
+    keep.extend(tombstones.iter().map(|t| t.path.clone()));
+    super::delta::vacuum::keep_vectors(m, table, files, tombstones, keep);
 }
 
 /// The version a manifest object name stands for (`manifest/v00000012.json`).
@@ -292,9 +325,11 @@ fn segment_matches(p: &str, s: &str) -> bool {
 /// references and is older than the window (see the module docs).
 ///
 /// Cost: 1 LIST of the table key, the latest version (a GET of the pointer,
-/// a HEAD per version past it, a GET of its manifest), a GET per other
-/// retained manifest (none if nothing is old enough), then a DELETE per
-/// object removed (batched where the store can).
+/// a HEAD per version past it, a GET of its root), a GET per other
+/// retained root and one per segment they name (each once, whatever the
+/// versions naming it; none if nothing is old enough), then a DELETE per
+/// object removed (batched where the store can). Memory: the names to
+/// keep, and a few segments at a time.
 pub async fn vacuum(
     store: &StoreHandle,
     table: &str,
@@ -320,7 +355,10 @@ pub async fn vacuum_of<M: Collectable>(
     // LIST before reading the latest version: any manifest listed is then
     // either one the read version knows of or numbered above it.
     let listing = store.list(table, true).await?;
-    let Some(latest) = latest_of::<M>(store, table, true).await? else {
+    // Versions are read as their roots; what they reference beyond (a
+    // table's segments) is read once each when the objects to keep are
+    // gathered.
+    let Some(latest) = latest_at::<M>(store, table, true, Depth::Root).await? else {
         return Err(Error::NotFound {
             path: table.to_string(),
         });
@@ -420,7 +458,7 @@ async fn retain<M: Collectable>(
     // The pointer may lag the latest version: what it names stays readable.
     let floor = latest.pointed().map_or(newest, |p| p.min(newest));
     let mut keep = BTreeSet::from([POINTER.to_string()]);
-    latest.manifest.references(table, &mut keep);
+    latest.manifest.references(store, table, &mut keep).await?;
     retained.push(newest);
     let mut versions: Vec<u64> = objects
         .iter()
@@ -438,12 +476,16 @@ async fn retain<M: Collectable>(
         } else if !opts.keep_versions && !within {
             break; // The newest version before the window is kept: older ones go.
         }
-        let m = match read_version_of::<M>(store, table, v).await {
+        let m = match read_version_at::<M>(store, table, v, Depth::Root).await {
             Ok(m) => m,
             Err(Error::NotFound { .. }) => continue,
             Err(e) => return Err(e),
         };
-        m.references(table, &mut keep);
+        match m.references(store, table, &mut keep).await {
+            // Removed meanwhile (by another vacuum): nothing of it to keep.
+            Err(Error::VersionNotFound { .. }) => continue,
+            other => other?,
+        }
         retained.push(v);
         if v < newest {
             within = m.created().is_some_and(|t| t >= cutoff);

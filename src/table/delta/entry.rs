@@ -28,7 +28,7 @@ use crate::table::delta::actions::{self, Action, CommitInfo, Format, MetaData, P
 use crate::table::delta::deletion_vector::{file_path, Descriptor, FileWriter};
 use crate::table::delta::positions::version_positions;
 use crate::table::delta::schema::delta_schema;
-use crate::table::snapshot::{DataFile, TableManifest};
+use crate::table::snapshot::{DataFile, TableManifest, TombstoneRef};
 
 /// The writer feature that makes every other Delta writer refuse the
 /// table: pds's own versions are the source of truth, and the Delta log is
@@ -194,12 +194,20 @@ fn table_uuid(m: &TableManifest, table: &str) -> String {
 /// Per data file of `m`, the sorted SHA-256s of the tombstones that apply
 /// to it (files with none are listed with none).
 fn by_file(m: &TableManifest) -> BTreeMap<&str, BTreeSet<&str>> {
-    let mut out: BTreeMap<&str, BTreeSet<&str>> = m
-        .data_files
+    by_file_in(&m.data_files, &m.tombstones)
+}
+
+/// [`by_file`] of the files `files` and the tombstones `tombstones` (a
+/// segment's: every tombstone of its files is listed with them).
+fn by_file_in<'a>(
+    files: &'a [DataFile],
+    tombstones: &'a [TombstoneRef],
+) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+    let mut out: BTreeMap<&str, BTreeSet<&str>> = files
         .iter()
         .map(|f| (f.path.as_str(), BTreeSet::new()))
         .collect();
-    for t in &m.tombstones {
+    for t in tombstones {
         for f in &t.files {
             if let Some(set) = out.get_mut(f.as_str()) {
                 set.insert(t.sha256.as_str());
@@ -261,12 +269,19 @@ fn vector_uuid<'a>(id: &str, path: &str, shas: impl Iterator<Item = &'a &'a str>
 }
 
 /// The names (relative to the table key) of the deletion-vector files
-/// version `m` of `table` can name: one per data file some tombstone
-/// applies to (a file whose tombstones remove none of its rows has no
-/// vector, and its name is listed all the same). No I/O.
-pub fn vector_files(m: &TableManifest, table: &str) -> Vec<String> {
+/// version `m` of `table` (its root suffices) can name for its data files
+/// `files`, whose tombstones are `tombstones` (all of theirs: the whole
+/// version's, or a segment's): one per file some tombstone applies to (a
+/// file whose tombstones remove none of its rows has no vector, and its
+/// name is listed all the same). No I/O.
+pub fn vector_files(
+    m: &TableManifest,
+    table: &str,
+    files: &[DataFile],
+    tombstones: &[TombstoneRef],
+) -> Vec<String> {
     let id = table_uuid(m, table);
-    by_file(m)
+    by_file_in(files, tombstones)
         .into_iter()
         .filter(|(_, shas)| !shas.is_empty())
         .map(|(path, shas)| file_path("", &vector_uuid(&id, path, shas.iter())))

@@ -16,12 +16,20 @@ use std::collections::BTreeSet;
 use crate::table::delta::deletion_vector::FILE_PREFIX;
 use crate::table::delta::entry::vector_files;
 use crate::table::delta::publish::log_object;
-use crate::table::snapshot::TableManifest;
+use crate::table::snapshot::{DataFile, TableManifest, TombstoneRef};
 
-/// Add the vector files version `m` of `table` can name to `keep`.
-pub fn keep_vectors(m: &TableManifest, table: &str, keep: &mut BTreeSet<String>) {
+/// Add the vector files version `m` of `table` can name for the data
+/// files `files`, whose tombstones are `tombstones` (those `m` lists
+/// itself, or a segment's), to `keep`.
+pub fn keep_vectors(
+    m: &TableManifest,
+    table: &str,
+    files: &[DataFile],
+    tombstones: &[TombstoneRef],
+    keep: &mut BTreeSet<String>,
+) {
     if m.formats.contains_key("delta") {
-        keep.extend(vector_files(m, table));
+        keep.extend(vector_files(m, table, files, tombstones));
     }
 }
 

@@ -2,7 +2,7 @@
 //! through `now` so that every object counts as old, and a store that lets a
 //! commit land while vacuum lists.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -475,4 +475,78 @@ fn on_file_stores_staging_files_go_only_from_the_own_layout() {
     // Writers rolling forward still find the latest version.
     let seen = block(latest_with(&store, "t", true)).unwrap();
     assert_eq!(seen.manifest.version, 3);
+}
+
+#[test]
+fn versions_sharing_segments_keep_exactly_what_their_whole_file_lists_name() {
+    use crate::table::commit::{read_version_at, Depth};
+    use crate::table::tests::{append_ids, counting_store, create_and_append_steps};
+    let (store, _) = counting_store();
+    // A compacted table, then segments of 32 files, most shared by every
+    // later version, and a tombstone naming files of two of them.
+    create_and_append_steps(&store, 20);
+    let pred = predicate(vec![cond("id", "==", int(5))]).unwrap();
+    assert!(delete(store.clone(), "t", pred, 2).unwrap().committed);
+    assert!(
+        compact(store.clone(), "t", CompactOptions::deleted(0.0))
+            .unwrap()
+            .committed
+    );
+    for i in 0..70 {
+        let lo = 1000 + 3 * i;
+        append_ids(&store, lo..lo + 3).unwrap();
+    }
+    let pred = predicate(vec![
+        cond("id", ">=", int(1080)),
+        cond("id", "<", int(1110)),
+    ])
+    .unwrap();
+    assert!(delete(store.clone(), "t", pred, 2).unwrap().committed);
+    let pred = predicate(vec![cond("id", "==", int(1200))]).unwrap();
+    assert!(delete(store.clone(), "t", pred, 2).unwrap().committed);
+    put(&store, "t/data/killed-writer.parquet", b"PAR1 half");
+    put(&store, "t/segment/killed.json", b"{}");
+    let last = block(latest(&store, "t")).unwrap().manifest.version;
+    let root: TableManifest = block(read_version_at(&store, "t", last, Depth::Root));
+    assert!(root.segments.len() >= 2, "{:?}", root.segments);
+    // What each version names, from its whole file list.
+    let mut named = BTreeSet::from([POINTER.to_string()]);
+    let mut before = Vec::new();
+    for v in 0..=last {
+        let m: TableManifest = block(read_version_at(&store, "t", v, Depth::Full));
+        named.insert(manifest_name(v));
+        named.extend(m.segments.iter().map(|s| s.path.clone()));
+        named.extend(m.data_files.iter().map(|f| f.path.clone()));
+        named.extend(m.tombstones.iter().map(|t| t.path.clone()));
+        before.push(ids(&store, At::Version(v), None));
+    }
+    let everything: BTreeSet<String> = keys(&store, "t")
+        .into_iter()
+        .map(|k| k.strip_prefix("t/").unwrap().to_string())
+        .collect();
+    let v = block(vacuum(&store, "t", &at_once(true), tomorrow()));
+    let unnamed: Vec<String> = everything.difference(&named).cloned().collect();
+    assert_eq!(v.removed, unnamed);
+    assert_eq!(
+        v.removed,
+        ["data/killed-writer.parquet", "segment/killed.json"]
+    );
+    assert_eq!(v.retained, (0..=last).collect::<Vec<_>>());
+    for (version, rows) in before.iter().enumerate() {
+        assert_eq!(&ids(&store, At::Version(version as u64), None), rows);
+    }
+    // Without history: what the latest version's whole list names stays.
+    let m: TableManifest = block(read_version_at(&store, "t", last, Depth::Full));
+    let v = block(vacuum(&store, "t", &at_once(false), tomorrow()));
+    assert_eq!(v.retained, [last]);
+    let left: BTreeSet<String> = keys(&store, "t")
+        .into_iter()
+        .map(|k| k.strip_prefix("t/").unwrap().to_string())
+        .collect();
+    let mut want = BTreeSet::from([POINTER.to_string(), manifest_name(last)]);
+    want.extend(m.segments.iter().map(|s| s.path.clone()));
+    want.extend(m.data_files.iter().map(|f| f.path.clone()));
+    want.extend(m.tombstones.iter().map(|t| t.path.clone()));
+    assert_eq!(left, want);
+    assert_eq!(ids(&store, At::Latest, None), before[last as usize]);
 }

@@ -1120,11 +1120,18 @@ class Table:
         current one if there was nothing to do: no file qualifies and at
         most one tombstone).
 
+        It works window by window: one manifest segment of 250 files or
+        more, or small segments together up to 1,000 files, and segments
+        that share a tombstone together. Each window is committed as its own
+        version, so memory holds one window's file list, and small files are
+        merged within a window; a table of one window takes one version.
+
         No concurrent change is lost: appends are rebased on; a delete that
-        lands meanwhile on a file being rewritten makes the compaction start
+        lands meanwhile on a file being rewritten makes that window start
         over from the new version (a few times, then ``pds.CommitConflict``,
-        with its new files removed). The old files and tombstones stay until
-        :meth:`vacuum` removes them, so time travel to earlier versions works.
+        with its new files removed; windows committed before stay). The old
+        files and tombstones stay until :meth:`vacuum` removes them, so time
+        travel to earlier versions works.
 
         Args:
             target_file_size: Bytes per new file at most (default: the
@@ -1141,10 +1148,12 @@ class Table:
             pds.CommitConflict: concurrent deletes kept touching the files
                 being rewritten.
 
-        Cost: the tombstones, a footer per file with whole-row-group
-        deletes and the key column of files with key-range deletes; then the
+        Cost: every manifest segment once (a GET each not cached); then
+        per window its tombstones, a footer per file with whole-row-group
+        deletes and the key column of files with key-range deletes; the
         rewritten files are read and written, 1 PUT for the coalesced
-        tombstone, and the commit (2 GETs + 1 HEAD + 2 PUTs).
+        tombstone, and the commit (2 GETs + 1 HEAD + 2 PUTs, and the
+        segments it rewrites).
         """
         target = _check_rows(target_file_size, "target_file_size")
         if isinstance(min_deleted_fraction, bool) or not isinstance(min_deleted_fraction, int | float):

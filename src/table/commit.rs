@@ -133,6 +133,10 @@ pub enum Depth {
     /// matches (and a small last one): a [`View::Partial`](super::snapshot::View::Partial)
     /// manifest a rewrite commits on.
     Where(Arc<crate::parquet::filter::Predicate>),
+    /// A table's segments a compaction works on (see
+    /// [`SegmentChoice`](super::segment::SegmentChoice)), and a small last
+    /// one: a [`View::Partial`](super::snapshot::View::Partial) manifest.
+    Segments(Arc<super::segment::SegmentChoice>),
 }
 
 pub(crate) type BoxFuture<'a, T> =
@@ -191,6 +195,10 @@ impl Versioned for TableManifest {
                         Ok(keep.get(i).copied().unwrap_or(true))
                     })
                     .await
+                }
+                Depth::Segments(choice) => {
+                    self.load_partial(store, table, |_, r| Ok(choice.wants(r)))
+                        .await
                 }
             }
         })

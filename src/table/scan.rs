@@ -506,7 +506,9 @@ pub fn scan(
     let path = manifest_key(table, manifest.version);
     use super::snapshot::View;
     match manifest.layout.view {
-        View::Full => {}
+        // A partial view is scanned whole: the files it loaded (a
+        // compaction's, its tombstones checked for those files alone).
+        View::Full | View::Partial => {}
         View::Pruned if opts.predicate.is_some() && opts.files.is_none() => {}
         _ => {
             return Err(Error::Task(

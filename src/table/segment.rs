@@ -80,6 +80,25 @@ pub struct SegmentRef {
     pub columns: BTreeMap<String, ColumnStats>,
 }
 
+/// The segments a compaction works on: those it chose (by path), and every
+/// one written since it chose them (not among those the table had then),
+/// which may hold its files anew (a concurrent delete rewrote their
+/// segment) or files of concurrent commits.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentChoice {
+    /// The segments chosen.
+    pub named: HashSet<String>,
+    /// Every segment of the version they were chosen from.
+    pub known: HashSet<String>,
+}
+
+impl SegmentChoice {
+    /// Whether the segment `r` of some later version is to be loaded.
+    pub fn wants(&self, r: &SegmentRef) -> bool {
+        self.named.contains(&r.path) || !self.known.contains(&r.path)
+    }
+}
+
 /// The body of a segment object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
@@ -448,9 +467,10 @@ pub async fn load(
     Ok(())
 }
 
-/// Hand each of the segments `wanted` of `manifest` to `visit`, in any
-/// order, without keeping them: at most [`IO_CONCURRENCY`] are held at
-/// once (besides the process's segment cache), however many there are.
+/// Hand each of the segments `wanted` of `manifest` to `visit` with its
+/// index, in any order, without keeping them: at most [`IO_CONCURRENCY`]
+/// are held at once (besides the process's segment cache), however many
+/// there are.
 pub async fn visit<F>(
     store: &StoreHandle,
     table: &str,
@@ -459,16 +479,16 @@ pub async fn visit<F>(
     mut visit: F,
 ) -> Result<()>
 where
-    F: FnMut(&Segment),
+    F: FnMut(usize, &Segment),
 {
     use futures::stream::{StreamExt, TryStreamExt};
     let path = super::manifest_key(table, manifest.version);
     let path = path.as_str();
     futures::stream::iter(wanted.iter().copied())
-        .map(|i| fetch(store, table, manifest, path, i))
+        .map(|i| async move { Ok::<_, Error>((i, fetch(store, table, manifest, path, i).await?)) })
         .buffer_unordered(IO_CONCURRENCY)
-        .try_for_each(|s| {
-            visit(&s);
+        .try_for_each(|(i, s)| {
+            visit(i, &s);
             futures::future::ready(Ok(()))
         })
         .await
@@ -953,7 +973,10 @@ impl TableManifest {
                 lay_out_append(store, table, self).await?;
                 self.layout.view = View::Root;
             }
-            View::Partial => lay_out(store, table, self, false).await?,
+            View::Partial => {
+                let repack = self.layout.repack;
+                lay_out(store, table, self, repack).await?;
+            }
             View::Root => {}
             View::Pruned => {
                 return Err(Error::Task(

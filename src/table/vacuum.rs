@@ -206,7 +206,7 @@ impl Collectable for TableManifest {
             let unread: Vec<usize> = (0..self.segments.len())
                 .filter(|&i| keep.insert(self.segments[i].path.clone()))
                 .collect();
-            super::segment::visit(store, table, self, &unread, |s| {
+            super::segment::visit(store, table, self, &unread, |_, s| {
                 keep_files(self, table, &s.files, &s.tombstones, keep)
             })
             .await

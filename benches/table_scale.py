@@ -15,7 +15,12 @@ Then, alternating small and large rep by rep:
   timed inside it from ``Table.open``: a ``point read``, ``changes()`` of the
   last version (the append just made), a ``point delete`` by primary key,
   an ``upsert`` of 10 rows and an ``update`` of 1 row (medians of 5, after
-  the reps above).
+  the reps above);
+- then once per table in a fresh process (``file://`` only), the operations
+  that go over every segment, with the peak RSS each adds to the process:
+  ``files()`` (the whole file list in memory, for reference), ``vacuum`` of
+  every version as a dry run (each version's root, each segment once), and
+  ``compact()`` (window by window), last since it changes the table.
 
 Every read is checked against the truth. Prints a Markdown table and writes
 it to ``--out``::
@@ -79,9 +84,15 @@ def point_read(store: Store, key: str, k: int) -> float:
 
 
 CHILD = """
-import sys, time, pyarrow as pa, pds
+import datetime, sys, time, pyarrow as pa, pds
 store = pds.open_store(sys.argv[1])
 key, op, k = sys.argv[2], sys.argv[3], int(sys.argv[4])
+def status(field):
+    # This process's RSS now (VmRSS) or at its peak (VmHWM), in bytes.
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+rss0 = status("VmRSS")
 t0 = time.perf_counter()
 t = pds.Table.open(store, key)
 if op == "point read":
@@ -97,17 +108,32 @@ elif op == "upsert 10 rows":
     t.upsert(pa.table({"id": pa.array(ids, pa.int64()), "name": [f"u{i}" for i in ids]}))
 elif op == "update 1 row":
     t.update([("id", "==", k)], {"name": "w"})
-print(time.perf_counter() - t0)
+elif op == "files()":
+    assert t.files().num_rows >= 10
+elif op == "vacuum, every version, dry run":
+    zero = datetime.timedelta(0)
+    t.vacuum(retain=zero, dry_run=True, keep_versions=True, min_age=zero)
+elif op == "compact":
+    t.compact()
+took = time.perf_counter() - t0
+print(took, max(0, status("VmHWM") - rss0))
 """
 
 #: What a new process times on each table (`file://` only; see the module docs).
 COLD_OPS = ("point read", "changes of the last version", "point delete", "upsert 10 rows", "update 1 row")
 
+#: Run once per table in a new process, in this order, with their peak RSS.
+WHOLE_OPS = ("files()", "vacuum, every version, dry run", "compact")
 
-def cold_op(url: str, key: str, op: str, k: int) -> float:
+
+def cold_op(url: str, key: str, op: str, k: int) -> tuple[float, int]:
+    """Seconds the operation took in a new process, and the peak RSS it added."""
     argv = [sys.executable, "-c", CHILD, url, key, op, str(k)]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{op} on {key} failed in a new process:\n{out.stderr}")
+    took, rss = out.stdout.strip().splitlines()[-1].split()
+    return float(took), int(rss)
 
 
 def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
@@ -139,8 +165,13 @@ def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
         for rep in range(5 if kind == "file" else 0):
             for name in ("small", "large") if rep % 2 == 0 else ("large", "small"):
                 for op in COLD_OPS:
-                    took = cold_op(url, name, op, rng.randrange(sizes[name] - 10))
+                    took, _ = cold_op(url, name, op, rng.randrange(sizes[name] - 10))
                     cold.setdefault((op, name), []).append(took)
+        whole: dict[tuple[str, str], tuple[float, int]] = {}
+        for op in WHOLE_OPS if kind == "file" else ():
+            for name in ("small", "large"):
+                log(f"{kind}: {op} on the {name} table, new process")
+                whole[(op, name)] = cold_op(url, name, op, 0)
         large.refresh()
         root = len(store.read_bytes(f"large/manifest/v{large.version:08d}.json"))
         segments = len(large._manifest.get("segments", []))
@@ -151,6 +182,9 @@ def run_store(kind: str, files: int, reps: int, log: Any) -> dict[str, Any]:
         out[f"read_{name}"] = statistics.median(reads[name])
     for (op, name), took in cold.items():
         out[f"cold {op} {name}"] = statistics.median(took)
+    for (op, name), (took, rss) in whole.items():
+        out[f"whole {op} {name}"] = took
+        out[f"whole rss {op} {name}"] = rss
     return out
 
 
@@ -192,6 +226,25 @@ def render(results: dict[str, dict[str, Any]], files: int, reps: int) -> str:
                 f"| {kind} | {op}, new process | {ms(small)} | {ms(large)} | {c:.2f}x | "
                 f"<= {TARGETS['read']:.0f}x: {'met' if c <= TARGETS['read'] else '**missed**'} |"
             )
+    whole = [(kind, r) for kind, r in results.items() if "whole compact large" in r]
+    if whole:
+        lines += [
+            "",
+            "Operations over every segment, once each in a new process, with the peak RSS each adds "
+            "to it (after `import pds`):",
+            "",
+            f"| store | operation | 10 files | {files:,} files | ratio | peak RSS added, 10 / {files:,} files |",
+            "|---|---|---|---|---|---|",
+        ]
+        for kind, r in whole:
+            for op in WHOLE_OPS:
+                small, large = r[f"whole {op} small"], r[f"whole {op} large"]
+                mib_s = r[f"whole rss {op} small"] / 2**20
+                mib_l = r[f"whole rss {op} large"] / 2**20
+                lines.append(
+                    f"| {kind} | {op} | {ms(small)} | {ms(large)} | {large / small:.1f}x | "
+                    f"{mib_s:.0f} / {mib_l:.0f} MiB |"
+                )
     lines.append("")
     for kind, r in results.items():
         lines.append(

@@ -215,7 +215,11 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         files_removed: 0,
         files_added: 0,
     };
-    let windows = crate::runtime::block_on(find_windows(&store, table, &first.manifest))??;
+    let target = opts
+        .target_file_size
+        .or(first.manifest.properties.target_file_size)
+        .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
+    let windows = crate::runtime::block_on(find_windows(&store, table, &first.manifest, target))??;
     // Segments the windows after this one need not load: those of the
     // version they were chosen from, and those of versions committed since.
     let mut known: HashSet<String> = first
@@ -269,22 +273,42 @@ enum Counting {
     Continue,
 }
 
-/// The windows of `root`'s segments, each as the paths of its segments
-/// (see the module docs). Reads every segment (a GET each not cached, a
-/// few at a time), keeping only the names of its tombstones.
+/// The windows of `root`'s segments that have work to do, each as the
+/// paths of its segments (see the module docs): a tombstone, an empty
+/// file, two files smaller than half of `target` bytes, or two small
+/// segments to merge. Reads every segment (a GET each not cached, a few at
+/// a time, not kept), keeping only the names of its tombstones and its
+/// counts of such files.
 async fn find_windows(
     store: &StoreHandle,
     table: &str,
     root: &TableManifest,
+    target: u64,
 ) -> Result<Vec<HashSet<String>>> {
-    let mut tombstones: Vec<Vec<String>> = vec![Vec::new(); root.segments.len()];
-    let all: Vec<usize> = (0..root.segments.len()).collect();
+    let n = root.segments.len();
+    let mut tombstones: Vec<Vec<String>> = vec![Vec::new(); n];
+    // Per segment: files with no rows, and small files.
+    let mut files: Vec<(u64, u64)> = vec![(0, 0); n];
+    let all: Vec<usize> = (0..n).collect();
     super::segment::visit(store, table, root, &all, |i, s| {
         tombstones[i] = s.tombstones.iter().map(|t| t.path.clone()).collect();
+        let empty = s.files.iter().filter(|f| f.total_rows == 0).count() as u64;
+        let small = s.files.iter().filter(|f| f.size_bytes < target / 2).count() as u64;
+        files[i] = (empty, small);
     })
     .await?;
     Ok(windows(&root.segments, &tombstones)
         .into_iter()
+        .filter(|w| {
+            let small_segments = w
+                .iter()
+                .filter(|&&i| root.segments[i].file_count < SMALL_SEGMENT)
+                .count();
+            w.iter()
+                .any(|&i| !tombstones[i].is_empty() || files[i].0 > 0)
+                || w.iter().map(|&i| files[i].1).sum::<u64>() >= 2
+                || small_segments >= 2
+        })
         .map(|w| {
             w.into_iter()
                 .map(|i| root.segments[i].path.clone())

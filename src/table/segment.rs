@@ -410,13 +410,15 @@ fn key_of(table: &str, path: &str) -> String {
 }
 
 /// GET (or take from the cache) segment `i` of `manifest` (whose key is
-/// `path`), checked against its reference.
+/// `path`), checked against its reference; a body read is cached if
+/// `keep`.
 async fn fetch(
     store: &StoreHandle,
     table: &str,
     manifest: &TableManifest,
     path: &str,
     i: usize,
+    keep: bool,
 ) -> Result<Arc<Segment>> {
     let r = manifest.segments.get(i).ok_or_else(|| {
         Error::Task(format!(
@@ -437,7 +439,9 @@ async fn fetch(
         Err(e) => return Err(e),
     };
     let s = Arc::new(Segment::open(&raw, &key, r, manifest, path)?);
-    remember(r, &s);
+    if keep {
+        remember(r, &s);
+    }
     Ok(s)
 }
 
@@ -455,7 +459,7 @@ pub async fn load(
     let got: Vec<(usize, Arc<Segment>)> = futures::stream::iter(wanted.iter().copied())
         .map(|i| {
             let path = path.as_str();
-            async move { Ok::<_, Error>((i, fetch(store, table, m, path, i).await?)) }
+            async move { Ok::<_, Error>((i, fetch(store, table, m, path, i, true).await?)) }
         })
         .buffer_unordered(IO_CONCURRENCY)
         .try_collect()
@@ -469,8 +473,8 @@ pub async fn load(
 
 /// Hand each of the segments `wanted` of `manifest` to `visit` with its
 /// index, in any order, without keeping them: at most [`IO_CONCURRENCY`]
-/// are held at once (besides the process's segment cache), however many
-/// there are.
+/// are held at once, however many there are (those read are not added to
+/// the process's segment cache; those it holds are taken from it).
 pub async fn visit<F>(
     store: &StoreHandle,
     table: &str,
@@ -485,7 +489,9 @@ where
     let path = super::manifest_key(table, manifest.version);
     let path = path.as_str();
     futures::stream::iter(wanted.iter().copied())
-        .map(|i| async move { Ok::<_, Error>((i, fetch(store, table, manifest, path, i).await?)) })
+        .map(|i| async move {
+            Ok::<_, Error>((i, fetch(store, table, manifest, path, i, false).await?))
+        })
         .buffer_unordered(IO_CONCURRENCY)
         .try_for_each(|(i, s)| {
             visit(i, &s);
@@ -576,6 +582,7 @@ fn plan(
     base: Vec<(SegmentRef, Option<Arc<Segment>>)>,
     files: &[DataFile],
     tombstones: &[TombstoneRef],
+    by_file: &HashMap<&str, Vec<usize>>,
     repack: bool,
 ) -> Vec<Piece> {
     let index: HashMap<&str, usize> = files
@@ -583,12 +590,6 @@ fn plan(
         .enumerate()
         .map(|(i, f)| (f.path.as_str(), i))
         .collect();
-    let mut by_file: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (ti, t) in tombstones.iter().enumerate() {
-        for f in &t.files {
-            by_file.entry(f.as_str()).or_default().push(ti);
-        }
-    }
     let mut covered = vec![false; files.len()];
     let mut pieces = Vec::new();
     for (r, body) in base {
@@ -605,7 +606,7 @@ fn plan(
             .files
             .iter()
             .all(|f| index.get(f.path.as_str()).is_some_and(|&i| files[i] == *f))
-            && same_tombstones(&body, tombstones, &by_file);
+            && same_tombstones(&body, tombstones, by_file);
         for f in &body.files {
             if let Some(&i) = index.get(f.path.as_str()) {
                 covered[i] = true;
@@ -661,6 +662,17 @@ fn plan(
             Piece::Write(files) => chunks(files).into_iter().map(Piece::Write).collect(),
         })
         .collect()
+}
+
+/// Per data file, the indices of the tombstones of `tombstones` naming it.
+fn tombstones_by_file(tombstones: &[TombstoneRef]) -> HashMap<&str, Vec<usize>> {
+    let mut by_file: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (ti, t) in tombstones.iter().enumerate() {
+        for f in &t.files {
+            by_file.entry(f.as_str()).or_default().push(ti);
+        }
+    }
+    by_file
 }
 
 /// The tombstones of `tombstones` that name files of `files`, each naming
@@ -747,13 +759,14 @@ pub async fn lay_out(
         }
         base.push((r, body));
     }
-    let pieces = plan(base, &manifest.data_files, &manifest.tombstones, repack);
-    let mut by_file: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (ti, t) in manifest.tombstones.iter().enumerate() {
-        for f in &t.files {
-            by_file.entry(f.as_str()).or_default().push(ti);
-        }
-    }
+    let by_file = tombstones_by_file(&manifest.tombstones);
+    let pieces = plan(
+        base,
+        &manifest.data_files,
+        &manifest.tombstones,
+        &by_file,
+        repack,
+    );
     let mut out = Vec::with_capacity(pieces.len());
     let mut puts = Vec::new();
     for p in pieces {

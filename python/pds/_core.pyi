@@ -522,8 +522,10 @@ def table_update(
     (None: all) and their new values. (manifest JSON, rows updated,
     committed); an exception *apply* raises is re-raised as it is."""
 
-def table_deleted_rows(store: RustStore, key: str, version: int) -> dict[str, int | None]:
-    """Rows known deleted per data file of *version* (None under a key-range tombstone)."""
+def table_files(store: RustStore, key: str, version: int) -> pa.Table:
+    """The data files of *version* in manifest order: ``path``, ``rows``, ``deleted_rows`` (null
+    under a key-range tombstone), ``bytes``, ``row_groups``, ``sha256``, ``min`` and ``max``
+    (JSON objects, column to value). Built segment by segment (each read once, not kept)."""
 
 def table_scan(
     store: RustStore,

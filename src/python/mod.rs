@@ -106,7 +106,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_update, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_versions, m)?)?;
-    m.add_function(wrap_pyfunction!(table::table_deleted_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_scan, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_changes, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_compact, m)?)?;

@@ -263,20 +263,21 @@ pub fn table_versions(
         .collect()
 }
 
-/// Rows known deleted per data file of a version (`None` where a key-range
-/// tombstone applies).
+/// The data files of a version as a `pyarrow.Table` (see
+/// `crate::table::files`), built segment by segment.
 #[pyfunction]
-pub fn table_deleted_rows(
-    py: Python<'_>,
+pub fn table_files<'py>(
+    py: Python<'py>,
     store: &PyRustStore,
     key: String,
     version: u64,
-) -> PyResult<BTreeMap<String, Option<u64>>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
-    super::run(py, async move {
-        let m = crate::table::commit::read_version(&handle, &key, version).await?;
-        scan::deleted_rows(&handle, &key, &m).await
-    })
+    let batch = super::run(py, async move {
+        crate::table::files::files(&handle, &key, version).await
+    })?;
+    let schema = batch.schema();
+    pyo3_arrow::PyTable::try_new(vec![batch], schema)?.into_pyarrow(py)
 }
 
 /// Stream a version's rows as a `pyarrow.RecordBatchReader`.

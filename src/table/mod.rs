@@ -33,6 +33,7 @@ pub mod delta;
 pub mod drop;
 #[cfg(test)]
 mod fault_tests;
+pub mod files;
 pub mod formats;
 pub mod identity;
 pub mod replace;

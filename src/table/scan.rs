@@ -620,7 +620,10 @@ pub fn scan(
 }
 
 /// Per data file of `manifest`: rows, rows known deleted (`None` where a
-/// key-range tombstone applies: those are counted only by reading).
+/// key-range tombstone applies: those are counted only by reading). The
+/// whole-manifest form of [`super::files::files`]' count, which tests
+/// check it against.
+#[cfg(test)]
 pub async fn deleted_rows(
     store: &StoreHandle,
     table: &str,
@@ -632,27 +635,36 @@ pub async fn deleted_rows(
     for f in &manifest.data_files {
         let n = match deletes.get(&f.path) {
             None => Some(0),
-            Some(d) if !d.pk_ranges.is_empty() => None,
-            Some(d) => {
-                // Row groups of a pds file are full but the last: positions of
-                // whole-row-group deletes need the footer, so count overlap
-                // only when both kinds apply.
-                if d.row_groups.is_empty() {
-                    Some(d.rows.len())
-                } else {
-                    let (starts, rows) = crate::parquet::decode::part_row_groups(
-                        store,
-                        &format!("{}/{}", table.trim_end_matches('/'), f.path),
-                    )
-                    .await
-                    .map(|rows| (crate::parquet::decode::group_starts(&rows), rows))?;
-                    Some(d.known_rows(&starts, &rows))
-                }
-            }
+            Some(d) => known_deleted(store, table, &f.path, d).await?,
         };
         out.insert(f.path.clone(), n);
     }
     Ok(out)
+}
+
+/// The rows of data file `path` that `deletes` are known to delete, or
+/// `None` where a key-range tombstone applies (counted only by reading).
+///
+/// Cost: the footer when whole row groups are deleted.
+pub async fn known_deleted(
+    store: &StoreHandle,
+    table: &str,
+    path: &str,
+    d: &FileDeletes,
+) -> Result<Option<u64>> {
+    if !d.pk_ranges.is_empty() {
+        return Ok(None);
+    }
+    // Row groups of a pds file are full but the last: positions of
+    // whole-row-group deletes need the footer, so count overlap only when
+    // both kinds apply.
+    if d.row_groups.is_empty() {
+        return Ok(Some(d.rows.len()));
+    }
+    let key = format!("{}/{}", table.trim_end_matches('/'), path);
+    let rows = crate::parquet::decode::part_row_groups(store, &key).await?;
+    let starts = crate::parquet::decode::group_starts(&rows);
+    Ok(Some(d.known_rows(&starts, &rows)))
 }
 
 /// Every deleted row position of `file` under `deletes`: positions, whole

@@ -409,17 +409,22 @@ fn key_of(table: &str, path: &str) -> String {
     format!("{}/{}", table.trim_end_matches('/'), path)
 }
 
-/// GET (or take from the cache) segment `i` of `manifest` (whose key is
-/// `path`), checked against its reference; a body read is cached if
-/// `keep`.
-async fn fetch(
+/// Segment `i` of a manifest: its body from the cache, or its bytes as
+/// read (not parsed yet), with its reference.
+enum Fetched<'a> {
+    Cached(Arc<Segment>),
+    Read(&'a SegmentRef, Bytes),
+}
+
+/// Take segment `i` of `manifest` (whose key is `path`) from the cache, or
+/// GET its bytes.
+async fn fetch_raw<'a>(
     store: &StoreHandle,
     table: &str,
-    manifest: &TableManifest,
+    manifest: &'a TableManifest,
     path: &str,
     i: usize,
-    keep: bool,
-) -> Result<Arc<Segment>> {
+) -> Result<Fetched<'a>> {
     let r = manifest.segments.get(i).ok_or_else(|| {
         Error::Task(format!(
             "segment {i} of a manifest of {} asked",
@@ -427,22 +432,43 @@ async fn fetch(
         ))
     })?;
     if let Some(s) = cached(r, manifest, path)? {
-        return Ok(s);
+        return Ok(Fetched::Cached(s));
     }
-    let key = key_of(table, &r.path);
-    let raw = match store.get(&key).await {
-        Ok(raw) => raw,
+    match store.get(&key_of(table, &r.path)).await {
+        Ok(raw) => Ok(Fetched::Read(r, raw)),
         Err(Error::NotFound { .. }) => {
             let what = format!("segment {:?}", r.path);
-            return Err(super::missing_object(store, table, manifest.version, &what).await);
+            Err(super::missing_object(store, table, manifest.version, &what).await)
         }
-        Err(e) => return Err(e),
-    };
-    let s = Arc::new(Segment::open(&raw, &key, r, manifest, path)?);
-    if keep {
-        remember(r, &s);
+        Err(e) => Err(e),
     }
-    Ok(s)
+}
+
+/// Parse and check what [`fetch_raw`] got against its reference; a body
+/// parsed is cached if `keep`.
+fn open_fetched(
+    got: Fetched<'_>,
+    table: &str,
+    manifest: &TableManifest,
+    path: &str,
+    keep: bool,
+) -> Result<Arc<Segment>> {
+    match got {
+        Fetched::Cached(s) => Ok(s),
+        Fetched::Read(r, raw) => {
+            let s = Arc::new(Segment::open(
+                &raw,
+                &key_of(table, &r.path),
+                r,
+                manifest,
+                path,
+            )?);
+            if keep {
+                remember(r, &s);
+            }
+            Ok(s)
+        }
+    }
 }
 
 /// GET (or take from the cache) the segments `wanted` (indices into
@@ -459,7 +485,10 @@ pub async fn load(
     let got: Vec<(usize, Arc<Segment>)> = futures::stream::iter(wanted.iter().copied())
         .map(|i| {
             let path = path.as_str();
-            async move { Ok::<_, Error>((i, fetch(store, table, m, path, i, true).await?)) }
+            async move {
+                let got = fetch_raw(store, table, m, path, i).await?;
+                Ok::<_, Error>((i, open_fetched(got, table, m, path, true)?))
+            }
         })
         .buffer_unordered(IO_CONCURRENCY)
         .try_collect()
@@ -472,9 +501,10 @@ pub async fn load(
 }
 
 /// Hand each of the segments `wanted` of `manifest` to `visit` with its
-/// index, in any order, without keeping them: at most [`IO_CONCURRENCY`]
-/// are held at once, however many there are (those read are not added to
-/// the process's segment cache; those it holds are taken from it).
+/// index, in the order of `wanted`, without keeping them: [`IO_CONCURRENCY`]
+/// GETs at once, each body parsed and visited in turn, so that one parsed
+/// segment is held at a time however many there are (those read are not
+/// added to the process's segment cache; those it holds are taken from it).
 pub async fn visit<F>(
     store: &StoreHandle,
     table: &str,
@@ -489,13 +519,11 @@ where
     let path = super::manifest_key(table, manifest.version);
     let path = path.as_str();
     futures::stream::iter(wanted.iter().copied())
-        .map(|i| async move {
-            Ok::<_, Error>((i, fetch(store, table, manifest, path, i, false).await?))
-        })
-        .buffer_unordered(IO_CONCURRENCY)
-        .try_for_each(|(i, s)| {
-            visit(i, &s);
-            futures::future::ready(Ok(()))
+        .map(|i| async move { Ok::<_, Error>((i, fetch_raw(store, table, manifest, path, i).await?)) })
+        .buffered(IO_CONCURRENCY)
+        .try_for_each(|(i, got)| {
+            let opened = open_fetched(got, table, manifest, path, false).map(|s| visit(i, &s));
+            futures::future::ready(opened)
         })
         .await
 }

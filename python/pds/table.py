@@ -1112,7 +1112,9 @@ class Table:
         more, or small segments together up to 1,000 files, and segments
         that share a tombstone together. Each window is committed as its own
         version, so memory holds one window's file list, and small files are
-        merged within a window; a table of one window takes one version.
+        merged within a window (not with what earlier windows wrote: the next
+        compaction merges those); a table of one segment (up to 1,000 files)
+        takes one version.
 
         No concurrent change is lost: appends are rebased on; a delete that
         lands meanwhile on a file being rewritten makes that window start

@@ -19,9 +19,12 @@
 //! the small segments become full ones). Each window is loaded alone,
 //! planned, rewritten and committed as its own version, so memory holds
 //! one window's file list: one segment's, unless deletes spanning many
-//! segments bound them together. A table of one window is compacted in
-//! one version. Small files are merged within a window. Finding the
-//! windows reads each segment once, a few at a time.
+//! segments bound them together. A table of one segment is compacted in
+//! one version. Small files are merged within a window, not with the files
+//! earlier windows wrote (the next compaction merges those); the window of
+//! the small last segment, which every window's load includes, goes
+//! first. Finding the windows reads each segment once, parsing one at a
+//! time; windows with nothing to do are skipped.
 //!
 //! Concurrency: appends that land meanwhile are rebased on. A delete that
 //! lands meanwhile and touches a file being rewritten would be lost by the
@@ -84,8 +87,13 @@ impl CompactOptions {
 /// What a compaction did.
 #[derive(Debug, Clone)]
 pub struct Compacted {
+    /// The version after it (the latest if nothing was committed), as the
+    /// last window's commit left it: its root, with at most the segments
+    /// that window loaded (not a whole file list).
     pub manifest: TableManifest,
+    /// Whether any window committed.
     pub committed: bool,
+    /// Summed over the windows.
     pub files_removed: usize,
     pub files_added: usize,
 }
@@ -140,6 +148,21 @@ impl Tombstones {
     }
 }
 
+/// The files of `base` (a window as loaded) that are the window's own: of
+/// the segments it chose, and of segments written since by others. The
+/// rest (a small last segment that an earlier window of this compaction
+/// wrote, or that another window names) are loaded only for the files
+/// the commit adds to join them.
+fn own_files<'a>(base: &'a TableManifest, choice: &SegmentChoice) -> HashSet<&'a str> {
+    base.segments
+        .iter()
+        .zip(&base.layout.bodies)
+        .filter(|(r, _)| choice.named.contains(&r.path) || !choice.known.contains(&r.path))
+        .filter_map(|(_, b)| b.as_ref())
+        .flat_map(|b| b.files.iter().map(|f| f.path.as_str()))
+        .collect()
+}
+
 async fn plan(
     store: &StoreHandle,
     table: &str,
@@ -147,6 +170,7 @@ async fn plan(
     opts: &CompactOptions,
     target: u64,
     tombstones: &Tombstones,
+    own: &HashSet<&str>,
 ) -> Result<Plan> {
     let deletes = tombstone::fold(&tombstones.objects)?;
     let pinned = tombstones.pinned(base);
@@ -157,7 +181,7 @@ async fn plan(
     for f in base
         .data_files
         .iter()
-        .filter(|f| !pinned.contains(f.path.as_str()))
+        .filter(|f| own.contains(f.path.as_str()) && !pinned.contains(f.path.as_str()))
     {
         let dead = match deletes.get(&f.path) {
             Some(d) => deleted_positions(store, table, base, f, d).await?.len(),
@@ -229,6 +253,9 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         .map(|s| s.path.clone())
         .collect();
     let one_window = windows.len() <= 1;
+    if windows.is_empty() {
+        crate::progress::start(opts.progress.as_deref(), Phase::Compacting, Some(0));
+    }
     let mut given = Some(first);
     let mut counting = Counting::Start { known: one_window };
     for window in windows {
@@ -370,6 +397,15 @@ fn windows(segments: &[SegmentRef], tombstones: &[Vec<String>]) -> Vec<Vec<usize
     if !small.is_empty() {
         out.push(small);
     }
+    // The window of the last segment first: every window's load includes
+    // that segment when it is small (the files a commit adds join it), and
+    // it is then a later window's output, not its own files to merge.
+    if let Some(last) = segments.len().checked_sub(1) {
+        if let Some(k) = out.iter().position(|w| w.contains(&last)) {
+            let w = out.remove(k);
+            out.insert(0, w);
+        }
+    }
     out
 }
 
@@ -404,7 +440,9 @@ fn compact_window(
             .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
         props.target_file_size = Some(target);
         let tombstones = crate::runtime::block_on(Tombstones::load(store, table, &base))??;
-        let plan = crate::runtime::block_on(plan(store, table, &base, opts, target, &tombstones))??;
+        let own = own_files(&base, &choice);
+        let plan =
+            crate::runtime::block_on(plan(store, table, &base, opts, target, &tombstones, &own))??;
         if let Counting::Start { known } = counting {
             crate::progress::start(
                 opts.progress.as_deref(),

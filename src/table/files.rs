@@ -3,7 +3,7 @@
 //! answer and one parsed segment at a time, not the version's whole parsed
 //! file list.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
@@ -77,13 +77,27 @@ impl Columns {
 }
 
 /// Add `more` (a segment's tombstone references, or a root's) to `refs`,
-/// each tombstone once with the files of every segment that names it.
-fn merge(refs: &mut BTreeMap<String, TombstoneRef>, more: &[TombstoneRef]) {
+/// each tombstone once with the files of every segment that names it; a
+/// tombstone listed with different SHA-256s is refused (the reason).
+fn merge(
+    refs: &mut BTreeMap<String, TombstoneRef>,
+    more: &[TombstoneRef],
+) -> std::result::Result<(), String> {
     for t in more {
-        refs.entry(t.path.clone())
-            .and_modify(|r| r.files.extend(t.files.iter().cloned()))
-            .or_insert_with(|| t.clone());
+        match refs.get_mut(&t.path) {
+            Some(r) if r.sha256 != t.sha256 => {
+                return Err(format!(
+                    "segments list tombstone {:?} with different SHA-256s",
+                    t.path
+                ))
+            }
+            Some(r) => r.files.extend(t.files.iter().cloned()),
+            None => {
+                refs.insert(t.path.clone(), t.clone());
+            }
+        }
     }
+    Ok(())
 }
 
 /// The data files of `version` of `table` (see [`schema`]), in the order
@@ -94,25 +108,46 @@ fn merge(refs: &mut BTreeMap<String, TombstoneRef>, more: &[TombstoneRef]) {
 /// tombstones, and a footer GET per file with whole-row-group deletes.
 pub async fn files(store: &StoreHandle, table: &str, version: u64) -> Result<RecordBatch> {
     let m: TableManifest = read_version_at(store, table, version, Depth::Root).await?;
+    let corrupted = |reason: String| Error::ManifestCorrupted {
+        path: super::manifest_key(table, m.version),
+        reason,
+    };
     let mut columns = Columns::default();
     let mut refs = BTreeMap::new();
-    // A whole list in the root (the first format's), then the segments.
-    columns.add(&m.data_files)?;
-    merge(&mut refs, &m.tombstones);
-    let all: Vec<usize> = (0..m.segments.len()).collect();
+    // What loading the whole list checks across segments: each file listed
+    // once, each tombstone with one SHA-256 and naming files listed.
+    let mut seen: HashSet<String> = HashSet::new();
     let mut failed = None;
+    let mut add = |files: &[DataFile], tombstones: &[TombstoneRef]| -> Result<()> {
+        if let Some(f) = files.iter().find(|f| !seen.insert(f.path.clone())) {
+            return Err(corrupted(format!("data file {:?} is listed twice", f.path)));
+        }
+        columns.add(files)?;
+        merge(&mut refs, tombstones).map_err(corrupted)
+    };
+    // A whole list in the root (the first format's), then the segments.
+    add(&m.data_files, &m.tombstones)?;
+    let all: Vec<usize> = (0..m.segments.len()).collect();
     super::segment::visit(store, table, &m, &all, |_, s| {
         if failed.is_none() {
-            if let Err(e) = columns.add(&s.files) {
-                failed = Some(e);
-            }
-            merge(&mut refs, &s.tombstones);
+            failed = add(&s.files, &s.tombstones).err();
         }
     })
     .await?;
     if let Some(e) = failed {
         return Err(e);
     }
+    if let Some((t, f)) = refs
+        .values()
+        .flat_map(|t| t.files.iter().map(move |f| (t, f)))
+        .find(|(_, f)| !seen.contains(*f))
+    {
+        return Err(corrupted(format!(
+            "tombstone {:?} names {f:?}, which is not a data file of this version",
+            t.path
+        )));
+    }
+    drop(seen);
     let refs: Vec<TombstoneRef> = refs.into_values().collect();
     let tombstones = super::tombstone::load_scoped(store, table, m.version, &refs, None).await?;
     let deletes = super::tombstone::fold(&tombstones)?;

@@ -204,12 +204,16 @@ impl Collectable for TableManifest {
             // The files the root itself lists (the first format's).
             keep_files(self, table, &self.data_files, &self.tombstones, keep);
             let unread: Vec<usize> = (0..self.segments.len())
-                .filter(|&i| keep.insert(self.segments[i].path.clone()))
+                .filter(|&i| !keep.contains(&self.segments[i].path))
                 .collect();
             super::segment::visit(store, table, self, &unread, |_, s| {
                 keep_files(self, table, &s.files, &s.tombstones, keep)
             })
-            .await
+            .await?;
+            // Marked read once read: a version whose segments could not
+            // all be read leaves them to the next version naming them.
+            keep.extend(unread.iter().map(|&i| self.segments[i].path.clone()));
+            Ok(())
         })
     }
 

@@ -1026,9 +1026,9 @@ class Table:
         (null where a primary-key range applies: counted only by reading),
         ``bytes``, ``row_groups``, ``sha256``, and per-column ``min`` /
         ``max`` (JSON text: an object of column name to value) from the
-        manifest, in the manifest's order. Built segment by segment in Rust:
-        memory holds the answer and one parsed segment, not the whole file
-        list as Python objects.
+        manifest, in the manifest's order. Built segment by segment in Rust,
+        not as Python objects; the segments it reads stay in the process's
+        segment cache, like any read's.
 
         Cost: 1 GET for the version's root, 1 per segment not read yet (16
         at a time), its tombstones, and a footer GET per file that has

@@ -317,7 +317,7 @@ async fn find_windows(
     // Per segment: files with no rows, and small files.
     let mut files: Vec<(u64, u64)> = vec![(0, 0); n];
     let all: Vec<usize> = (0..n).collect();
-    super::segment::visit(store, table, root, &all, |i, s| {
+    super::segment::visit(store, table, root, &all, false, |i, s| {
         tombstones[i] = s.tombstones.iter().map(|t| t.path.clone()).collect();
         let empty = s.files.iter().filter(|f| f.total_rows == 0).count() as u64;
         let small = s.files.iter().filter(|f| f.size_bytes < target / 2).count() as u64;

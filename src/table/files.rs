@@ -1,7 +1,7 @@
 //! A version's data files as one Arrow record batch (`Table.files()`):
 //! built segment by segment, so that memory holds the columns of the
-//! answer and one parsed segment at a time, not the version's whole parsed
-//! file list.
+//! answer and the segments the process cache keeps (up to its limit), not
+//! the version's whole file list as one manifest.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ fn merge(
 /// of its manifest.
 ///
 /// Cost: the root (1 GET, none if cached), every segment (a GET each not
-/// cached, 16 at a time, parsed one at a time and not kept), the
+/// cached, 16 at a time, parsed one at a time and then cached), the
 /// tombstones, and a footer GET per file with whole-row-group deletes.
 pub async fn files(store: &StoreHandle, table: &str, version: u64) -> Result<RecordBatch> {
     let m: TableManifest = read_version_at(store, table, version, Depth::Root).await?;
@@ -128,7 +128,9 @@ pub async fn files(store: &StoreHandle, table: &str, version: u64) -> Result<Rec
     // A whole list in the root (the first format's), then the segments.
     add(&m.data_files, &m.tombstones)?;
     let all: Vec<usize> = (0..m.segments.len()).collect();
-    super::segment::visit(store, table, &m, &all, |_, s| {
+    // Kept in the process's segment cache, as any read's: the operations
+    // after it read only the root.
+    super::segment::visit(store, table, &m, &all, true, |_, s| {
         if failed.is_none() {
             failed = add(&s.files, &s.tombstones).err();
         }

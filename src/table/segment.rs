@@ -501,15 +501,18 @@ pub async fn load(
 }
 
 /// Hand each of the segments `wanted` of `manifest` to `visit` with its
-/// index, in the order of `wanted`, without keeping them: [`IO_CONCURRENCY`]
-/// GETs at once, each body parsed and visited in turn, so that one parsed
-/// segment is held at a time however many there are (those read are not
-/// added to the process's segment cache; those it holds are taken from it).
+/// index, in the order of `wanted`: [`IO_CONCURRENCY`] GETs at once, each
+/// body parsed and visited in turn, so that one parsed segment is held at
+/// a time however many there are. Those read are added to the process's
+/// segment cache if `keep` (a read the next operations may build on), else
+/// not (a whole-table pass: vacuum, compaction's planning); those it holds
+/// are taken from it.
 pub async fn visit<F>(
     store: &StoreHandle,
     table: &str,
     manifest: &TableManifest,
     wanted: &[usize],
+    keep: bool,
     mut visit: F,
 ) -> Result<()>
 where
@@ -522,7 +525,7 @@ where
         .map(|i| async move { Ok::<_, Error>((i, fetch_raw(store, table, manifest, path, i).await?)) })
         .buffered(IO_CONCURRENCY)
         .try_for_each(|(i, got)| {
-            let opened = open_fetched(got, table, manifest, path, false).map(|s| visit(i, &s));
+            let opened = open_fetched(got, table, manifest, path, keep).map(|s| visit(i, &s));
             futures::future::ready(opened)
         })
         .await

@@ -206,7 +206,7 @@ impl Collectable for TableManifest {
             let unread: Vec<usize> = (0..self.segments.len())
                 .filter(|&i| !keep.contains(&self.segments[i].path))
                 .collect();
-            super::segment::visit(store, table, self, &unread, |_, s| {
+            super::segment::visit(store, table, self, &unread, false, |_, s| {
                 keep_files(self, table, &s.files, &s.tombstones, keep)
             })
             .await?;

@@ -139,7 +139,7 @@ def test_format_pages_list_every_field(tmp_path: Path) -> None:
     pointer = stored_json(tmp_path, "events/_latest_manifest")
     segment = stored_json(tmp_path, "events/" + root["segments"][0]["path"])
     tombstone = stored_json(tmp_path, "events/" + root["operation_parameters"]["tombstone"])
-    assert root["format"] == "pds-table/2"
+    assert root["format"] == "pds-table/3"
     assert set(root) | set(pointer) | set(root["segments"][0]) <= fields
     text = (ROOT / "docs" / "concepts" / "format-table.md").read_text()
     for name in [

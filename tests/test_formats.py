@@ -57,6 +57,10 @@ def test_the_fixtures_are_in_their_old_formats() -> None:
         assert not (FIXTURES / key / "segment").exists()
     assert isinstance(manifest(FIXTURES, "table-1-bare", 2)["tombstones"], list)
     assert all(isinstance(t, str) for t in manifest(FIXTURES, "table-1-bare", 2)["tombstones"])  # type: ignore[attr-defined]
+    for v in range(5):
+        m = manifest(FIXTURES, "table-2", v)
+        assert m["format"] == "pds-table/2" and "checksum" in m
+        assert not any("files_schema" in s for s in m["segments"])  # type: ignore[attr-defined]
     p = manifest(FIXTURES, "pipeline-1-unsealed", 1)
     assert p["format"] == "pds-pipeline/1" and "checksum" not in p
     assert list(p)[:2] == ["format", "version"], "declaration order, not sorted"
@@ -106,7 +110,7 @@ def test_upgrade_makes_an_old_table_writable_and_keeps_its_versions(lake: Path, 
     old = {v: (lake / key / "manifest" / f"v{v:08d}.json").read_bytes() for v in range(3)}
     assert t.upgrade() == 3
     m = manifest(lake, key, 3)
-    assert (m["format"], m["operation"], "checksum" in m) == ("pds-table/2", "upgrade", True)
+    assert (m["format"], m["operation"], "checksum" in m) == ("pds-table/3", "upgrade", True)
     assert ids(t) == ALL_IDS
     for v, raw in old.items():
         assert (lake / key / "manifest" / f"v{v:08d}.json").read_bytes() == raw
@@ -204,7 +208,7 @@ def test_a_current_manifest_with_its_checksum_stripped_is_still_corrupted(tmp_pa
     url = tmp_path.as_uri()
     pds.Table.create(url, "t", data=pa.table({"id": [1, 2]}))
     strip_checksum(tmp_path / "t" / "manifest" / "v00000000.json")
-    with pytest.raises(pds.ManifestCorrupted, match="every pds-table/2 manifest"):
+    with pytest.raises(pds.ManifestCorrupted, match="every pds-table/3 manifest"):
         pds.Table.open(url, "t")
     p = pds.Pipeline.create(url, "p")
     p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
@@ -322,3 +326,77 @@ def test_an_old_format_table_drops_like_any_other(lake: Path, key: str, how: str
     assert objects(lake) == others
     with pytest.raises(NotFound):
         pds.Table.open(url, key)
+
+
+def segment_paths(folder: Path, key: str, version: int) -> list[str]:
+    return [s["path"] for s in manifest(folder, key, version)["segments"]]  # type: ignore[attr-defined]
+
+
+def test_a_pds_table_2_table_is_written_in_its_format_until_upgraded_by_its_root_alone(lake: Path) -> None:
+    """``table-2``: 40 one-row files, 2 appended, id 3 deleted, then an append widening
+    ``n`` from int32 to int64 and adding ``extra`` (schema_mode="merge"), and one more."""
+    url, key = lake.as_uri(), "table-2"
+    t = pds.Table.open(url, key)
+    live = [i for i in range(46) if i != 3]
+    assert t.version == 4 and ids(t) == live
+    assert t.schema.field("n").type == pa.int64()
+    assert t.at(version=2).schema.field("n").type == pa.int32()
+    assert ids(t.at(version=2)) == [i for i in range(42) if i != 3]
+    assert t.to_arrow(filter=[("n", "==", 43)]).column("extra").to_pylist() == ["e43"]
+    assert t.to_arrow(filter=[("n", "==", 5)]).column("extra").to_pylist() == [None]
+
+    # Writable, in its own format: a schema change rewrites every segment.
+    wide = {"id": pa.array([46], pa.int64()), "n": pa.array([46], pa.int64()), "name": ["n46"], "extra": ["e46"]}
+    assert t.append(pa.table(wide)) == 5
+    assert manifest(lake, key, 5)["format"] == "pds-table/2"
+    more = {**wide, "id": pa.array([47], pa.int64()), "more": pa.array([1.5])}
+    before = segment_paths(lake, key, 5)
+    assert t.append(pa.table(more), schema_mode="merge") == 6
+    assert manifest(lake, key, 6)["format"] == "pds-table/2"
+    assert not set(before) & set(segment_paths(lake, key, 6)), "every segment rewritten"
+
+    # The upgrade writes the root alone: no segment, no data file.
+    segments = sorted((lake / key / "segment").iterdir())
+    data = sorted((lake / key / "data").iterdir())
+    assert t.upgrade() == 7
+    m = manifest(lake, key, 7)
+    assert (m["format"], m["operation"]) == ("pds-table/3", "upgrade")
+    assert m["operation_parameters"] == {"from_format": "pds-table/2"}
+    assert segment_paths(lake, key, 7) == segment_paths(lake, key, 6)
+    assert sorted((lake / key / "segment").iterdir()) == segments
+    assert sorted((lake / key / "data").iterdir()) == data
+    assert pds.Table.open(url, key).upgrade() == 7, "once only"
+
+    # From then on a schema change keeps every segment as it is.
+    again = {**more, "id": pa.array([48], pa.int64()), "last": ["x"]}
+    assert t.append(pa.table(again), schema_mode="merge") == 8
+    m = manifest(lake, key, 8)
+    assert m["format"] == "pds-table/3"
+    assert segment_paths(lake, key, 8)[:-1] == segment_paths(lake, key, 7)
+    assert all(s.get("files_schema") for s in m["segments"][:-1])  # type: ignore[index]
+    got = pds.Table.open(url, key)
+    assert ids(got) == [*live, 46, 47, 48]
+    rows = got.to_arrow().sort_by("id")
+    assert rows.column("n").to_pylist()[:3] == [0, 1, 2]
+    assert rows.column("more").to_pylist()[-2:] == [1.5, 1.5]
+    assert rows.column("last").to_pylist()[-2:] == [None, "x"]
+    # Every version reads as it did.
+    for v, n in [(0, 40), (2, 41), (4, 45), (6, 47), (7, 47), (8, 48)]:
+        assert len(ids(got.at(version=v))) == n, v
+    assert got.compact() >= 8
+    assert ids(pds.Table.open(url, key)) == [*live, 46, 47, 48]
+
+
+def test_pds_upgrade_takes_a_pds_table_2_table_to_the_current_format(lake: Path) -> None:
+    url = lake.as_uri()
+    code, out = run("upgrade", url, "table-2", "--json")
+    assert code == 0, out
+    assert json.loads(out) == {
+        "key": "table-2",
+        "kind": "table",
+        "upgraded": True,
+        "from_format": "pds-table/2",
+        "version": 5,
+    }
+    code, out = run("upgrade", url, "table-2")
+    assert code == 0 and "already in the current format" in out, out

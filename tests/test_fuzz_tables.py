@@ -335,9 +335,13 @@ def _reseal_table(store: Store, key: str, version: int, edit: Callable[[dict[str
 
 
 def _reseal_segment(store: Store, key: str, version: int, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Edit the (only) segment of *version*: its file list and tombstones.
-    The root then records the new segment's SHA-256 and counts, and is resealed."""
-    assert len(json.loads(store.read_bytes(f"{key}/manifest/v{version:08d}.json"))["segments"]) == 1
+    """Edit the first segment of *version*: its file list and tombstones (it holds
+    every file and tombstone of versions 0 to 3; version 4 adds a second segment,
+    for the files in the new schema). The root then records the new segment's
+    SHA-256 and counts, and is resealed."""
+    assert len(json.loads(store.read_bytes(f"{key}/manifest/v{version:08d}.json"))["segments"]) == (
+        2 if version == 4 else 1
+    )
     rewrite_segment(store, key, version, 0, edit, recount=True)
 
 
@@ -419,6 +423,13 @@ def _tables_edits() -> list[tuple[str, int, Edit | None, Edit | None]]:
     def segment_counts_not_files(m: dict[str, Any]) -> None:
         m["segments"][0]["total_rows"] += 1
 
+    def files_schema_unknown(m: dict[str, Any]) -> None:
+        m["segments"][0]["files_schema"] = "0" * 16
+
+    def files_schema_dropped(m: dict[str, Any]) -> None:
+        # Its files would read in the version's schema.
+        del m["segments"][0]["files_schema"]
+
     return [
         ("tombstone names a file the manifest lacks", 2, tomb_names_unknown, None),
         ("tombstone names one file more", 3, tomb_names_more, None),
@@ -441,6 +452,8 @@ def _tables_edits() -> list[tuple[str, int, Edit | None, Edit | None]]:
         ("segment path escapes", 2, None, segment_path("../segment/x.json")),
         ("segment statistics not its files'", 1, fresh, segment_stats_not_files),
         ("segment counts not its files'", 3, fresh, segment_counts_not_files),
+        ("segment files_schema names no schema", 4, None, files_schema_unknown),
+        ("segment files_schema dropped", 4, fresh, files_schema_dropped),
     ]
 
 

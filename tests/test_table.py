@@ -59,7 +59,7 @@ def test_objects_under_the_table_key_and_what_a_manifest_holds(fast_store: Store
     root = json.loads(fast_store.read_bytes("t/manifest/v00000002.json"))
     # The pointer and every version name the table's identity.
     assert pointer == {"version": 2, "manifest": "manifest/v00000002.json", "table_id": root["table_id"]}
-    assert (root["format"], root["version"], root["previous"], root["operation"]) == ("pds-table/2", 2, 1, "delete")
+    assert (root["format"], root["version"], root["previous"], root["operation"]) == ("pds-table/3", 2, 1, "delete")
     assert "data_files" not in root and "tombstones" not in root, "the file list is in segments"
     assert [table_segment(fast_store, "t", r)["format"] for r in root["segments"]] == ["pds-table-segment/1"]
     assert keys >= {r["path"] for r in root["segments"]}

@@ -17,6 +17,7 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pytest
+import remote_store
 from conftest import REMOTE, lake_url
 
 import pds
@@ -502,3 +503,52 @@ def test_partial_rewrites_of_a_segmented_table_race_through_faults(faulty: Any) 
         assert sorted(zip(got["id"].to_pylist(), got["v"].to_pylist(), strict=True)) == sorted(
             zip(mine["id"].to_pylist(), mine["v"].to_pylist(), strict=True)
         ), f"version {v}"
+
+
+@pytest.mark.parametrize("fault", ["fail", "drop_reply"])
+def test_a_compaction_in_windows_under_a_fault_commits_each_window_once(faulty: Any, fault: str) -> None:
+    """Two segments of 260 one-row files: a compaction works in two windows, each
+    its own version (the last segment's first). The second window's manifest PUT
+    fails every time (the first window's version stays, the call raises, and a
+    retry compacts the rest) or lands with its reply lost (committed once). Every
+    version reads the same rows in pds and in deltalake."""
+    url, opts = f"{faulty.url}/t", delta_options("s3", faulty.direct_options)
+    every = list(range(520))
+    SIZE = 64 << 20  # the files are created one row each (1 byte), and merged up to this
+    made = pds.Table.create(faulty.direct, "t", data=rows(every[:260], "a"), target_file_size=1, formats=["delta"])
+    made.append(rows(every[260:], "a"))
+    assert [s["file_count"] for s in made.manifest["segments"]] == [260, 260]
+    writer = faulty.open(max_retries="0") if fault == "fail" else faulty.store
+    t = pds.Table.open(writer, "t")
+    bucket, prefix = faulty.url.split("/", 3)[2:]
+    path = rf"^/{bucket}/{prefix}/t/manifest/v00000003\.json$"
+    if fault == "fail":
+        rule = faulty.proxy.fail("PUT", path, status=503, times=None)
+    else:
+        rule = faulty.proxy.drop_reply("PUT", path, how="close", times=1)
+    try:
+        t.compact(target_file_size=SIZE)
+        raised: Exception | None = None
+    except (pds.CommitUnknown, remote_store.RemoteStoreError) as e:
+        raised = e
+    finally:
+        faulty.proxy.clear_rules()
+    assert rule.hits >= 1, "the second window's commit was attempted"
+    reader = pds.Table.open(faulty.direct, "t")
+    first = reader.at(version=2)
+    assert first.manifest["operation"] == "compact"
+    assert len(first.manifest["data_files"]) == 261, "the last segment's window: 260 files into 1"
+    if fault == "fail":
+        assert raised is not None and reader.version == 2, (raised, reader.version)
+        with pytest.raises(remote_store.NotFound, match="has no version"):
+            reader.at(version=3)
+        assert pds.Table.open(faulty.direct, "t").compact(target_file_size=SIZE) == 3, "the other window"
+    else:
+        assert raised is None or isinstance(raised, pds.CommitUnknown), raised
+    reader = pds.Table.open(faulty.direct, "t")
+    assert reader.version == 3
+    assert len(reader.manifest["data_files"]) == 2
+    assert pds_ids(reader, 0) == every[:260]
+    for v in range(1, 4):
+        assert pds_ids(reader, v) == every, f"version {v}"
+    check_every_version(reader, url, f"compaction under {fault}", opts)

@@ -48,7 +48,7 @@ def keys_under(store: Store, key: str) -> set[str]:
 def test_a_table_of_many_files_behaves_like_its_model(fast_store: Store) -> None:
     t = many_files(fast_store)
     r = root(fast_store, t)
-    assert r["format"] == "pds-table/2" and "data_files" not in r
+    assert r["format"] == "pds-table/3" and "data_files" not in r
     assert [s["file_count"] for s in r["segments"]] == [600, 600]
     assert r["segments"][0]["columns"]["id"] == {"min": 0, "max": 599, "null_count": 0}
     model = {i: f"a{i % 5}" for i in range(FILES)}

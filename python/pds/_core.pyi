@@ -595,7 +595,7 @@ def table_drop(store: RustStore, key: str) -> list[str]:
     the key, a DELETE per object (batched where the store can)."""
 
 def table_upgrade(store: RustStore, key: str, *, table_id: str | None = None) -> tuple[str | None, int]:
-    """Upgrade the table at *key* to the current format (``pds-table/2``, sealed): one new
+    """Upgrade the table at *key* to the current format (``pds-table/3``, sealed): one new
     version (operation ``upgrade``) with the same data files and tombstones, committed by
     compare-and-swap; no data file rewritten. Returns ``(from_format, version)``:
     *from_format* describes the earlier format, or is ``None`` if the table was already
@@ -603,8 +603,9 @@ def table_upgrade(store: RustStore, key: str, *, table_id: str | None = None) ->
     table of that id (a handle's): NotFound if it was dropped, also when another table
     (in any format) was created at its key. The upgraded table gets a fresh ``table_id``.
     NotFound if no table; ManifestCorrupted if a version or tombstone is damaged; CommitConflict if writers keep
-    winning. Cost: the latest version (2 GETs + 1 HEAD); when upgrading, a GET per tombstone
-    recorded without a SHA-256, a PUT per segment (1,000 files) and 2 PUTs."""
+    winning. Cost: the latest version (2 GETs + 1 HEAD); when upgrading ``pds-table/1``, a
+    GET per tombstone recorded without a SHA-256, a PUT per segment (1,000 files) and 2 PUTs;
+    when upgrading ``pds-table/2`` (writable, its schema changes rewrite every segment), 2 PUTs."""
 
 def pipeline_upgrade(store: RustStore, root: str) -> tuple[str | None, int]:
     """Upgrade the pipeline at *root* to a sealed manifest: one new version (operation

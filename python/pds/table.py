@@ -1244,24 +1244,32 @@ class Table:
         """Upgrade the table to this pds's on-disk format, and move this object
         to its latest version, which it returns.
 
-        pds reads every table format it ever wrote, but writes only its own
-        (``pds-table/2``) and never upgrades a table silently: a pds that reads
-        only the earlier format could not read it afterwards. A table whose
-        latest version is in an earlier format (``pds-table/1``, with or without
-        the sealed manifests) is read-only until this call: every write raises
-        :class:`pds.UpgradeRequired`. The upgrade commits one new version
-        (operation ``"upgrade"``) holding the same data files and deletes, by
-        compare-and-swap like any commit: no data file is rewritten, earlier
-        versions stay readable as they were (time travel, history, changes), and
-        a writer racing it loses nothing (it commits before the upgrade, which
-        then builds on its version, or after, on the upgraded one). A table
-        already in the current format is left alone: then nothing is written and
-        the latest version is returned.
+        pds reads every table format it ever wrote, creates tables in its own
+        (``pds-table/3``) and never upgrades a table silently: a pds that reads
+        only the earlier format could not read it afterwards.
 
-        Cost: the latest version (2 GETs and a HEAD); for a table in an earlier
-        format also a GET per delete recorded without a SHA-256 (tables from
+        - A table whose latest version is in ``pds-table/1`` (with or without
+          the sealed manifests) is read-only until this call: every write raises
+          :class:`pds.UpgradeRequired`.
+        - A table in ``pds-table/2`` stays writable, and is written in that
+          format; there a schema change (``schema_mode="merge"``) records the
+          old schema on every data file's entry, rewriting the whole file list.
+          In ``pds-table/3`` it rewrites no segment of the file list. The
+          upgrade writes the new root alone; pds older than ``pds-table/3``
+          cannot read the table afterwards.
+
+        The upgrade commits one new version (operation ``"upgrade"``) holding the
+        same data files and deletes, by compare-and-swap like any commit: no data
+        file is rewritten, earlier versions stay readable as they were (time
+        travel, history, changes), and a writer racing it loses nothing (it
+        commits before the upgrade, which then builds on its version, or after,
+        on the upgraded one). A table already in the current format is left
+        alone: then nothing is written and the latest version is returned.
+
+        Cost: the latest version (2 GETs and a HEAD); for a ``pds-table/1``
+        table also a GET per delete recorded without a SHA-256 (tables from
         before the sealed manifests), a PUT per 1,000 data files (segments) and a
-        commit (2 PUTs).
+        commit (2 PUTs); for a ``pds-table/2`` table a commit (2 PUTs).
 
         The upgraded table gets a ``table_id`` (earlier formats had none), so
         that from then on handles that open it are bound to it, as to a table

@@ -133,10 +133,19 @@ pub enum Depth {
     /// matches (and a small last one): a [`View::Partial`](super::snapshot::View::Partial)
     /// manifest a rewrite commits on.
     Where(Arc<crate::parquet::filter::Predicate>),
+    /// [`Depth::Where`] for a rewrite that also changes the schema: the
+    /// whole file list of a `pds-table/2` table, whose every file records
+    /// the old schema (see [`Depth::SchemaChange`]).
+    WhereChangingSchema(Arc<crate::parquet::filter::Predicate>),
     /// A table's segments a compaction works on (see
     /// [`SegmentChoice`](super::segment::SegmentChoice)), and a small last
     /// one: a [`View::Partial`](super::snapshot::View::Partial) manifest.
     Segments(Arc<super::segment::SegmentChoice>),
+    /// What a schema change needs: a table's root in the current format
+    /// (its segment references record the old schema, see
+    /// [`TableManifest::record_schema_change`]), its whole file list in
+    /// `pds-table/2` (every file entry does).
+    SchemaChange,
 }
 
 pub(crate) type BoxFuture<'a, T> =
@@ -189,7 +198,10 @@ impl Versioned for TableManifest {
             match depth {
                 Depth::Root => Ok(()),
                 Depth::Full => self.load_all(store, table).await,
-                Depth::Where(predicate) => {
+                Depth::WhereChangingSchema(_) if !self.layout.written.schema_per_segment() => {
+                    self.load_all(store, table).await
+                }
+                Depth::Where(predicate) | Depth::WhereChangingSchema(predicate) => {
                     let keep = super::scan::segments_may_match(self, table, &predicate)?;
                     self.load_partial(store, table, |i, _| {
                         Ok(keep.get(i).copied().unwrap_or(true))
@@ -200,6 +212,8 @@ impl Versioned for TableManifest {
                     self.load_partial(store, table, |_, r| Ok(choice.wants(r)))
                         .await
                 }
+                Depth::SchemaChange if self.layout.written.schema_per_segment() => Ok(()),
+                Depth::SchemaChange => self.load_all(store, table).await,
             }
         })
     }
@@ -1085,7 +1099,7 @@ mod tests {
             let mut orphan = next_manifest("append", vec![file("a"), file("b")]);
             orphan.version = 1;
             orphan.previous = Some(0);
-            // As a current writer writes it: in segments (pds-table/2).
+            // As a current writer writes it: in segments (pds-table/3).
             rt.block_on(orphan.lay_out_segments(&store, "t")).unwrap();
             rt.block_on(store.put(
                 &manifest_key("t", 1),

@@ -69,6 +69,16 @@ pub struct CompactOptions {
     pub progress: Option<Arc<Progress>>,
 }
 
+impl CompactOptions {
+    /// The bytes per new file: the option, else the table's setting
+    /// (`props`), else [`DEFAULT_TARGET_FILE_SIZE`].
+    fn target_for(&self, props: &super::snapshot::TableProperties) -> u64 {
+        self.target_file_size
+            .or(props.target_file_size)
+            .unwrap_or(DEFAULT_TARGET_FILE_SIZE)
+    }
+}
+
 #[cfg(test)]
 impl CompactOptions {
     /// Rewrite the files with at least `min_deleted_fraction` of their
@@ -239,10 +249,7 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
         files_removed: 0,
         files_added: 0,
     };
-    let target = opts
-        .target_file_size
-        .or(first.manifest.properties.target_file_size)
-        .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
+    let target = opts.target_for(&first.manifest.properties);
     let windows = crate::runtime::block_on(find_windows(&store, table, &first.manifest, target))??;
     // Segments the windows after this one need not load: those of the
     // version they were chosen from, and those of versions committed since.
@@ -434,10 +441,7 @@ fn compact_window(
         })??;
         let base = latest.manifest.clone();
         let mut props = base.properties.clone();
-        let target = opts
-            .target_file_size
-            .or(props.target_file_size)
-            .unwrap_or(DEFAULT_TARGET_FILE_SIZE);
+        let target = opts.target_for(&props);
         props.target_file_size = Some(target);
         let tombstones = crate::runtime::block_on(Tombstones::load(store, table, &base))??;
         let own = own_files(&base, &choice);

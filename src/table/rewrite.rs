@@ -85,11 +85,14 @@ pub struct Rewrite {
 impl Rewrite {
     /// How much of a version its rounds and commit load: with a predicate,
     /// the segments whose statistics can hold rows it matches (the rest
-    /// are kept as they are); without one, or when it changes the schema
-    /// (which every segment records), the whole file list.
+    /// are kept as they are, and record the old schema if it changes the
+    /// schema); without one, the whole file list.
     fn depth(&self) -> commit::Depth {
         match (&self.predicate, &self.schema) {
-            (Some(_), Some((_, Some(_)))) | (None, _) => commit::Depth::Full,
+            (None, _) => commit::Depth::Full,
+            (Some(p), Some((_, Some(_)))) => {
+                commit::Depth::WhereChangingSchema(Arc::new(p.clone()))
+            }
             (Some(p), _) => commit::Depth::Where(Arc::new(p.clone())),
         }
     }
@@ -427,7 +430,7 @@ fn try_commit(
                 }
             }
             if let Some((_, Some((schema, change)))) = &op.schema {
-                next.record_schema_change(schema.clone());
+                next.record_schema_change(schema.clone())?;
                 next.operation_parameters
                     .insert("schema_change".into(), change.clone().into());
             }

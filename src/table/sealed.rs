@@ -21,7 +21,7 @@
 //! manifests without a checksum until 2026-11-23 (formats `pds-table/1`
 //! and `pds-pipeline/1`). [`open_any`] accepts such a manifest only where
 //! that format lacked the seal: its format is one the caller names as
-//! once unsealed (never `pds-table/2`, which was sealed from its first
+//! once unsealed (never `pds-table/2` or later, sealed from their first
 //! byte), the `checksum` field is absent, and the bytes are exactly what
 //! that earlier pds wrote (its pretty JSON, key for key and space for
 //! space: the caller re-serialises what it parsed the way the old writer

@@ -78,6 +78,14 @@ pub struct SegmentRef {
     /// of `schema`'s types.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnStats>,
+    /// The schema id (a key of the root's `file_schemas`) of the segment's
+    /// files that name none, recorded by a schema change so that the
+    /// segment stays as it is; absent: the version's own. Only in
+    /// `pds-table/3` (see [`super::snapshot`]). Readers resolve it into
+    /// the files as the segment is read: in memory every file names its
+    /// schema, or none for the version's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_schema: Option<String>,
 }
 
 /// The segments a compaction works on: those it chose (by path), and every
@@ -131,6 +139,28 @@ fn merged_columns(
     out
 }
 
+/// `body` as the reference `r` describes it: its files that name no schema
+/// name `r.files_schema` (the same body if that is absent, or no file
+/// lacks one; else a copy, never the shared body changed).
+pub fn resolved(body: Arc<Segment>, r: &SegmentRef) -> Arc<Segment> {
+    let Some(id) = &r.files_schema else {
+        return body;
+    };
+    if body.files.iter().all(|f| f.schema.is_some()) {
+        return body;
+    }
+    let mut copy = Segment::clone(&body);
+    name_schema(&mut copy.files, id);
+    Arc::new(copy)
+}
+
+/// Make the files of `files` that name no schema name `id`.
+fn name_schema(files: &mut [DataFile], id: &str) {
+    for f in files.iter_mut().filter(|f| f.schema.is_none()) {
+        f.schema = Some(id.to_string());
+    }
+}
+
 /// The schema id shared by every file of `files`: `Some(id)` (the
 /// version's own schema is `None`), or `None` if they differ.
 fn shared_schema(files: &[DataFile]) -> Option<Option<String>> {
@@ -181,6 +211,7 @@ impl Segment {
             tombstone_count: segment.tombstones.len() as u64,
             schema: if columns.is_empty() { None } else { schema },
             columns,
+            files_schema: None,
         };
         // What readers will accept, checked before anything is written: a
         // segment this writer would build wrong is a refused commit, not a
@@ -196,7 +227,8 @@ impl Segment {
     }
 
     /// Parse and check segment bytes read from `key` against the reference
-    /// `r` of `manifest`. Every failure is `ManifestCorrupted`.
+    /// `r` of `manifest`, its files resolved as `r` says ([`resolved`]).
+    /// Every failure is `ManifestCorrupted`.
     pub fn open(
         raw: &[u8],
         key: &str,
@@ -215,7 +247,10 @@ impl Segment {
                 r.sha256
             )));
         }
-        let s: Segment = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        let mut s: Segment = serde_json::from_slice(raw).map_err(|e| corrupted(e.to_string()))?;
+        if let Some(id) = &r.files_schema {
+            name_schema(&mut s.files, id);
+        }
         s.validate(r, manifest, manifest_path)
             .map_err(|e| match e {
                 Error::ManifestCorrupted { reason, .. } => corrupted(reason),
@@ -306,7 +341,8 @@ impl SegmentRef {
 }
 
 /// Segments are immutable: once read and checked they are kept, by
-/// SHA-256, for later operations of this process, up to
+/// SHA-256 and the `files_schema` they were resolved with ([`cache_key`]),
+/// for later operations of this process, up to
 /// [`CACHE_BYTES`] (as [`weight`] estimates them) and [`CACHE_SEGMENTS`];
 /// the oldest go first. Each entry is the body and the reference it was
 /// checked against.
@@ -369,15 +405,25 @@ fn weight(s: &Segment) -> usize {
     size_of::<Segment>() + size_of::<SegmentRef>() + files + tombstones
 }
 
-fn remember(r: &SegmentRef, s: &Arc<Segment>) {
-    let w = weight(s);
-    cache().insert(r.sha256.clone(), Arc::new((s.clone(), r.clone())), w);
+/// The cache key of the body `r` names, as `r` resolves it: the same
+/// bytes read through a reference with another `files_schema` (a version
+/// before a schema change) are other files.
+fn cache_key(r: &SegmentRef) -> String {
+    match &r.files_schema {
+        None => r.sha256.clone(),
+        Some(id) => format!("{}/{id}", r.sha256),
+    }
 }
 
-/// Forget the segment with SHA-256 `sha256` (one this process replaced: an
-/// append's rewritten tail), so that the cache holds the segments in use.
-fn forget(sha256: &str) {
-    cache().remove(sha256);
+fn remember(r: &SegmentRef, s: &Arc<Segment>) {
+    let w = weight(s);
+    cache().insert(cache_key(r), Arc::new((s.clone(), r.clone())), w);
+}
+
+/// Forget the segment `r` names (one this process replaced: an append's
+/// rewritten tail), so that the cache holds the segments in use.
+fn forget(r: &SegmentRef) {
+    cache().remove(&cache_key(r));
 }
 
 /// Entries and estimated bytes the segment cache holds (for diagnostics).
@@ -394,7 +440,7 @@ fn cached(
     manifest: &TableManifest,
     manifest_path: &str,
 ) -> Result<Option<Arc<Segment>>> {
-    let Some(entry) = cache().get::<Cached>(&r.sha256) else {
+    let Some(entry) = cache().get::<Cached>(&cache_key(r)) else {
         return Ok(None);
     };
     let (body, checked) = &*entry;
@@ -849,7 +895,12 @@ pub async fn lay_out_append(
     manifest.layout.bodies.resize(manifest.segments.len(), None);
     let shared_new = shared_schema(&new);
     let tail = match manifest.segments.last() {
-        Some(r) if r.file_count < TAIL_FILES && r.schema.is_none() && shared_new == Some(None) => {
+        Some(r)
+            if r.file_count < TAIL_FILES
+                && r.schema.is_none()
+                && r.files_schema.is_none()
+                && shared_new == Some(None) =>
+        {
             let last = manifest.segments.len() - 1;
             if manifest.layout.bodies[last].is_none() {
                 load(store, table, manifest, &[last]).await?;
@@ -863,7 +914,7 @@ pub async fn lay_out_append(
             if let Some(old) = manifest.segments.pop() {
                 // Replaced by the segment written below: a later version
                 // never lists it again.
-                forget(&old.sha256);
+                forget(&old);
             }
             manifest.layout.bodies.pop();
             (body.files.clone(), body.tombstones.clone())
@@ -1036,3 +1087,6 @@ impl TableManifest {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod schema_tests;

@@ -26,10 +26,20 @@
 //!   are read unchecked (there is no SHA-256 to check them against).
 //! - `pds-table/1`, sealed (until 2026-11-25 02:31 UTC): the same with a
 //!   `checksum` and each tombstone's `sha256`.
-//! - `pds-table/2` ([`FORMAT`]), sealed: a root naming segments;
-//!   `table_id` and `footer_bytes` may be absent (older writers).
+//! - `pds-table/2` ([`SEGMENTED_FORMAT`]), sealed: a root naming segments;
+//!   `table_id` and `footer_bytes` may be absent (older writers). A file
+//!   that names no schema was written with the version's, so a schema
+//!   change writes the old schema's id into every file entry: every
+//!   segment. Such a table stays writable in it (its writes keep that
+//!   format, and that rewrite), and [`super::upgrade`] takes it to
+//!   [`FORMAT`] with a root-only commit.
+//! - `pds-table/3` ([`FORMAT`]): as `pds-table/2`, and a segment reference
+//!   may carry `files_schema`, the schema of its files that name none. A
+//!   schema change sets it on the references lacking it, and rewrites no
+//!   segment. (A reader of `pds-table/2` would ignore the field and read
+//!   those files in the wrong schema: hence the new format.)
 //!
-//! A table whose latest version is not [`FORMAT`] is read-only: every
+//! A table whose latest version is `pds-table/1` is read-only: every
 //! commit on it is `UpgradeRequired` until [`super::upgrade`] commits a
 //! version in [`FORMAT`] (older pds cannot read that one, so the upgrade
 //! is never implicit).
@@ -42,8 +52,13 @@ use super::segment::{Segment, SegmentRef};
 use crate::error::{Error, Result};
 
 /// The `format` of the table manifests this pds writes: a root that lists
-/// its files through segments (see [`super::segment`]).
-pub const FORMAT: &str = "pds-table/2";
+/// its files through segments (see [`super::segment`]), each of which may
+/// record the schema of its files (`files_schema`).
+pub const FORMAT: &str = "pds-table/3";
+
+/// The format of pds before `files_schema`: written on for tables in it
+/// (a schema change then rewrites every segment) until upgraded.
+pub const SEGMENTED_FORMAT: &str = "pds-table/2";
 
 /// The format of earlier pds, whose manifests list every file inline. They
 /// are read as they are; a table whose latest version is one is read-only
@@ -56,6 +71,9 @@ pub enum Written {
     /// [`FORMAT`]: writable.
     #[default]
     Current,
+    /// [`SEGMENTED_FORMAT`]: writable, and written in that format (a
+    /// schema change rewrites every segment) until upgraded.
+    Segmented,
     /// [`LEGACY_FORMAT`], sealed: read-only until upgraded.
     Flat,
     /// [`LEGACY_FORMAT`] from before the sealed manifests: read-only until
@@ -68,10 +86,34 @@ impl Written {
     /// format (`None`: the current one).
     pub fn earlier(self) -> Option<&'static str> {
         match self {
-            Written::Current => None,
+            Written::Current | Written::Segmented => None,
             Written::Flat => Some("pds-table/1 (sealed, files inline)"),
             Written::Unsealed => Some("pds-table/1 (from before sealed manifests)"),
         }
+    }
+
+    /// The format an upgrade takes the table from (`None`: it is current):
+    /// [`Self::earlier`]'s, and [`SEGMENTED_FORMAT`], which is writable.
+    pub fn upgradable(self) -> Option<&'static str> {
+        match self {
+            Written::Segmented => Some(SEGMENTED_FORMAT),
+            other => other.earlier(),
+        }
+    }
+
+    /// The format a version built on this one is written in.
+    pub fn format(self) -> &'static str {
+        match self {
+            Written::Segmented => SEGMENTED_FORMAT,
+            _ => FORMAT,
+        }
+    }
+
+    /// Whether a schema change can leave every segment as it is (its
+    /// references record the old schema): else it records the old schema
+    /// on every file, and needs the whole file list.
+    pub fn schema_per_segment(self) -> bool {
+        self == Written::Current
     }
 }
 
@@ -348,13 +390,22 @@ impl TableManifest {
         super::sealed::seal(value)
     }
 
-    /// The root as JSON (no file list), in [`FORMAT`].
+    /// The root as JSON (no file list), in [`FORMAT`] (in
+    /// [`SEGMENTED_FORMAT`] for a table still in it).
     pub fn root_value(&self) -> Result<serde_json::Value> {
+        let written = self.layout.written;
+        if !written.schema_per_segment() && self.segments.iter().any(|s| s.files_schema.is_some()) {
+            return Err(Error::Task(format!(
+                "a {} manifest recording a segment's schema was about to be written (a bug; \
+                 nothing was written)",
+                written.format()
+            )));
+        }
         let mut value = serde_json::to_value(self).map_err(|e| {
             Error::InvalidArgument(format!("table manifest is not serialisable: {e}"))
         })?;
         if let Some(o) = value.as_object_mut() {
-            o.insert("format".into(), FORMAT.into());
+            o.insert("format".into(), written.format().into());
         }
         Ok(value)
     }
@@ -404,7 +455,7 @@ impl TableManifest {
         let (mut content, seal) = super::sealed::open_any(
             raw,
             path,
-            &[FORMAT, LEGACY_FORMAT],
+            &[FORMAT, SEGMENTED_FORMAT, LEGACY_FORMAT],
             &[LEGACY_FORMAT],
             // The unsealed writer: `to_value`, then `to_vec_pretty`.
             |map| serde_json::to_vec_pretty(map).ok(),
@@ -413,11 +464,13 @@ impl TableManifest {
         if unsealed {
             unsealed_as_read(&mut content).map_err(corrupted)?;
         }
-        let legacy = content.get("format").and_then(|f| f.as_str()) == Some(LEGACY_FORMAT);
+        let format = content.get("format").and_then(|f| f.as_str());
+        let legacy = format == Some(LEGACY_FORMAT);
+        let segmented = format == Some(SEGMENTED_FORMAT);
         if !legacy && (content.contains_key("data_files") || content.contains_key("tombstones")) {
-            return Err(corrupted(format!(
-                "a {FORMAT} manifest lists its files only through segments"
-            )));
+            return Err(corrupted(
+                "a pds-table/2 or later manifest lists its files only through segments".into(),
+            ));
         }
         let mut m: TableManifest = serde_json::from_value(serde_json::Value::Object(content))
             .map_err(|e| corrupted(e.to_string()))?;
@@ -430,10 +483,19 @@ impl TableManifest {
         // As read, its segments describe it (a legacy one has none).
         m.layout.laid_out = !legacy;
         m.layout.written = match (legacy, unsealed) {
+            (false, _) if segmented => Written::Segmented,
             (false, _) => Written::Current,
             (true, false) => Written::Flat,
             (true, true) => Written::Unsealed,
         };
+        if segmented {
+            if let Some(s) = m.segments.iter().find(|s| s.files_schema.is_some()) {
+                return Err(corrupted(format!(
+                    "segment {:?} records files_schema, which {SEGMENTED_FORMAT} has not",
+                    s.path
+                )));
+            }
+        }
         if m.version != version {
             return Err(corrupted(format!(
                 "it says version {} but is stored as version {version}",
@@ -460,9 +522,10 @@ impl TableManifest {
     /// column, segments under `segment/` listed once with a SHA-256 and a
     /// known schema, rows that fit. (The file list: [`Self::check_files`].)
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.format != FORMAT && self.format != LEGACY_FORMAT {
+        if ![FORMAT, SEGMENTED_FORMAT, LEGACY_FORMAT].contains(&self.format.as_str()) {
             return Err(format!(
-                "format is {:?}, this pds reads {FORMAT:?} and {LEGACY_FORMAT:?}",
+                "format is {:?}, this pds reads {FORMAT:?}, {SEGMENTED_FORMAT:?} and \
+                 {LEGACY_FORMAT:?}",
                 self.format
             ));
         }
@@ -510,7 +573,7 @@ impl TableManifest {
             if !paths.insert(s.path.as_str()) {
                 return Err(format!("segment {:?} is listed twice", s.path));
             }
-            if let Some(id) = &s.schema {
+            for id in s.schema.iter().chain(&s.files_schema) {
                 if !self.file_schemas.contains_key(id) {
                     return Err(format!(
                         "segment {} names schema {id:?}, which the manifest lacks",
@@ -557,7 +620,22 @@ impl TableManifest {
 
     /// Make `schema` this version's schema: files that have none recorded
     /// keep the old one, under its id in `file_schemas`.
-    pub fn record_schema_change(&mut self, schema: TableSchema) {
+    ///
+    /// In [`FORMAT`] the segment references lacking a `files_schema` record
+    /// it, so no segment is rewritten (the loaded files and bodies take it
+    /// too, as a read of the new version would resolve them). In
+    /// [`SEGMENTED_FORMAT`] every file entry records it, which needs the
+    /// whole file list: a manifest without it is refused (a bug; see
+    /// [`super::commit::Depth::SchemaChange`]).
+    pub fn record_schema_change(&mut self, schema: TableSchema) -> Result<()> {
+        let per_segment = self.layout.written.schema_per_segment();
+        if !per_segment && self.layout.view != View::Full {
+            return Err(Error::Task(
+                "a schema change of a pds-table/2 table without its whole file list (a bug; \
+                 nothing was committed)"
+                    .into(),
+            ));
+        }
         let old = std::mem::replace(&mut self.schema, schema);
         let id = crate::parquet::encode::sha256_hex(old.arrow_schema.as_bytes())[..16].to_string();
         let mut used = false;
@@ -567,9 +645,25 @@ impl TableManifest {
                 used = true;
             }
         }
+        if per_segment {
+            for (i, r) in self.segments.iter_mut().enumerate() {
+                if r.files_schema.is_some() {
+                    continue;
+                }
+                r.files_schema = Some(id.clone());
+                if r.schema.is_none() && !r.columns.is_empty() {
+                    r.schema = Some(id.clone());
+                }
+                used = true;
+                if let Some(Some(body)) = self.layout.bodies.get_mut(i) {
+                    *body = super::segment::resolved(body.clone(), r);
+                }
+            }
+        }
         if used {
             self.file_schemas.insert(id, old);
         }
+        Ok(())
     }
 
     /// The schema `file` was written with.

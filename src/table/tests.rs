@@ -501,6 +501,10 @@ fn schemas_are_checked_and_merged_and_old_files_read_with_nulls() {
     let m = append(store.clone(), "t", input(), SchemaMode::Merge, None, 2).unwrap();
     assert_eq!(m.version, 1);
     assert!(m.operation_parameters.contains_key("schema_change"));
+    // The append returns its root; the scan reads the whole version.
+    let m = crate::runtime::block_on(resolve(&store, "t", At::Latest))
+        .unwrap()
+        .unwrap();
     let opts = ScanOptions {
         columns: Some(vec!["score".into(), "id".into()]),
         predicate: Some(Arc::new(

@@ -13,6 +13,9 @@
 //!   `pds-table/1` recorded none: each tombstone is read once, checked as a
 //!   tombstone, and hashed) and a fresh `table_id` (earlier formats had
 //!   none; see [`super::identity`]). No data file is rewritten.
+//!   A table in `pds-table/2` (writable, but whose schema changes rewrite
+//!   every segment) is taken to the current format by a root-only commit:
+//!   its segments are valid as they are.
 //! - [`upgrade_pipeline`]: the same graph and parts in a sealed manifest.
 //!
 //! The new version is committed by the compare-and-swap loop like any
@@ -116,6 +119,15 @@ fn upgraded_table(
     if next.table_id.is_none() {
         next.table_id = Some(table_id.to_string());
     }
+    next.created_at = crate::dataset::manifest::now_iso8601();
+    next.operation = "upgrade".into();
+    next.operation_parameters = BTreeMap::from([("from_format".to_string(), from.into())]);
+    if base.layout.written == Written::Segmented {
+        // Its root and segments, as they are, are a valid version in
+        // FORMAT: the root alone is written.
+        next.layout.written = Written::Current;
+        return Some(next);
+    }
     for t in &mut next.tombstones {
         if t.sha256.is_empty() {
             let (sum, files) = sums.get(&t.path)?;
@@ -124,9 +136,6 @@ fn upgraded_table(
         }
     }
     next.format = FORMAT.into();
-    next.created_at = crate::dataset::manifest::now_iso8601();
-    next.operation = "upgrade".into();
-    next.operation_parameters = BTreeMap::from([("from_format".to_string(), from.into())]);
     next.segments.clear();
     next.layout.bodies.clear();
     next.layout.view = View::Full;
@@ -137,9 +146,10 @@ fn upgraded_table(
 
 /// Upgrade the table at `table` to [`FORMAT`] (see the module docs).
 ///
-/// Cost: the latest version (2 GETs and a HEAD); if it is in an earlier
-/// format, a GET per tombstone recorded without a SHA-256, a PUT per
-/// segment of its file list (1,000 files each), and a commit (2 PUTs).
+/// Cost: the latest version (2 GETs and a HEAD); if it is in
+/// `pds-table/1`, a GET per tombstone recorded without a SHA-256, a PUT per
+/// segment of its file list (1,000 files each), and a commit (2 PUTs); if
+/// it is in `pds-table/2`, a commit (2 PUTs).
 /// The upgraded table gets a fresh `table_id`: from then on a handle that
 /// opened it commits only to it (see [`identity`]).
 ///
@@ -150,12 +160,14 @@ fn upgraded_table(
 pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded> {
     let table_id = identity::new_table_id();
     for _ in 0..MAX_REREADS {
-        let latest = commit::latest_at::<TableManifest>(store, table, false, Depth::Full).await?;
+        // A pds-table/1 root holds its whole file list; a later one's
+        // segments are kept as they are.
+        let latest = commit::latest_at::<TableManifest>(store, table, false, Depth::Root).await?;
         check_opened(table, latest.as_ref().map(|l| &l.manifest))?;
         let Some(latest) = latest else {
             return Err(super::not_found(store, table, "table").await);
         };
-        let Some(from) = latest.manifest.earlier_format() else {
+        let Some(from) = latest.manifest.layout.written.upgradable() else {
             return Ok(Upgraded {
                 from: None,
                 version: latest.manifest.version,
@@ -165,6 +177,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
         let mut stale = false;
         let opts = CommitOptions {
             upgrade: true,
+            depth: Depth::Root,
             ..Default::default()
         };
         let out = commit::commit(store, table, &opts, Some(latest), |base| {
@@ -174,7 +187,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
                     path: table.to_string(),
                 });
             };
-            let Some(from) = base.earlier_format() else {
+            let Some(from) = base.layout.written.upgradable() else {
                 return Ok(None);
             };
             match upgraded_table(base, from, &sums, &table_id) {

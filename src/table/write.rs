@@ -606,11 +606,12 @@ pub fn append(
         return Ok(base);
     }
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    // A schema change records the old schema on every file: the whole list.
+    // A schema change records the old schema on every segment reference
+    // (the root alone), or in pds-table/2 on every file (the whole list).
     let (given, depth) = if change.is_empty() {
         (Some(latest), commit::Depth::Root)
     } else {
-        (None, commit::Depth::Full)
+        (None, commit::Depth::SchemaChange)
     };
     let out = commit_or_discard(&store, table, &files, given, depth, |now| {
         let now = now.ok_or_else(|| Error::NotFound {
@@ -639,7 +640,7 @@ pub fn append(
             );
         }
         if !change.is_empty() {
-            next.record_schema_change(new_schema.clone());
+            next.record_schema_change(new_schema.clone())?;
             next.operation_parameters
                 .insert("schema_change".into(), change.clone().into());
         }
@@ -822,9 +823,9 @@ pub fn commit_files(
     });
     crate::runtime::block_on(futures::future::try_join_all(heads))??;
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    // A merge may record the old schema on every file: the whole list.
+    // A merge may record the old schema (see `Depth::SchemaChange`).
     let depth = match mode {
-        FilesMode::Append(SchemaMode::Merge) => commit::Depth::Full,
+        FilesMode::Append(SchemaMode::Merge) => commit::Depth::SchemaChange,
         _ => commit::Depth::Root,
     };
     let out = commit_or_discard(&store, table, &files, None, depth, |now| {
@@ -857,7 +858,7 @@ pub fn commit_files(
                             "schema_change".into(),
                             describe_change(&theirs, &schema).into(),
                         );
-                        next.record_schema_change(table_schema.clone());
+                        next.record_schema_change(table_schema.clone())?;
                         next.operation = "append".into();
                         next.add_files(files.iter().cloned())?;
                         next.operation_parameters = params;

@@ -17,14 +17,16 @@ def upgrade(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None
     """Upgrade the table or pipeline at KEY to this pds's on-disk format.
 
     \b
-    pds reads every format it ever wrote, but writes only its own and never
-    upgrades silently. A table or pipeline written by an earlier format
-    (pds-table/1; manifests from before the sealed ones) opens read-only
-    until this command commits one new version in the current format: the
-    same data files and deletes (nothing rewritten), by compare-and-swap
-    like any commit. Earlier versions stay readable. A pds that reads only
-    the earlier format cannot read the table afterwards. Already current:
-    nothing is written (exit 0). Same as Table.upgrade() / Pipeline.upgrade().
+    pds reads every format it ever wrote, but never upgrades silently. A
+    table or pipeline written by an earlier format (pds-table/1; manifests
+    from before the sealed ones) opens read-only until this command commits
+    one new version in the current format: the same data files and deletes
+    (nothing rewritten), by compare-and-swap like any commit. A pds-table/2
+    table stays writable (its schema changes rewrite every segment); this
+    takes it to pds-table/3 by writing a new root alone. Earlier versions
+    stay readable. A pds that reads only the earlier format cannot read the
+    table afterwards. Already current: nothing is written (exit 0). Same as
+    Table.upgrade() / Pipeline.upgrade().
     """
     key = _check_key(key)
     ctx = _Context(url, options, as_json)

@@ -70,6 +70,7 @@ fn windows_bind_segments_sharing_tombstones_and_pack_small_ones() {
         tombstone_count: 0,
         schema: None,
         columns: Default::default(),
+        files_schema: None,
     };
     let names = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     // 0 and 3 share a tombstone, and 3 and 5 another: one window. 10 + 249

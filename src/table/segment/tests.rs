@@ -322,7 +322,7 @@ fn a_legacy_manifest_reads_and_is_read_only_until_upgraded() {
     append_ids(&store, 150..160).unwrap();
     let raw = block(store.get(&manifest_key("t", 3)));
     let text = String::from_utf8_lossy(&raw);
-    assert!(text.contains("\"format\": \"pds-table/2\"") && !text.contains("data_files"));
+    assert!(text.contains("\"format\": \"pds-table/3\"") && !text.contains("data_files"));
     let v3: TableManifest = block(read_version_at(&store, "t", 3, Depth::Full));
     assert_eq!((v3.file_count(), v3.operation.as_str()), (2, "upgrade"));
     assert_eq!(ids(&store, At::Latest, None), (0..160).collect::<Vec<_>>());

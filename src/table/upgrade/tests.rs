@@ -165,7 +165,7 @@ fn unsealed_tables_read_refuse_writes_and_upgrade() {
             }
         );
         let raw = block(store.get(&manifest_key("t", 3)));
-        assert!(String::from_utf8_lossy(&raw).contains("\"format\": \"pds-table/2\""));
+        assert!(String::from_utf8_lossy(&raw).contains("\"format\": \"pds-table/3\""));
         let v3: TableManifest = block(read_version_at(&store, "t", 3, Depth::Full));
         assert_eq!(v3.layout.written, Written::Current);
         assert_eq!(v3.operation, "upgrade");
@@ -241,7 +241,7 @@ fn stripped_or_edited_manifests_stay_corrupted() {
     let stripped = strip(&sealed_v3);
     match TableManifest::from_json(&stripped, "p", 3) {
         Err(Error::ManifestCorrupted { reason, .. }) => {
-            assert!(reason.contains("every pds-table/2 manifest"), "{reason}")
+            assert!(reason.contains("every pds-table/3 manifest"), "{reason}")
         }
         other => panic!("{other:?}"),
     }

@@ -19,8 +19,10 @@ Then, alternating small and large rep by rep:
 - then once per table in a fresh process (``file://`` only), the operations
   that go over every segment, with the peak RSS each adds to the process:
   ``files()`` (the whole file list in memory, for reference), ``vacuum`` of
-  every version as a dry run (each version's root, each segment once), and
-  ``compact()`` (window by window), last since it changes the table.
+  every version as a dry run (each version's root, each segment once),
+  ``compact()`` (window by window), and an append of one row that adds a
+  column (``schema_mode="merge"``: the root records the old schema for each
+  segment, none is rewritten), last since they change the table.
 
 Every read is checked against the truth. Prints a Markdown table and writes
 it to ``--out``::
@@ -115,6 +117,10 @@ elif op == "vacuum, every version, dry run":
     t.vacuum(retain=zero, dry_run=True, keep_versions=True, min_age=zero)
 elif op == "compact":
     t.compact()
+elif op == "append 1 row adding a column":
+    row = {"id": pa.array([k], pa.int64()), "name": ["m"], "added": pa.array([1.5])}
+    t.append(pa.table(row), schema_mode="merge")
+    assert "added" in t.schema.names
 took = time.perf_counter() - t0
 print(took, max(0, status("VmHWM") - rss0))
 """
@@ -122,8 +128,9 @@ print(took, max(0, status("VmHWM") - rss0))
 #: What a new process times on each table (`file://` only; see the module docs).
 COLD_OPS = ("point read", "changes of the last version", "point delete", "upsert 10 rows", "update 1 row")
 
-#: Run once per table in a new process, in this order, with their peak RSS.
-WHOLE_OPS = ("files()", "vacuum, every version, dry run", "compact")
+#: Run once per table in a new process, in this order, with their peak RSS
+#: (the schema change last: it is once per table).
+WHOLE_OPS = ("files()", "vacuum, every version, dry run", "compact", "append 1 row adding a column")
 
 
 def cold_op(url: str, key: str, op: str, k: int) -> tuple[float, int]:
@@ -230,8 +237,8 @@ def render(results: dict[str, dict[str, Any]], files: int, reps: int) -> str:
     if whole:
         lines += [
             "",
-            "Operations over every segment, once each in a new process, with the peak RSS each adds "
-            "to it (after `import pds`):",
+            "Operations over every segment, and a schema change (which reads and writes none), once "
+            "each in a new process, with the peak RSS each adds to it (after `import pds`):",
             "",
             f"| store | operation | 10 files | {files:,} files | ratio | peak RSS added, 10 / {files:,} files |",
             "|---|---|---|---|---|---|",

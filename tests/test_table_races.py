@@ -19,6 +19,8 @@ import pytest
 import pds
 from pds import Table
 
+from helpers import files, table_root
+
 pytestmark = pytest.mark.spec("S-2")
 
 
@@ -79,6 +81,28 @@ def test_a_delete_racing_appends_misses_no_row_committed_before_it(fast_store: A
     assert len(ids) == len(set(ids))
     assert final.filter(pa.compute.equal(final.column("x"), 1)).num_rows == expected
     assert sorted(ids)[:5] == [0, 1, 2, 3, 4]
+
+
+def test_appends_that_lose_races_leave_no_segment_behind(fast_store: Any) -> None:
+    """An attempt that loses its version's name to another writer removes the
+    segments it wrote for it (the next attempt lays the list out anew): every
+    segment object left is one a version names."""
+    Table.create(fast_store, "t", data=_rows(range(0, 5), 0))
+    writers, appends = 3, 8
+
+    def appender(w: int) -> Callable[[], list[int]]:
+        def run() -> list[int]:
+            mine = Table.open(fast_store, "t")
+            return [mine.append(_rows(range(100 * (w + 1) + i, 100 * (w + 1) + i + 1), 1)) for i in range(appends)]
+
+        return run
+
+    _run(*(appender(w) for w in range(writers)))
+    latest = Table.open(fast_store, "t").version
+    assert latest == writers * appends, "every append committed once"
+    named = {s["path"] for v in range(latest + 1) for s in table_root(fast_store, "t", v)["segments"]}
+    stored = {k.removeprefix("t/") for k in files(fast_store, "t/segment")}
+    assert stored == named, f"segments no version names: {sorted(stored - named)[:5]}"
 
 
 def test_compaction_racing_appends_and_deletes_loses_nothing(fast_store: Any) -> None:

@@ -601,7 +601,8 @@ def table_upgrade(store: RustStore, key: str, *, table_id: str | None = None) ->
     *from_format* describes the earlier format, or is ``None`` if the table was already
     current (nothing written; *version* is then its latest). With *table_id*, only the
     table of that id (a handle's): NotFound if it was dropped, also when another table
-    (in any format) was created at its key. The upgraded table gets a fresh ``table_id``.
+    (in any format) was created at its key. An upgraded table without a ``table_id`` gets a
+    fresh one.
     NotFound if no table; ManifestCorrupted if a version or tombstone is damaged; CommitConflict if writers keep
     winning. Cost: the latest version (2 GETs + 1 HEAD); when upgrading ``pds-table/1``, a
     GET per tombstone recorded without a SHA-256, a PUT per segment (1,000 files) and 2 PUTs;
@@ -644,8 +645,8 @@ def table_commit_files(
 ) -> str:
     """Commit files from table_write_files in one version (creating the table if needed).
     With *schema_mode* ``"merge"``, an append whose *schema* is table_merge_schema of the
-    table's and the data's changes the table's schema in the same version (reading the whole
-    file list); SchemaMismatch unless *schema* is the table's schema at commit time merged
+    table's and the data's changes the table's schema in the same version (the root alone; a
+    ``pds-table/2`` table's whole file list); SchemaMismatch unless *schema* is the table's schema at commit time merged
     with the data's (a change another writer made meanwhile is accepted when the files still
     merge into it: the version committed has the files' schema).
     SchemaMismatch, before any commit and with the files removed, if a file's statistics show

@@ -1271,9 +1271,9 @@ class Table:
         before the sealed manifests), a PUT per 1,000 data files (segments) and a
         commit (2 PUTs); for a ``pds-table/2`` table a commit (2 PUTs).
 
-        The upgraded table gets a ``table_id`` (earlier formats had none), so
-        that from then on handles that open it are bound to it, as to a table
-        created by this pds: a commit through one raises ``NotFound`` once the
+        An upgraded table without a ``table_id`` gets one (``pds-table/1`` had
+        none), so that from then on handles that open it are bound to it, as
+        to a table created by this pds: a commit through one raises ``NotFound`` once the
         table is dropped, also after another table was created at its key.
 
         Raises:

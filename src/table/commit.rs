@@ -111,13 +111,13 @@ pub trait Versioned: Sized {
     }
     /// Write what the manifest will reference beyond its own object (a
     /// table's new segments), before the manifest itself; nothing for other
-    /// kinds.
+    /// kinds. Returns the keys written: a lost race removes them.
     fn lay_out<'a>(
         &'a mut self,
         _store: &'a StoreHandle,
         _table: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 }
 
@@ -221,7 +221,7 @@ impl Versioned for TableManifest {
         &'a mut self,
         store: &'a StoreHandle,
         table: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move { self.lay_out_segments(store, table).await })
     }
 }
@@ -254,6 +254,19 @@ pub enum Outcome<M = TableManifest> {
     Committed { manifest: Box<M>, attempts: u32 },
     /// `prepare` found nothing to commit; the latest version stays.
     Unchanged { version: Option<u64> },
+}
+
+/// Remove what an attempt wrote for a manifest that is not committed (its
+/// name was another writer's, or the PUT was refused without applying):
+/// nothing references it, and nothing ever will. Best effort: what is left
+/// is garbage that vacuum removes.
+async fn discard(store: &StoreHandle, keys: &[String]) {
+    if keys.is_empty() {
+        return;
+    }
+    if let Err(e) = store.delete_many(keys).await {
+        log::debug!(target: "pds::table", "{} objects of a lost commit attempt were left for vacuum: {}", keys.len(), crate::store::failure::redact_urls(&e.to_string()));
+    }
 }
 
 /// Read the pointer (with its ETag) and GET the manifest it names.
@@ -855,12 +868,15 @@ where
         next.set_commit_id(&id);
         // What the manifest references beyond itself (a table's new
         // segments) is written first: unreferenced until the manifest is.
-        if let Err(e) = next.lay_out(store, table).await {
-            return Err(match &pending {
-                Some((_, why)) => unknown(format!("{why}; then {}", crate::error::chain(&e))),
-                None => e,
-            });
-        }
+        let written = match next.lay_out(store, table).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                return Err(match &pending {
+                    Some((_, why)) => unknown(format!("{why}; then {}", crate::error::chain(&e))),
+                    None => e,
+                })
+            }
+        };
         let body = Bytes::from(next.to_json()?);
         // Never write a manifest that readers would refuse (a plan gone
         // stale in a way its prepare missed): the table would be unreadable.
@@ -896,6 +912,8 @@ where
                         });
                     }
                     Ok(Settled::Theirs) => {
+                        // Its segments: the next attempt lays out anew.
+                        discard(store, &written).await;
                         pending = None;
                         log::debug!(target: "pds::table", "{table}: version {version} was taken by another writer; retrying the commit (attempt {} of {})", attempt + 1, opts.max_attempts);
                         let wait = backoff.mul_f64(0.5 + jitter(&mut seed));
@@ -922,7 +940,10 @@ where
                     }
                 }
             }
-            Err(e) if !e.may_have_applied() && pending.is_none() => return Err(e),
+            Err(e) if !e.may_have_applied() && pending.is_none() => {
+                discard(store, &written).await;
+                return Err(e);
+            }
             Err(e) => {
                 unclear_puts += 1;
                 log::debug!(target: "pds::table", "{table}: the manifest PUT of version {version} failed without a clear answer (attempt {unclear_puts}); reading it back: {}", crate::store::failure::redact_urls(&e.to_string()));

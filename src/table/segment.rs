@@ -440,14 +440,25 @@ fn cached(
     manifest: &TableManifest,
     manifest_path: &str,
 ) -> Result<Option<Arc<Segment>>> {
-    let Some(entry) = cache().get::<Cached>(&cache_key(r)) else {
+    if let Some(entry) = cache().get::<Cached>(&cache_key(r)) {
+        let (body, checked) = &*entry;
+        if checked != r {
+            body.validate(r, manifest, manifest_path)?;
+        }
+        return Ok(Some(body.clone()));
+    }
+    if r.files_schema.is_none() {
+        return Ok(None);
+    }
+    // The same bytes read before a schema change (a reference without
+    // `files_schema`): resolved for this one, checked, and kept for it.
+    let Some(entry) = cache().get::<Cached>(&r.sha256) else {
         return Ok(None);
     };
-    let (body, checked) = &*entry;
-    if checked != r {
-        body.validate(r, manifest, manifest_path)?;
-    }
-    Ok(Some(body.clone()))
+    let body = resolved(entry.0.clone(), r);
+    body.validate(r, manifest, manifest_path)?;
+    remember(r, &body);
+    Ok(Some(body))
 }
 
 /// The key of a segment path relative to `table`.
@@ -806,13 +817,13 @@ fn new_path() -> String {
 /// ones (create-only, at once), and set its segment list and bodies.
 /// Its file and tombstone lists are put in segment order.
 ///
-/// Cost: a PUT per segment written.
+/// Cost: a PUT per segment written. Returns their keys.
 pub async fn lay_out(
     store: &StoreHandle,
     table: &str,
     manifest: &mut TableManifest,
     repack: bool,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let path = super::manifest_key(table, manifest.version);
     // A file listed twice, or a tombstone naming a file the version lacks
     // (a plan gone stale in a way its prepare missed), would be written
@@ -858,7 +869,7 @@ pub async fn lay_out(
         }
     }
     drop(by_file);
-    put_all(store, puts).await?;
+    let keys = put_all(store, puts).await?;
     for (r, b) in &out {
         if let Some(b) = b {
             remember(r, b);
@@ -870,7 +881,7 @@ pub async fn lay_out(
     manifest.layout.bodies = bodies;
     manifest.data_files = files;
     manifest.tombstones = tombstones;
-    Ok(())
+    Ok(keys)
 }
 
 /// Lay out an append: `manifest` carries its base's segments (none of them
@@ -879,12 +890,13 @@ pub async fn lay_out(
 /// of the same schema (1 GET if it is not cached, and that segment
 /// rewritten), else into new segments.
 ///
-/// Cost: at most 1 GET and the PUTs of the segments written.
+/// Cost: at most 1 GET and the PUTs of the segments written. Returns
+/// their keys.
 pub async fn lay_out_append(
     store: &StoreHandle,
     table: &str,
     manifest: &mut TableManifest,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let path = super::manifest_key(table, manifest.version);
     let new = std::mem::take(&mut manifest.data_files);
     if !manifest.tombstones.is_empty() {
@@ -942,14 +954,15 @@ pub async fn lay_out_append(
     put_all(store, puts).await
 }
 
-async fn put_all(store: &StoreHandle, puts: Vec<(String, Bytes)>) -> Result<()> {
+/// PUT each body at its key (create-only, [`IO_CONCURRENCY`] at once);
+/// the keys written.
+async fn put_all(store: &StoreHandle, puts: Vec<(String, Bytes)>) -> Result<Vec<String>> {
     use futures::stream::{StreamExt, TryStreamExt};
     futures::stream::iter(puts)
-        .map(|(key, body)| async move { store.put_create_own(&key, body).await.map(|_| ()) })
+        .map(|(key, body)| async move { store.put_create_own(&key, body).await.map(|_| key) })
         .buffer_unordered(IO_CONCURRENCY)
-        .try_collect::<Vec<()>>()
+        .try_collect::<Vec<String>>()
         .await
-        .map(|_| ())
 }
 
 impl TableManifest {
@@ -1058,30 +1071,31 @@ impl TableManifest {
 
     /// Write the segments this version needs (see [`lay_out`] and
     /// [`lay_out_append`]); called by the commit loop before the manifest.
-    pub async fn lay_out_segments(&mut self, store: &StoreHandle, table: &str) -> Result<()> {
-        match self.layout.view {
-            View::Full => {
-                let repack = self.layout.repack;
-                lay_out(store, table, self, repack).await?;
-            }
-            View::Appended => {
-                lay_out_append(store, table, self).await?;
-                self.layout.view = View::Root;
-            }
-            View::Partial => {
-                let repack = self.layout.repack;
-                lay_out(store, table, self, repack).await?;
-            }
-            View::Root => {}
-            View::Pruned => {
-                return Err(Error::Task(
+    /// Returns the keys of the segments written.
+    pub async fn lay_out_segments(
+        &mut self,
+        store: &StoreHandle,
+        table: &str,
+    ) -> Result<Vec<String>> {
+        let written =
+            match self.layout.view {
+                View::Full | View::Partial => {
+                    let repack = self.layout.repack;
+                    lay_out(store, table, self, repack).await?
+                }
+                View::Appended => {
+                    let written = lay_out_append(store, table, self).await?;
+                    self.layout.view = View::Root;
+                    written
+                }
+                View::Root => Vec::new(),
+                View::Pruned => return Err(Error::Task(
                     "a pruned manifest was about to be committed (a bug; nothing was committed)"
                         .into(),
-                ))
-            }
-        }
+                )),
+            };
         self.layout.laid_out = true;
-        Ok(())
+        Ok(written)
     }
 }
 

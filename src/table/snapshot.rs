@@ -647,7 +647,9 @@ impl TableManifest {
         }
         if per_segment {
             for (i, r) in self.segments.iter_mut().enumerate() {
-                if r.files_schema.is_some() {
+                // A reference recording the schema its files share, without
+                // `files_schema`, is of files that each name theirs.
+                if r.files_schema.is_some() || r.schema.is_some() {
                     continue;
                 }
                 r.files_schema = Some(id.clone());

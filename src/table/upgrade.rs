@@ -8,14 +8,15 @@
 //! is read-only (every commit is `UpgradeRequired`) until one of these calls
 //! commits a new version in the current format:
 //!
-//! - [`upgrade_table`]: the same files and tombstones, laid out in segments
-//!   (`pds-table/2`), sealed, with each tombstone's SHA-256 (an unsealed
-//!   `pds-table/1` recorded none: each tombstone is read once, checked as a
-//!   tombstone, and hashed) and a fresh `table_id` (earlier formats had
-//!   none; see [`super::identity`]). No data file is rewritten.
-//!   A table in `pds-table/2` (writable, but whose schema changes rewrite
-//!   every segment) is taken to the current format by a root-only commit:
-//!   its segments are valid as they are.
+//! - [`upgrade_table`]: a `pds-table/1` table's files and tombstones, laid
+//!   out in segments in the current format, sealed, with each tombstone's
+//!   SHA-256 (an unsealed `pds-table/1` recorded none: each tombstone is
+//!   read once, checked as a tombstone, and hashed) and a fresh `table_id`
+//!   (that format had none; see [`super::identity`]). No data file is
+//!   rewritten. A table in `pds-table/2` (writable, but whose schema
+//!   changes rewrite every segment) is taken to the current format by a
+//!   root-only commit: its segments are valid as they are, and it keeps
+//!   its `table_id` (one created by pds before ids gets one).
 //! - [`upgrade_pipeline`]: the same graph and parts in a sealed manifest.
 //!
 //! The new version is committed by the compare-and-swap loop like any
@@ -150,8 +151,8 @@ fn upgraded_table(
 /// `pds-table/1`, a GET per tombstone recorded without a SHA-256, a PUT per
 /// segment of its file list (1,000 files each), and a commit (2 PUTs); if
 /// it is in `pds-table/2`, a commit (2 PUTs).
-/// The upgraded table gets a fresh `table_id`: from then on a handle that
-/// opened it commits only to it (see [`identity`]).
+/// An upgraded table without a `table_id` gets a fresh one: from then on a
+/// handle that opened it commits only to it (see [`identity`]).
 ///
 /// `NotFound` if there is no table, or (under [`identity::expecting`]) not
 /// the one the caller opened; `ManifestCorrupted` if a version or a
@@ -175,6 +176,9 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
         };
         let sums = tombstone_sums(store, table, &latest.manifest).await?;
         let mut stale = false;
+        // The format of the version the commit built on (an older pds may
+        // have upgraded the table from pds-table/1 to /2 meanwhile).
+        let mut built_on = from;
         let opts = CommitOptions {
             upgrade: true,
             depth: Depth::Root,
@@ -190,6 +194,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
             let Some(from) = base.layout.written.upgradable() else {
                 return Ok(None);
             };
+            built_on = from;
             match upgraded_table(base, from, &sums, &table_id) {
                 Some(next) => Ok(Some(next)),
                 None => {
@@ -202,7 +207,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
         if stale {
             continue;
         }
-        return Ok(upgraded(out, from));
+        return Ok(upgraded(out, built_on));
     }
     Err(Error::CommitConflict {
         key: table.to_string(),

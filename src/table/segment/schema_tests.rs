@@ -124,7 +124,7 @@ fn whole(store: &StoreHandle, v: u64) -> TableManifest {
 
 #[test]
 fn a_schema_change_keeps_every_segment_and_each_version_reads_in_its_schema() {
-    let (store, _) = counting_store();
+    let (store, counts) = counting_store();
     let model = narrow_table(&store);
     let before = root(&store, 40);
     assert_eq!(before.segments.len(), 2);
@@ -169,7 +169,14 @@ fn a_schema_change_keeps_every_segment_and_each_version_reads_in_its_schema() {
 
     // Each version reads in its own schema, the cache holding both
     // resolutions of the same bodies (the new version is read first).
+    // The bodies this process read before the change serve the
+    // references that now record the old schema: no segment is read again.
+    counts.take();
+    root(&store, 41);
+    let [root_gets, ..] = counts.take();
     let new = whole(&store, 41);
+    let [gets, ..] = counts.take();
+    assert_eq!(gets, root_gets, "the segments came from the cache");
     let old = whole(&store, 40);
     assert!(old.data_files.iter().all(|f| f.schema.is_none()));
     let named = new
@@ -268,6 +275,32 @@ fn a_schema_change_keeps_every_segment_and_each_version_reads_in_its_schema() {
     assert_ne!(rewritten.segments[0].sha256, second.segments[0].sha256);
     assert_eq!(rewritten.segments[0].files_schema, None);
     assert_eq!(rewritten.segments[1], second.segments[1]);
+    // A third change: the rewritten segment, whose files each name their
+    // schema, records none; the others keep theirs.
+    let wider = {
+        let s = batch(0..1, 0, 2).schema();
+        let mut fields: Vec<Field> = s.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("last", DataType::Utf8, true));
+        let schema = Arc::new(Schema::new(fields));
+        let b = batch(135..136, big, 2).next().unwrap().unwrap();
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(StringArray::from(vec!["x"])));
+        let b = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        Box::new(RecordBatchIterator::new(vec![Ok(b)], schema))
+    };
+    let m = append(store.clone(), "t", wider, SchemaMode::Merge, None, 2).unwrap();
+    let after3 = root(&store, m.version);
+    assert_eq!(
+        after3.segments[0].files_schema, None,
+        "its files name theirs"
+    );
+    assert_eq!(after3.segments[0].sha256, rewritten.segments[0].sha256);
+    assert_eq!(
+        after3.segments[1].files_schema,
+        second.segments[1].files_schema
+    );
+    want.push((135, 135 + big));
+    assert_eq!(rows_where(&store, m.version, None).0, want);
     let c = compact(store.clone(), "t", CompactOptions::deleted(0.0)).unwrap();
     assert!(c.committed);
     assert_eq!(rows_where(&store, c.manifest.version, None).0, want);

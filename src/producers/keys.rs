@@ -109,11 +109,17 @@ impl KeyEncoder {
     pub fn rows_of_all(&self, batches: &[RecordBatch]) -> Result<Rows> {
         let n: usize = batches.iter().map(|b| b.num_rows()).sum();
         let mut rows = self.converter.empty_rows(n, n * 16);
-        for b in batches {
-            self.converter
-                .append(&mut rows, &key_columns(b, &self.names)?)?;
-        }
+        self.append_rows(&mut rows, batches)?;
         Ok(rows)
+    }
+
+    /// Append the keys of `batches`' rows to `rows` (made by this encoder:
+    /// [`Self::rows_of_all`]).
+    pub fn append_rows(&self, rows: &mut Rows, batches: &[RecordBatch]) -> Result<()> {
+        for b in batches {
+            self.converter.append(rows, &key_columns(b, &self.names)?)?;
+        }
+        Ok(())
     }
 
     /// The key of row `i` of `batch` (owned).

@@ -105,6 +105,71 @@ def test_appends_that_lose_races_leave_no_segment_behind(fast_store: Any) -> Non
     assert stored == named, f"segments no version names: {sorted(stored - named)[:5]}"
 
 
+def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store: Any) -> None:
+    """Writers each add a column of their own (``schema_mode="merge"``) while
+    another appends in the table's first schema. A writer whose schema went
+    stale meanwhile is refused with ``SchemaMismatch`` and nothing of it is
+    committed; retried (its batch widened to the new schema), it lands once.
+    Every version reads, every row is there once with its own values, and no
+    segment is left that no version names."""
+    Table.create(fast_store, "t", data=_rows(range(0, 5), 0))
+    writers, appends = 3, 4
+    refused: list[int] = []
+
+    def widened(batch: pa.Table, schema: pa.Schema) -> pa.Table:
+        """*batch* with the columns of *schema* it lacks, as nulls."""
+        for f in schema:
+            if f.name not in batch.column_names:
+                batch = batch.append_column(f, pa.nulls(batch.num_rows, f.type))
+        return batch
+
+    def merger(w: int) -> Callable[[], None]:
+        def run() -> None:
+            mine = Table.open(fast_store, "t")
+            for i in range(appends):
+                ids = range(100 * (w + 1) + i, 100 * (w + 1) + i + 1)
+                batch = _rows(ids, w).append_column(f"c{w}", pa.array([w * 10 + i], pa.int64()))
+                while True:
+                    try:
+                        mine.append(batch, schema_mode="merge")
+                        break
+                    except pds.SchemaMismatch:
+                        refused.append(w)
+                        mine.refresh()
+                        batch = widened(batch, mine.schema)
+
+        return run
+
+    def plain() -> None:
+        mine = Table.open(fast_store, "t")
+        for i in range(appends):
+            batch = _rows(range(1000 + i, 1001 + i), 9)
+            while True:
+                try:
+                    mine.append(widened(batch, mine.schema))
+                    break
+                except pds.SchemaMismatch:
+                    refused.append(-1)
+                    mine.refresh()
+
+    _run(*(merger(w) for w in range(writers)), plain)
+    t = Table.open(fast_store, "t")
+    assert t.version == (writers + 1) * appends, "every append committed once"
+    got = t.to_arrow().sort_by("id").to_pylist()
+    expected = [{"id": i, "x": 0} for i in range(5)]
+    expected += [{"id": 100 * (w + 1) + i, "x": w, f"c{w}": w * 10 + i} for w in range(writers) for i in range(appends)]
+    expected += [{"id": 1000 + i, "x": 9} for i in range(appends)]
+    names = ["id", "x"] + [f"c{w}" for w in range(writers)]
+    assert sorted(t.schema.names) == sorted(names)
+    assert got == sorted(({n: row.get(n) for n in names} for row in expected), key=lambda r: r["id"])
+    for v in range(t.version + 1):
+        rows = t.to_arrow(version=v)
+        assert len(set(rows.column("id").to_pylist())) == rows.num_rows, f"version {v} duplicates a row"
+    named = {s["path"] for v in range(t.version + 1) for s in table_root(fast_store, "t", v)["segments"]}
+    stored = {k.removeprefix("t/") for k in files(fast_store, "t/segment")}
+    assert stored == named, f"segments no version names: {sorted(stored - named)[:5]}"
+
+
 def test_compaction_racing_appends_and_deletes_loses_nothing(fast_store: Any) -> None:
     t = Table.create(fast_store, "t", data=_rows(range(0, 100), 0), row_group_size=10)
     for lo in range(0, 100, 10):

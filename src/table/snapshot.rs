@@ -653,7 +653,7 @@ impl TableManifest {
                     continue;
                 }
                 r.files_schema = Some(id.clone());
-                if r.schema.is_none() && !r.columns.is_empty() {
+                if !r.columns.is_empty() {
                     r.schema = Some(id.clone());
                 }
                 used = true;
@@ -1123,13 +1123,8 @@ pub(crate) mod tests {
     fn damaged_manifests_never_panic() {
         let m = manifest(3);
         let good = m.to_json().unwrap();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = crate::test_rng::TestRng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for _ in 0..2000 {
             let mut damaged = good.clone();
             if next() % 2 == 0 {

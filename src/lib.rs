@@ -31,6 +31,8 @@ pub mod progress;
 pub mod runtime;
 pub mod store;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod test_rng;
 
 #[cfg(feature = "python")]
 mod python;

@@ -1329,13 +1329,8 @@ mod tests {
                 &EncodeOptions::new(codec, Some(2), None).unwrap(),
             )
             .unwrap();
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ bytes.len() as u64;
-            let mut next = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed
-            };
+            let mut rng = crate::test_rng::TestRng::new(0x9e37_79b9_7f4a_7c15 ^ bytes.len() as u64);
+            let mut next = move || rng.next_u64();
             for _ in 0..150 {
                 let mut damaged = bytes.to_vec();
                 match next() % 4 {

@@ -387,16 +387,7 @@ mod tests {
     };
     use crate::producers::source;
 
-    /// Test randomness (xorshift), reproducible by seed.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::test_rng::TestRng as Rng;
 
     fn looked_up(env: &Env, state: &NodeState, ks: &[i64]) -> BTreeMap<i64, String> {
         let mut out = BTreeMap::new();
@@ -420,7 +411,7 @@ mod tests {
     #[test]
     fn patched_parts_read_like_rewritten_ones() {
         let env = env(40);
-        let mut rng = Rng(0x5eed_1234_abcd);
+        let mut rng = Rng::new(0x5eed_1234_abcd);
         let mut model: BTreeMap<i64, String> =
             (0..400).step_by(2).map(|k| (k, format!("v{k}"))).collect();
         let ks: Vec<i64> = model.keys().copied().collect();

@@ -431,16 +431,7 @@ mod tests {
         run.push(out).unwrap();
     }
 
-    /// xorshift64*: reproducible randomness without a dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-        }
-    }
+    use crate::test_rng::TestRng as Rng;
 
     fn upserts(ks: &[i64], ns: &[u64]) -> RecordBatch {
         let vs: Vec<String> = ns.iter().map(|n| format!("v{n}")).collect();
@@ -601,7 +592,7 @@ mod tests {
         // patches (see `patch`).
         for (seed, target) in (1..=4u64).zip([3, 24, 3, 24]) {
             let env = env(target);
-            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let ks: Vec<i64> = (0..300).filter(|_| rng.below(2) == 0).collect();
             let ns: Vec<u64> = ks.iter().map(|_| rng.below(1000)).collect();
             let (s1, _) = source::apply(
@@ -664,7 +655,7 @@ mod tests {
                 assert_eq!(decoded(&env, &got.state), want, "seed {seed}, k = {k}");
                 check_order(&env, &got.state);
                 // And on from there: the split state updates like the single one.
-                let (ups, dels) = changes(&mut Rng(seed + k as u64), &ks, 10);
+                let (ups, dels) = changes(&mut Rng::new(seed + k as u64), &ks, 10);
                 let (s3, _) =
                     source::apply(&env, &source_view(s2.clone()), it(vec![ups]), dels).unwrap();
                 let want3 = decoded(&env, &single(&env, t2.clone(), s3.clone(), false));
@@ -792,7 +783,7 @@ mod tests {
     fn split_join_updates_equal_the_single_process_update() {
         for seed in 1..=3u64 {
             let env = env(3);
-            let mut rng = Rng(seed * 0x2545_F491_4F6C_DD1D + 7);
+            let mut rng = Rng::new(seed * 0x2545_F491_4F6C_DD1D + 7);
             let side = |rng: &mut Rng| {
                 let ks: Vec<i64> = (0..200).filter(|_| rng.below(2) == 0).collect();
                 let ns: Vec<u64> = ks.iter().map(|_| rng.below(1000)).collect();

@@ -651,13 +651,8 @@ pub(crate) mod tests {
 
     /// Rows with pseudo-random keys (some null), `v` = input position.
     pub(crate) fn batch(start: i64, n: i64, seed: u64) -> RecordBatch {
-        let mut x = seed | 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = crate::test_rng::TestRng::new(seed | 1);
+        let mut next = move || rng.next_u64();
         let k: Vec<Option<i64>> = (0..n)
             .map(|_| {
                 let r = next();

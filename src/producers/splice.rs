@@ -308,13 +308,8 @@ mod tests {
     #[test]
     fn splice_agrees_with_a_model() {
         let cut = KeyEncoder::new(&schema(), &["k".to_string()]).unwrap();
-        let mut seed = 0x1234_5678_9abc_def1u64;
-        let mut below = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::TestRng::new(0x1234_5678_9abc_def1);
+        let mut below = |n: u64| rng.below(n);
         for _ in 0..200 {
             let mut rows: Vec<(i64, i64)> = (0..below(60))
                 .map(|_| (below(20) as i64 * 2, below(5) as i64))

@@ -416,13 +416,8 @@ mod tests {
         let mut a = update(&derived, NodeState::default(), src.clone(), false);
         let mut b = update(&stored, NodeState::default(), src.clone(), false);
         assert_eq!((a.derived_prefix, b.derived_prefix), (1, 0));
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::TestRng::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = |n: u64| rng.below(n);
         for round in 0..12 {
             // A few upserts (new keys too) and deletes, scattered.
             let mut up: Vec<i64> = (0..8).map(|_| next(340) as i64).collect();

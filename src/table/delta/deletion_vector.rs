@@ -318,11 +318,9 @@ mod tests {
         }
         // Bitmaps decoded without the file's checks: any bytes, no panic.
         let good = encode_bitmap(&rows(&[1, 5, 1 << 20])).unwrap();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::test_rng::TestRng::new(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            let seed = rng.next_u64();
             let mut b = good.clone();
             let i = 4 + (seed as usize % (b.len() - 4));
             b[i] = (seed >> 32) as u8;

@@ -388,13 +388,8 @@ fn damaged_segment_bytes_never_panic() {
     )
     .unwrap();
     assert!(Segment::open(&body, "k", &r, &m, "p").is_ok());
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = crate::test_rng::TestRng::new(0x2545_f491_4f6c_dd1d);
+    let mut next = move || rng.next_u64();
     for _ in 0..3000 {
         let mut damaged = body.to_vec();
         match next() % 3 {

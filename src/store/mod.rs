@@ -10,6 +10,8 @@ pub mod config;
 pub mod counted;
 pub mod failure;
 pub mod gcs;
+#[cfg(test)]
+pub(crate) mod hooked;
 pub mod keys;
 mod local_cas;
 pub mod local_leftovers;

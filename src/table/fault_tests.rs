@@ -5,16 +5,10 @@
 //! the Python suite (`tests/test_faults.py`); these tests pin the core's
 //! behaviour without a network.
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use futures::stream::BoxStream;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 
 use super::commit::latest;
 use super::delete::delete;
@@ -24,16 +18,11 @@ use super::tests::{cond, create_keyed, ids, int, rows};
 use super::write::append;
 use crate::error::Error;
 use crate::parquet::filter::predicate;
+use crate::store::hooked::{Hook, Hooked, Op, Outcome};
+// What a rule does to the requests it matches: fail without applying the
+// request (`Fail`), or apply it and lose the reply (`LoseReply`).
+use crate::store::hooked::Outcome as Fault;
 use crate::store::StoreHandle;
-
-/// What a rule does to the requests it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
-    /// Fail without applying the request.
-    Fail,
-    /// Apply the request, then fail as if its reply were lost.
-    LoseReply,
-}
 
 #[derive(Debug)]
 struct Rule {
@@ -44,27 +33,16 @@ struct Rule {
     times: usize,
 }
 
-/// An `InMemory` store that injects faults by rule.
+/// Faults by rule, for PUTs, GETs and HEADs.
 #[derive(Debug, Default)]
-struct Faulty {
-    inner: InMemory,
+struct Rules {
     rules: Mutex<Vec<Rule>>,
 }
 
-impl fmt::Display for Faulty {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Faulty({})", self.inner)
-    }
-}
+/// An `InMemory` store that injects faults by rule.
+type Faulty = Hooked<Rules>;
 
-fn transport_error() -> object_store::Error {
-    object_store::Error::Generic {
-        store: "Faulty",
-        source: "connection reset by peer (injected)".into(),
-    }
-}
-
-impl Faulty {
+impl Rules {
     fn add(&self, method: &'static str, path: &'static str, fault: Fault, times: usize) {
         self.rules.lock().unwrap().push(Rule {
             method,
@@ -73,83 +51,34 @@ impl Faulty {
             times,
         });
     }
-
-    /// The fault for this request, if a rule with uses left matches.
-    fn fault(&self, method: &str, location: &Path) -> Option<Fault> {
-        let mut rules = self.rules.lock().unwrap();
-        let rule = rules
-            .iter_mut()
-            .find(|r| r.times > 0 && r.method == method && location.as_ref().contains(r.path))?;
-        rule.times -= 1;
-        Some(rule.fault)
-    }
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for Faulty {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        match self.fault("PUT", location) {
-            Some(Fault::Fail) => Err(transport_error()),
-            Some(Fault::LoseReply) => {
-                self.inner.put_opts(location, payload, opts).await?;
-                Err(transport_error())
+impl Hook for Rules {
+    /// The fault of the first rule with uses left that matches.
+    fn on(&self, op: Op, location: Option<&Path>, _: &InMemory) -> Outcome {
+        let method = match op {
+            Op::Put => "PUT",
+            Op::Get => "GET",
+            Op::Head => "HEAD",
+            _ => return Outcome::Forward,
+        };
+        let location = location.map(|l| l.as_ref()).unwrap_or_default();
+        let mut rules = self.rules.lock().unwrap();
+        match rules
+            .iter_mut()
+            .find(|r| r.times > 0 && r.method == method && location.contains(r.path))
+        {
+            Some(rule) => {
+                rule.times -= 1;
+                rule.fault
             }
-            None => self.inner.put_opts(location, payload, opts).await,
+            None => Outcome::Forward,
         }
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let method = if options.head { "HEAD" } else { "GET" };
-        match self.fault(method, location) {
-            Some(_) => Err(transport_error()),
-            None => self.inner.get_opts(location, options).await,
-        }
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
     }
 }
 
 fn faulty() -> (Arc<StoreHandle>, Arc<Faulty>) {
-    let faults = Arc::new(Faulty::default());
+    let faults = Arc::new(Faulty::new(Rules::default()));
     let handle = StoreHandle::from_object_store(faults.clone(), "").unwrap();
     (Arc::new(handle), faults)
 }

@@ -1,7 +1,6 @@
 //! End-to-end tests of the table layer on an in-memory store whose requests
 //! are counted, so that the costs the docs state are checked.
 
-use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -9,14 +8,8 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, RecordBatchIterator, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::stream::BoxStream;
-use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 
 use super::delete::delete;
 use super::scan::{resolve, scan, At, ScanOptions};
@@ -25,6 +18,7 @@ use super::snapshot::TableProperties;
 use super::write::{append, create};
 use crate::error::Error;
 use crate::parquet::filter::{predicate, Predicate};
+use crate::store::hooked::{Hook, Hooked, Op, Outcome};
 use crate::store::StoreHandle;
 
 /// Requests by kind.
@@ -49,94 +43,23 @@ impl Counts {
     }
 }
 
-/// An `InMemory` store that counts the requests made to it.
-#[derive(Debug)]
-pub(crate) struct Counting {
-    inner: InMemory,
-    pub counts: Arc<Counts>,
-}
-
-impl fmt::Display for Counting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for Counting {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.counts.put.fetch_add(1, Ordering::SeqCst);
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.counts.put.fetch_add(1, Ordering::SeqCst);
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let counter = if options.head {
-            &self.counts.head
-        } else {
-            &self.counts.get
+impl Hook for Counts {
+    fn on(&self, op: Op, _: Option<&Path>, _: &InMemory) -> Outcome {
+        let counter = match op {
+            Op::Put | Op::PutMultipart | Op::Copy => &self.put,
+            Op::Get => &self.get,
+            Op::Head => &self.head,
+            Op::Delete => &self.delete,
+            Op::List | Op::ListDelimited => &self.list,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        let counts = self.counts.clone();
-        let counted = locations
-            .inspect(move |_| {
-                counts.delete.fetch_add(1, Ordering::SeqCst);
-            })
-            .boxed();
-        self.inner.delete_stream(counted)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.counts.list.fetch_add(1, Ordering::SeqCst);
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.counts.list.fetch_add(1, Ordering::SeqCst);
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.counts.put.fetch_add(1, Ordering::SeqCst);
-        self.inner.copy_opts(from, to, options).await
+        Outcome::Forward
     }
 }
 
 pub(crate) fn counting_store() -> (Arc<StoreHandle>, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
-    let store = Counting {
-        inner: InMemory::new(),
-        counts: counts.clone(),
-    };
+    let store = Hooked::shared(counts.clone());
     let handle = StoreHandle::from_object_store(Arc::new(store), "").unwrap();
     (Arc::new(handle), counts)
 }

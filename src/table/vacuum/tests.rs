@@ -3,21 +3,17 @@
 //! commit land while vacuum lists.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use chrono::{Duration, Utc};
-use futures::stream::BoxStream;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::ObjectStoreExt;
 
 use super::*;
 use crate::parquet::filter::predicate;
+use crate::store::hooked::{Hooked, Op, Outcome};
 use crate::store::PutMode;
 use crate::table::commit::{latest, latest_with, read_version};
 use crate::table::compact::{compact, CompactOptions};
@@ -116,89 +112,31 @@ fn the_version_the_pointer_names_and_every_later_one_survive_any_retention() {
     assert_eq!(ids(&store, At::Latest, None), (10..300).collect::<Vec<_>>());
 }
 
-/// What [`Hooked`] runs as a listing starts.
+/// What [`OnList`] runs as a listing starts.
 type Hook = Box<dyn FnOnce(&InMemory) + Send>;
 
-/// An in-memory store that runs a hook once, as its first listing starts.
-struct Hooked {
-    inner: Arc<InMemory>,
+/// Runs a hook once, as the store's first recursive listing starts.
+struct OnList {
     on_list: Mutex<Option<Hook>>,
 }
 
-impl fmt::Debug for Hooked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Hooked")
-    }
-}
-
-impl fmt::Display for Hooked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Hooked({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for Hooked {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let hook = self.on_list.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook(&self.inner);
+impl crate::store::hooked::Hook for OnList {
+    fn on(&self, op: Op, _: Option<&Path>, inner: &InMemory) -> Outcome {
+        if op == Op::List {
+            let hook = self.on_list.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook(inner);
+            }
         }
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        Outcome::Forward
     }
 }
 
 #[test]
 fn a_commit_landing_while_vacuum_lists_keeps_its_manifest_and_files() {
-    let hooked = Arc::new(Hooked {
-        inner: Arc::new(InMemory::new()),
+    let hooked = Arc::new(Hooked::new(OnList {
         on_list: Mutex::new(None),
-    });
+    }));
     let store = Arc::new(StoreHandle::from_object_store(hooked.clone(), "").unwrap());
     table(&store);
     // Another writer commits v4 (a new data file) as vacuum starts listing.

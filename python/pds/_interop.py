@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -21,9 +22,6 @@ import pyarrow.fs as pafs
 from remote_store import CapabilityNotSupported, Store
 
 from pds.backend import ObjectStoreBackend
-
-if TYPE_CHECKING:
-    from pds.dataset import ParquetDatasetStore
 
 __all__ = ["pyarrow_dataset"]
 
@@ -92,19 +90,12 @@ def _filesystem(store: Store, key: str) -> tuple[pafs.FileSystem, str]:
     )
 
 
-def pyarrow_dataset(datasets: ParquetDatasetStore, key: str) -> pads.Dataset:
-    """See :meth:`pds.ParquetDatasetStore.to_pyarrow_dataset`."""
-    from pds.dataset import _check_key
-    from pds.errors import DatasetIncomplete
-
-    key = _check_key(key)
-    store = datasets.store
-    if not datasets.dataset_exists(key):
-        raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: {datasets._absent_reason(key)}", path=key)
+def pyarrow_dataset(store: Store, key: str, parts: Sequence[str], schema: pa.Schema) -> pads.Dataset:
+    """The committed dataset at *key* (checked by the caller) of *store*: its
+    *parts*, read with *schema* through pyarrow's own filesystem. See
+    :meth:`pds.ParquetDatasetStore.to_pyarrow_dataset`."""
     filesystem, root = _filesystem(store, key)
-    manifest = datasets.read_manifest(key)
-    schema: pa.Schema = datasets.read_schema(key)
     # On remote-store's LocalBackend, native_path is already an absolute path.
     base = f"{root}/{store.native_path(key).strip('/')}" if root else store.native_path(key)
-    paths = [f"{base}/{part}" for part in manifest.parts]
+    paths = [f"{base}/{part}" for part in parts]
     return pads.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)

@@ -1039,7 +1039,10 @@ class ParquetDatasetStore:
         """
         from pds._interop import pyarrow_dataset
 
-        return pyarrow_dataset(self, key)
+        key = _check_key(key)
+        if not self.dataset_exists(key):
+            raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: {self._absent_reason(key)}", path=key)
+        return pyarrow_dataset(self.store, key, self.read_manifest(key).parts, self.read_schema(key))
 
 
 def _filtered(

@@ -44,10 +44,30 @@ pub struct RangePart {
     /// [`super::patch`]). With patches, `rows` counts the rows after them
     /// and [`Self::file_rows`] the file's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub patches: Vec<super::patch::Patch>,
+    pub patches: Vec<Patch>,
     /// The rows of the part's file, when it has patches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_rows: Option<u64>,
+}
+
+/// One change layered over a part (see [`super::patch`]). At least one of
+/// the two files is present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Patch {
+    /// Every row, after the change, of each cut-key value the patch
+    /// covers; the layout's schema, sorted by its sort key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RangePart>,
+    /// Cut-key values the change leaves with no row (the cut key's columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<RangePart>,
+}
+
+impl Patch {
+    /// The patch's files: rows, then deleted values.
+    pub fn files(&self) -> impl Iterator<Item = &RangePart> {
+        self.rows.iter().chain(self.deleted.iter())
+    }
 }
 
 impl RangePart {

@@ -30,9 +30,9 @@ use std::ops::Range;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use serde::{Deserialize, Serialize};
 
 use super::keys::KeyEncoder;
+pub use super::parts::Patch;
 use super::parts::RangePart;
 use super::splice::{coalesce, Sorted};
 use crate::error::Result;
@@ -54,26 +54,6 @@ pub fn patch_limit(part: &RangePart) -> usize {
 /// A part's patched rows (rows and deleted values over its patches) stay
 /// below its rows over this; past it, the change rewrites the part.
 pub const PATCH_SHARE: u64 = 4;
-
-/// One change layered over a part (see the module docs). At least one of
-/// the two files is present.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Patch {
-    /// Every row, after the change, of each cut-key value the patch
-    /// covers; the layout's schema, sorted by its sort key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rows: Option<RangePart>,
-    /// Cut-key values the change leaves with no row (the cut key's columns).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deleted: Option<RangePart>,
-}
-
-impl Patch {
-    /// The patch's files: rows, then deleted values.
-    pub fn files(&self) -> impl Iterator<Item = &RangePart> {
-        self.rows.iter().chain(self.deleted.iter())
-    }
-}
 
 /// Rows and deleted values a part's patches hold (what compaction is
 /// measured by).

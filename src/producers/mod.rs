@@ -4,6 +4,10 @@
 //! - [`keys`]: compound keys as arrow's row format (byte-comparable rows).
 //! - [`sort`]: an external sort within a memory budget (sorted runs spilled
 //!   to local Arrow IPC files), read back as one sorted stream.
+//! - [`sorted_buffer`]: one buffer of the sort, sorted in memory on several
+//!   threads and read back in key order without a copy.
+//! - [`spill`]: the sort's spilled runs: their folder and each run's index.
+//! - [`range_merge`]: the sort's final merge, in parallel by key range.
 //! - [`merge`]: a streaming k-way merge of sorted streams; distinct keys.
 //! - [`group`]: a group cursor handing out each key's values lazily,
 //!   forward-only, for groups of any size.
@@ -50,8 +54,10 @@ pub mod range_merge;
 pub mod ranges;
 pub mod run;
 pub mod sort;
+pub mod sorted_buffer;
 pub mod source;
 pub mod source_ranges;
+pub mod spill;
 pub mod splice;
 pub mod steps;
 

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::RetryConfig;
 
+use super::built::{Built, Scheme};
 use super::cloud::{built, cannot_configure, env_config, flag, retry_option, unknown_option};
-use super::config::{Built, Scheme};
 use crate::error::{Error, Result};
 
 const KNOWN: &str = "account, account_key, sas, token, connection_string, endpoint, use_emulator, \

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use object_store::{ObjectStore, RetryConfig};
 
-use super::config::{url_prefix, Built, Scheme};
+use super::built::{url_prefix, Built, Scheme};
 use crate::error::{Error, Result};
 
 /// A remote store built from `url`, rooted at its path.
@@ -126,7 +126,8 @@ mod tests {
 pub mod testing {
     use std::collections::BTreeMap;
 
-    use super::super::config::{build, Built};
+    use super::super::built::Built;
+    use super::super::config::build;
     use crate::error::{Error, Result};
 
     pub fn open(url: &str, pairs: &[(&str, &str)]) -> Result<Built> {

@@ -19,46 +19,11 @@ use std::sync::Arc;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredentialProvider};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::{ObjectStore, RetryConfig};
+use object_store::RetryConfig;
 
+use super::built::{url_prefix, Built, Scheme};
 use crate::error::{Error, Result};
 use crate::store::keys;
-
-/// Which kind of store a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Memory,
-    File,
-    S3,
-    Gcs,
-    Azure,
-}
-
-impl Scheme {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Memory => "memory",
-            Scheme::File => "file",
-            Scheme::S3 => "s3",
-            Scheme::Gcs => "gs",
-            Scheme::Azure => "az",
-        }
-    }
-
-    /// A store reached over the network, where requests wait on round trips.
-    pub fn is_remote(self) -> bool {
-        matches!(self, Scheme::S3 | Scheme::Gcs | Scheme::Azure)
-    }
-}
-
-/// A built store: the object_store, the key prefix inside it, and, for
-/// `file://`, the local root used for compare-and-swap.
-pub struct Built {
-    pub scheme: Scheme,
-    pub store: Arc<dyn ObjectStore>,
-    pub prefix: Vec<String>,
-    pub local: Option<Arc<LocalFileSystem>>,
-}
 
 /// Short option names accepted for S3, mapped to object_store's config keys.
 fn s3_alias(key: &str) -> &str {
@@ -310,16 +275,6 @@ fn s3_from_env(options: &BTreeMap<String, String>) -> AmazonS3Builder {
         }
     }
     builder
-}
-
-/// The root prefix of an `s3://bucket/prefix` URL: percent-decoded (a URL's
-/// `%20` is a space in the object names, as for file:// paths), then
-/// validated like a key.
-pub(super) fn url_prefix(url: &url::Url) -> Result<Vec<String>> {
-    let decoded = percent_encoding::percent_decode_str(url.path())
-        .decode_utf8()
-        .map_err(|_| Error::InvalidArgument(format!("store URL path is not UTF-8: {url}")))?;
-    keys::segments(&decoded)
 }
 
 fn host(url: &url::Url) -> String {

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::{CopyMode, RetryConfig, StaticCredentialProvider};
 
+use super::built::{Built, Scheme};
 use super::cloud::{built, cannot_configure, env_config, flag, retry_option, unknown_option};
-use super::config::{Built, Scheme};
 use crate::error::{Error, Result};
 
 const KNOWN: &str = "service_account_key, service_account, token, anonymous, endpoint, \

@@ -4,6 +4,7 @@
 
 pub mod aws_credentials;
 pub mod azure;
+pub mod built;
 pub mod cache;
 mod cloud;
 pub mod config;
@@ -29,7 +30,7 @@ use object_store::{
     RenameOptions, RenameTargetMode, UpdateVersion,
 };
 
-pub use config::Scheme;
+pub use built::Scheme;
 
 use crate::error::{Error, Result};
 
@@ -76,7 +77,7 @@ pub struct Listing {
 /// An object store opened from a URL, confined to the URL's prefix.
 pub struct StoreHandle {
     url: String,
-    built: config::Built,
+    built: built::Built,
     /// Parsed immutable objects (footers) kept for the handle's life.
     cache: cache::ObjectCache,
     /// Whether a LIST showed that the bucket exists (see [`Self::bucket_missing`]).
@@ -118,7 +119,7 @@ impl StoreHandle {
     }
 
     /// A handle over `built` whose requests go through [`counted::Counted`].
-    fn counting(url: String, mut built: config::Built) -> Self {
+    fn counting(url: String, mut built: built::Built) -> Self {
         let counters = Arc::new(counted::Counters::default());
         let native_ranges = !built.scheme.is_remote();
         built.store = Arc::new(counted::Counted::new(
@@ -146,7 +147,7 @@ impl StoreHandle {
 
     /// A store over `object_store`, for tests and benches.
     pub fn from_object_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Result<Self> {
-        let built = config::Built {
+        let built = built::Built {
             scheme: Scheme::Memory,
             store,
             prefix: keys::segments(prefix)?,

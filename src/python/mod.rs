@@ -3,6 +3,7 @@
 
 mod alloc;
 mod dataset;
+mod env;
 mod errors;
 mod logs;
 mod occupancy;

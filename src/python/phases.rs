@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3_arrow::{PyRecordBatch, PyRecordBatchReader};
 use serde::Deserialize;
 
+use super::env::env;
 use super::errors::IntoPy;
-use super::producers::env;
 use super::store::PyRustStore;
 use crate::error::{Error, Result};
 use crate::producers::node::{Kind, NodeView};

@@ -8,10 +8,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3_arrow::{PyRecordBatch, PyRecordBatchReader, PySchema, PyTable};
 
+use super::env::env;
 use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::error::Error;
-use crate::parquet::encode::EncodeOptions;
 use crate::producers::compact;
 use crate::producers::manifest::{NodeState, PipelineManifest};
 use crate::producers::node::{Env, NodeView};
@@ -21,30 +21,6 @@ use crate::table::commit::{self, CommitOptions, Outcome, Versioned};
 
 /// Default rows per key-range part.
 const TARGET_ROWS: usize = 256 * 1024;
-
-pub(crate) fn env(
-    store: &PyRustStore,
-    root: &str,
-    compression: &str,
-    target_rows: usize,
-    sort_budget: usize,
-) -> PyResult<Env> {
-    if target_rows == 0 || sort_budget == 0 {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "target_rows and sort_budget must be >= 1",
-        ));
-    }
-    Ok(Env {
-        store: store.inner.clone(),
-        root: root.trim_end_matches('/').to_string(),
-        opts: EncodeOptions::new(compression, None, None).py_err()?,
-        target_rows,
-        sort_budget,
-        spill: None,
-        job: None,
-        derive_mappings: true,
-    })
-}
 
 fn reader_env(store: &PyRustStore, root: &str) -> PyResult<Env> {
     env(store, root, "zstd", TARGET_ROWS, 64 << 20)

@@ -32,7 +32,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,10 +40,8 @@ import pyarrow.compute as pc
 from remote_store import NotFound, RemoteStoreError, Store
 
 from pds import _core
+from pds.producers._tasks import StageTask
 from pds.producers.produce import run_batched, run_rows
-
-if TYPE_CHECKING:
-    from pds.producers.pipeline import StageTask
 
 __all__ = [
     "MAX_RANGES",

@@ -80,7 +80,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 import pyarrow as pa
@@ -98,10 +98,8 @@ from pds.producers._ranges import (
     reduce_range,
     sample,
 )
+from pds.producers._tasks import StageDone, StageRunner, StageTask
 from pds.producers.errors import ProduceError, produce_error
-
-if TYPE_CHECKING:
-    from pds.producers.pipeline import Pipeline, StageDone, StageTask
 
 __all__ = ["MIN_ROWS", "START_METHOD", "LocalStages", "pays", "produce_rows", "worker_count"]
 
@@ -371,19 +369,19 @@ class LocalStages(JobObjects):
     split, its map, reduce and target ranges and the rows and bytes it
     exchanged through files."""
 
-    def __init__(self, p: Pipeline, workers: int) -> None:
-        super().__init__(p.store, p._native, p.key, f"lw{uuid.uuid4().hex[:12]}")
-        self.p, self.workers = p, workers
+    def __init__(self, store: Store, native: _core.RustStore, key: str, workers: int, here: StageRunner) -> None:
+        super().__init__(store, native, key, f"lw{uuid.uuid4().hex[:12]}")
+        self.here, self.workers = here, workers
         self.max_ranges = min(MAX_RANGES, 4 * workers)
         self.stats: dict[str, dict[str, int]] = {}
         self._pool: cf.ProcessPoolExecutor | None = None
         self._folder: str | None = None
 
     @staticmethod
-    def usable(p: Pipeline, workers: int) -> bool:
-        """Whether worker processes can run *p*'s stages: more than one
-        worker, and a store they reach (not ``memory://``)."""
-        return workers > 1 and p._native.scheme != "memory"
+    def usable(native: _core.RustStore, workers: int) -> bool:
+        """Whether worker processes can run a pipeline's stages on *native*:
+        more than one worker, and a store they reach (not ``memory://``)."""
+        return workers > 1 and native.scheme != "memory"
 
     def __enter__(self) -> LocalStages:
         return self
@@ -454,15 +452,13 @@ class LocalStages(JobObjects):
         return [f.result()[1] for f in futures]
 
     def __call__(self, task: StageTask, created: list[str]) -> StageDone:
-        from pds.producers.pipeline import StageDone
-
         if not pays(task):
-            return self.p._run_stage_here(task, created)
+            return self.here(task, created)
         sources = _core.pipeline_stage_ranges(
             task.stage_view, task.source_views, "source", self.max_ranges, touched_only=not task.rebuild
         )
         if len(sources) < 2:  # the change in one range: no pool start-up
-            return self.p._run_stage_here(task, created)
+            return self.here(task, created)
         name = task.node.name
         planned = bool((json.loads(task.stage_view).get("state") or {}).get("content"))
         targets = (

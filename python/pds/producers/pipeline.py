@@ -47,7 +47,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, TypeAlias, TypedDict, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 import pyarrow as pa
 from remote_store import NotFound, Store
@@ -55,6 +55,16 @@ from remote_store import NotFound, Store
 from pds import _core, _progress
 from pds.dataset import _check_key as check_key
 from pds.errors import CommitConflict, CommitUnknown, DataError, ManifestCorrupted, SchemaMismatch, UpgradeRequired
+from pds.producers._tasks import (
+    ChainLink,
+    ChainRunner,
+    SourceRunner,
+    SourceTask,
+    StageDone,
+    StageRunner,
+    StageTask,
+    _Opts,
+)
 from pds.producers._workers import LocalStages, worker_count
 from pds.producers.changes import Changes, as_arrow, as_table
 from pds.producers.errors import GraphMismatch
@@ -73,12 +83,6 @@ Upserts: TypeAlias = pa.Table | pa.RecordBatchReader | None
 DEFAULT_SORT_BUDGET = 512 * 1024 * 1024
 #: Default rows per key-range part.
 DEFAULT_TARGET_ROWS = 256 * 1024
-
-
-class _Opts(TypedDict):
-    compression: str
-    target_rows: int
-    sort_budget: int
 
 
 def _version_arg(value: object) -> int | None:
@@ -725,10 +729,10 @@ class Pipeline:
         """The stage runner of one update: worker processes if
         :attr:`workers` can be used (the pool shut down when the update
         ends), else ``None`` (this process)."""
-        if not LocalStages.usable(self, self._workers):
+        if not LocalStages.usable(self._native, self._workers):
             yield None
             return
-        with LocalStages(self, self._workers) as stages:
+        with LocalStages(self.store, self._native, self.key, self._workers, self._run_stage_here) as stages:
             try:
                 yield stages
             finally:
@@ -1069,73 +1073,6 @@ class Pipeline:
             self._manifest = dict(base)
             return int(base["version"])
         return self._commit(base, list(stored.values()), states, "compact", detail, created)
-
-
-class StageTask(NamedTuple):
-    """One stage's update to run: the stage, its engine view (with its
-    stored state), its sources' views (at the versions just updated), the
-    value column names of each source (the row form's dicts), whether every
-    source key counts as changed (a first build or rebuild), and the engine
-    options (``compression``, ``target_rows``, ``sort_budget``)."""
-
-    node: Node
-    stage_view: str
-    source_views: list[str]
-    values: list[list[str]]
-    rebuild: bool
-    opts: _Opts
-
-
-class StageDone(NamedTuple):
-    """A stage's new state (JSON), the rows handed to ``Produce`` and emitted."""
-
-    state: str
-    rows_in: int
-    rows_out: int
-
-
-#: Runs a :class:`StageTask`; appends every object it writes to the list
-#: (removed if the update fails), and removes what it wrote itself if it
-#: raises.
-StageRunner = Callable[[StageTask, list[str]], StageDone]
-
-
-class ChainLink(NamedTuple):
-    """One stage of a chain run as one job (:data:`ChainRunner`): its task,
-    and for each of its sources the index of the chain's stage that feeds
-    it (``None``: a node done before the chain). The views of sources fed
-    by the chain hold their stored state: the runner replaces it with the
-    state the chain gives them."""
-
-    task: StageTask
-    fed_by: list[int | None]
-
-
-#: Runs a chain of stages (:class:`ChainLink`, in node order, each
-#: depending only on nodes done or earlier in it) as one job, where the
-#: stage runner offers it (its ``chain`` attribute); returns what each of
-#: a leading run of them did: a :class:`StageDone`, or ``None`` for a stage
-#: none of whose sources changed (its state is kept). The stages it did not
-#: return are run after, as usual. Objects as :data:`StageRunner`.
-ChainRunner = Callable[[list[ChainLink], list[str]], list[StageDone | None]]
-
-
-class SourceTask(NamedTuple):
-    """One source's change to apply: the source, its engine view (with its
-    stored state), the change as the update's checks left it (a
-    :class:`_Change` locally; the Spark runner's own form on Spark), and the
-    engine options (``compression``, ``target_rows``, ``sort_budget``)."""
-
-    node: Node
-    view: str
-    change: Any
-    opts: _Opts
-
-
-#: Applies a :class:`SourceTask` and returns the source's new state (JSON);
-#: appends every object it writes to the list (removed if the update
-#: fails), and removes what it wrote itself if it raises.
-SourceRunner = Callable[[SourceTask, list[str]], str]
 
 
 class _Change(NamedTuple):

@@ -55,8 +55,9 @@ from pyspark.sql import DataFrame, Row, functions
 
 from pds import _core
 from pds.errors import SchemaMismatch
+from pds.producers._tasks import SourceTask
 from pds.producers.changes import Changes
-from pds.producers.pipeline import SourceTask, check_columns, check_delete_columns, conform_table
+from pds.producers.pipeline import check_columns, check_delete_columns, conform_table
 from pds.spark._arrow_conf import arrow_byte_cap_lifted
 from pds.spark._pipeline_tasks import (
     MAX_RANGES,

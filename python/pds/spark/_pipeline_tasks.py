@@ -27,8 +27,9 @@ from remote_store import RemoteStoreError
 from pds import _core
 from pds.errors import SchemaMismatch
 from pds.producers._ranges import MAX_RANGES, JobObjects, by_range, by_sorted_range
+from pds.producers._tasks import _Opts
 from pds.producers.errors import ProduceError, produce_error
-from pds.producers.pipeline import Pipeline, _Opts
+from pds.producers.pipeline import Pipeline
 from pds.spark._arrow_conf import fine_partitions
 from pds.spark._job import ABORT_SETTLE_SECONDS, remove_until_settled, spark_store
 from pds.spark._job_group import tagged, wait_for_tasks

@@ -67,7 +67,8 @@ from pyspark.sql import DataFrame, Row, SparkSession, functions
 
 from pds import _core
 from pds.producers._ranges import by_prefix_span, map_range, reduce_range, sample
-from pds.producers.pipeline import ChainLink, Pipeline, StageDone, StageTask, _carried
+from pds.producers._tasks import ChainLink, StageDone, StageTask
+from pds.producers.pipeline import Pipeline, _carried
 from pds.spark._arrow_conf import small_cache_batches
 from pds.spark._pipeline_sources import SparkSources
 from pds.spark._pipeline_sources import frames as _changes

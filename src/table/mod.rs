@@ -50,6 +50,7 @@ pub mod update;
 pub mod upgrade;
 pub mod upsert;
 pub mod vacuum;
+pub mod versions;
 pub mod write;
 
 use serde::{Deserialize, Serialize};

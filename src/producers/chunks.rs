@@ -13,7 +13,7 @@ use arrow_row::{OwnedRow, Rows};
 use arrow_schema::SchemaRef;
 
 use super::keys::KeyEncoder;
-use super::partset::Splitter;
+use super::partset::KeySplitter;
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -157,10 +157,10 @@ impl SingleChunker {
 /// ([`Self::pull_open`]), each source on its own. The next chunk skips
 /// what was not pulled.
 pub struct JoinChunker {
-    keys: Splitter,
+    keys: KeySplitter,
     key_schema: SchemaRef,
     key_encoder: KeyEncoder,
-    sources: Vec<(SchemaRef, KeyEncoder, Splitter)>,
+    sources: Vec<(SchemaRef, KeyEncoder, KeySplitter)>,
     /// The open key, and which sources may have more of its rows.
     open: Option<Box<(OwnedRow, Vec<bool>)>>,
 }
@@ -180,11 +180,11 @@ impl JoinChunker {
             .collect();
         let mut out = Vec::new();
         for (schema, key, rows) in sources {
-            let split = Splitter::new(rows, KeyEncoder::new(&schema, &key)?);
+            let split = KeySplitter::new(rows, KeyEncoder::new(&schema, &key)?);
             out.push((schema.clone(), KeyEncoder::new(&schema, &key)?, split));
         }
         Ok(Self {
-            keys: Splitter::new(keys, KeyEncoder::new(&key_schema, &names)?),
+            keys: KeySplitter::new(keys, KeyEncoder::new(&key_schema, &names)?),
             key_encoder: KeyEncoder::new(&key_schema, &names)?,
             key_schema,
             sources: out,

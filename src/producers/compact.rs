@@ -8,7 +8,7 @@
 use super::manifest::NodeState;
 use super::node::{Env, Kind, NodeView};
 use super::parts::{units, RangePart};
-use super::partset::Layout;
+use super::partset::PartSet;
 use crate::error::{Error, Result};
 
 /// A part below this share of `target_rows` is small: merged with small or
@@ -17,7 +17,7 @@ const SMALL_SHARE: usize = 2;
 
 /// What [`compact`] did to one list of parts.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Compacted {
+pub struct PartsCompacted {
     /// Parts (and patched parts) rewritten, and the parts written for them.
     pub rewritten: usize,
     pub written: usize,
@@ -26,7 +26,7 @@ pub struct Compacted {
 /// The ranges of `parts` (indices, in order) to rewrite: each run of
 /// consecutive units that are patched or small, unless the run is one
 /// small unpatched part alone (rewriting it would change nothing).
-fn groups(layout: &Layout, parts: &[RangePart]) -> Result<Vec<std::ops::Range<usize>>> {
+fn groups(layout: &PartSet, parts: &[RangePart]) -> Result<Vec<std::ops::Range<usize>>> {
     if parts.is_empty() {
         return Ok(Vec::new());
     }
@@ -61,13 +61,13 @@ fn groups(layout: &Layout, parts: &[RangePart]) -> Result<Vec<std::ops::Range<us
 /// `parts` compacted (see the module docs); new parts are named
 /// `prefix`-gNNNNN-*. Objects written are appended to `created`.
 pub fn compact_parts(
-    layout: &std::sync::Arc<Layout>,
+    layout: &std::sync::Arc<PartSet>,
     parts: &[RangePart],
     prefix: &str,
     created: &mut Vec<String>,
-) -> Result<(Vec<RangePart>, Compacted)> {
+) -> Result<(Vec<RangePart>, PartsCompacted)> {
     let mut out = Vec::with_capacity(parts.len());
-    let mut done = Compacted::default();
+    let mut done = PartsCompacted::default();
     let mut next = 0;
     for (g, range) in groups(layout, parts)?.into_iter().enumerate() {
         out.extend(parts[next..range.start].iter().cloned());
@@ -87,7 +87,10 @@ pub fn compact_parts(
 /// parts (see the module docs), with an empty update. Returns the new
 /// state, what was done to each list, and every object written (removed
 /// again on failure).
-pub fn compact(env: &Env, node: &NodeView) -> Result<(NodeState, [Compacted; 2], Vec<String>)> {
+pub fn compact(
+    env: &Env,
+    node: &NodeView,
+) -> Result<(NodeState, [PartsCompacted; 2], Vec<String>)> {
     if node.kind == Kind::Merge {
         return Err(Error::InvalidArgument(format!(
             "{:?} is a merge: it stores no parts",
@@ -97,7 +100,7 @@ pub fn compact(env: &Env, node: &NodeView) -> Result<(NodeState, [Compacted; 2],
     let mut created = Vec::new();
     let token = env.token();
     let base = format!("nodes/{}", node.name);
-    let run = |created: &mut Vec<String>| -> Result<(NodeState, [Compacted; 2])> {
+    let run = |created: &mut Vec<String>| -> Result<(NodeState, [PartsCompacted; 2])> {
         let (content, c) = compact_parts(
             &node.content_layout(env),
             &node.state.content,
@@ -112,7 +115,7 @@ pub fn compact(env: &Env, node: &NodeView) -> Result<(NodeState, [Compacted; 2],
                 created,
             )?
         } else {
-            (node.state.mappings.clone(), Compacted::default())
+            (node.state.mappings.clone(), PartsCompacted::default())
         };
         let state = NodeState {
             content,
@@ -144,7 +147,7 @@ mod tests {
         // A compact state: nothing to do, nothing written.
         let (same, done, made) = compact(&env, &source_view(s1.clone())).unwrap();
         assert_eq!(same.content, s1.content);
-        assert!(made.is_empty() && done[0] == Compacted::default());
+        assert!(made.is_empty() && done[0] == PartsCompacted::default());
         // Patch a few parts, and empty most of two neighbours (small parts).
         let (s2, _) = source::apply(
             &env,

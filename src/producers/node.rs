@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::keys::KeyEncoder;
 use super::manifest::{check_node_name, NodeState};
 use super::merge::{dedup_sorted, merge_sorted};
-use super::partset::{filter_by_keys, key_set, Layout};
+use super::partset::{filter_by_keys, key_set, PartSet};
 use super::sort::{ExternalSorter, BATCH_ROWS};
 use super::BatchIter;
 use crate::error::{Error, Result};
@@ -283,7 +283,7 @@ impl NodeView {
         schema: SchemaRef,
         sort_key: Vec<String>,
         cut_key: Vec<String>,
-    ) -> Arc<Layout> {
+    ) -> Arc<PartSet> {
         // Page statistics on the cut key: lookups seek (see
         // `crate::parquet::seek`). Sorted keys go without a dictionary.
         let opts = env
@@ -291,7 +291,7 @@ impl NodeView {
             .clone()
             .with_page_index(&cut_key)
             .without_dictionary(&sort_key);
-        Arc::new(Layout {
+        Arc::new(PartSet {
             store: env.store.clone(),
             root: env.root.clone(),
             schema,
@@ -304,13 +304,13 @@ impl NodeView {
 
     /// The content's (a merge's: the update's) layout: sorted by the key
     /// (then a stage's source key), cut by the key.
-    pub fn content_layout(&self, env: &Env) -> Arc<Layout> {
+    pub fn content_layout(&self, env: &Env) -> Arc<PartSet> {
         let sort = self.key.iter().chain(&self.source_key).cloned().collect();
         self.layout(env, self.schema.clone(), sort, self.key.clone())
     }
 
     /// A stage's key-mappings: `(K_s, K_t)`, sorted so, cut by `K_s`.
-    pub fn mappings_layout(&self, env: &Env) -> Result<Arc<Layout>> {
+    pub fn mappings_layout(&self, env: &Env) -> Result<Arc<PartSet>> {
         let cols: Vec<String> = self.source_key.iter().chain(&self.key).cloned().collect();
         let idx = crate::parquet::decode::column_indices(&self.schema, &cols)?;
         let schema = Arc::new(self.schema.project(&idx)?);
@@ -318,7 +318,7 @@ impl NodeView {
     }
 
     /// Deleted keys: the key columns, sorted.
-    pub fn deleted_layout(&self, env: &Env) -> Result<Arc<Layout>> {
+    pub fn deleted_layout(&self, env: &Env) -> Result<Arc<PartSet>> {
         Ok(self.layout(env, self.key_schema()?, self.key.clone(), self.key.clone()))
     }
 

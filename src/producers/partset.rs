@@ -1,10 +1,10 @@
 //! A sorted data set stored as key-range parts (see [`super::parts`]): read
 //! back whole or by key, and rewritten where an update touches it.
 //!
-//! A [`Layout`] says what the parts hold: their schema, the sort key and
+//! A [`PartSet`] says what the parts hold: their schema, the sort key and
 //! the *cut key* (a leading part of the sort key that parts are cut at; a
 //! value with many rows may span parts, see [`super::parts`]).
-//! [`Layout::rewrite`] applies a change (rows to remove by some key, rows
+//! [`PartSet::rewrite`] applies a change (rows to remove by some key, rows
 //! to add in sort order) by rewriting only the parts whose key ranges the
 //! change touches (a key spanning parts: all of them); the other parts are
 //! kept by reference. So a change costs reads and writes of the parts it
@@ -47,7 +47,7 @@ enum Base {
 }
 
 /// Rows a part's file holds at least for a change to it to read only the
-/// pages holding the change's values first (see [`Layout::rewrite`]).
+/// pages holding the change's values first (see [`PartSet::rewrite`]).
 pub const SEEK_MIN_ROWS: u64 = 65_536;
 
 /// Rows per Parquet data page at most (the writer's default), to tell
@@ -72,7 +72,7 @@ struct Fetched {
 
 /// What a set of key-range parts holds and where it lives.
 #[derive(Debug, Clone)]
-pub struct Layout {
+pub struct PartSet {
     pub store: Arc<StoreHandle>,
     /// The key part names are relative to (a pipeline's key).
     pub root: String,
@@ -99,7 +99,7 @@ pub enum Remove {
     },
 }
 
-/// A change to apply with [`Layout::rewrite`].
+/// A change to apply with [`PartSet::rewrite`].
 pub struct Change {
     pub remove: Remove,
     /// Cut-key values (batches of the cut key's columns, sorted, repeats
@@ -137,9 +137,9 @@ pub struct Derived {
     pub first: arrow_array::ArrayRef,
 }
 
-/// What [`Layout::rewrite`] did.
+/// What [`PartSet::rewrite`] did.
 #[derive(Debug, Default)]
-pub struct Rewritten {
+pub struct PartsRewritten {
     /// The new part list, in key order.
     pub parts: Vec<RangePart>,
     /// Every object this rewrite created (for cleanup if the caller fails).
@@ -153,7 +153,7 @@ pub struct Rewritten {
 }
 
 /// Splits a sorted stream at key bounds.
-pub struct Splitter {
+pub struct KeySplitter {
     stream: BatchIter,
     encoder: KeyEncoder,
     head: Option<(RecordBatch, Rows, usize)>,
@@ -162,7 +162,7 @@ pub struct Splitter {
     front: Vec<RecordBatch>,
 }
 
-impl Splitter {
+impl KeySplitter {
     pub fn new(stream: BatchIter, encoder: KeyEncoder) -> Self {
         Self {
             stream,
@@ -385,7 +385,7 @@ pub fn key_set(batches: &[RecordBatch], encoder: &KeyEncoder) -> Result<KeySet> 
     Ok(set)
 }
 
-impl Layout {
+impl PartSet {
     /// `root/<name>`.
     pub fn object(&self, part: &RangePart) -> String {
         format!("{}/{}", self.root.trim_end_matches('/'), part.name)
@@ -795,8 +795,8 @@ impl Layout {
     /// Apply `change` to `parts` (see [`Change`]); only the parts whose key
     /// ranges the touched or added keys fall in are read and rewritten. A
     /// failure removes what this call wrote.
-    pub fn rewrite(&self, parts: &[RangePart], change: Change) -> Result<Rewritten> {
-        let mut out = Rewritten::default();
+    pub fn rewrite(&self, parts: &[RangePart], change: Change) -> Result<PartsRewritten> {
+        let mut out = PartsRewritten::default();
         match self.rewrite_into(parts, change, &mut out) {
             Ok(()) => Ok(out),
             Err(e) => {
@@ -806,7 +806,12 @@ impl Layout {
         }
     }
 
-    fn rewrite_into(&self, parts: &[RangePart], change: Change, out: &mut Rewritten) -> Result<()> {
+    fn rewrite_into(
+        &self,
+        parts: &[RangePart],
+        change: Change,
+        out: &mut PartsRewritten,
+    ) -> Result<()> {
         let cut = self.encoder(&self.cut_key)?;
         let Change {
             remove,
@@ -819,7 +824,7 @@ impl Layout {
         } = change;
         // Touch keys come as batches of the cut key's columns only.
         let mut touch_split =
-            Splitter::new(touch, KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?);
+            KeySplitter::new(touch, KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?);
         if parts.is_empty() {
             // Nothing stored: the adds are the new set, every row selected;
             // touched keys that no added row holds are deleted. Memory: the
@@ -854,7 +859,7 @@ impl Layout {
             }
             return Ok(());
         }
-        let add_split = Arc::new(std::sync::Mutex::new(Splitter::new(
+        let add_split = Arc::new(std::sync::Mutex::new(KeySplitter::new(
             adds,
             self.encoder(&self.cut_key)?,
         )));
@@ -882,7 +887,7 @@ impl Layout {
         // Selected rows not yet written (flushed before a reference).
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut written_selections = 0usize;
-        let mut flush = |pending: &mut Vec<RecordBatch>, out: &mut Rewritten| -> Result<()> {
+        let mut flush = |pending: &mut Vec<RecordBatch>, out: &mut PartsRewritten| -> Result<()> {
             if pending.is_empty() {
                 return Ok(());
             }
@@ -1258,7 +1263,7 @@ impl Layout {
         picked: Vec<RecordBatch>,
         gone: &[RecordBatch],
         prefix: &str,
-        out: &mut Rewritten,
+        out: &mut PartsRewritten,
     ) -> Result<RangePart> {
         let rows = if picked.iter().any(|b| b.num_rows() > 0) {
             let key = self.cut_key.clone();

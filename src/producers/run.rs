@@ -375,7 +375,7 @@ impl StageRun {
         let mut created = Vec::new();
         let result = (|| {
             // 1. Key-mappings: the old targets of the changed keys go.
-            let rewrite_mappings = || -> Result<super::partset::Rewritten> {
+            let rewrite_mappings = || -> Result<super::partset::PartsRewritten> {
                 steps::rewrite_mappings(
                     &env,
                     &stage,

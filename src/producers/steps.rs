@@ -9,7 +9,7 @@ use super::keys::{KeyEncoder, KeySet};
 use super::merge::dedup_sorted;
 use super::node::{Env, NodeView};
 use super::parts::RangePart;
-use super::partset::{key_set, Change, Derived, Remove, Rewritten};
+use super::partset::{key_set, Change, Derived, PartsRewritten, Remove};
 use super::BatchIter;
 use crate::error::{Error, Result};
 
@@ -85,7 +85,7 @@ pub fn rewrite_mappings(
     changed: &ChangedKeys,
     adds: BatchIter,
     prefix: String,
-) -> Result<Rewritten> {
+) -> Result<PartsRewritten> {
     let ml = stage.mappings_layout(env)?;
     let adds = dedup_sorted(ml.schema.clone(), &ml.sort_key, adds)?;
     ml.rewrite(
@@ -192,7 +192,7 @@ pub fn rewrite_content(
     old_targets: Vec<RecordBatch>,
     adds: BatchIter,
     (prefix, derived): (String, Option<Derived>),
-) -> Result<Rewritten> {
+) -> Result<PartsRewritten> {
     stage.content_layout(env).rewrite(
         parts,
         Change {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 
-use super::{Layout, RangePart};
+use super::{PartSet, RangePart};
 use crate::error::{Error, Result};
 use crate::producers::patch::Layered;
 
@@ -19,7 +19,7 @@ use crate::producers::patch::Layered;
 /// reader is dropped (after the read in progress, if any), so that no read
 /// outlives the rewrite.
 pub(super) struct Reader<'a> {
-    layout: &'a Layout,
+    layout: &'a PartSet,
     thread: Option<Thread>,
     /// The parts asked for and not yet taken, in order (indices).
     asked: VecDeque<usize>,
@@ -32,7 +32,7 @@ struct Thread {
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn new(layout: &'a Layout) -> Self {
+    pub(super) fn new(layout: &'a PartSet) -> Self {
         Reader {
             layout,
             thread: None,
@@ -71,7 +71,7 @@ impl<'a> Reader<'a> {
 }
 
 impl Thread {
-    fn start(layout: Layout) -> Result<Self> {
+    fn start(layout: PartSet) -> Result<Self> {
         let (ask, requests) = channel::<RangePart>();
         let (give, answers) = channel();
         let handle = std::thread::Builder::new()

@@ -24,8 +24,8 @@ use arrow_array::RecordBatch;
 use arrow_row::OwnedRow;
 
 use super::{
-    key_mask, key_set, missing, per_value, poisoned, split_by_mask, Layout, Remove, Rewritten,
-    Splitter,
+    key_mask, key_set, missing, per_value, poisoned, split_by_mask, KeySplitter, PartSet,
+    PartsRewritten, Remove,
 };
 use crate::error::{Error, Result};
 use crate::producers::keys::{key_set_new, KeyEncoder, KeySet};
@@ -35,16 +35,17 @@ use crate::producers::sort::BATCH_ROWS;
 use crate::producers::BatchIter;
 
 /// Writes the selected rows kept so far as new parts (see
-/// [`Layout::rewrite`]'s selection).
-pub(super) type Flush<'a> = dyn FnMut(&mut Vec<RecordBatch>, &mut Rewritten) -> Result<()> + 'a;
+/// [`PartSet::rewrite`]'s selection).
+pub(super) type Flush<'a> =
+    dyn FnMut(&mut Vec<RecordBatch>, &mut PartsRewritten) -> Result<()> + 'a;
 
-/// One unit's change (see [`Layout::rewrite_unit_streamed`]).
+/// One unit's change (see [`PartSet::rewrite_unit_streamed`]).
 pub(super) struct UnitChange<'a> {
     pub unit: &'a [RangePart],
     /// The touched cut-key values within the unit (cut-key columns, sorted).
     pub touch: &'a [RecordBatch],
     /// The change's added rows: this unit's are those up to `bound`.
-    pub adds: Arc<Mutex<Splitter>>,
+    pub adds: Arc<Mutex<KeySplitter>>,
     /// The unit's last cut-key value (`None`: the last unit, every add).
     pub bound: Option<OwnedRow>,
     pub remove: Arc<Remove>,
@@ -71,7 +72,7 @@ struct Marks {
 /// from the shared splitter a batch at a time; each distinct value is
 /// recorded in `added` as it is read.
 struct UnitAdds {
-    split: Arc<Mutex<Splitter>>,
+    split: Arc<Mutex<KeySplitter>>,
     bound: Option<OwnedRow>,
     queue: VecDeque<RecordBatch>,
     done: bool,
@@ -129,7 +130,7 @@ impl Iterator for UnitAdds {
     }
 }
 
-impl Layout {
+impl PartSet {
     /// Rewrite a unit of several parts as a stream (see the module docs):
     /// its rows whose value is touched and whose `remove` key is listed
     /// are dropped, the added rows merged in; the new parts go to `out`,
@@ -141,7 +142,7 @@ impl Layout {
         c: UnitChange<'_>,
         pending: &mut Vec<RecordBatch>,
         flush: &mut Flush<'_>,
-        out: &mut Rewritten,
+        out: &mut PartsRewritten,
     ) -> Result<()> {
         let tenc = KeyEncoder::new(&*self.cut_schema()?, &self.cut_key)?;
         let touched = Arc::new(key_set(c.touch, &tenc)?);
@@ -301,7 +302,7 @@ impl Layout {
         runs: &[Range<u64>],
         pending: &mut Vec<RecordBatch>,
         flush: &mut Flush<'_>,
-        out: &mut Rewritten,
+        out: &mut PartsRewritten,
     ) -> Result<()> {
         let mut start = 0u64;
         let mut r = 0usize;

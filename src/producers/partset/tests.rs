@@ -41,8 +41,8 @@ pub(crate) fn stream(batches: Vec<RecordBatch>) -> BatchIter {
     Box::new(batches.into_iter().map(Ok))
 }
 
-pub(crate) fn layout() -> Layout {
-    Layout {
+pub(crate) fn layout() -> PartSet {
+    PartSet {
         store: Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap()),
         root: "n/content".into(),
         schema: schema(),
@@ -53,7 +53,7 @@ pub(crate) fn layout() -> Layout {
     }
 }
 
-pub(crate) fn read(l: &Layout, parts: &[RangePart]) -> Vec<(i64, i64)> {
+pub(crate) fn read(l: &PartSet, parts: &[RangePart]) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     for b in l.read_many(parts, None).unwrap().into_iter().flatten() {
         let (k, v) = (b.column(0).as_primitive::<Int64Type>(), b.column(1));
@@ -85,7 +85,7 @@ pub(crate) fn change(prefix: &str, remove: &[i64], adds: &[(i64, i64)]) -> Chang
 }
 
 /// The parts' object keys under the layout's store.
-fn objects(l: &Layout) -> Vec<String> {
+fn objects(l: &PartSet) -> Vec<String> {
     let listing = crate::runtime::block_on(l.store.list("", true))
         .unwrap()
         .unwrap();
@@ -96,7 +96,7 @@ fn objects(l: &Layout) -> Vec<String> {
 
 /// Distinct keys 0..1000 (value = key), in parts of about 100 rows: ten
 /// parts, each a unit of its own, too small to seek in.
-fn ten_parts(l: &Layout) -> Vec<RangePart> {
+fn ten_parts(l: &PartSet) -> Vec<RangePart> {
     let all: Vec<(i64, i64)> = (0..1000).map(|k| (k, k)).collect();
     let parts = l
         .write("p", stream(vec![rows(&all)]), &mut Vec::new())

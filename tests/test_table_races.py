@@ -107,7 +107,8 @@ def test_appends_that_lose_races_leave_no_segment_behind(fast_store: Any) -> Non
 
 def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store: Any) -> None:
     """Writers each add a column of their own (``schema_mode="merge"``) while
-    another appends in the table's first schema. A writer whose schema went
+    another appends rows without them (widened with nulls to the schema it
+    last read). A writer whose schema went
     stale meanwhile is refused with ``SchemaMismatch`` and nothing of it is
     committed; retried (its batch widened to the new schema), it lands once.
     Every version reads, every row is there once with its own values, and no
@@ -115,6 +116,8 @@ def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store:
     Table.create(fast_store, "t", data=_rows(range(0, 5), 0))
     writers, appends = 3, 4
     refused: list[int] = []
+    # A writer is refused at most once per schema change it races.
+    attempts = writers + 2
 
     def widened(batch: pa.Table, schema: pa.Schema) -> pa.Table:
         """*batch* with the columns of *schema* it lacks, as nulls."""
@@ -129,7 +132,7 @@ def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store:
             for i in range(appends):
                 ids = range(100 * (w + 1) + i, 100 * (w + 1) + i + 1)
                 batch = _rows(ids, w).append_column(f"c{w}", pa.array([w * 10 + i], pa.int64()))
-                while True:
+                for _ in range(attempts):
                     try:
                         mine.append(batch, schema_mode="merge")
                         break
@@ -137,6 +140,8 @@ def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store:
                         refused.append(w)
                         mine.refresh()
                         batch = widened(batch, mine.schema)
+                else:
+                    raise AssertionError(f"writer {w}: refused {attempts} times")
 
         return run
 
@@ -144,13 +149,15 @@ def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store:
         mine = Table.open(fast_store, "t")
         for i in range(appends):
             batch = _rows(range(1000 + i, 1001 + i), 9)
-            while True:
+            for _ in range(attempts):
                 try:
                     mine.append(widened(batch, mine.schema))
                     break
                 except pds.SchemaMismatch:
                     refused.append(-1)
                     mine.refresh()
+            else:
+                raise AssertionError(f"the plain appender: refused {attempts} times")
 
     _run(*(merger(w) for w in range(writers)), plain)
     t = Table.open(fast_store, "t")
@@ -168,6 +175,10 @@ def test_schema_changing_appends_racing_each_other_and_plain_appends(fast_store:
     named = {s["path"] for v in range(t.version + 1) for s in table_root(fast_store, "t", v)["segments"]}
     stored = {k.removeprefix("t/") for k in files(fast_store, "t/segment")}
     assert stored == named, f"segments no version names: {sorted(stored - named)[:5]}"
+    # The data files of refused attempts are removed too.
+    data = {p for v in range(t.version + 1) for p in t.files(version=v).column("path").to_pylist()}
+    stored = {k.removeprefix("t/") for k in files(fast_store, "t/data")}
+    assert stored == data, f"data files no version names: {sorted(stored - data)[:5]}"
 
 
 def test_compaction_racing_appends_and_deletes_loses_nothing(fast_store: Any) -> None:

@@ -655,7 +655,11 @@ mod tests {
                 assert_eq!(decoded(&env, &got.state), want, "seed {seed}, k = {k}");
                 check_order(&env, &got.state);
                 // And on from there: the split state updates like the single one.
-                let (ups, dels) = changes(&mut Rng::new(seed + k as u64), &ks, 10);
+                let (ups, dels) = changes(
+                    &mut Rng::new((seed + k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                    &ks,
+                    10,
+                );
                 let (s3, _) =
                     source::apply(&env, &source_view(s2.clone()), it(vec![ups]), dels).unwrap();
                 let want3 = decoded(&env, &single(&env, t2.clone(), s3.clone(), false));

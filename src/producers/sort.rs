@@ -25,10 +25,12 @@
 //! merged and not yet read (an eighth of the budget in all), and one batch
 //! of [`BATCH_ROWS`] rows per run and thread. So at most the budget plus
 //! `(4 * T + T * R)` batches of [`BATCH_ROWS`] rows. A spilled buffer's
-//! key rows, entries and order are kept for the next buffer's sort (the
-//! budget counts them for every buffered row), so that memory is not
-//! returned to the system and faulted in, zeroed, again. Spill files are
-//! removed when the sorter (or its output) is dropped.
+//! key rows, entries and order are kept for the next buffer's sort, so
+//! that memory is not returned to the system and faulted in, zeroed,
+//! again: the next buffer counts what is kept in place of its own sort
+//! memory, or its own if that is more, and what is kept is dropped when it
+//! is more than twice what its buffer needed. Spill files are removed when
+//! the sorter (or its output) is dropped.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -61,7 +63,9 @@ pub struct ExternalSorter {
     encoder: KeyEncoder,
     budget: usize,
     buffer: Vec<RecordBatch>,
+    /// The buffered batches' Arrow memory, and their rows.
     buffered: usize,
+    buffered_rows: usize,
     runs: Vec<RunIndex>,
     dir: Option<Arc<SpillDir>>,
     spill_root: PathBuf,
@@ -91,6 +95,7 @@ impl ExternalSorter {
             budget,
             buffer: Vec::new(),
             buffered: 0,
+            buffered_rows: 0,
             runs: Vec::new(),
             dir: None,
             spill_root: spill_root.unwrap_or_else(std::env::temp_dir),
@@ -123,20 +128,29 @@ impl ExternalSorter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        // The rows, plus what sorting them takes (their keys in the row
-        // format and the order: about 48 bytes a row).
-        self.buffered += batch.get_array_memory_size() + batch.num_rows() * SORT_BYTES_PER_ROW;
+        self.buffered += batch.get_array_memory_size();
+        self.buffered_rows += batch.num_rows();
         self.buffer.push(batch);
-        if self.buffered > self.budget / 4 * 3 {
+        if self.held() > self.budget / 4 * 3 {
             self.spill()?;
         }
         Ok(())
     }
 
+    /// What the buffer holds and sorting it takes: the rows, plus their
+    /// keys in the row format and their order (about 48 bytes a row), or
+    /// the memory kept from the last sort if that is more.
+    fn held(&self) -> usize {
+        let sorting = (self.buffered_rows * SORT_BYTES_PER_ROW).max(self.scratch.bytes());
+        self.buffered + sorting
+    }
+
     /// The buffered rows sorted (stable), and the buffer emptied. The
     /// batches are not concatenated: rows are gathered from them chunk by
-    /// chunk when read, so memory is the buffer, its key rows while sorting,
-    /// then its order (4 bytes a row) and a few output chunks per thread.
+    /// chunk when read, so memory is the buffer, its key rows and entries
+    /// while sorting, then its order (4 bytes a row) and a few output chunks
+    /// per thread (the key rows and entries of a spilled buffer are kept
+    /// for the next one).
     ///
     /// With `threads` > 1 the buffer is cut into that many contiguous
     /// slices, each converted to key rows and sorted on a thread of its own;
@@ -151,6 +165,7 @@ impl ExternalSorter {
     fn sort_buffer(&mut self) -> Result<SortedBuffer> {
         let batches = std::mem::take(&mut self.buffer);
         self.buffered = 0;
+        self.buffered_rows = 0;
         let scratch = std::mem::take(&mut self.scratch);
         SortedBuffer::new(&self.encoder, batches, self.threads, scratch)
     }
@@ -172,6 +187,7 @@ impl ExternalSorter {
         // a range of keys can be read from the middle of the run.
         let path = dir.0.join(format!("run-{:05}.arrow", self.runs.len()));
         let mut w = FileWriter::try_new(BufWriter::new(File::create(&path)?), &self.schema)?;
+        let rows = self.buffered_rows;
         let sorted = self.sort_buffer()?;
         let mut batches = Vec::new();
         let encoder = &self.encoder;
@@ -179,7 +195,13 @@ impl ExternalSorter {
             batches.push(RunBatch::of(encoder, &b)?);
             w.write(&b).map_err(Error::from)
         })?;
-        self.scratch = sorted.into_scratch();
+        // Kept for the next buffer unless it is much more than this one
+        // needed (an earlier buffer of more rows): what is kept counts
+        // against the budget while the next buffer fills.
+        let scratch = sorted.into_scratch();
+        if scratch.bytes() <= 2 * rows * SORT_BYTES_PER_ROW {
+            self.scratch = scratch;
+        }
         w.finish()?;
         self.runs.push(RunIndex::new(path, batches));
         Ok(())
@@ -327,6 +349,62 @@ pub(crate) mod tests {
             }
         }
         out
+    }
+
+    /// The memory a spilled buffer's sort leaves for the next counts
+    /// against the budget: many narrow rows, then few rows with long keys.
+    /// The buffered batches plus what is kept never pass three quarters of
+    /// the budget by more than a batch; what the narrow buffers kept is let
+    /// go once the wide buffers need much less; the output is the stable
+    /// sort.
+    #[test]
+    fn memory_kept_between_buffers_counts_against_the_budget() {
+        let key = vec!["k".to_string(), "s".to_string()];
+        let budget = 256 * 1024;
+        let mut sorter = ExternalSorter::new(schema(), &key, budget, None)
+            .unwrap()
+            .with_threads(2);
+        let mut input = Vec::new();
+        let (mut narrow_kept, mut wide_kept) = (0usize, usize::MAX);
+        for i in 0..40 {
+            let mut b = batch(i * 1000, 1000, 3 + i as u64);
+            if i >= 20 {
+                // Long keys: each row's `s` is 400 bytes.
+                let long: Vec<String> = b
+                    .column(1)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| format!("{:>400}", v.unwrap_or_default()))
+                    .collect();
+                let mut cols = b.columns().to_vec();
+                cols[1] = Arc::new(StringArray::from(long));
+                b = RecordBatch::try_new(schema(), cols).unwrap();
+            }
+            let slack = b.get_array_memory_size() + b.num_rows() * SORT_BYTES_PER_ROW;
+            input.extend(collect(Box::new(std::iter::once(Ok(b.clone())))));
+            sorter.push(b).unwrap();
+            let kept = sorter.scratch.bytes();
+            assert!(
+                sorter.buffered + kept <= budget / 4 * 3 + slack,
+                "batch {i}: {} buffered + {kept} kept",
+                sorter.buffered
+            );
+            if i < 20 {
+                narrow_kept = narrow_kept.max(kept);
+            } else if sorter.buffered == 0 {
+                wide_kept = wide_kept.min(kept);
+            }
+        }
+        assert!(sorter.spilled_runs() > 10, "{} runs", sorter.spilled_runs());
+        assert!(narrow_kept > 0, "a narrow buffer's sort memory was kept");
+        assert!(
+            wide_kept < narrow_kept / 2,
+            "kept {wide_kept} after wide buffers, {narrow_kept} after narrow ones"
+        );
+        let got = collect(sorter.finish().unwrap());
+        let mut expected = input;
+        expected.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        assert_eq!(got, expected);
     }
 
     #[test]

@@ -188,6 +188,19 @@ struct SliceScratch {
 }
 
 impl Scratch {
+    /// The memory held (capacities, not lengths).
+    pub(super) fn bytes(&self) -> usize {
+        let slices: usize = self
+            .slices
+            .iter()
+            .map(|s| {
+                s.rows.as_ref().map_or(0, |r| r.size())
+                    + s.order.capacity() * std::mem::size_of::<Entry>()
+            })
+            .sum();
+        slices + self.order.capacity() * std::mem::size_of::<u32>()
+    }
+
     fn keep(&mut self, slices: Vec<SortedSlice>) {
         self.slices = slices
             .into_iter()
@@ -249,6 +262,10 @@ impl SortedBuffer {
     /// Without the slices' memory (the last buffer, held while merging).
     pub(super) fn lean(mut self) -> Self {
         self.spare = Vec::new();
+        // An order kept from a larger buffer: only this one's is needed.
+        if self.order.capacity() > 2 * self.order.len() {
+            self.order.shrink_to_fit();
+        }
         self
     }
 

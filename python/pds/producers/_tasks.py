@@ -70,7 +70,7 @@ ChainRunner = Callable[[list[ChainLink], list[str]], list[StageDone | None]]
 class SourceTask(NamedTuple):
     """One source's change to apply: the source, its engine view (with its
     stored state), the change as the update's checks left it (a
-    :class:`_Change` locally; the Spark runner's own form on Spark), and the
+    ``pipeline._Change`` locally; the Spark runner's own form on Spark), and the
     engine options (``compression``, ``target_rows``, ``sort_budget``)."""
 
     node: Node

@@ -362,7 +362,7 @@ def _raise(error: Any) -> None:
 
 
 class LocalStages(JobObjects):
-    """The :data:`pds.producers.pipeline.StageRunner` of an update with
+    """The :data:`pds.producers._tasks.StageRunner` of an update with
     ``workers > 1``: each stage split by key range over a process pool (see
     the module docs). Use as a context manager: leaving it shuts the pool
     down and removes the exchange folder. :attr:`stats`: per stage run

@@ -297,7 +297,7 @@ def _first_rows(change: SourceChange, key: pa.Schema, schema: pa.Schema) -> Data
 
 
 class SparkSources(SparkNodes):
-    """The :data:`pds.producers.pipeline.SourceRunner` that applies source
+    """The :data:`pds.producers._tasks.SourceRunner` that applies source
     changes on Spark; :meth:`check` first (:attr:`stats`: per source, its
     planned and applied ranges)."""
 

@@ -334,7 +334,7 @@ def _planned(task: StageTask) -> bool:
 
 
 class _SparkStages(SparkNodes):
-    """The :data:`pds.producers.pipeline.StageRunner` that runs stages on
+    """The :data:`pds.producers._tasks.StageRunner` that runs stages on
     Spark (:attr:`stats`: per stage, its map tasks and ranges, and the
     chain it ran in), and chains of stages as one job (:meth:`chain`)."""
 
@@ -381,7 +381,7 @@ class _SparkStages(SparkNodes):
         return done
 
     def chain(self, links: list[ChainLink], created: list[str]) -> list[StageDone | None]:
-        """The :data:`pds.producers.pipeline.ChainRunner`: the leading stages
+        """The :data:`pds.producers._tasks.ChainRunner`: the leading stages
         of *links* that have content, as one Spark job: each stage's map
         and reduce phases, and between two stages a shuffle of the first's
         results (a few KB per range) to the next one's map tasks

@@ -29,8 +29,9 @@
 //! that memory is not returned to the system and faulted in, zeroed,
 //! again: the next buffer counts what is kept in place of its own sort
 //! memory, or its own if that is more, and what is kept is dropped when it
-//! is more than twice what its buffer needed. Spill files are removed when
-//! the sorter (or its output) is dropped.
+//! is more than twice the 48 bytes a row its buffer was charged (kept from
+//! a larger buffer, or long keys). Spill files are removed when the sorter
+//! (or its output) is dropped.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -195,9 +196,11 @@ impl ExternalSorter {
             batches.push(RunBatch::of(encoder, &b)?);
             w.write(&b).map_err(Error::from)
         })?;
-        // Kept for the next buffer unless it is much more than this one
-        // needed (an earlier buffer of more rows): what is kept counts
-        // against the budget while the next buffer fills.
+        // Kept for the next buffer unless it is more than twice the sort
+        // memory this buffer was charged (48 bytes a row): kept from an
+        // earlier, larger buffer, or long keys' (those sort in fresh memory,
+        // as before). What is kept counts against the budget while the next
+        // buffer fills.
         let scratch = sorted.into_scratch();
         if scratch.bytes() <= 2 * rows * SORT_BYTES_PER_ROW {
             self.scratch = scratch;

@@ -23,10 +23,9 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_row::OwnedRow;
 
-use super::{
-    key_mask, key_set, missing, per_value, poisoned, split_by_mask, KeySplitter, PartSet,
-    PartsRewritten, Remove,
-};
+use super::key_filter::{key_mask, key_set, missing, per_value, split_by_mask};
+use super::rewrite::poisoned;
+use super::{KeySplitter, PartSet, PartsRewritten, Remove};
 use crate::error::{Error, Result};
 use crate::producers::keys::{key_set_new, KeyEncoder, KeySet};
 use crate::producers::merge::merge_sorted;

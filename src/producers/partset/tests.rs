@@ -13,6 +13,7 @@ use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 
 use super::*;
+use crate::error::Error;
 use crate::parquet::encode::EncodeOptions;
 use crate::store::{PutMode, StoreHandle};
 

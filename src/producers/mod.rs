@@ -30,18 +30,19 @@
 //! - [`chunks`]: the groups handed to `Produce`, in chunks.
 //! - [`run`]: one stage's incremental update over its stored parts.
 //! - [`source`]: a source's update from the user's changes; a merge's update.
-//! - [`steps`]: the steps of a stage update, shared by [`run`] and [`phases`].
-//! - [`ranges`]: key ranges (the unit of work of a split update): planning
+//! - [`steps`]: the steps of a stage update, shared by [`run`] and [`split_stage`].
+//! - [`key_range`]: key ranges (the unit of work of a split update): planning
 //!   from parts, filters, the parts inside a range.
-//! - [`phases`]: a stage update split by key range into map and reduce
+//! - [`split_stage`]: a stage update split by key range into map and reduce
 //!   tasks (Spark), and the driver's stitching of their results.
-//! - [`source_ranges`]: a source's update split by key range likewise.
+//! - [`split_source`]: a source's update split by key range likewise.
 
 pub mod chunks;
 pub mod compact;
 pub mod create;
 pub mod group;
 pub mod join;
+pub mod key_range;
 pub mod keys;
 pub mod manifest;
 pub mod merge;
@@ -49,16 +50,15 @@ pub mod node;
 pub mod parts;
 pub mod partset;
 pub mod patch;
-pub mod phases;
 pub mod range_merge;
-pub mod ranges;
 pub mod run;
 pub mod sort;
 pub mod sorted_buffer;
 pub mod source;
-pub mod source_ranges;
 pub mod spill;
 pub mod splice;
+pub mod split_source;
+pub mod split_stage;
 pub mod steps;
 
 use arrow_array::RecordBatch;

@@ -19,7 +19,7 @@
 //! by reference. So an update costs in proportion to the change.
 //!
 //! The same update split into tasks by key range (Spark) is in
-//! [`super::phases`]; both call the steps of [`super::steps`].
+//! [`super::split_stage`]; both call the steps of [`super::steps`].
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -27,10 +27,10 @@ use arrow_schema::SchemaRef;
 use super::chunks::{Chunk, JoinChunker, SingleChunker};
 use std::sync::Arc;
 
+use super::key_range::RangeFilter;
 use super::manifest::{NodeState, UpdateFiles};
 use super::merge::{dedup_sorted, merge_sorted};
 use super::node::{renamed, union_of_update_keys, Env, Kind, NodeView};
-use super::ranges::RangeFilter;
 use super::sort::{ExternalSorter, BATCH_ROWS};
 use super::steps::{self, ChangedKeys};
 use super::BatchIter;
@@ -73,7 +73,7 @@ impl StageRun {
     }
 
     /// [`Self::new`], with the input restricted to the source keys in
-    /// `scope` (see [`super::phases`]); the sources are read only where
+    /// `scope` (see [`super::split_stage`]); the sources are read only where
     /// their parts may hold such keys.
     pub(super) fn start(
         env: Env,

@@ -137,7 +137,7 @@ pub(super) fn apply_to(
     parts: &[super::parts::RangePart],
     upserts: BatchIter,
     deletes: Vec<RecordBatch>,
-    scope: Option<&super::ranges::RangeFilter>,
+    scope: Option<&super::key_range::RangeFilter>,
 ) -> Result<(Vec<super::parts::RangePart>, UpdateFiles, Vec<String>)> {
     if node.kind != Kind::Source {
         return Err(Error::InvalidArgument(format!(

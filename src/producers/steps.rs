@@ -1,6 +1,6 @@
 //! The steps of a stage update (see [`super::run`]), as functions that the
 //! single-process [`super::run::StageRun::finish`] and the range phases of
-//! [`super::phases`] both call: each works on whatever part list it is
+//! [`super::split_stage`] both call: each works on whatever part list it is
 //! given (a stage's whole list, or the parts of one key range).
 
 use arrow_array::RecordBatch;
@@ -292,15 +292,15 @@ mod tests {
         run.finish().unwrap().0
     }
 
-    /// The same update split into tasks (see [`crate::producers::phases`]):
+    /// The same update split into tasks (see [`crate::producers::split_stage`]):
     /// a map task per range of the source's parts, a shuffle into `k`
     /// target ranges (emitted rows and stored pairs by their target key,
     /// the derived keys to every range their leading values span), a
     /// reduce task per target range (each finding its derived keys' rows
     /// in its own parts), stitched.
     fn split(env: &Env, st: NodeState, src: NodeState, k: usize) -> NodeState {
-        use crate::producers::phases::{reduce_range, stitch_stage};
-        use crate::producers::ranges::{assign, plan, prefix_spans, push_by_span};
+        use crate::producers::key_range::{assign, plan, prefix_spans, push_by_span};
+        use crate::producers::split_stage::{reduce_range, stitch_stage};
         // Ranges as the drivers plan them: at the stored pairs' parts, else
         // at the source's.
         let ranges = match st.mappings.is_empty() {

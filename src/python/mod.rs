@@ -8,10 +8,10 @@ mod errors;
 mod logs;
 mod occupancy;
 mod parts;
-mod phases;
 mod producers;
 mod progress;
-mod source_phases;
+mod split_source;
+mod split_stage;
 mod store;
 mod stream;
 mod table;
@@ -116,21 +116,24 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_write_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_commit_files, m)?)?;
     m.add_class::<producers::PyStageRun>()?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_stage_ranges, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_assign, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_prefix_spans, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_key_bounds, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_range_lows, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_reduce_range, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_stitch_stage, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_key_samples, m)?)?;
-    m.add_function(wrap_pyfunction!(phases::pipeline_ranges_from_samples, m)?)?;
-    m.add_function(wrap_pyfunction!(source_phases::pipeline_source_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_stage_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_assign, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_prefix_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_key_bounds, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_range_lows, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_reduce_range, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_stitch_stage, m)?)?;
+    m.add_function(wrap_pyfunction!(split_stage::pipeline_key_samples, m)?)?;
     m.add_function(wrap_pyfunction!(
-        source_phases::pipeline_apply_source_range,
+        split_stage::pipeline_ranges_from_samples,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(source_phases::pipeline_stitch_source, m)?)?;
+    m.add_function(wrap_pyfunction!(split_source::pipeline_source_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        split_source::pipeline_apply_source_range,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(split_source::pipeline_stitch_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_check_changes, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_apply_source, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;

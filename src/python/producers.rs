@@ -365,7 +365,7 @@ type PyMapped<'py> = (
 #[pymethods]
 impl PyStageRun {
     /// With `range` (a key range's JSON), a map task of a split update
-    /// (see `crate::producers::phases`): only the source keys in the range,
+    /// (see `crate::producers::split_stage`): only the source keys in the range,
     /// finished with `finish_map`. With `job`, every object written is
     /// named starting with it.
     #[new]
@@ -385,14 +385,16 @@ impl PyStageRun {
         job: Option<String>,
     ) -> PyResult<Self> {
         let mut env = env(store, root, compression, target_rows, sort_budget)?;
-        env.job = super::phases::job_prefix(job)?;
+        env.job = super::split_stage::job_prefix(job)?;
         let stage = NodeView::from_json(stage).py_err()?;
         let sources = sources
             .iter()
             .map(|s| NodeView::from_json(s))
             .collect::<crate::error::Result<Vec<_>>>()
             .py_err()?;
-        let range = range.map(|r| super::phases::key_range(&r)).transpose()?;
+        let range = range
+            .map(|r| super::split_stage::key_range(&r))
+            .transpose()?;
         let run = super::detach(py, || match &range {
             Some(r) => StageRun::for_range(env, stage, sources, rebuild, r),
             None => StageRun::new(env, stage, sources, rebuild),
@@ -488,7 +490,7 @@ impl PyStageRun {
         if stream {
             let schema = self.schema.clone();
             let (meta, emitted, removed, derived) =
-                super::detach_py(py, || super::phases::finish_map_stream(self.take()?))?;
+                super::detach_py(py, || super::split_stage::finish_map_stream(self.take()?))?;
             let reader = super::stream::batches_reader(py, schema, emitted)?;
             return Ok((
                 meta,
@@ -498,7 +500,7 @@ impl PyStageRun {
             ));
         }
         let (meta, emitted, removed, derived) =
-            super::detach_py(py, || super::phases::finish_map(self.take()?))?;
+            super::detach_py(py, || super::split_stage::finish_map(self.take()?))?;
         Ok((
             meta,
             to_py(emitted)?.into_pyobject(py)?.into_any(),

@@ -9,7 +9,7 @@ from typing import Any
 
 from remote_store import Store
 
-from pds.producers._ranges import state_files
+from pds.producers._split import state_files
 from pds.producers.graph import Node
 from pds.producers.pipeline import Pipeline
 

@@ -4,7 +4,7 @@ stages split by key range (``workers=`` on ``Pipeline.create``/``open``).
 For each stage an update runs, :class:`LocalStages` cuts the changed
 source keys into ranges (aligned with the stage's stored key-mapping
 parts, else its first source's content parts; at most ``4 * workers``)
-and runs the phases of :mod:`pds.producers._ranges` in a process pool:
+and runs the phases of :mod:`pds.producers._split` in a process pool:
 
 1. **map**, one call per source-key range, in a worker: ``Produce`` on the
    range's changed keys; the range's key-mapping parts rewritten; the
@@ -88,7 +88,7 @@ from remote_store import Store
 
 from pds import _core
 from pds.backend import native_handle
-from pds.producers._ranges import (
+from pds.producers._split import (
     MAX_RANGES,
     JobObjects,
     by_prefix_span,

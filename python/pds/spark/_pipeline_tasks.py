@@ -5,7 +5,7 @@ node's Spark job under its own job group and removes what the job's
 tasks wrote that the node's new state does not keep (everything, if the
 job fails; the objects of failed and duplicate task attempts, if it
 succeeds). The phases themselves, and finding a job's objects, are the
-engine-neutral :mod:`pds.producers._ranges`."""
+engine-neutral :mod:`pds.producers._split`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from remote_store import RemoteStoreError
 
 from pds import _core
 from pds.errors import SchemaMismatch
-from pds.producers._ranges import MAX_RANGES, JobObjects, by_range, by_sorted_range
+from pds.producers._split import MAX_RANGES, JobObjects, by_range, by_sorted_range
 from pds.producers._tasks import _Opts
 from pds.producers.errors import ProduceError, produce_error
 from pds.producers.pipeline import Pipeline
@@ -210,7 +210,7 @@ def split(
     """*batch*'s rows as one output row per target range they fall in.
     *by_key*: the rows are sorted by key (a map phase's emitted rows), so
     each range's rows are a slice, and a batch within one range is not
-    assigned row by row (:func:`pds.producers._ranges.by_sorted_range`)."""
+    assigned row by row (:func:`pds.producers._split.by_sorted_range`)."""
     for rng, part in (by_sorted_range if by_key else by_range)(batch, stage_view, targets):
         yield out(kind, rng, ipc(part), None)
 

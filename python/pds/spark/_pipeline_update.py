@@ -66,7 +66,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession, functions
 
 from pds import _core
-from pds.producers._ranges import by_prefix_span, map_range, reduce_range, sample
+from pds.producers._split import by_prefix_span, map_range, reduce_range, sample
 from pds.producers._tasks import ChainLink, StageDone, StageTask
 from pds.producers.pipeline import Pipeline, _carried
 from pds.spark._arrow_conf import small_cache_batches

@@ -1,7 +1,7 @@
 //! A source's update split by key range (Spark), like a stage's in
-//! [`super::phases`]: the user's changes are shuffled by key to the ranges
-//! of the source's stored content parts ([`super::ranges::plan`],
-//! [`super::ranges::assign`]); each range's task applies its share with
+//! [`super::split_stage`]: the user's changes are shuffled by key to the ranges
+//! of the source's stored content parts ([`super::key_range::plan`],
+//! [`super::key_range::assign`]); each range's task applies its share with
 //! [`apply_range`], rewriting only the content parts of its range; the
 //! driver stitches the results with [`stitch_source`]. The rows are those
 //! [`super::source::apply`] gives in one process.
@@ -9,11 +9,11 @@
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 
+use super::key_range::{KeyRange, RangeFilter};
 use super::manifest::{NodeState, UpdateFiles};
 use super::node::{Env, NodeView};
-use super::phases::{stitch_parts, stitch_updates, RangeParts};
-use super::ranges::{KeyRange, RangeFilter};
 use super::source::apply_to;
+use super::split_stage::{stitch_parts, stitch_updates, RangeParts};
 use super::BatchIter;
 use crate::error::Result;
 
@@ -75,7 +75,7 @@ pub fn stitch_source(node: &NodeView, done: &[SourceRangeOutput]) -> Result<Node
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producers::ranges::{assign, plan};
+    use crate::producers::key_range::{assign, plan};
     use crate::producers::run::tests::{env, it, keys, pairs, source_view};
     use crate::producers::source::apply;
     use arrow_array::cast::AsArray;

@@ -1,5 +1,5 @@
 //! A source's update split by key range
-//! (`crate::producers::source_ranges`), for Spark: the ranges its changes
+//! (`crate::producers::split_source`), for Spark: the ranges its changes
 //! are shuffled to, the range task, and the driver's stitching. Key
 //! ranges, task results and node states cross as JSON text; rows as Arrow.
 
@@ -8,11 +8,11 @@ use pyo3::prelude::*;
 use pyo3_arrow::PyRecordBatch;
 
 use super::errors::IntoPy;
-use super::phases::{job_env, key_range, record_batches, to_json, RowsArg};
+use super::split_stage::{job_env, key_range, record_batches, to_json, RowsArg};
 use super::store::PyRustStore;
+use crate::producers::key_range::plan;
 use crate::producers::node::{Kind, NodeView};
-use crate::producers::ranges::plan;
-use crate::producers::source_ranges::{apply_range, stitch_source, SourceRangeOutput};
+use crate::producers::split_source::{apply_range, stitch_source, SourceRangeOutput};
 
 /// A source's view from its JSON; `ValueError` if it is not a source's.
 fn source_view(text: &str) -> PyResult<NodeView> {

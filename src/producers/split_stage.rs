@@ -4,14 +4,14 @@
 //! boundaries may differ).
 //!
 //! - **Phase A (map)**, one task per *source*-key range, aligned with the
-//!   stage's stored key-mappings parts ([`super::ranges::plan`]):
+//!   stage's stored key-mappings parts ([`super::key_range::plan`]):
 //!   [`StageRun::for_range`] hands out only the groups of changed source
 //!   keys in the range; `next_chunk`/`push` run as usual (`Produce`); then
 //!   [`StageRun::finish_map`] rewrites only the key-mappings parts of the
 //!   range (step 1 of `finish`) and returns a [`MapOutput`]: the range's new
 //!   key-mappings parts, the emitted rows, the removed `(K_s, K_t)` pairs.
 //! - **Shuffle**: emitted rows and removed pairs go to the target-key range
-//!   that holds their `K_t` ([`super::ranges::assign`]).
+//!   that holds their `K_t` ([`super::key_range::assign`]).
 //! - **Phase B (reduce)**, one task per *target*-key range, aligned with the
 //!   stage's stored content parts: [`reduce_range`] rewrites only the content
 //!   parts of the range and writes the range's update (steps 2 and 3).
@@ -32,10 +32,10 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
 
+use super::key_range::{KeyRange, Place, RangeFilter};
 use super::manifest::{NodeState, UpdateFiles};
 use super::node::{Env, Kind, NodeView};
 use super::parts::RangePart;
-use super::ranges::{KeyRange, Place, RangeFilter};
 use super::run::{write_deleted, StageRun};
 use super::steps;
 use super::BatchIter;
@@ -383,7 +383,7 @@ pub fn stitch_updates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producers::ranges::{plan, plan_from_bounds};
+    use crate::producers::key_range::{plan, plan_from_bounds};
     use crate::producers::run::tests::{
         deleted, env, it, keys, mapping_pairs, pairs, source_view, stage_view, triples,
     };
@@ -462,7 +462,7 @@ mod tests {
     }
 
     /// Phase A per source range, a shuffle by target range (as Spark's
-    /// would: by [`super::super::ranges::assign`]), phase B per target
+    /// would: by [`super::super::key_range::assign`]), phase B per target
     /// range, then stitching.
     fn split(
         env: &Env,
@@ -478,17 +478,17 @@ mod tests {
         let ks = view.key_schema().unwrap();
         let shuffle = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>| {
             let ids =
-                super::super::ranges::assign(reduce_ranges, ks.clone(), b, &view.key).unwrap();
+                super::super::key_range::assign(reduce_ranges, ks.clone(), b, &view.key).unwrap();
             let spans: Vec<(u32, u32)> = ids.into_iter().map(|i| (i, i)).collect();
-            super::super::ranges::push_by_span(b, &spans, into);
+            super::super::key_range::push_by_span(b, &spans, into);
         };
         let mut derived: Vec<Vec<RecordBatch>> = vec![Vec::new(); reduce_ranges.len()];
         // A derived key goes to every range its leading values span.
         let mode = view.mappings_mode(env.derive_mappings);
         let spread = |b: &RecordBatch, into: &mut Vec<Vec<RecordBatch>>| {
             let lead = &view.source_key[..mode];
-            let spans = super::super::ranges::prefix_spans(reduce_ranges, &ks, b, lead).unwrap();
-            super::super::ranges::push_by_span(b, &spans, into);
+            let spans = super::super::key_range::prefix_spans(reduce_ranges, &ks, b, lead).unwrap();
+            super::super::key_range::push_by_span(b, &spans, into);
         };
         let (mut maps, mut map_created) = (Vec::new(), Vec::new());
         for r in map_ranges {

@@ -1,4 +1,4 @@
-//! A stage update split by key range (`crate::producers::phases`), for
+//! A stage update split by key range (`crate::producers::split_stage`), for
 //! Spark: ranges to run, which target range a row goes to, the reduce
 //! task, and the driver's stitching. Key ranges, task results and node
 //! states cross as JSON text; rows as Arrow.
@@ -12,15 +12,15 @@ use super::env::env;
 use super::errors::IntoPy;
 use super::store::PyRustStore;
 use crate::error::{Error, Result};
-use crate::producers::node::{Kind, NodeView};
-use crate::producers::parts::key_values;
-use crate::producers::parts::RangePart;
-use crate::producers::phases::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
-use crate::producers::ranges::{
+use crate::producers::key_range::{
     assign, key_bounds_hex, plan, plan_from_samples, prefix_spans, range_lows_hex, KeyRange,
     KeyValues, RangeFilter,
 };
+use crate::producers::node::{Kind, NodeView};
+use crate::producers::parts::key_values;
+use crate::producers::parts::RangePart;
 use crate::producers::run::StageRun;
+use crate::producers::split_stage::{reduce_range, stitch_stage, RangeParts, ReduceOutput};
 
 /// A key range from its JSON (`{"lo": [...], "hi": [...]}`).
 pub(crate) fn key_range(text: &str) -> PyResult<KeyRange> {

@@ -1,5 +1,5 @@
 //! Key ranges: the unit of work when a stage update is split into tasks
-//! (see [`super::phases`]).
+//! (see [`super::split_stage`]).
 //!
 //! A [`KeyRange`] is `[lo, hi)` over a key's columns, each bound one value
 //! per key column as JSON (the form [`RangePart`] records its first and
@@ -467,7 +467,7 @@ pub fn range_lows_hex(ranges: &[KeyRange], key_schema: SchemaRef) -> Result<Vec<
 /// first and last index of the ranges of `ranges` (sorted, disjoint,
 /// covering every key) that may hold a key beginning with them: where a
 /// changed source key's derived rows may live (see
-/// [`super::phases::MapOutput::derived`]). Decided on the bounds' leading
+/// [`super::split_stage::MapOutput::derived`]). Decided on the bounds' leading
 /// values alone, so a range whose bound begins with the very values
 /// counts on both sides of it (one range too many at most).
 pub fn prefix_spans(

@@ -22,10 +22,11 @@ use pds::parquet::decode::{decode_bytes, ReadOptions};
 use pds::parquet::encode::{encode_to_bytes, sha256_hex, EncodeOptions};
 use pds::parquet::filter::predicate;
 use pds::store::StoreHandle;
-use pds::table::commit::{commit, CommitOptions, Depth};
+use pds::table::commit::{commit, CommitOptions};
 use pds::table::delete::delete;
 use pds::table::scan::{for_scan, resolve, scan, At, ScanOptions};
 use pds::table::snapshot::{DataFile, TableProperties};
+use pds::table::versions::Depth;
 use pds::table::write::create;
 
 const ROWS: usize = 250_000;
@@ -417,17 +418,16 @@ fn bench_segments(c: &mut Criterion) {
                     Some(Arc::new(Int64Array::from(vec![k])) as arrow_array::ArrayRef),
                 )])
                 .expect("predicate");
-                let m =
-                    pds::runtime::block_on(async {
-                        let latest = pds::table::commit::latest_at::<
-                            pds::table::snapshot::TableManifest,
-                        >(&store, &key, false, Depth::Root)
-                        .await?
-                        .expect("table exists");
-                        for_scan(&store, &key, latest.manifest.version, Some(&p), false).await
-                    })
-                    .expect("runtime")
-                    .expect("plan");
+                let m = pds::runtime::block_on(async {
+                    let latest = pds::table::versions::latest_at::<
+                        pds::table::snapshot::TableManifest,
+                    >(&store, &key, false, Depth::Root)
+                    .await?
+                    .expect("table exists");
+                    for_scan(&store, &key, latest.manifest.version, Some(&p), false).await
+                })
+                .expect("runtime")
+                .expect("plan");
                 assert!(m.data_files.iter().any(|f| f.path == file(k).path));
                 m
             })

@@ -29,6 +29,7 @@ pub mod parquet;
 pub mod producers;
 pub mod progress;
 pub mod runtime;
+pub mod spec;
 pub mod store;
 pub mod table;
 #[cfg(test)]

@@ -7,14 +7,14 @@
 //! as a base64 IPC stream, as in ODF's SetDataSchema) and `part_info` (rows,
 //! bytes and SHA-256 per part).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use arrow_schema::{Schema, SchemaRef};
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
+pub use crate::spec::dataset::{Manifest, PartInfo};
 
 /// The largest row count a manifest may state (Arrow and Parquet count rows in i64).
 pub const MAX_ROWS: u64 = i64::MAX as u64;
@@ -22,39 +22,6 @@ pub const MAX_ROWS: u64 = i64::MAX as u64;
 /// The smallest tail of a Parquet file: an empty footer's length field and
 /// the `PAR1` magic after it, plus at least a few bytes of footer.
 const MIN_FOOTER_BYTES: u64 = 12;
-
-/// Per-part facts pds records (absent in manifests written by remote-store).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartInfo {
-    pub name: String,
-    pub row_count: u64,
-    pub size_bytes: u64,
-    pub sha256: String,
-    /// The bytes after the part's last row group (page indexes, footer and
-    /// trailer), so that a reader fetches them with one GET of that size.
-    /// Absent in manifests written before pds 0.2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub footer_bytes: Option<u64>,
-}
-
-/// A dataset manifest. The first eight fields are RFC-0008's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub dataset_key: String,
-    pub parts: Vec<String>,
-    pub row_count: u64,
-    pub schema_hash: String,
-    pub compression: String,
-    pub created_at_utc: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arrow_schema: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub part_info: Option<Vec<PartInfo>>,
-}
 
 impl Manifest {
     /// Canonical JSON: sorted keys, 2-space indent, non-ASCII as `\uXXXX`.
@@ -295,6 +262,7 @@ impl serde_json::ser::Formatter for PythonFormatter {
 mod tests {
     use super::*;
     use arrow_schema::{DataType, Field, TimeUnit};
+    use std::collections::BTreeMap;
 
     fn manifest() -> Manifest {
         Manifest {

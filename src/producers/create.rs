@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::store::occupancy::{self, Kind};
 use crate::store::StoreHandle;
 use crate::table::commit::{self, CommitOptions, Outcome};
+use crate::table::versions;
 
 /// Create the pipeline at `root` with `first` as its version 0.
 ///
@@ -32,7 +33,7 @@ pub async fn create(
         if !exist_ok {
             return Err(occupied(at.kind));
         }
-        if let Some(latest) = commit::latest_of::<PipelineManifest>(store, root, false).await? {
+        if let Some(latest) = versions::latest_of::<PipelineManifest>(store, root, false).await? {
             return Ok(latest.manifest);
         }
     }

@@ -24,57 +24,21 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::parts::RangePart;
 use crate::error::{Error, Result};
-use crate::table::commit::Versioned;
+pub use crate::spec::pipeline::{NodeState, PipelineManifest, UpdateFiles};
 use crate::table::vacuum::Collectable;
+use crate::table::versions::Versioned;
 
 /// The `format` every pipeline manifest carries.
 pub const FORMAT: &str = "pds-pipeline/1";
-
-/// What one version changed in a node (see the module docs).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct UpdateFiles {
-    #[serde(default)]
-    pub rows: Vec<RangePart>,
-    #[serde(default)]
-    pub deleted: Vec<RangePart>,
-}
 
 impl UpdateFiles {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty() && self.deleted.is_empty()
     }
-}
-
-/// A node's state at one version.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodeState {
-    /// Sources and stages: the content, sorted, cut by the (target) key.
-    #[serde(default)]
-    pub content: Vec<RangePart>,
-    /// Stages: `(K_s, K_t)`, sorted, cut by the source key. Where
-    /// `derived_prefix` is above 0, only the pairs whose `K_t` does not
-    /// begin with their `K_s`'s first `derived_prefix` values (see
-    /// [`super::node::NodeView::shared_prefix`]).
-    #[serde(default)]
-    pub mappings: Vec<RangePart>,
-    /// Stages: the leading key columns shared by `K_s` and `K_t` (0:
-    /// `mappings` holds every pair, as manifests written before this field
-    /// did). A pair whose `K_t` begins with its `K_s`'s values there is not
-    /// stored: it is found in the content, which is cut by `K_t`.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub derived_prefix: usize,
-    /// What this version changed.
-    #[serde(default)]
-    pub update: UpdateFiles,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl NodeState {
@@ -96,31 +60,6 @@ impl NodeState {
             update: UpdateFiles::default(),
         }
     }
-}
-
-/// One version of a pipeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PipelineManifest {
-    pub format: String,
-    pub version: u64,
-    #[serde(default)]
-    pub previous: Option<u64>,
-    pub timestamp_ms: i64,
-    /// `create`, `update`, `rebuild`.
-    pub operation: String,
-    /// What the operation was given (sources updated, stage rebuilt, ...).
-    #[serde(default)]
-    pub detail: Value,
-    /// The declared stage graph (names, kinds, sources, schemas).
-    pub graph: Value,
-    pub nodes: BTreeMap<String, NodeState>,
-    /// The id of the commit that wrote this version (see the table
-    /// manifest's `commit_id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit_id: Option<String>,
-    /// Read from an unsealed manifest of an earlier pds (in memory only).
-    #[serde(skip)]
-    pub unsealed: bool,
 }
 
 /// A node name is a path segment of its parts: letters, digits, `_`, `-`, `.`.
@@ -378,7 +317,7 @@ impl Collectable for PipelineManifest {
         _store: &'a crate::store::StoreHandle,
         _table: &'a str,
         keep: &'a mut std::collections::BTreeSet<String>,
-    ) -> crate::table::commit::BoxFuture<'a, crate::error::Result<()>> {
+    ) -> crate::table::versions::BoxFuture<'a, crate::error::Result<()>> {
         keep.insert(crate::table::manifest_name(self.version));
         keep.extend(self.parts().flat_map(|p| p.objects()).map(str::to_string));
         Box::pin(async { Ok(()) })

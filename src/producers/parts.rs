@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::keys::KeyEncoder;
@@ -27,41 +26,8 @@ use super::BatchIter;
 pub const SPAN_FACTOR: usize = 2;
 use crate::error::{Error, Result};
 use crate::parquet::encode::{encode_owned, EncodeOptions};
+pub use crate::spec::pipeline::{Patch, RangePart};
 use crate::store::StoreHandle;
-
-/// One key-range part.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RangePart {
-    /// Relative to the location written to.
-    pub name: String,
-    pub rows: u64,
-    pub size_bytes: u64,
-    pub sha256: String,
-    /// The key of the first and of the last row (one value per key column).
-    pub first_key: Vec<Option<Value>>,
-    pub last_key: Vec<Option<Value>>,
-    /// Changes layered over the part's file, oldest first (see
-    /// [`super::patch`]). With patches, `rows` counts the rows after them
-    /// and [`Self::file_rows`] the file's own.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub patches: Vec<Patch>,
-    /// The rows of the part's file, when it has patches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_rows: Option<u64>,
-}
-
-/// One change layered over a part (see [`super::patch`]). At least one of
-/// the two files is present.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Patch {
-    /// Every row, after the change, of each cut-key value the patch
-    /// covers; the layout's schema, sorted by its sort key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rows: Option<RangePart>,
-    /// Cut-key values the change leaves with no row (the cut key's columns).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deleted: Option<RangePart>,
-}
 
 impl Patch {
     /// The patch's files: rows, then deleted values.

@@ -17,7 +17,9 @@ use crate::producers::manifest::{NodeState, PipelineManifest};
 use crate::producers::node::{Env, NodeView};
 use crate::producers::run::StageRun;
 use crate::producers::source;
-use crate::table::commit::{self, CommitOptions, Outcome, Versioned};
+use crate::table::commit::{self, CommitOptions, Outcome};
+use crate::table::versions;
+use crate::table::versions::Versioned;
 
 /// Default rows per key-range part.
 const TARGET_ROWS: usize = 256 * 1024;
@@ -186,7 +188,7 @@ pub fn pipeline_latest(
     let handle = store.inner.clone();
     let root = root.to_string();
     let latest = super::run(py, async move {
-        match commit::latest_of::<PipelineManifest>(&handle, &root, false).await? {
+        match versions::latest_of::<PipelineManifest>(&handle, &root, false).await? {
             Some(l) => Ok(Some(l)),
             // A dataset there is an error that says so; nothing at all is `None`.
             None => match crate::table::not_found(&handle, &root, "pipeline").await {
@@ -209,7 +211,7 @@ pub fn pipeline_version(
     let handle = store.inner.clone();
     let root = root.to_string();
     let m = super::run(py, async move {
-        commit::read_version_of::<PipelineManifest>(&handle, &root, version).await
+        versions::read_version_of::<PipelineManifest>(&handle, &root, version).await
     })?;
     manifest_text(&m)
 }

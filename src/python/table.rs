@@ -13,12 +13,12 @@ use super::progress::PyProgress;
 use super::store::PyRustStore;
 use crate::error::Error;
 use crate::store::StoreHandle;
-use crate::table::commit::Depth;
 use crate::table::identity::expecting;
 use crate::table::rewrite::Rewritten;
 use crate::table::scan::{At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::TableProperties;
+use crate::table::versions::Depth;
 use crate::table::write::BoxedReader;
 use crate::table::{delete, scan, write};
 
@@ -246,7 +246,7 @@ pub fn table_versions(
             let handle = handle.clone();
             let key = key.clone();
             async move {
-                match crate::table::commit::read_version_at(&handle, &key, v, Depth::Root).await {
+                match crate::table::versions::read_version_at(&handle, &key, v, Depth::Root).await {
                     Ok(m) => Ok(Some(m)),
                     Err(Error::NotFound { .. }) => Ok(None),
                     Err(e) => Err(e),

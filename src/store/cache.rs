@@ -5,7 +5,7 @@
 //! the part's path *and* the SHA-256 its manifest records (a rewritten part
 //! has another digest, so it misses), and the bodies of objects that are
 //! only ever created, never replaced (a table's version manifests; see
-//! `table::commit::read_version_at`). Entries are weighed in bytes; the
+//! `table::versions::read_version_at`). Entries are weighed in bytes; the
 //! oldest go first once the cache holds more than its limit.
 //!
 //! A write or delete through the same handle forgets the body cached under

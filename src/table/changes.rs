@@ -29,12 +29,12 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use super::commit::{read_version_at, Depth};
 use super::manifest_key;
 use super::scan::{deleted_positions, file_read_options, output_schema};
 use super::schema::widens;
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes};
+use super::versions::{read_version_at, Depth};
 use crate::error::{Error, Result};
 use crate::parquet::decode::Positions;
 use crate::parquet::scan::{BatchMap, BatchStream, ScanHooks, Source};

@@ -20,11 +20,7 @@ use super::{manifest_key, pointer_key, Pointer};
 use crate::error::{Error, Result};
 use crate::store::{PutMode, StoreHandle};
 
-pub(crate) use super::versions::BoxFuture;
-pub use super::versions::{
-    latest, latest_at, latest_existing, latest_existing_at, latest_existing_root, latest_of,
-    latest_with, read_version, read_version_at, read_version_of, Depth, Latest, Versioned,
-};
+use super::versions::{latest_at, read_version_at, Depth, Latest, Versioned};
 
 /// A base read longer ago than this (an append that uploaded for a long
 /// time, say) is read again before a commit attempt builds on it. Vacuum
@@ -584,6 +580,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::versions::{latest, latest_with, read_version};
     use std::collections::BTreeMap;
     use std::sync::Arc;
 

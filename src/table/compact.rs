@@ -41,11 +41,13 @@ use std::sync::Arc;
 use arrow_array::RecordBatchReader;
 use serde_json::Value;
 
-use super::commit::{self, CommitOptions, Depth, Outcome};
+use super::commit::{self, CommitOptions, Outcome};
 use super::scan::{deleted_positions, scan, ScanOptions};
 use super::segment::{SegmentChoice, SegmentRef, SEGMENT_FILES, SMALL_SEGMENT};
 use super::snapshot::{DataFile, TableManifest, TombstoneRef};
 use super::tombstone::{self, Entry, Tombstone};
+use super::versions;
+use super::versions::Depth;
 use super::write::{discard, may_discard, upload, DEFAULT_TARGET_FILE_SIZE};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
@@ -242,7 +244,7 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
             "target_file_size must be >= 1".into(),
         ));
     }
-    let first = commit::latest_existing_root(&store, table)?;
+    let first = versions::latest_existing_root(&store, table)?;
     let mut out = Compacted {
         manifest: first.manifest.clone(),
         committed: false,
@@ -268,7 +270,7 @@ pub fn compact(store: Arc<StoreHandle>, table: &str, opts: CompactOptions) -> Re
     for window in windows {
         let latest = match given.take() {
             Some(l) => l,
-            None => commit::latest_existing_root(&store, table)?,
+            None => versions::latest_existing_root(&store, table)?,
         };
         let choice = Arc::new(SegmentChoice {
             named: window,
@@ -423,7 +425,7 @@ fn compact_window(
     store: &Arc<StoreHandle>,
     table: &str,
     opts: &CompactOptions,
-    root: commit::Latest,
+    root: versions::Latest,
     choice: Arc<SegmentChoice>,
     counting: Counting,
 ) -> Result<Option<Compacted>> {
@@ -431,12 +433,12 @@ fn compact_window(
     for _ in 0..MAX_REPLANS {
         let mut latest = match given.take() {
             Some(l) => l,
-            None => commit::latest_existing_root(store, table)?,
+            None => versions::latest_existing_root(store, table)?,
         };
         // The window, with what was written since it was chosen.
         let depth = Depth::Segments(choice.clone());
         crate::runtime::block_on({
-            use commit::Versioned;
+            use versions::Versioned;
             latest.manifest.load(store, table, depth)
         })??;
         let base = latest.manifest.clone();
@@ -549,7 +551,7 @@ impl<R: RecordBatchReader> RecordBatchReader for CountRows<R> {
 fn commit_compaction(
     store: &Arc<StoreHandle>,
     table: &str,
-    latest: commit::Latest,
+    latest: versions::Latest,
     plan: &Plan,
     added: &[DataFile],
     choice: &Arc<SegmentChoice>,

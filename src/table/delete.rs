@@ -564,7 +564,7 @@ pub fn commit_removal(
     store: &Arc<StoreHandle>,
     table: &str,
     op: Rewrite,
-    first: Option<super::commit::Latest>,
+    first: Option<super::versions::Latest>,
     parallelism: usize,
 ) -> Result<Rewritten> {
     let Some(predicate) = op.predicate.clone() else {

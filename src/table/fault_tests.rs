@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 
-use super::commit::latest;
 use super::delete::delete;
 use super::scan::At;
 use super::schema::SchemaMode;
 use super::tests::{cond, create_keyed, ids, int, rows};
+use super::versions::latest;
 use super::write::append;
 use crate::error::Error;
 use crate::parquet::filter::predicate;
@@ -96,7 +96,7 @@ fn assert_complete(store: &Arc<StoreHandle>) {
     let last = rt.block_on(latest(store, "t")).unwrap().unwrap();
     for v in 0..=last.manifest.version {
         let m = rt
-            .block_on(super::commit::read_version(store, "t", v))
+            .block_on(super::versions::read_version(store, "t", v))
             .unwrap();
         let names = m
             .data_files

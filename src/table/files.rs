@@ -10,8 +10,8 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use super::commit::{read_version_at, Depth};
 use super::snapshot::{DataFile, TableManifest, TombstoneRef};
+use super::versions::{read_version_at, Depth};
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 

@@ -9,8 +9,10 @@
 
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
-use crate::table::commit::{self, CommitOptions, Depth, Outcome};
+use crate::table::commit::{self, CommitOptions, Outcome};
 use crate::table::snapshot::{PublishedFormat, TableManifest};
+use crate::table::versions;
+use crate::table::versions::Depth;
 
 /// The formats pds can publish beside a table's own.
 pub const FORMATS: &[&str] = &["delta"];
@@ -77,7 +79,7 @@ pub async fn enable_format(store: &StoreHandle, table: &str, format: &str) -> Re
     known(format)?;
     let wanted = [format.to_string()];
     crate::store::keys::object_segments(table)?;
-    let latest = commit::latest_at::<TableManifest>(store, table, false, Depth::Root).await?;
+    let latest = versions::latest_at::<TableManifest>(store, table, false, Depth::Root).await?;
     let Some(latest) = latest else {
         return Err(super::not_found(store, table, "table").await);
     };

@@ -7,7 +7,7 @@
 //!
 //! - a store handle's cache of manifest bodies is used only for the table
 //!   it came from (a pointer read that shows another id forgets every body
-//!   cached under the key; see [`super::commit::latest_at`]);
+//!   cached under the key; see [`super::versions::latest_at`]);
 //! - a commit never builds on another table's state: every attempt of one
 //!   commit builds on the table its first attempt read, and a caller that
 //!   opened a table (a Python `Table`) commits only to that table

@@ -53,9 +53,8 @@ pub mod vacuum;
 pub mod versions;
 pub mod write;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, Result};
+pub use crate::spec::table::Pointer;
 
 /// The highest version a pointer or manifest may name (versions count in i64
 /// wherever they meet Arrow or Python's readers).
@@ -136,17 +135,6 @@ pub async fn missing_object(
         // The check failed (a timeout, a refusal): that error, not a verdict.
         Err(e) => e,
     }
-}
-
-/// The content of `_latest_manifest`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pointer {
-    pub version: u64,
-    pub manifest: String,
-    /// The id of the table it points into (see [`identity`]); absent in
-    /// pointers of tables created by earlier pds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub table_id: Option<String>,
 }
 
 impl Pointer {

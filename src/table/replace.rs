@@ -85,12 +85,14 @@ use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 use serde_json::Value;
 
-use super::commit::{self, CommitOptions, Depth, Outcome};
+use super::commit::{self, CommitOptions, Outcome};
 use super::delete;
 use super::manifest_key;
 use super::rewrite::{CheckedSchema, Rewrite, Rewritten};
 use super::schema::{describe_change, reconcile, SchemaMode};
 use super::snapshot::TableSchema;
+use super::versions;
+use super::versions::Depth;
 use super::write::{self, BoxedReader};
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
@@ -112,7 +114,7 @@ pub fn replace(
 ) -> Result<Rewritten> {
     crate::store::keys::object_segments(table)?;
     let started = Started::now(&store);
-    let latest = commit::latest_existing(&store, table)?;
+    let latest = versions::latest_existing(&store, table)?;
     replace_on(
         &store,
         table,
@@ -131,7 +133,7 @@ pub fn replace(
 fn replace_on(
     store: &Arc<StoreHandle>,
     table: &str,
-    latest: commit::Latest,
+    latest: versions::Latest,
     predicate: Predicate,
     reader: BoxedReader,
     mode: SchemaMode,
@@ -276,7 +278,7 @@ fn show(schema: &Schema) -> String {
 fn replace_all(
     store: &Arc<StoreHandle>,
     table: &str,
-    latest: commit::Latest,
+    latest: versions::Latest,
     up: write::Uploaded,
     mode: SchemaMode,
     started: &Started,
@@ -603,7 +605,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let latest = commit::latest_existing(&store, "t").unwrap();
+        let latest = versions::latest_existing(&store, "t").unwrap();
         assert_eq!(latest.manifest.version, 0, "nothing committed");
         assert_eq!(data_files(&store), files, "the uploaded files are removed");
         // A null never matches.
@@ -634,7 +636,7 @@ mod tests {
         let err =
             replace(store.clone(), "t", of("c3"), failing, SchemaMode::Strict, 2).unwrap_err();
         assert!(err.to_string().contains("the source failed"), "{err}");
-        let latest = commit::latest_existing(&store, "t").unwrap();
+        let latest = versions::latest_existing(&store, "t").unwrap();
         assert_eq!(latest.manifest.version, 0);
         assert_eq!(data_files(&store), files);
         // An unknown column: refused before any PUT.
@@ -652,7 +654,7 @@ mod tests {
     fn a_replace_planned_on_an_older_version_removes_the_matching_rows_appended_since() {
         let store = table();
         let started = Started::now(&store);
-        let stale = commit::latest_existing(&store, "t").unwrap();
+        let stale = versions::latest_existing(&store, "t").unwrap();
         // Committed after the replace read its snapshot: rows of c3 (match)
         // and of c5 (do not).
         append(
@@ -703,7 +705,7 @@ mod tests {
         );
         // The whole-table replace on an older version drops what was
         // committed since too.
-        let stale = commit::latest_existing(&store, "t").unwrap();
+        let stale = versions::latest_existing(&store, "t").unwrap();
         append(
             store.clone(),
             "t",
@@ -755,7 +757,7 @@ mod tests {
     fn a_whole_table_replace_fits_its_data_to_a_schema_merged_since_its_snapshot() {
         let store = table();
         let started = Started::now(&store);
-        let stale = commit::latest_existing(&store, "t").unwrap();
+        let stale = versions::latest_existing(&store, "t").unwrap();
         // Another writer adds a column (merge mode) after the snapshot.
         let wide = Arc::new(Schema::new(vec![
             Field::new("id", arrow_schema::DataType::Int64, false),
@@ -801,7 +803,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let latest = commit::latest_existing(&store, "t").unwrap();
+        let latest = versions::latest_existing(&store, "t").unwrap();
         assert_eq!(latest.manifest.version, 1, "nothing committed");
         // Merge: the data fits the new schema; its files lack the column.
         let done = all(SchemaMode::Merge).unwrap();
@@ -858,7 +860,7 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
-        let latest = commit::latest_existing(&store, "t").unwrap();
+        let latest = versions::latest_existing(&store, "t").unwrap();
         assert_eq!(
             latest.manifest.version,
             2 * rounds as u64,

@@ -32,6 +32,7 @@ use super::manifest_key;
 use super::scan::file_may_match;
 use super::snapshot::{DataFile, TableManifest, TableSchema, TombstoneRef};
 use super::tombstone::{Entry, Tombstone};
+use super::versions;
 use crate::dataset::manifest::now_iso8601;
 use crate::error::{Error, Result};
 use crate::parquet::filter::Predicate;
@@ -87,13 +88,13 @@ impl Rewrite {
     /// the segments whose statistics can hold rows it matches (the rest
     /// are kept as they are, and record the old schema if it changes the
     /// schema); without one, the whole file list.
-    fn depth(&self) -> commit::Depth {
+    fn depth(&self) -> versions::Depth {
         match (&self.predicate, &self.schema) {
-            (None, _) => commit::Depth::Full,
+            (None, _) => versions::Depth::Full,
             (Some(p), Some((_, Some(_)))) => {
-                commit::Depth::WhereChangingSchema(Arc::new(p.clone()))
+                versions::Depth::WhereChangingSchema(Arc::new(p.clone()))
             }
-            (Some(p), _) => commit::Depth::Where(Arc::new(p.clone())),
+            (Some(p), _) => versions::Depth::Where(Arc::new(p.clone())),
         }
     }
 }
@@ -207,7 +208,7 @@ pub fn rewrite<P>(
     store: &Arc<StoreHandle>,
     table: &str,
     op: Rewrite,
-    mut first: Option<commit::Latest>,
+    mut first: Option<versions::Latest>,
     mut plan: P,
 ) -> Result<Rewritten>
 where
@@ -229,7 +230,7 @@ where
             // The caller's read: its root, loaded here as deep as `op` needs.
             Some(mut l) => {
                 let loaded = if l.manifest.layout.view == super::snapshot::View::Root {
-                    use commit::Versioned;
+                    use versions::Versioned;
                     crate::runtime::block_on(l.manifest.load(store, table, op.depth()))
                         .and_then(|r| r)
                 } else {
@@ -237,7 +238,7 @@ where
                 };
                 loaded.map(|()| l)
             }
-            None => commit::latest_existing_at(store, table, op.depth()),
+            None => versions::latest_existing_at(store, table, op.depth()),
         };
         let latest = match latest {
             Ok(l) => l,
@@ -356,7 +357,7 @@ fn schema_changed(table: &str) -> Error {
 fn try_commit(
     store: &Arc<StoreHandle>,
     table: &str,
-    latest: commit::Latest,
+    latest: versions::Latest,
     op: &Rewrite,
     state: &Progress,
 ) -> Result<Option<TableManifest>> {

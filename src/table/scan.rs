@@ -20,10 +20,10 @@ use arrow_array::Array;
 use arrow_schema::{Schema, SchemaRef};
 use chrono::{DateTime, Utc};
 
-use super::commit::{latest, latest_at, read_version_at, Depth, Versioned};
 use super::manifest_key;
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, FileDeletes, PkRange};
+use super::versions::{latest, latest_at, read_version_at, Depth, Versioned};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{column_indices, Positions, ReadOptions, SCAN_BATCH_ROWS};
 use crate::parquet::filter::{Condition, Op, Predicate, UnitStats};

@@ -24,13 +24,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use super::snapshot::{
     check_file_list, is_sha256, ColumnStats, DataFile, TableManifest, TombstoneRef, View,
 };
 use crate::error::{Error, Result};
 use crate::parquet::stats;
+pub use crate::spec::table::{Segment, SegmentRef};
 use crate::store::cache::ObjectCache;
 use crate::store::StoreHandle;
 
@@ -56,38 +56,6 @@ pub const SMALL_SEGMENT: u64 = (SEGMENT_FILES / 4) as u64;
 /// Concurrent segment GETs or PUTs.
 const IO_CONCURRENCY: usize = 16;
 
-/// A segment as the root manifest names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SegmentRef {
-    /// Relative to the table key (`segment/<token>.json`).
-    pub path: String,
-    /// The SHA-256 of the segment object (checked when it is read).
-    pub sha256: String,
-    pub file_count: u64,
-    pub total_rows: u64,
-    pub size_bytes: u64,
-    pub tombstone_count: u64,
-    /// The schema id (a key of the root's `file_schemas`) every file of the
-    /// segment was written with; absent when that is the version's own. A
-    /// segment whose files were written with different schemas has no
-    /// `columns`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema: Option<String>,
-    /// Per column: the least min, the greatest max and the summed null
-    /// counts of its files (unknown where any file's is unknown), as values
-    /// of `schema`'s types.
-    #[serde(default)]
-    pub columns: BTreeMap<String, ColumnStats>,
-    /// The schema id (a key of the root's `file_schemas`) of the segment's
-    /// files that name none, recorded by a schema change so that the
-    /// segment stays as it is; absent: the version's own. Only in
-    /// `pds-table/3` (see [`super::snapshot`]). Readers resolve it into
-    /// the files as the segment is read: in memory every file names its
-    /// schema, or none for the version's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files_schema: Option<String>,
-}
-
 /// The segments a compaction works on: those it chose (by path), and every
 /// one written since it chose them (not among those the table had then),
 /// which may hold its files anew (a concurrent delete rewrote their
@@ -105,17 +73,6 @@ impl SegmentChoice {
     pub fn wants(&self, r: &SegmentRef) -> bool {
         self.named.contains(&r.path) || !self.known.contains(&r.path)
     }
-}
-
-/// The body of a segment object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Segment {
-    pub format: String,
-    pub files: Vec<DataFile>,
-    /// The tombstones that delete rows of `files`, each naming only files
-    /// of this segment.
-    #[serde(default)]
-    pub tombstones: Vec<TombstoneRef>,
 }
 
 /// The statistics a segment reference records for `files`, all written with

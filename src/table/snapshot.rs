@@ -118,30 +118,9 @@ impl Written {
 }
 
 pub use crate::parquet::stats::ColumnStats;
-
-/// A data file of the table, immutable and uniquely named.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DataFile {
-    /// Relative to the table key (`data/...parquet`).
-    pub path: String,
-    pub size_bytes: u64,
-    pub row_group_count: u64,
-    pub total_rows: u64,
-    /// Per-column statistics, as values of the file's own schema (see
-    /// `schema`): a reader of a later version converts them, exactly.
-    #[serde(default)]
-    pub columns: BTreeMap<String, ColumnStats>,
-    pub sha256: String,
-    /// The schema the file was written with, as a key of the manifest's
-    /// `file_schemas`; absent when it is the version's schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema: Option<String>,
-    /// The bytes after the file's last row group (page indexes, footer,
-    /// trailer): its footer is then one GET of that size. Absent in
-    /// manifests of earlier pds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub footer_bytes: Option<u64>,
-}
+pub use crate::spec::table::{
+    Column, DataFile, PublishedFormat, TableProperties, TableSchema, TombstoneRef,
+};
 
 impl DataFile {
     /// The file as a part to read, under the table at `table`: its footer
@@ -156,21 +135,22 @@ impl DataFile {
     }
 }
 
-/// One column of the readable schema list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Column {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub data_type: String,
-    pub nullable: bool,
-}
-
-/// The schema a version carries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TableSchema {
-    pub columns: Vec<Column>,
-    /// The full Arrow schema, an IPC flatbuffer in base64.
-    pub arrow_schema: String,
+/// How much of a version's file list a [`TableManifest`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum View {
+    /// `data_files` and `tombstones` are the whole version's.
+    #[default]
+    Full,
+    /// The root only: `data_files` and `tombstones` are empty.
+    Root,
+    /// Only the segments a scan's filter can match are loaded.
+    Pruned,
+    /// Built on a root for an append: `data_files` are the files it adds.
+    Appended,
+    /// Only the segments that can hold a rewrite's rows are loaded (and a
+    /// small last one, for the files it adds), for a commit on them:
+    /// segments not loaded are kept as they are when it is laid out.
+    Partial,
 }
 
 /// A table manifest: one committed version.
@@ -222,31 +202,6 @@ pub struct TableManifest {
     pub layout: Layout,
 }
 
-/// A format published beside a table's versions.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublishedFormat {
-    /// The first version published in it.
-    pub since: u64,
-}
-
-/// How much of a version's file list a [`TableManifest`] holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum View {
-    /// `data_files` and `tombstones` are the whole version's.
-    #[default]
-    Full,
-    /// The root only: `data_files` and `tombstones` are empty.
-    Root,
-    /// Only the segments a scan's filter can match are loaded.
-    Pruned,
-    /// Built on a root for an append: `data_files` are the files it adds.
-    Appended,
-    /// Only the segments that can hold a rewrite's rows are loaded (and a
-    /// small last one, for the files it adds), for a commit on them:
-    /// segments not loaded are kept as they are when it is laid out.
-    Partial,
-}
-
 /// The in-memory side of a manifest's segments: which are loaded, and
 /// whether `segments` was laid out from the file list (by the commit loop,
 /// before the manifest is written).
@@ -268,36 +223,6 @@ impl PartialEq for Layout {
     fn eq(&self, _: &Self) -> bool {
         true
     }
-}
-
-/// A tombstone object, and the data files it deletes rows of (so that a
-/// scan reads only the tombstones of the files it reads).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TombstoneRef {
-    /// Relative to the table key (`tombstone/...del`).
-    pub path: String,
-    pub files: Vec<String>,
-    /// The SHA-256 of the tombstone object (checked when it is read).
-    pub sha256: String,
-}
-
-/// A table's settings, fixed when it is created.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct TableProperties {
-    /// The primary-key column: deletes by a range of it write key ranges
-    /// and rewrite no data file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub primary_key: Option<String>,
-    #[serde(default = "default_compression")]
-    pub compression: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub row_group_size: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_file_size: Option<u64>,
-}
-
-fn default_compression() -> String {
-    "zstd".into()
 }
 
 /// Whether `s` is a SHA-256 in lowercase hex.
@@ -626,7 +551,7 @@ impl TableManifest {
     /// too, as a read of the new version would resolve them). In
     /// [`SEGMENTED_FORMAT`] every file entry records it, which needs the
     /// whole file list: a manifest without it is refused (a bug; see
-    /// [`super::commit::Depth::SchemaChange`]).
+    /// [`super::versions::Depth::SchemaChange`]).
     pub fn record_schema_change(&mut self, schema: TableSchema) -> Result<()> {
         let per_segment = self.layout.written.schema_per_segment();
         if !per_segment && self.layout.view != View::Full {

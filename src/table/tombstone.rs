@@ -36,46 +36,12 @@ use serde_json::Value;
 
 use super::snapshot::TombstoneRef;
 use crate::error::{Error, Result};
+pub use crate::spec::table::Entry;
 use crate::store::cache::ObjectCache;
 use crate::store::StoreHandle;
 
 /// The `format` of every tombstone object.
 pub const FORMAT: &str = "pds-tombstone/1";
-
-/// One entry of a tombstone.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Entry {
-    RowGroup {
-        file: String,
-        row_group: u64,
-        /// Rows in the row group (all deleted).
-        rows: u64,
-    },
-    PkRange {
-        file: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pk_min: Option<Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pk_max: Option<Value>,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        pk_min_exclusive: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        pk_max_exclusive: bool,
-        /// The Arrow type the bounds are values of, when it is not the
-        /// file's own key type (a delete after the key column widened:
-        /// `"Date64"` bounds for a `date32` file). Absent: the file's type.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pk_type: Option<String>,
-    },
-    Rows {
-        file: String,
-        /// Portable roaring serialization, base64.
-        bitmap: String,
-        /// Positions in the bitmap.
-        rows: u64,
-    },
-}
 
 impl Entry {
     /// The data file the entry applies to.

@@ -248,7 +248,7 @@ pub fn update(
         ),
     );
     // The root: the rewrite loads the segments its filter can match.
-    let latest = super::commit::latest_existing_root(&store, table)?;
+    let latest = super::versions::latest_existing_root(&store, table)?;
     let op = Rewrite {
         operation: "update",
         params,

@@ -28,9 +28,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::commit::{self, CommitOptions, Depth, Outcome, Versioned};
+use super::commit::{self, CommitOptions, Outcome};
 use super::identity;
 use super::snapshot::{TableManifest, View, Written, FORMAT};
+use super::versions;
+use super::versions::{Depth, Versioned};
 use crate::error::{Error, Result};
 use crate::producers::manifest::PipelineManifest;
 use crate::store::StoreHandle;
@@ -163,7 +165,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
     for _ in 0..MAX_REREADS {
         // A pds-table/1 root holds its whole file list; a later one's
         // segments are kept as they are.
-        let latest = commit::latest_at::<TableManifest>(store, table, false, Depth::Root).await?;
+        let latest = versions::latest_at::<TableManifest>(store, table, false, Depth::Root).await?;
         check_opened(table, latest.as_ref().map(|l| &l.manifest))?;
         let Some(latest) = latest else {
             return Err(super::not_found(store, table, "table").await);
@@ -223,7 +225,7 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
 /// `NotFound` if there is no pipeline; `CommitConflict` if writers keep
 /// winning.
 pub async fn upgrade_pipeline(store: &StoreHandle, root: &str) -> Result<Upgraded> {
-    let Some(latest) = commit::latest_of::<PipelineManifest>(store, root, false).await? else {
+    let Some(latest) = versions::latest_of::<PipelineManifest>(store, root, false).await? else {
         return Err(super::not_found(store, root, "pipeline").await);
     };
     let Some(from) = latest.manifest.earlier_format() else {

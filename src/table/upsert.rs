@@ -29,11 +29,11 @@ use std::sync::{Arc, Mutex};
 use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchReader};
 use arrow_schema::{DataType, Schema};
 
-use super::commit;
 use super::delete;
 use super::rewrite::{CheckedSchema, Rewrite, Rewritten};
 use super::schema::SchemaMode;
 use super::snapshot::{DataFile, TableManifest, TableSchema};
+use super::versions;
 use super::write::{self, BoxedReader};
 use crate::error::{Error, Result};
 use crate::parquet::filter::{Condition, Op, Predicate};
@@ -179,7 +179,7 @@ pub fn upsert_files(
     write::check_uploaded(&store, table, &files, &schema)?;
     let checked_schema = TableSchema::of(&schema)?.arrow_schema;
     // The root: the rewrite loads the segments its keys can be in.
-    let latest = commit::latest_existing_root(&store, table)?;
+    let latest = versions::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     if base.schema.arrow_schema != checked_schema {
         write::discard(&store, table, &files);
@@ -263,7 +263,7 @@ pub fn upsert(
     crate::store::keys::object_segments(table)?;
     let started = crate::store::counted::Started::now(&store);
     // The root: the rewrite loads the segments its keys can be in.
-    let latest = commit::latest_existing_root(&store, table)?;
+    let latest = versions::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     let (pk, old) = key_and_schema(&base, table)?;
     if reader.schema().field_with_name(&pk).is_err() {
@@ -361,7 +361,7 @@ fn keep_keys(
 fn commit_upsert(
     store: &Arc<StoreHandle>,
     table: &str,
-    latest: commit::Latest,
+    latest: versions::Latest,
     pk: &str,
     keys: &ArrayRef,
     set: &ValueSet,
@@ -517,7 +517,7 @@ mod tests {
         );
         assert_eq!(read, 2);
         assert_eq!(data_files(&store), before);
-        let latest = crate::runtime::block_on(commit::latest(&store, "t"))
+        let latest = crate::runtime::block_on(versions::latest(&store, "t"))
             .unwrap()
             .unwrap()
             .unwrap();

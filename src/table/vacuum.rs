@@ -34,8 +34,8 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::commit::{latest_at, read_version_at, BoxFuture, Depth, Versioned};
 use super::snapshot::{DataFile, TableManifest, TombstoneRef};
+use super::versions::{latest_at, read_version_at, BoxFuture, Depth, Versioned};
 use super::{manifest_name, POINTER};
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
@@ -452,7 +452,7 @@ pub async fn vacuum_of<M: Collectable>(
 async fn retain<M: Collectable>(
     store: &StoreHandle,
     table: &str,
-    latest: &super::commit::Latest<M>,
+    latest: &super::versions::Latest<M>,
     objects: &[(&str, DateTime<Utc>)],
     cutoff: DateTime<Utc>,
     opts: &VacuumOptions,

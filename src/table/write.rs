@@ -17,6 +17,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use super::commit::{self, CommitOptions, Outcome};
 use super::schema::{describe_change, reconcile, same_logical_type, SchemaMode};
 use super::snapshot::{DataFile, TableManifest, TableProperties, TableSchema, FORMAT};
+use super::versions;
 use crate::dataset::{self, manifest::now_iso8601, WriteRequest};
 use crate::error::{Error, Result};
 use crate::parquet::encode::EncodeOptions;
@@ -295,8 +296,8 @@ fn commit_or_discard<F>(
     store: &Arc<StoreHandle>,
     table: &str,
     files: &[DataFile],
-    base: Option<commit::Latest>,
-    depth: commit::Depth,
+    base: Option<versions::Latest>,
+    depth: versions::Depth,
     prepare: F,
 ) -> Result<Outcome>
 where
@@ -511,7 +512,7 @@ pub fn create_publishing(
         })
     };
     crate::runtime::block_on(occupancy::check_free(store.as_ref(), table, Kind::Table))??;
-    if let Some(latest) = crate::runtime::block_on(commit::latest(&store, table))?? {
+    if let Some(latest) = crate::runtime::block_on(versions::latest(&store, table))?? {
         return existing(latest.manifest);
     }
     let files = match data {
@@ -531,7 +532,7 @@ pub fn create_publishing(
     };
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
     let mut lost_to: Option<TableManifest> = None;
-    let out = commit_or_discard(&store, table, &files, None, commit::Depth::Root, |base| {
+    let out = commit_or_discard(&store, table, &files, None, versions::Depth::Root, |base| {
         if let Some(b) = base {
             lost_to = Some(b.clone());
             return Ok(None);
@@ -582,7 +583,7 @@ pub fn append(
     let started = crate::store::counted::Started::now(&store);
     // The root alone: an append adds segments and keeps the others as they
     // are, so its cost does not grow with the table.
-    let latest = commit::latest_existing_root(&store, table)?;
+    let latest = versions::latest_existing_root(&store, table)?;
     let base = latest.manifest.clone();
     let path = super::manifest_key(table, base.version);
     let old = base.arrow_schema(&path)?;
@@ -609,9 +610,9 @@ pub fn append(
     // A schema change records the old schema on every segment reference
     // (the root alone), or in pds-table/2 on every file (the whole list).
     let (given, depth) = if change.is_empty() {
-        (Some(latest), commit::Depth::Root)
+        (Some(latest), versions::Depth::Root)
     } else {
-        (None, commit::Depth::SchemaChange)
+        (None, versions::Depth::SchemaChange)
     };
     let out = commit_or_discard(&store, table, &files, given, depth, |now| {
         let now = now.ok_or_else(|| Error::NotFound {
@@ -825,8 +826,8 @@ pub fn commit_files(
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
     // A merge may record the old schema (see `Depth::SchemaChange`).
     let depth = match mode {
-        FilesMode::Append(SchemaMode::Merge) => commit::Depth::SchemaChange,
-        _ => commit::Depth::Root,
+        FilesMode::Append(SchemaMode::Merge) => versions::Depth::SchemaChange,
+        _ => versions::Depth::Root,
     };
     let out = commit_or_discard(&store, table, &files, None, depth, |now| {
         let mut params = BTreeMap::new();

@@ -2,14 +2,15 @@
 //! model, shared tombstones stay with the files of other windows, and
 //! concurrent deletes are never lost.
 
+use crate::table::versions;
 use std::sync::Arc;
 
 use super::*;
 use crate::parquet::filter::predicate;
-use crate::table::commit::{read_version_at, Depth};
 use crate::table::delete::delete;
 use crate::table::scan::At;
 use crate::table::tests::{append_ids, cond, counting_store, ids, int, props, rows, schema};
+use crate::table::versions::{read_version_at, Depth};
 use crate::table::write::create;
 
 fn block<T>(f: impl std::future::Future<Output = crate::error::Result<T>>) -> T {
@@ -118,7 +119,7 @@ fn each_window_commits_a_version_that_reads_like_the_model() {
     delete_where(&store, vec![cond("id", "==", int(5))]);
     delete_where(&store, vec![cond("id", "==", int(800))]);
     model.retain(|&i| !(500..520).contains(&i) && i != 5 && i != 800);
-    let before = block(crate::table::commit::latest(&store, "t"))
+    let before = block(crate::table::versions::latest(&store, "t"))
         .unwrap()
         .manifest
         .version;
@@ -220,7 +221,7 @@ fn tombstone_counts(m: &TableManifest) -> Vec<u64> {
 }
 
 fn latest_root(store: &Arc<StoreHandle>) -> TableManifest {
-    let v = block(crate::table::commit::latest(store, "t"))
+    let v = block(crate::table::versions::latest(store, "t"))
         .unwrap()
         .manifest
         .version;
@@ -267,7 +268,7 @@ fn a_window_keeps_the_files_of_a_tombstone_it_shares_with_segments_not_loaded() 
     let (store, _) = counting_store();
     // A tombstone naming files of both segments, others in the first.
     let model = thin_files(&store, 2, &[(10390, 10410), (100, 103), (5001, 5002)]);
-    let latest = commit::latest_existing_root(&store, "t").unwrap();
+    let latest = versions::latest_existing_root(&store, "t").unwrap();
     let before = latest.manifest.clone();
     assert_eq!(tombstone_counts(&before), [3, 1]);
     // The first segment alone, as when a concurrent commit cut the
@@ -357,7 +358,7 @@ fn deletes_racing_a_compaction_of_many_windows_are_never_lost() {
     assert_eq!(ids(&store, At::Latest, None), model);
     let m = root(
         &store,
-        block(crate::table::commit::latest(&store, "t"))
+        block(crate::table::versions::latest(&store, "t"))
             .unwrap()
             .manifest
             .version,

@@ -24,11 +24,11 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 use crate::table::changes::changed_part;
-use crate::table::commit::Depth;
 use crate::table::delta::checkpoint::write_checkpoint;
 use crate::table::delta::entry::{entry, entry_path};
 use crate::table::scan::{resolve_at, At};
 use crate::table::snapshot::TableManifest;
+use crate::table::versions::Depth;
 
 /// A checkpoint is written at every version that is a multiple of this,
 /// and at the latest version when the newest checkpoint (or the log's
@@ -200,9 +200,13 @@ pub async fn sync(
     store: &StoreHandle,
     table: &str,
 ) -> Result<std::collections::BTreeMap<String, Published>> {
-    let latest =
-        crate::table::scan::resolve_at(store, table, At::Latest, crate::table::commit::Depth::Root)
-            .await?;
+    let latest = crate::table::scan::resolve_at(
+        store,
+        table,
+        At::Latest,
+        crate::table::versions::Depth::Root,
+    )
+    .await?;
     let mut out = std::collections::BTreeMap::new();
     if let Some(delta) = latest.formats.get("delta") {
         let written = publish(store, table, delta.since, latest.version).await?;

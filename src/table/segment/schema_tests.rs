@@ -15,13 +15,13 @@ use bytes::Bytes;
 use super::*;
 use crate::parquet::filter::predicate;
 use crate::store::PutMode;
-use crate::table::commit::{read_version_at, Depth};
 use crate::table::compact::{compact, CompactOptions};
 use crate::table::delete::delete;
 use crate::table::scan::{for_scan, scan, At, ScanOptions};
 use crate::table::schema::SchemaMode;
 use crate::table::snapshot::{Written, FORMAT, SEGMENTED_FORMAT};
 use crate::table::tests::{cond, counting_store, int, props};
+use crate::table::versions::{read_version_at, Depth};
 use crate::table::write::{append, create};
 use crate::table::{manifest_key, pointer_key, Pointer};
 

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use super::*;
 use crate::parquet::filter::predicate;
 use crate::store::PutMode;
-use crate::table::commit::{read_version_at, Depth};
 use crate::table::compact::{compact, CompactOptions};
 use crate::table::delete::delete;
 use crate::table::scan::{for_scan, scan, At, ScanOptions};
@@ -21,6 +20,7 @@ use crate::table::tests::{
     append_ids, cond, counting_store, create_and_append, create_and_append_steps, create_keyed,
     ids, int, rows,
 };
+use crate::table::versions::{read_version_at, Depth};
 use crate::table::write::append;
 use crate::table::{manifest_key, pointer_key, Pointer};
 

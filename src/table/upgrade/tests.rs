@@ -11,11 +11,11 @@ use serde_json::Value;
 use super::*;
 use crate::parquet::filter::predicate;
 use crate::store::PutMode;
-use crate::table::commit::read_version_at;
 use crate::table::delete::delete;
 use crate::table::scan::At;
 use crate::table::snapshot::{ColumnStats, TableProperties, TableSchema};
 use crate::table::tests::{append_ids, cond, counting_store, create_and_append, ids, int};
+use crate::table::versions::read_version_at;
 use crate::table::{manifest_key, pointer_key, Pointer};
 
 fn block<T>(f: impl std::future::Future<Output = Result<T>>) -> T {

@@ -15,12 +15,12 @@ use super::*;
 use crate::parquet::filter::predicate;
 use crate::store::hooked::{Hooked, Op, Outcome};
 use crate::store::PutMode;
-use crate::table::commit::{latest, latest_with, read_version};
 use crate::table::compact::{compact, CompactOptions};
 use crate::table::delete::delete;
 use crate::table::scan::At;
 use crate::table::schema::SchemaMode;
 use crate::table::tests::{cond, ids, int, props, rows, schema};
+use crate::table::versions::{latest, latest_with, read_version};
 use crate::table::write::{append, create};
 use crate::table::{manifest_key, pointer_key, Pointer};
 
@@ -417,8 +417,8 @@ fn on_file_stores_staging_files_go_only_from_the_own_layout() {
 
 #[test]
 fn versions_sharing_segments_keep_exactly_what_their_whole_file_lists_name() {
-    use crate::table::commit::{read_version_at, Depth};
     use crate::table::tests::{append_ids, counting_store, create_and_append_steps};
+    use crate::table::versions::{read_version_at, Depth};
     let (store, _) = counting_store();
     // A compacted table, then segments of 32 files, most shared by every
     // later version, and a tombstone naming files of two of them.

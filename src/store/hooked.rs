@@ -48,6 +48,24 @@ pub enum Outcome {
     LoseReply,
 }
 
+impl Outcome {
+    /// `request` (a write: a PUT or a copy) as this outcome says: run,
+    /// refused before it runs, or run with its reply lost.
+    async fn write<T>(
+        self,
+        request: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> object_store::Result<T> {
+        match self {
+            Outcome::Forward => request.await,
+            Outcome::Fail => Err(injected()),
+            Outcome::LoseReply => {
+                request.await?;
+                Err(injected())
+            }
+        }
+    }
+}
+
 /// Decides each request's [`Outcome`]; it may also act on the store below
 /// (`inner`), as another writer would.
 pub trait Hook: Send + Sync + 'static {
@@ -117,14 +135,8 @@ impl<H: Hook> ObjectStore for Hooked<H> {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        match self.on(Op::Put, Some(location)) {
-            Outcome::Forward => self.inner.put_opts(location, payload, opts).await,
-            Outcome::Fail => Err(injected()),
-            Outcome::LoseReply => {
-                self.inner.put_opts(location, payload, opts).await?;
-                Err(injected())
-            }
-        }
+        let put = self.inner.put_opts(location, payload, opts);
+        self.on(Op::Put, Some(location)).write(put).await
     }
 
     async fn put_multipart_opts(
@@ -187,14 +199,8 @@ impl<H: Hook> ObjectStore for Hooked<H> {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
-        match self.on(Op::Copy, Some(to)) {
-            Outcome::Forward => self.inner.copy_opts(from, to, options).await,
-            Outcome::Fail => Err(injected()),
-            Outcome::LoseReply => {
-                self.inner.copy_opts(from, to, options).await?;
-                Err(injected())
-            }
-        }
+        let copy = self.inner.copy_opts(from, to, options);
+        self.on(Op::Copy, Some(to)).write(copy).await
     }
 }
 

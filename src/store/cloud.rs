@@ -99,6 +99,22 @@ pub fn flag(key: &str, value: &str) -> Result<bool> {
     }
 }
 
+/// The environment variables whose names start with `prefix` (`AZURE_`,
+/// `GOOGLE_`), as object_store's `from_env` reads them: each name,
+/// lower-cased, parsed as a config key of `K`; names that are no key are
+/// skipped.
+pub fn env_config<K: std::str::FromStr>(prefix: &str) -> Vec<(K, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let (name, value) = (name.to_str()?, value.to_str()?);
+            let key = name
+                .starts_with(prefix)
+                .then(|| name.to_ascii_lowercase().parse().ok())??;
+            Some((key, value.to_string()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact_quoted;
@@ -118,56 +134,4 @@ mod tests {
         assert_eq!(redact_quoted(r#"cut "SECRET"#), r#"cut "***""#);
         assert_eq!(redact_quoted("nothing quoted"), "nothing quoted");
     }
-}
-
-/// For the stores' tests: open `url` with `pairs`, or the message of the
-/// `InvalidArgument` it fails with.
-#[cfg(test)]
-pub mod testing {
-    use std::collections::BTreeMap;
-
-    use super::super::built::Built;
-    use super::super::config::build;
-    use crate::error::{Error, Result};
-
-    pub fn open(url: &str, pairs: &[(&str, &str)]) -> Result<Built> {
-        let options: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        build(url, &options)
-    }
-
-    #[test]
-    fn retry_timeouts_out_of_range_are_refused() {
-        for bad in ["1e20", "inf", "NaN", "x"] {
-            let m = refused("s3://b", &[("retry_timeout_secs", bad)]);
-            assert!(m.contains("retry_timeout_secs"), "{m}");
-        }
-        assert!(open("s3://b", &[("retry_timeout_secs", "-1")]).is_ok());
-    }
-
-    pub fn refused(url: &str, pairs: &[(&str, &str)]) -> String {
-        match open(url, pairs) {
-            Err(Error::InvalidArgument(m)) => m,
-            Err(other) => panic!("{url} {pairs:?}: {other:?}"),
-            Ok(_) => panic!("{url} {pairs:?} was accepted"),
-        }
-    }
-}
-
-/// The environment variables whose names start with `prefix` (`AZURE_`,
-/// `GOOGLE_`), as object_store's `from_env` reads them: each name,
-/// lower-cased, parsed as a config key of `K`; names that are no key are
-/// skipped.
-pub fn env_config<K: std::str::FromStr>(prefix: &str) -> Vec<(K, String)> {
-    std::env::vars_os()
-        .filter_map(|(name, value)| {
-            let (name, value) = (name.to_str()?, value.to_str()?);
-            let key = name
-                .starts_with(prefix)
-                .then(|| name.to_ascii_lowercase().parse().ok())??;
-            Some((key, value.to_string()))
-        })
-        .collect()
 }

@@ -166,7 +166,7 @@ pub fn build(url: &url::Url, options: &BTreeMap<String, String>) -> Result<Built
 
 #[cfg(test)]
 mod tests {
-    use super::super::cloud::testing::{open, refused};
+    use super::super::testing::{open, refused};
     use super::*;
 
     #[test]

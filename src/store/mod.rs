@@ -17,6 +17,8 @@ pub mod keys;
 mod local_cas;
 pub mod local_leftovers;
 pub mod occupancy;
+#[cfg(test)]
+mod testing;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

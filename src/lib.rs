@@ -3,6 +3,8 @@
 //! The core is plain Rust (no PyO3): `cargo test` and `cargo bench` need no
 //! Python. One folder per layer, each using only the layers below it:
 //!
+//! - [`spec`]: the on-disk records (manifests, pointers, segments, parts)
+//!   as plain serde types, which each layer below re-exports.
 //! - [`store`]: object_store from a URL and options; keys confined to the
 //!   root; create-only and compare-and-swap puts.
 //! - [`parquet`]: the Parquet machinery every layer shares: encode, decode,

@@ -46,7 +46,7 @@
 //!
 //! **Replace.** An overwrite that finds a committed dataset (its manifest
 //! read as a reader reads it, below, with the manifest's ETag / version)
-//! removes nothing before it commits ([`write_replacing`]):
+//! removes nothing before it commits (`commit::write_replacing`):
 //!
 //! - its parts are named for this write alone,
 //!   `part-<12 random hex>-NNNNN.parquet` (as Spark writes name theirs), so

@@ -62,7 +62,7 @@ pub struct WriteRequest {
     /// writer, e.g. per Spark task attempt) instead of RFC-0008's names.
     pub part_prefix: Option<String>,
     /// Replace a dataset committed at the key, and take the key from a
-    /// writer that holds it ([`write_dataset`]); without it either is
+    /// writer that holds it ([`write_dataset`](super::write_dataset)); without it either is
     /// `AlreadyExists`.
     pub overwrite: bool,
     /// Counts the parts, rows and bytes as each part lands (phase

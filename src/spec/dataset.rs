@@ -1,5 +1,5 @@
 //! A dataset's manifest (`manifest.json`, RFC-0008): the parts it lists,
-//! with their row counts, sizes and checksums. See `docs/formats/`.
+//! with their row counts, sizes and checksums. See `docs/concepts/format-dataset.md`.
 
 use std::collections::BTreeMap;
 

@@ -135,8 +135,10 @@ impl<H: Hook> ObjectStore for Hooked<H> {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let put = self.inner.put_opts(location, payload, opts);
-        self.on(Op::Put, Some(location)).write(put).await
+        let outcome = self.on(Op::Put, Some(location));
+        outcome
+            .write(self.inner.put_opts(location, payload, opts))
+            .await
     }
 
     async fn put_multipart_opts(
@@ -199,8 +201,8 @@ impl<H: Hook> ObjectStore for Hooked<H> {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
-        let copy = self.inner.copy_opts(from, to, options);
-        self.on(Op::Copy, Some(to)).write(copy).await
+        let outcome = self.on(Op::Copy, Some(to));
+        outcome.write(self.inner.copy_opts(from, to, options)).await
     }
 }
 

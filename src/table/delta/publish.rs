@@ -200,13 +200,7 @@ pub async fn sync(
     store: &StoreHandle,
     table: &str,
 ) -> Result<std::collections::BTreeMap<String, Published>> {
-    let latest = crate::table::scan::resolve_at(
-        store,
-        table,
-        At::Latest,
-        crate::table::versions::Depth::Root,
-    )
-    .await?;
+    let latest = crate::table::scan::resolve_at(store, table, At::Latest, Depth::Root).await?;
     let mut out = std::collections::BTreeMap::new();
     if let Some(delta) = latest.formats.get("delta") {
         let written = publish(store, table, delta.since, latest.version).await?;

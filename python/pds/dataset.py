@@ -961,7 +961,10 @@ class ParquetDatasetStore:
         Raises:
             NotFound: no manifest. ManifestCorrupted: an invalid one.
         """
-        manifest = self.read_manifest(key)
+        return self._schema_of(key, self.read_manifest(key))
+
+    def _schema_of(self, key: str, manifest: DatasetManifest) -> pa.Schema:
+        """:meth:`read_schema` of the dataset at *key*, whose manifest is *manifest*."""
         schema = manifest.schema()
         if schema is not None:
             return schema
@@ -1042,7 +1045,8 @@ class ParquetDatasetStore:
         key = _check_key(key)
         if not self.dataset_exists(key):
             raise DatasetIncomplete(f"Dataset at {key!r} is incomplete: {self._absent_reason(key)}", path=key)
-        return pyarrow_dataset(self.store, key, self.read_manifest(key).parts, self.read_schema(key))
+        manifest = self.read_manifest(key)
+        return pyarrow_dataset(self.store, key, manifest.parts, self._schema_of(key, manifest))
 
 
 def _filtered(

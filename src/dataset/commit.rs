@@ -337,13 +337,7 @@ async fn swap_claimed(
                 // dataset): it replaced this one whole, and cleans up.
                 return Ok(());
             }
-            let expected: Vec<(&str, u64, Option<&str>)> = parts
-                .names
-                .iter()
-                .zip(&parts.summaries)
-                .zip(&parts.e_tags)
-                .map(|((n, s), e)| (n.as_str(), s.size_bytes, e.as_deref()))
-                .collect();
+            let expected = parts.expected();
             all_landed(key, &listing.objects, &expected).map(|()| {
                 listing
                     .objects
@@ -470,13 +464,7 @@ async fn commit_claimed(
     let put = put_claimed(store, &child_key(key, MANIFEST), json.clone(), claim).await?;
     let marker = child_key(key, SUCCESS);
     put_marker(store, key, &json).await?;
-    let mut expected: Vec<(&str, u64, Option<&str>)> = parts
-        .names
-        .iter()
-        .zip(&parts.summaries)
-        .zip(&parts.e_tags)
-        .map(|((n, s), e)| (n.as_str(), s.size_bytes, e.as_deref()))
-        .collect();
+    let mut expected = parts.expected();
     expected.push((MANIFEST, size, put.e_tag.as_deref()));
     let landed = match store.list(key, false).await {
         Ok(listing) => all_landed(key, &listing.objects, &expected),

@@ -82,6 +82,19 @@ pub struct WrittenParts {
     pub e_tags: Vec<Option<String>>,
 }
 
+impl WrittenParts {
+    /// Each part as a check after the commit expects to find it: name,
+    /// size, ETag (see `commit::all_landed`).
+    pub(super) fn expected(&self) -> Vec<(&str, u64, Option<&str>)> {
+        self.names
+            .iter()
+            .zip(&self.summaries)
+            .zip(&self.e_tags)
+            .map(|((n, s), e)| (n.as_str(), s.size_bytes, e.as_deref()))
+            .collect()
+    }
+}
+
 fn name_for(prefix: Option<&str>, index: usize, single: bool) -> String {
     match prefix {
         Some(p) => format!("part-{p}-{index:05}.parquet"),

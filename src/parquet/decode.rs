@@ -452,7 +452,31 @@ fn finish_batch(
 /// A panic inside the Parquet decoder (damaged bytes that trip one of its
 /// assertions) is contained and reported as `PartCorrupted`.
 pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decoded> {
-    contain(decoder_panic(path), || {
+    let lazy = decode_bytes_lazy(data, path, opts)?;
+    Ok(Decoded {
+        schema: lazy.schema,
+        batches: lazy.batches.collect::<Result<Vec<_>>>()?,
+        file_rows: lazy.file_rows,
+    })
+}
+
+/// A Parquet file held in memory, checked and ready to decode batch by
+/// batch: the file's bytes and one batch are in memory at a time, not all
+/// of its decoded rows.
+pub struct LazyDecoded {
+    pub schema: SchemaRef,
+    /// The batches, decoded as they are taken. A decoder panic on one is
+    /// `PartCorrupted`.
+    pub batches: Box<dyn Iterator<Item = Result<RecordBatch>> + Send>,
+    /// Rows in the whole part, as its footer states (before any filter).
+    pub file_rows: u64,
+}
+
+/// [`decode_bytes`], the batches decoded as they are taken. The footer,
+/// the schema and the checksums of the chunks read are checked here,
+/// before any batch.
+pub fn decode_bytes_lazy(data: Bytes, path: &str, opts: &ReadOptions) -> Result<LazyDecoded> {
+    let (reader, order, target, post, file_rows) = contain(decoder_panic(path), || {
         let err = corrupted(path);
         let metadata = ArrowReaderMetadata::load(&data, Default::default()).map_err(&err)?;
         let sums = crate::parquet::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
@@ -470,32 +494,49 @@ pub fn decode_bytes(data: Bytes, path: &str, opts: &ReadOptions) -> Result<Decod
             builder,
             order,
             target,
-            mut post,
+            post,
             ..
         } = configured;
         let reader = builder.build().map_err(&err)?;
-        let batches = reader
-            .map(|b| {
-                let b = b.map_err(|e| Error::PartCorrupted {
-                    path: path.to_string(),
-                    reason: e.to_string(),
-                })?;
-                let b = match &mut post {
-                    Some(post) => post.apply(b, path)?,
-                    None => b,
-                };
-                let b = finish_batch(b, order.as_deref(), &target, path)?;
-                match &opts.evolve_to {
-                    None => Ok(b),
-                    Some(to) => part_schema::evolve(&b, to),
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Decoded {
-            schema: opts.evolve_to.clone().unwrap_or(target),
-            batches,
-            file_rows: footer_rows(&metadata),
-        })
+        Ok((reader, order, target, post, footer_rows(&metadata)))
+    })?;
+    let schema = opts.evolve_to.clone().unwrap_or_else(|| target.clone());
+    let evolve_to = opts.evolve_to.clone();
+    let path = path.to_string();
+    let mut state = Some((reader, post));
+    let batches = std::iter::from_fn(move || {
+        let (reader, post) = state.as_mut()?;
+        let next = contain(decoder_panic(&path), || {
+            let Some(b) = reader.next() else {
+                return Ok(None);
+            };
+            let b = b.map_err(|e| corrupt(&path, e.to_string()))?;
+            let b = match post {
+                Some(post) => post.apply(b, &path)?,
+                None => b,
+            };
+            let b = finish_batch(b, order.as_deref(), &target, &path)?;
+            match &evolve_to {
+                None => Ok(Some(b)),
+                Some(to) => part_schema::evolve(&b, to).map(Some),
+            }
+        });
+        match next {
+            Ok(Some(b)) => Some(Ok(b)),
+            Ok(None) => {
+                state = None;
+                None
+            }
+            Err(e) => {
+                state = None; // Nothing follows an error.
+                Some(Err(e))
+            }
+        }
+    });
+    Ok(LazyDecoded {
+        schema,
+        batches: Box::new(batches),
+        file_rows,
     })
 }
 

@@ -47,6 +47,7 @@ pub mod keys;
 pub mod manifest;
 pub mod merge;
 pub mod node;
+pub mod part_stream;
 pub mod parts;
 pub mod partset;
 pub mod patch;

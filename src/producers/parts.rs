@@ -24,8 +24,9 @@ use super::BatchIter;
 /// A part is cut inside a run of equal keys once it holds this many times
 /// `target_rows` rows (see the module docs).
 pub const SPAN_FACTOR: usize = 2;
+use super::part_stream::{Feed, Outcomes, PartStages, PartTarget};
 use crate::error::{Error, Result};
-use crate::parquet::encode::{encode_owned, EncodeOptions};
+use crate::parquet::encode::EncodeOptions;
 pub use crate::spec::pipeline::{Patch, RangePart};
 use crate::store::StoreHandle;
 
@@ -82,10 +83,12 @@ pub struct PartSpec<'a> {
 /// module docs). Returns the parts in key order. On failure, the parts
 /// already written are removed.
 ///
-/// Parts are encoded and uploaded on [`super::sort::default_threads`]
-/// threads while the next part is cut from the stream: memory is at most
-/// that many parts being encoded (their Arrow rows and Parquet bytes) plus
-/// the one being cut. The parts do not depend on the thread count.
+/// A part's rows are encoded as they are cut, on an encoder thread (its
+/// columns in parallel on the CPU pool), and each finished part is
+/// uploaded while the next is encoded (see [`super::part_stream`]): memory
+/// is at most a few slices of rows, the encoded pages of the part being
+/// cut and the bytes of the part being uploaded, whatever the part size.
+/// The parts do not depend on the thread count.
 pub fn write_range_parts(
     store: Arc<StoreHandle>,
     spec: &PartSpec<'_>,
@@ -103,17 +106,8 @@ pub fn write_range_parts(
     )
 }
 
-/// The cut's error when a part failed to write (replaced by that error).
-const STOPPED: &str = "a part failed to write";
-
-/// One part cut from the stream, to encode and upload.
-struct Cut {
-    index: usize,
-    batches: Vec<RecordBatch>,
-}
-
-/// [`write_range_parts`] on `threads` encoding threads (1: encode on the
-/// calling thread).
+/// [`write_range_parts`] on `threads` threads (1: encode and upload on the
+/// calling thread; see [`super::part_stream`]).
 pub fn write_range_parts_on(
     store: Arc<StoreHandle>,
     spec: &PartSpec<'_>,
@@ -134,117 +128,48 @@ pub fn write_range_parts_on(
     crate::store::keys::object_segments(location)?;
     let max_rows = target_rows.saturating_mul(SPAN_FACTOR);
     let encoder = KeyEncoder::new(&schema, key)?;
-    let object_of = |name: &str| format!("{}/{name}", location.trim_end_matches('/'));
-    // Encode and upload one part (on any thread).
-    let write_one = |cut: Cut| -> Result<RangePart> {
-        let Cut { index, batches } = cut;
-        let (first, last) = (&batches[0], &batches[batches.len() - 1]);
-        let first_key = key_values(first, key, 0);
-        let last_key = key_values(last, key, last.num_rows() - 1);
-        let (bytes, summary) = encode_owned(batches, schema.clone(), opts)?;
-        let name = format!("{prefix}-{index:05}.parquet");
-        crate::runtime::block_on(store.put_create_own(&object_of(&name), bytes))??;
-        Ok(RangePart {
-            name,
-            rows: summary.row_count,
-            size_bytes: summary.size_bytes,
-            sha256: summary.sha256,
-            first_key,
-            last_key,
-            patches: Vec::new(),
-            base_rows: None,
-        })
+    let target = PartTarget {
+        store: store.clone(),
+        folder: location.trim_end_matches('/').to_string(),
+        prefix,
+        schema,
+        key,
+        opts,
+        max_rows,
     };
-    let threads = threads.max(1);
-    let done: std::sync::Mutex<Vec<(usize, Result<RangePart>)>> = Default::default();
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let record = |index: usize, r: Result<RangePart>| {
-        if r.is_err() {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if let Ok(mut d) = done.lock() {
-            d.push((index, r));
-        }
-    };
-    let run = |cut: Cut| {
-        let index = cut.index;
-        record(
-            index,
-            crate::error::contain(crate::error::internal_panic, || write_one(cut)),
-        );
-    };
-    // A rendezvous channel: a part is handed over only to an idle worker,
-    // so at most `threads` parts are in flight.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Cut>(0);
-    let rx = std::sync::Mutex::new(rx);
-    let cut_result = std::thread::scope(|s| -> Result<()> {
-        let tx = tx;
-        let mut workers = 0;
-        if threads > 1 {
-            for _ in 0..threads {
-                let (rx, run) = (&rx, &run);
-                let spawned = std::thread::Builder::new()
-                    .name("pds-encode".into())
-                    .spawn_scoped(s, move || loop {
-                        let next = rx.lock().ok().and_then(|r| r.recv().ok());
-                        match next {
-                            Some(cut) => run(cut),
-                            None => return,
-                        }
-                    });
-                if spawned.is_ok() {
-                    workers += 1;
-                }
-            }
-        }
-        let mut index = 0usize;
-        let mut flush = |pending: &mut Vec<RecordBatch>| -> Result<()> {
-            if pending.is_empty() {
-                return Ok(());
-            }
-            if failed.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(Error::Task(STOPPED.into()));
-            }
-            let cut = Cut {
-                index,
-                batches: std::mem::take(pending),
-            };
-            index += 1;
-            if workers == 0 {
-                run(cut);
-            } else if let Err(back) = tx.send(cut) {
-                run(back.0);
-            }
-            Ok(())
-        };
-        let mut pending: Vec<RecordBatch> = Vec::new();
+    let outcomes = Outcomes::default();
+    let cut = std::thread::scope(|s| -> Result<()> {
+        let mut stages = PartStages::start(s, &target, &outcomes, threads)?;
+        // The open part's rows so far, and its last slice (for its last key).
         let mut rows = 0usize;
+        let mut last: Option<RecordBatch> = None;
         for batch in stream {
             let mut batch = batch?;
             while batch.num_rows() > 0 {
                 if rows < target_rows {
                     let take = (target_rows - rows).min(batch.num_rows());
-                    pending.push(batch.slice(0, take));
+                    add(&mut stages, &mut last, batch.slice(0, take))?;
                     rows += take;
                     batch = batch.slice(take, batch.num_rows() - take);
                     continue;
                 }
                 // Full: keep the rows that share the last key (up to the
                 // hard cap: then the key spans parts), then cut.
-                let Some(last) = pending.last() else { break };
+                let Some(tail) = last.take() else { break };
                 let room = max_rows.saturating_sub(rows).min(batch.num_rows());
                 let same = if room == 0 {
                     0
                 } else {
-                    let last_rows = encoder.rows(last)?;
-                    let boundary = last_rows.row(last.num_rows() - 1).owned();
+                    let last_rows = encoder.rows(&tail)?;
+                    let boundary = last_rows.row(tail.num_rows() - 1).owned();
                     let rows_here = encoder.rows(&batch.slice(0, room))?;
                     (0..room)
                         .take_while(|&i| rows_here.row(i) == boundary.row())
                         .count()
                 };
+                last = Some(tail);
                 if same > 0 {
-                    pending.push(batch.slice(0, same));
+                    add(&mut stages, &mut last, batch.slice(0, same))?;
                     rows += same;
                     batch = batch.slice(same, batch.num_rows() - same);
                     if batch.num_rows() == 0 {
@@ -252,37 +177,34 @@ pub fn write_range_parts_on(
                     }
                 }
                 // Another key follows, or the part is at its hard cap.
-                flush(&mut pending)?;
+                stages.send(Feed::Cut)?;
                 rows = 0;
+                last = None;
             }
         }
-        flush(&mut pending)
-        // Leaving the scope closes the channel and joins the workers.
+        if rows > 0 {
+            stages.send(Feed::Cut)?;
+        }
+        Ok(())
+        // Leaving the scope closes the channels and joins the stages.
     });
-    let mut done = match done.into_inner() {
-        Ok(d) => d,
-        Err(p) => p.into_inner(),
-    };
-    done.sort_by_key(|(i, _)| *i);
-    let mut written = Vec::with_capacity(done.len());
-    let mut first_err = cut_result.err();
-    for (_, r) in done {
-        match r {
-            Ok(p) => written.push(p),
-            Err(e) => {
-                if first_err.is_none() || matches!(&first_err, Some(Error::Task(m)) if m == STOPPED)
-                {
-                    first_err = Some(e);
-                }
-            }
-        }
-    }
-    if let Some(e) = first_err {
-        let keys: Vec<String> = written.iter().map(|p| object_of(&p.name)).collect();
+    let (written, err) = outcomes.finish(cut);
+    if let Some(e) = err {
+        let keys: Vec<String> = written.iter().map(|p| target.object(&p.name)).collect();
         let _ = crate::runtime::block_on(store.delete_many(&keys));
         return Err(e);
     }
     Ok(written)
+}
+
+/// Send the open part's next rows, kept as its `last` slice.
+fn add(
+    stages: &mut PartStages<'_, '_>,
+    last: &mut Option<RecordBatch>,
+    slice: RecordBatch,
+) -> Result<()> {
+    *last = Some(slice.clone());
+    stages.send(Feed::Rows(slice))
 }
 
 /// Recorded keys (JSON values, one per key column) as arrays, one per
@@ -529,17 +451,22 @@ mod tests {
         s.finish().unwrap().map(|b| b.unwrap()).collect()
     }
 
+    /// Parts of about 300 rows under `st/content`.
+    fn small_parts(opts: &EncodeOptions) -> PartSpec<'_> {
+        PartSpec {
+            location: "st/content",
+            prefix: "p",
+            target_rows: 300,
+            opts,
+        }
+    }
+
     /// The same parts (names, ranges, bytes) on 1, 2 and 4 threads.
     #[test]
     fn parts_are_identical_for_any_thread_count() {
         let key = vec!["k".to_string()];
         let opts = EncodeOptions::new("zstd", None, None).unwrap();
-        let spec = PartSpec {
-            location: "st/content",
-            prefix: "p",
-            target_rows: 300,
-            opts: &opts,
-        };
+        let spec = small_parts(&opts);
         let mut all = Vec::new();
         for threads in [1, 2, 4] {
             let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
@@ -557,12 +484,7 @@ mod tests {
     fn a_failing_stream_leaves_no_part_on_any_thread_count() {
         let key = vec!["k".to_string()];
         let opts = EncodeOptions::new("zstd", None, None).unwrap();
-        let spec = PartSpec {
-            location: "st/content",
-            prefix: "p",
-            target_rows: 300,
-            opts: &opts,
-        };
+        let spec = small_parts(&opts);
         for threads in [1, 3] {
             let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
             let mut input: Vec<Result<RecordBatch>> = sorted_input().into_iter().map(Ok).collect();
@@ -581,6 +503,80 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert!(left.objects.is_empty(), "{threads} threads left some parts");
+        }
+    }
+
+    /// Fails the PUTs of part `n`'s object as `outcome` says: every one
+    /// refused (retries included), or the first applied with its reply
+    /// lost.
+    struct FailNthPart {
+        n: usize,
+        outcome: crate::store::hooked::Outcome,
+        puts: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::store::hooked::Hook for FailNthPart {
+        fn on(
+            &self,
+            op: crate::store::hooked::Op,
+            path: Option<&object_store::path::Path>,
+            _: &object_store::memory::InMemory,
+        ) -> crate::store::hooked::Outcome {
+            use crate::store::hooked::{Op, Outcome};
+            let name = format!("p-{:05}.parquet", self.n);
+            if op != Op::Put || !path.is_some_and(|p| p.as_ref().ends_with(&name)) {
+                return Outcome::Forward;
+            }
+            let seen = self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match self.outcome {
+                Outcome::LoseReply if seen > 0 => Outcome::Forward,
+                outcome => outcome,
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_upload_leaves_no_part_and_a_lost_reply_keeps_it_once() {
+        use crate::store::hooked::{Hooked, Outcome};
+        let key = vec!["k".to_string()];
+        let opts = EncodeOptions::new("zstd", None, None).unwrap();
+        let spec = small_parts(&opts);
+        let clean = {
+            let store = Arc::new(StoreHandle::open("memory://", &BTreeMap::new()).unwrap());
+            let input: BatchIter = Box::new(sorted_input().into_iter().map(Ok));
+            write_range_parts(store, &spec, schema(), &key, input).unwrap()
+        };
+        assert!(clean.len() > 2);
+        for outcome in [Outcome::Fail, Outcome::LoseReply] {
+            for threads in [1, 2, 3] {
+                for n in [0, 2] {
+                    let hooked = Hooked::new(FailNthPart {
+                        n,
+                        outcome,
+                        puts: Default::default(),
+                    });
+                    let store =
+                        Arc::new(StoreHandle::from_object_store(Arc::new(hooked), "").unwrap());
+                    let input: BatchIter = Box::new(sorted_input().into_iter().map(Ok));
+                    let got =
+                        write_range_parts_on(store.clone(), &spec, schema(), &key, input, threads);
+                    let what = format!("{outcome:?}, part {n}, {threads} threads");
+                    let left = crate::runtime::block_on(store.list("st", true))
+                        .unwrap()
+                        .unwrap();
+                    if outcome == Outcome::LoseReply {
+                        // The PUT was applied: found there with its bytes,
+                        // the part is kept, once.
+                        let parts = got.expect(&what);
+                        assert_eq!(parts, clean, "{what}");
+                        assert_eq!(left.objects.len(), parts.len(), "{what}");
+                        continue;
+                    }
+                    let err = got.expect_err(&what);
+                    assert!(err.to_string().contains("injected"), "{what}: {err}");
+                    assert!(left.objects.is_empty(), "{what} left {:?}", left.objects);
+                }
+            }
         }
     }
 

@@ -350,6 +350,7 @@ class _Groups:
         self._fetch()
 
     def _fetch(self) -> bool:
+        self.cur = None  # freed before the next chunk is read
         got = self.run.next_chunk(False, ROW_CHUNK)
         self.serial += 1
         if got is None:
@@ -471,22 +472,32 @@ def run_batched(stage: Node, run: _core.StageRun, n_sources: int) -> None:
         while (got := run.next_chunk(True, BATCH_CHUNK)) is not None:
             keys, sources, _ = got
             _batched_call(stage, run, keys, [pa.Table.from_batches([rows]) for rows, _ in sources])
+            # Drop this chunk before the next is read: a chunk can hold
+            # BATCH_GROUP_MAX rows, and two at once would double that.
+            del got, keys, sources
         return
     while (got := run.next_chunk(True, JOIN_KEYS, BATCH_GROUP_MAX)) is not None:
         keys, sources, _ = got
+        del got
         _batched_call(stage, run, keys, [pa.Table.from_batches([rows]) for rows, _ in sources])
+        schemas = [rows.schema for rows, _ in sources]
+        # Each piece is dropped before the next is read (see above).
+        del sources
         open_sources = run.open_sources()
         last = keys.slice(keys.num_rows - 1, 1)
+        del keys
         while open_sources:
-            tables = [sources[j][0].schema.empty_table() for j in range(len(sources))]
+            tables = [schema.empty_table() for schema in schemas]
             for j in list(open_sources):
                 more = run.pull_open(j, BATCH_GROUP_MAX)
                 if more is None:
                     open_sources.remove(j)
                 else:
                     tables[j] = pa.Table.from_batches([more])
+                    del more
             if any(t.num_rows for t in tables):
                 _batched_call(stage, run, last, tables)
+            del tables
 
 
 def _batched_call(stage: Node, run: _core.StageRun, keys: pa.RecordBatch, tables: list[pa.Table]) -> None:

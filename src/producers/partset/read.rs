@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::PartSet;
 use crate::error::{Error, Result};
-use crate::parquet::decode::{decode_bytes, ReadOptions};
+use crate::parquet::decode::{decode_bytes, decode_bytes_lazy, ReadOptions};
 use crate::producers::keys::KeyEncoder;
 use crate::producers::parts::RangePart;
 use crate::producers::patch::Layered;
@@ -30,6 +30,32 @@ enum Base {
 /// least one part): parts of a key spanning many are large, and a scan's
 /// memory must stay bounded whatever the group's size.
 const SCAN_AHEAD_BYTES: u64 = 32 << 20;
+
+/// A scan decodes ahead of its reader about this many bytes of batches
+/// (see [`scan_batches_ahead`]): enough to keep decoding while the reader
+/// works through a chunk, far less than a large part.
+const SCAN_DECODED_AHEAD: u64 = 16 << 20;
+
+/// Batches a scan of `parts` decodes ahead: [`SCAN_DECODED_AHEAD`] over
+/// a batch's size at the parts' largest stored bytes per row (the decoder
+/// makes batches of 1,024 rows), from 2 to 512.
+fn scan_batches_ahead(parts: &[RangePart]) -> usize {
+    let per_row = parts
+        .iter()
+        .map(|p| p.size_bytes / p.rows.max(1))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    (SCAN_DECODED_AHEAD / (per_row * 1024)).clamp(2, 512) as usize
+}
+
+/// A part whose file holds other than the rows its record states.
+fn rows_differ(path: String, file_rows: u64, rows: u64) -> Error {
+    Error::PartCorrupted {
+        path,
+        reason: format!("{file_rows} rows, the manifest records {rows}"),
+    }
+}
 
 /// Parts a scan of `parts` fetches ahead (see [`SCAN_AHEAD_BYTES`]).
 fn scan_ahead(parts: &[RangePart]) -> usize {
@@ -99,10 +125,7 @@ impl PartSet {
         };
         let d = decode_bytes(data, &path, &opts)?;
         if d.file_rows != rows {
-            return Err(Error::PartCorrupted {
-                path,
-                reason: format!("{} rows, the manifest records {rows}", d.file_rows),
-            });
+            return Err(rows_differ(path, d.file_rows, rows));
         }
         Ok(d.batches)
     }
@@ -231,14 +254,18 @@ impl PartSet {
 
     /// Every row of `parts`, in order, as a stream (`columns` projected);
     /// a few parts are fetched ahead (about [`SCAN_AHEAD_BYTES`] at most),
-    /// one decoded ahead. Memory: a few parts, whatever their number.
+    /// and decoded a batch at a time, up to [`SCAN_DECODED_AHEAD`] ahead of
+    /// the reader (a part with patches, a part at a time). Memory: a few
+    /// parts' bytes and that many batches, whatever the parts' number and
+    /// size.
     pub fn scan(
         self: &Arc<Self>,
         parts: Vec<RangePart>,
         columns: Option<Vec<String>>,
     ) -> BatchIter {
         let this = self.clone();
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<RecordBatch>>>(1);
+        let (tx, rx) =
+            std::sync::mpsc::sync_channel::<Result<RecordBatch>>(scan_batches_ahead(&parts));
         let ahead = scan_ahead(&parts);
         let rt = match crate::runtime::get() {
             Ok(rt) => rt,
@@ -254,29 +281,67 @@ impl PartSet {
             while let Some(got) = fetches.next().await {
                 let cols = columns.clone();
                 let this = this.clone();
-                let decoded =
-                    match got {
-                        Ok((p, data)) => tokio::task::spawn_blocking(move || {
-                            this.decode(&p, data, cols.as_deref())
-                        })
-                        .await
-                        .unwrap_or_else(|e| Err(Error::Task(format!("a part decode failed: {e}")))),
+                let sent = tx.clone();
+                // Decode and hand over on a blocking thread: `send` waits
+                // while the reader is behind. `false`: stop.
+                let go_on = tokio::task::spawn_blocking(move || {
+                    let batches = match got {
+                        Ok((p, data)) => this.decode_lazy(&p, data, cols.as_deref()),
                         Err(e) => Err(e),
                     };
-                let failed = decoded.is_err();
-                let sent = tx.clone();
-                let gone = tokio::task::spawn_blocking(move || sent.send(decoded).is_err())
-                    .await
-                    .unwrap_or(true);
-                if gone || failed {
-                    return;
+                    let batches = match batches {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let _ = sent.send(Err(e));
+                            return false;
+                        }
+                    };
+                    for b in batches {
+                        let failed = b.is_err();
+                        if sent.send(b).is_err() || failed {
+                            return false;
+                        }
+                    }
+                    true
+                })
+                .await;
+                match go_on {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        let _ = tx.send(Err(Error::Task(format!("a part decode failed: {e}"))));
+                        return;
+                    }
                 }
             }
         });
-        Box::new(rx.into_iter().flat_map(|r| match r {
-            Ok(batches) => batches.into_iter().map(Ok).collect::<Vec<_>>(),
-            Err(e) => vec![Err(e)],
-        }))
+        Box::new(rx.into_iter())
+    }
+
+    /// [`Self::decode`], the batches decoded as they are taken where the
+    /// part has no patches (its rows and their checks are those of
+    /// [`Self::decode`]).
+    fn decode_lazy(
+        &self,
+        part: &RangePart,
+        fetched: Fetched,
+        columns: Option<&[String]>,
+    ) -> Result<BatchIter> {
+        if !part.patches.is_empty() {
+            let batches = self.decode(part, fetched, columns)?;
+            return Ok(Box::new(batches.into_iter().map(Ok)));
+        }
+        let path = self.object(part);
+        let opts = ReadOptions {
+            columns: columns.map(|c| c.to_vec()),
+            expected: Some(self.schema.clone()),
+            ..Default::default()
+        };
+        let d = decode_bytes_lazy(fetched.base, &path, &opts)?;
+        if d.file_rows != part.rows {
+            return Err(rows_differ(path, d.file_rows, part.rows));
+        }
+        Ok(d.batches)
     }
 
     /// Fetch and decode several parts at once (the GETs concurrently).

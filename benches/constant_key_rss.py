@@ -4,7 +4,12 @@ in from a reader, with ``sort_budget=64 MiB`` on file://; the target is a peak
 RSS of at most 512 MiB. Run it in a fresh process (ru_maxrss is the process's
 peak):
 
-    python benches/constant_key_rss.py [batched|row|join|update] [rows] [sort_budget_mib]
+    python benches/constant_key_rss.py [batched|row|join|update] [rows] [sort_budget_mib] [none|read|stream]
+
+The fourth argument reads the stage's output after the build, in the same
+process: ``read`` with ``Pipeline.read`` (the whole table in memory),
+``stream`` with ``Pipeline.read_batches``; the line then gives the peak
+after the build and after the read.
 
 ``join``: the rows split over two such sources (the same key), joined by a
 batched stage that counts each call's rows per side (a first build of a join
@@ -30,6 +35,12 @@ much to be the default: MIMALLOC_PURGE_DELAY=1 516 / 518 MiB (24.9 s /
 48.3 s), MIMALLOC_PURGE_DELAY=0 474 MiB batched (33.9 s). A join's first
 build over two such sources of 3M rows each (``join``), streamed in pieces
 of 524,288 rows a side: 706 MiB (7.3 s, 6 calls).
+
+2026-11-28, after parts were encoded as their rows arrive and scans decoded a
+batch at a time, alternated with the build before (this sitting): batched
+568-601 MiB (was 640-649), row form 567-617 (636-675), update 549 (609-646);
+``row ... read`` peaks at 892-904 MiB either way (the 6M-row table is 411 MiB
+of Arrow), ``row ... stream`` stays at the build's peak.
 """
 
 import itertools
@@ -49,6 +60,7 @@ import pds
 form = sys.argv[1] if len(sys.argv) > 1 else "batched"
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 6_000_000
 budget = int(sys.argv[3]) << 20 if len(sys.argv) > 3 else 64 << 20
+then = sys.argv[4] if len(sys.argv) > 4 else "none"
 B = 65_536
 VALUES = [f"c{i}" for i in range(8)]
 
@@ -126,9 +138,18 @@ with tempfile.TemporaryDirectory(dir="/tmp") as d:
         p.update({"src": reader(n)})
     secs = time.time() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rows = p.read("s").num_rows if n <= 1_000_000 else -1
+    after = ""
+    if then == "read":
+        rows = p.read("s").num_rows
+    elif then == "stream":
+        rows = sum(b.num_rows for b in p.read_batches("s"))
+    else:
+        rows = p.read("s").num_rows if n <= 1_000_000 else -1
+    if then != "none":
+        after = f" peak_after_{then}={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}MiB"
     if form == "join":
         t = p.read("s")
         assert sum(t["na"].to_pylist()) + sum(t["nb"].to_pylist()) == n, "every row counted once"
         rows = t.num_rows
-    print(f"form={form} rows={n} budget={budget >> 20}MiB seconds={secs:.1f} peak_rss={peak:.0f}MiB out_rows={rows}")
+    line = f"form={form} rows={n} budget={budget >> 20}MiB seconds={secs:.1f} peak_rss={peak:.0f}MiB out_rows={rows}"
+    print(line + after)

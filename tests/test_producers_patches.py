@@ -221,3 +221,40 @@ def test_a_damaged_patch_is_refused_on_read(tmp_path: Any) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(pds.PartCorrupted):
         Pipeline.open(store, "pp").read("events")
+
+
+def test_read_batches_streams_what_read_returns(fast_store: Store) -> None:
+    p = declare(fast_store, target_rows=64)
+    events = {i: (i % 100, i) for i in range(1000)}
+    p.update({"events": table(events, sorted(events))})
+    changed = {**events, **{i: (i % 7, -i) for i in range(0, 1000, 37)}}
+    p.update({"events": table(changed, list(range(0, 1000, 37)))})
+    assert patch_counts(manifest(p))["events"] > 0, "the change is patched in"
+    for version in (1, 2):
+        for node in ("events", "totals", "buckets"):
+            reader = p.read_batches(node, version=version)
+            assert isinstance(reader, pa.RecordBatchReader)
+            batches = list(reader)
+            whole = p.read(node, version=version)
+            assert reader.schema.equals(whole.schema)
+            assert pa.Table.from_batches(batches, schema=reader.schema).equals(whole), (node, version)
+            if node == "events":
+                assert len(batches) > 1, "a node of many parts streams in many batches"
+    assert sorted(zip(*(c.to_pylist() for c in p.read("events").columns), strict=True)) == expected(changed)["events"]
+
+
+def test_a_damaged_part_fails_read_batches_with_its_class(tmp_path: Any) -> None:
+    store = pds.open_store((tmp_path / "lake").as_uri())
+    p = declare(store, target_rows=64)
+    events = {i: (i % 100, i) for i in range(1000)}
+    p.update({"events": table(events, sorted(events))})
+    parts = manifest(p)["nodes"]["events"]["content"]
+    assert len(parts) > 3
+    path = tmp_path / "lake" / "pp" / parts[2]["name"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    reader = Pipeline.open(store, "pp").read_batches("events")
+    with pytest.raises(pds.PartCorrupted):
+        for _ in reader:
+            pass

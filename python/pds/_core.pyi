@@ -685,6 +685,9 @@ def pipeline_compact_node(
 def pipeline_read(store: RustStore, root: str, node: str) -> pa.Table:
     """A node's whole content: key and value columns, sorted by key."""
 
+def pipeline_read_batches(store: RustStore, root: str, node: str) -> pa.RecordBatchReader:
+    """``pipeline_read``'s rows as a stream, a few parts in memory at a time."""
+
 def pipeline_update(store: RustStore, root: str, node: str) -> tuple[pa.Table, pa.Table]:
     """What a node's version changed: (rows of every changed key, deleted keys)."""
 

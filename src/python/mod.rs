@@ -139,6 +139,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(producers::pipeline_merge_update, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_compact_node, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_read, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::pipeline_read_batches, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_update, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_latest, m)?)?;
     m.add_function(wrap_pyfunction!(producers::pipeline_version, m)?)?;

@@ -134,6 +134,21 @@ pub fn pipeline_compact_node(
     Ok((state_json(&state)?, rewritten, written, created))
 }
 
+/// A node's content (key and value columns, sorted by key), as a stream
+/// read a few parts at a time, and its schema.
+fn scan_node(
+    py: Python<'_>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+) -> PyResult<(arrow_schema::SchemaRef, crate::producers::BatchIter)> {
+    let env = reader_env(store, root)?;
+    let view = NodeView::from_json(node).py_err()?;
+    super::detach(py, || {
+        Ok::<_, Error>((view.public_schema()?, view.full_scan(&env)?))
+    })
+}
+
 /// A node's whole content (key and value columns, sorted by key).
 #[pyfunction]
 pub fn pipeline_read<'py>(
@@ -142,16 +157,22 @@ pub fn pipeline_read<'py>(
     root: &str,
     node: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let env = reader_env(store, root)?;
-    let view = NodeView::from_json(node).py_err()?;
-    let (batches, schema) = super::detach(py, || {
-        let schema = view.public_schema()?;
-        let batches = view
-            .full_scan(&env)?
-            .collect::<crate::error::Result<Vec<_>>>()?;
-        Ok::<_, Error>((batches, schema))
-    })?;
+    let (schema, batches) = scan_node(py, store, root, node)?;
+    let batches = super::detach(py, || batches.collect::<crate::error::Result<Vec<_>>>())?;
     PyTable::try_new(batches, schema)?.into_pyarrow(py)
+}
+
+/// A node's whole content as a `pyarrow.RecordBatchReader`: the rows of
+/// [`pipeline_read`], streamed a few parts at a time.
+#[pyfunction]
+pub fn pipeline_read_batches<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    root: &str,
+    node: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (schema, batches) = scan_node(py, store, root, node)?;
+    super::stream::batches_reader(py, schema, batches)
 }
 
 /// What a node's version changed: `(rows of every changed key, deleted keys)`.

@@ -500,9 +500,19 @@ class Pipeline:
 
     def read(self, name: str, version: int | None = None) -> pa.Table:
         """A node's content at *version* (latest by default): its key and
-        value columns, sorted by key. A merge reads as all its feeders'."""
+        value columns, sorted by key. A merge reads as all its feeders'.
+        The whole table is in memory: :meth:`read_batches` streams it."""
         _, view = self._node_view(name, version)
         return _core.pipeline_read(self._native, self._root, view)
+
+    def read_batches(self, name: str, version: int | None = None) -> pa.RecordBatchReader:
+        """:meth:`read`'s rows as a stream, in the same order: memory holds a
+        few parts' bytes and batches at a time, whatever the node's size.
+        The version is fixed when the reader is made; a failure while
+        reading (a damaged part) raises its documented class from the
+        reader's iteration."""
+        _, view = self._node_view(name, version)
+        return _core.pipeline_read_batches(self._native, self._root, view)
 
     def _partition_views(self, name: str, version: int | None = None) -> tuple[int, pa.Schema, list[str]]:
         """For readers that split a node's content (Spark): the version read,

@@ -41,8 +41,9 @@ pub const FEED_ROWS: usize = 8192;
 /// on while the encoder encodes one.
 pub const FEED_DEPTH: usize = 2 * crate::parquet::encode::ENCODE_SLICE_ROWS / FEED_ROWS;
 
-/// The most a part's output buffer reserves up front.
-const CAPACITY_MAX: usize = 1 << 30;
+/// The most a part's output buffer reserves up front (a larger part's
+/// buffer grows past it).
+const CAPACITY_MAX: usize = 64 << 20;
 
 /// The error of a stage stopped because another stage failed (replaced by
 /// that stage's error).
@@ -168,8 +169,9 @@ impl<'t, 'a> Encoder<'t, 'a> {
 }
 
 /// The output buffer a part starting with `batch` reserves: that batch's
-/// bytes per row for `max_rows` rows. Pages never written cost no memory,
-/// and the buffer is not regrown by doubling as the part fills.
+/// bytes per row for `max_rows` rows, at most [`CAPACITY_MAX`]. Pages never
+/// written cost no memory, and a part of that size is not regrown by
+/// doubling as it fills.
 fn output_capacity(batch: &RecordBatch, max_rows: usize) -> usize {
     let bytes: usize = batch
         .columns()
@@ -222,6 +224,12 @@ impl Outcomes {
 
     fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Stop the stages: the cut failed, so what they still hold is not
+    /// encoded or uploaded.
+    pub fn cancel(&self) {
+        self.failed.store(true, Ordering::Relaxed);
     }
 
     /// The parts written, in index order, or the first error (a stage's

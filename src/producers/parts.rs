@@ -140,52 +140,11 @@ pub fn write_range_parts_on(
     let outcomes = Outcomes::default();
     let cut = std::thread::scope(|s| -> Result<()> {
         let mut stages = PartStages::start(s, &target, &outcomes, threads)?;
-        // The open part's rows so far, and its last slice (for its last key).
-        let mut rows = 0usize;
-        let mut last: Option<RecordBatch> = None;
-        for batch in stream {
-            let mut batch = batch?;
-            while batch.num_rows() > 0 {
-                if rows < target_rows {
-                    let take = (target_rows - rows).min(batch.num_rows());
-                    add(&mut stages, &mut last, batch.slice(0, take))?;
-                    rows += take;
-                    batch = batch.slice(take, batch.num_rows() - take);
-                    continue;
-                }
-                // Full: keep the rows that share the last key (up to the
-                // hard cap: then the key spans parts), then cut.
-                let Some(tail) = last.take() else { break };
-                let room = max_rows.saturating_sub(rows).min(batch.num_rows());
-                let same = if room == 0 {
-                    0
-                } else {
-                    let last_rows = encoder.rows(&tail)?;
-                    let boundary = last_rows.row(tail.num_rows() - 1).owned();
-                    let rows_here = encoder.rows(&batch.slice(0, room))?;
-                    (0..room)
-                        .take_while(|&i| rows_here.row(i) == boundary.row())
-                        .count()
-                };
-                last = Some(tail);
-                if same > 0 {
-                    add(&mut stages, &mut last, batch.slice(0, same))?;
-                    rows += same;
-                    batch = batch.slice(same, batch.num_rows() - same);
-                    if batch.num_rows() == 0 {
-                        break; // The key may go on in the next batch.
-                    }
-                }
-                // Another key follows, or the part is at its hard cap.
-                stages.send(Feed::Cut)?;
-                rows = 0;
-                last = None;
-            }
+        let cut = cut_parts(&mut stages, stream, &encoder, target_rows, max_rows);
+        if cut.is_err() {
+            outcomes.cancel();
         }
-        if rows > 0 {
-            stages.send(Feed::Cut)?;
-        }
-        Ok(())
+        cut
         // Leaving the scope closes the channels and joins the stages.
     });
     let (written, err) = outcomes.finish(cut);
@@ -195,6 +154,63 @@ pub fn write_range_parts_on(
         return Err(e);
     }
     Ok(written)
+}
+
+/// Cut `stream` into parts and send their rows to `stages` (see
+/// [`write_range_parts`]).
+fn cut_parts(
+    stages: &mut PartStages<'_, '_>,
+    stream: BatchIter,
+    encoder: &KeyEncoder,
+    target_rows: usize,
+    max_rows: usize,
+) -> Result<()> {
+    // The open part's rows so far, and its last slice (for its last key).
+    let mut rows = 0usize;
+    let mut last: Option<RecordBatch> = None;
+    for batch in stream {
+        let mut batch = batch?;
+        while batch.num_rows() > 0 {
+            if rows < target_rows {
+                let take = (target_rows - rows).min(batch.num_rows());
+                add(stages, &mut last, batch.slice(0, take))?;
+                rows += take;
+                batch = batch.slice(take, batch.num_rows() - take);
+                continue;
+            }
+            // Full: keep the rows that share the last key (up to the
+            // hard cap: then the key spans parts), then cut.
+            let Some(tail) = last.take() else { break };
+            let room = max_rows.saturating_sub(rows).min(batch.num_rows());
+            let same = if room == 0 {
+                0
+            } else {
+                let last_rows = encoder.rows(&tail)?;
+                let boundary = last_rows.row(tail.num_rows() - 1).owned();
+                let rows_here = encoder.rows(&batch.slice(0, room))?;
+                (0..room)
+                    .take_while(|&i| rows_here.row(i) == boundary.row())
+                    .count()
+            };
+            last = Some(tail);
+            if same > 0 {
+                add(stages, &mut last, batch.slice(0, same))?;
+                rows += same;
+                batch = batch.slice(same, batch.num_rows() - same);
+                if batch.num_rows() == 0 {
+                    break; // The key may go on in the next batch.
+                }
+            }
+            // Another key follows, or the part is at its hard cap.
+            stages.send(Feed::Cut)?;
+            rows = 0;
+            last = None;
+        }
+    }
+    if rows > 0 {
+        stages.send(Feed::Cut)?;
+    }
+    Ok(())
 }
 
 /// Send the open part's next rows, kept as its `last` slice.

@@ -364,15 +364,15 @@ class _Groups:
         return True
 
     def _values(self, group: int, i: int) -> Iterator[dict[str, Any]]:
-        cur = self.cur
-        assert cur is not None
-        keys, chunk, offsets, _, _ = cur
+        assert self.cur is not None
+        keys, chunk, offsets, _, _ = self.cur
         for item in chunk.get(offsets[i], offsets[i + 1]):
             if self.current_group != group:
                 raise RuntimeError("a value sequence was read after its Produce call ended (values are single-use)")
             yield item
         last = i == keys.num_rows - 1
         while last and self.current_group == group:
+            del keys, chunk, offsets  # the chunk is freed before the next is read
             if not self._fetch() or self.cur is None:
                 return
             keys, chunk, offsets, continued, _ = self.cur

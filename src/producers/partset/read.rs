@@ -273,12 +273,16 @@ impl PartSet {
         };
         rt.spawn(async move {
             let this2 = this.clone();
+            // Each fetch is a task of its own, so the parts ahead download
+            // while the one before is decoded and read.
             let mut fetches = futures::stream::iter(parts.into_iter().map(move |p| {
                 let this = this2.clone();
-                async move { this.fetch_part(&p).await.map(|d| (p, d)) }
+                tokio::spawn(async move { this.fetch_part(&p).await.map(|d| (p, d)) })
             }))
             .buffered(ahead);
-            while let Some(got) = fetches.next().await {
+            while let Some(joined) = fetches.next().await {
+                let got = joined
+                    .unwrap_or_else(|e| Err(Error::Task(format!("a part fetch failed: {e}"))));
                 let cols = columns.clone();
                 let this = this.clone();
                 let sent = tx.clone();
@@ -309,7 +313,9 @@ impl PartSet {
                     Ok(true) => {}
                     Ok(false) => return,
                     Err(e) => {
-                        let _ = tx.send(Err(Error::Task(format!("a part decode failed: {e}"))));
+                        // `send` may wait: not on a runtime worker.
+                        let failed = Err(Error::Task(format!("a part decode failed: {e}")));
+                        let _ = tokio::task::spawn_blocking(move || tx.send(failed)).await;
                         return;
                     }
                 }

@@ -46,7 +46,7 @@ fn scan_batches_ahead(parts: &[RangePart]) -> usize {
         .max()
         .unwrap_or(0)
         .max(1);
-    (SCAN_DECODED_AHEAD / (per_row * 1024)).clamp(2, 512) as usize
+    (SCAN_DECODED_AHEAD / per_row.saturating_mul(1024)).clamp(2, 512) as usize
 }
 
 /// A part whose file holds other than the rows its record states.

@@ -111,13 +111,13 @@ impl EncodeOptions {
         }
         for c in &self.plain {
             b = b.set_column_dictionary_enabled(
-                parquet::schema::types::ColumnPath::from(c.as_str()),
+                parquet::schema::types::ColumnPath::new(vec![c.clone()]),
                 false,
             );
         }
         for c in &self.page_index {
             b = b.set_column_statistics_enabled(
-                parquet::schema::types::ColumnPath::from(c.as_str()),
+                parquet::schema::types::ColumnPath::new(vec![c.clone()]),
                 EnabledStatistics::Page,
             );
         }
@@ -197,8 +197,13 @@ type ColumnJob = (usize, ArrowColumnWriter, Vec<ArrowLeafColumn>);
 /// encoded (compressed) pages of one row group, not the row group's Arrow
 /// data. Complete row groups go to the sink in file order.
 pub struct PartEncoder<W: Write + Send> {
-    writer: SerializedFileWriter<HashingWriter<W>>,
-    factory: ArrowRowGroupWriterFactory,
+    /// The file, opened once the first rows are buffered (see [`Self::file`]).
+    file: Option<OpenFile<W>>,
+    /// The sink, until the file is opened.
+    sink: Option<W>,
+    opts: EncodeOptions,
+    /// The Parquet schema of [`Self::schema`].
+    parquet_schema: parquet::schema::types::TypePtr,
     /// The caller's schema: every batch must have exactly these types.
     input: SchemaRef,
     /// What is encoded (see [`crate::parquet::storage_types`]); batches are cast to it.
@@ -212,8 +217,12 @@ pub struct PartEncoder<W: Write + Send> {
     open_rows: usize,
     row_groups: usize,
     rows: u64,
-    /// Columns with page statistics (see [`EncodeOptions::page_index`]).
-    page_index: Vec<String>,
+}
+
+/// A part's Parquet writer and the factory of its row groups' column writers.
+struct OpenFile<W: Write + Send> {
+    writer: SerializedFileWriter<HashingWriter<W>>,
+    factory: ArrowRowGroupWriterFactory,
 }
 
 impl<W: Write + Send> PartEncoder<W> {
@@ -227,20 +236,15 @@ impl<W: Write + Send> PartEncoder<W> {
         } else {
             input.clone()
         };
-        let mut props = opts.writer_properties();
-        add_encoded_arrow_schema_to_metadata(&schema, &mut props);
+        let props = opts.writer_properties();
         let parquet_schema = ArrowSchemaConverter::new()
             .with_coerce_types(props.coerce_types())
             .convert(&schema)?;
-        let writer = SerializedFileWriter::new(
-            HashingWriter::new(sink),
-            parquet_schema.root_schema_ptr(),
-            Arc::new(props),
-        )?;
-        let factory = ArrowRowGroupWriterFactory::new(&writer, schema.clone());
         Ok(Self {
-            writer,
-            factory,
+            file: None,
+            sink: Some(sink),
+            opts: opts.clone(),
+            parquet_schema: parquet_schema.root_schema_ptr(),
             input,
             schema,
             cast,
@@ -251,8 +255,38 @@ impl<W: Write + Send> PartEncoder<W> {
             open_rows: 0,
             row_groups: 0,
             rows: 0,
-            page_index: opts.page_index.clone(),
         })
+    }
+
+    /// The part's file writer, opened on first use: the columns whose first
+    /// buffered values are all distinct are written without a dictionary
+    /// (see [`crate::parquet::dictionary_choice`]).
+    fn file(&mut self) -> Result<&mut OpenFile<W>> {
+        if self.file.is_none() {
+            let sink = self
+                .sink
+                .take()
+                .ok_or_else(|| Error::Task("a part encoder lost its sink".into()))?;
+            let mut opts = self.opts.clone();
+            let unique = crate::parquet::dictionary_choice::unique_columns(
+                &self.schema,
+                &self.pending,
+                &opts.plain,
+            );
+            opts.plain.extend(unique);
+            let mut props = opts.writer_properties();
+            add_encoded_arrow_schema_to_metadata(&self.schema, &mut props);
+            let writer = SerializedFileWriter::new(
+                HashingWriter::new(sink),
+                self.parquet_schema.clone(),
+                Arc::new(props),
+            )?;
+            let factory = ArrowRowGroupWriterFactory::new(&writer, self.schema.clone());
+            self.file = Some(OpenFile { writer, factory });
+        }
+        self.file
+            .as_mut()
+            .ok_or_else(|| Error::Task("a part encoder's file did not open".into()))
     }
 
     /// Append a batch. Each full row group is encoded and flushed to the sink.
@@ -304,12 +338,16 @@ impl<W: Write + Send> PartEncoder<W> {
         if self.pending_rows == 0 {
             return Ok(());
         }
-        let batches = std::mem::take(&mut self.pending);
-        let rows = std::mem::take(&mut self.pending_rows);
         let writers = match self.open.take() {
             Some(w) => w,
-            None => self.factory.create_column_writers(self.row_groups)?,
+            None => {
+                // The file opens here, sampling the buffered rows.
+                let index = self.row_groups;
+                self.file()?.factory.create_column_writers(index)?
+            }
         };
+        let batches = std::mem::take(&mut self.pending);
+        let rows = std::mem::take(&mut self.pending_rows);
         // One job per leaf column: its writer and its slices of every batch.
         let mut jobs: Vec<ColumnJob> = writers
             .into_iter()
@@ -328,7 +366,7 @@ impl<W: Write + Send> PartEncoder<W> {
             }
             leaf += width;
         }
-        let mut written = self.in_lanes(jobs, |(i, mut w, leaves)| {
+        let mut written = in_lanes(jobs, |(i, mut w, leaves)| {
             for l in &leaves {
                 w.write(l)?;
             }
@@ -340,22 +378,6 @@ impl<W: Write + Send> PartEncoder<W> {
         Ok(())
     }
 
-    /// Run `work` on each job, spread over the process's CPU pool (see
-    /// [`crate::runtime::cpu_pool`]). A panic in one is the typed error.
-    fn in_lanes<J: Send, T: Send>(
-        &self,
-        jobs: Vec<J>,
-        work: impl Fn(J) -> Result<T> + Sync,
-    ) -> Result<Vec<T>> {
-        use rayon::prelude::*;
-        let work = &work;
-        crate::runtime::cpu_pool()?.install(|| {
-            jobs.into_par_iter()
-                .map(|job| crate::error::contain(encoder_panic, || work(job)))
-                .collect()
-        })
-    }
-
     /// Encode what is buffered, close the open row group and write it out.
     fn flush_row_group(&mut self) -> Result<()> {
         self.encode_pending()?;
@@ -364,15 +386,16 @@ impl<W: Write + Send> PartEncoder<W> {
         };
         self.open_rows = 0;
         let jobs: Vec<(usize, ArrowColumnWriter)> = writers.into_iter().enumerate().collect();
-        let mut chunks = self.in_lanes(jobs, |(i, w)| Ok((i, w.close()?)))?;
+        let mut chunks = in_lanes(jobs, |(i, w)| Ok((i, w.close()?)))?;
         chunks.sort_by_key(|(i, _)| *i);
+        let pages = !self.opts.page_index.is_empty();
+        let file = self.file()?;
         // The chunks land back to back from here on: plan their checksums.
-        let mut at = self.writer.bytes_written() as u64;
-        let pages = !self.page_index.is_empty();
+        let mut at = file.writer.bytes_written() as u64;
         for (_, chunk) in &chunks {
             let close = chunk.close();
             let len = u64::try_from(close.metadata.compressed_size()).unwrap_or_default();
-            let hw = self.writer.inner_mut();
+            let hw = file.writer.inner_mut();
             hw.crcs.plan(at, len);
             // Pages lie back to back in the chunk, the dictionary page (the
             // bytes the data pages leave) first.
@@ -394,7 +417,7 @@ impl<W: Write + Send> PartEncoder<W> {
             }
             at += len;
         }
-        let mut rg = self.writer.next_row_group()?;
+        let mut rg = file.writer.next_row_group()?;
         for (_, chunk) in chunks {
             chunk.append_to_row_group(&mut rg)?;
         }
@@ -406,23 +429,27 @@ impl<W: Write + Send> PartEncoder<W> {
     /// Write the last row group and the footer; return the summary and the sink.
     pub fn finish(mut self) -> Result<(PartSummary, W)> {
         self.flush_row_group()?;
-        self.writer.flush()?; // Every chunk's bytes have passed the checksums.
-        let ranges = crate::parquet::chunk_crc::flushed_ranges(self.writer.flushed_row_groups());
-        if let Some(entry) = self.writer.inner_mut().crcs.entry(&ranges) {
-            self.writer.append_key_value_metadata(entry);
+        let (rows, page_index) = (self.rows, !self.opts.page_index.is_empty());
+        self.file()?;
+        let Some(OpenFile { mut writer, .. }) = self.file.take() else {
+            return Err(Error::Task("a part encoder's file did not open".into()));
+        };
+        writer.flush()?; // Every chunk's bytes have passed the checksums.
+        let ranges = crate::parquet::chunk_crc::flushed_ranges(writer.flushed_row_groups());
+        if let Some(entry) = writer.inner_mut().crcs.entry(&ranges) {
+            writer.append_key_value_metadata(entry);
         }
-        let pages = &self.writer.inner_mut().page_crcs;
+        let pages = &writer.inner_mut().page_crcs;
         if let Some(entry) = pages.entry_as(crate::parquet::chunk_crc::PAGE_KEY) {
-            if !self.page_index.is_empty() && !entry.value.as_deref().unwrap_or("").is_empty() {
-                self.writer.append_key_value_metadata(entry);
+            if page_index && !entry.value.as_deref().unwrap_or("").is_empty() {
+                writer.append_key_value_metadata(entry);
             }
         }
-        let rows = self.rows;
-        let flushed = self.writer.flushed_row_groups();
+        let flushed = writer.flushed_row_groups();
         let row_groups = flushed.len() as u64;
         let columns = crate::parquet::stats::file_stats(flushed, &self.schema);
-        let data_end = self.writer.inner_mut().written;
-        let mut hw = self.writer.into_inner()?;
+        let data_end = writer.inner_mut().written;
+        let mut hw = writer.into_inner()?;
         hw.flush()?;
         let summary = PartSummary {
             row_count: rows,
@@ -434,6 +461,21 @@ impl<W: Write + Send> PartEncoder<W> {
         };
         Ok((summary, hw.inner))
     }
+}
+
+/// Run `work` on each job, spread over the process's CPU pool (see
+/// [`crate::runtime::cpu_pool`]). A panic in one is the typed error.
+fn in_lanes<J: Send, T: Send>(
+    jobs: Vec<J>,
+    work: impl Fn(J) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    use rayon::prelude::*;
+    let work = &work;
+    crate::runtime::cpu_pool()?.install(|| {
+        jobs.into_par_iter()
+            .map(|job| crate::error::contain(encoder_panic, || work(job)))
+            .collect()
+    })
 }
 
 /// An encoder panic, reported as a data error (the input could not be encoded).
@@ -536,6 +578,54 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         assert!(EncodeOptions::new("zstd", Some(0), None).is_err());
+    }
+
+    /// Columns whose first values are all distinct are written plain; a
+    /// column whose values repeat keeps its dictionary, in every row group.
+    #[test]
+    fn distinct_columns_are_written_without_a_dictionary() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let n = 150_000i64;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("cat", DataType::Utf8, true),
+            Field::new("tiny", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..n)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("c{}", i % 40)),
+                )),
+                // Too few non-null values to judge: the dictionary stays.
+                Arc::new(Int64Array::from_iter(
+                    (0..n).map(|i| (i % 1000 == 0).then_some(i)),
+                )),
+            ],
+        )
+        .unwrap();
+        let opts = EncodeOptions::new("zstd", Some(100_000), None).unwrap();
+        for step in [1_000usize, 150_000] {
+            let mut enc = PartEncoder::new(Vec::new(), schema.clone(), &opts).unwrap();
+            let mut at = 0;
+            while at < batch.num_rows() {
+                let k = step.min(batch.num_rows() - at);
+                enc.write(&batch.slice(at, k)).unwrap();
+                at += k;
+            }
+            let (summary, buf) = enc.finish().unwrap();
+            assert_eq!(summary.row_groups, 2);
+            let file = SerializedFileReader::new(Bytes::from(buf)).unwrap();
+            for rg in file.metadata().row_groups() {
+                let dict: Vec<bool> = rg
+                    .columns()
+                    .iter()
+                    .map(|c| c.dictionary_page_offset().is_some())
+                    .collect();
+                assert_eq!(dict, [false, true, true], "batches of {step}");
+            }
+        }
     }
 
     /// Large row groups are encoded slice by slice: the encoder never holds

@@ -6,6 +6,7 @@
 
 pub mod chunk_crc;
 pub mod decode;
+pub mod dictionary_choice;
 pub mod encode;
 pub mod filter;
 pub mod part_ref;

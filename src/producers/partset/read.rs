@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::PartSet;
 use crate::error::{Error, Result};
-use crate::parquet::decode::{decode_bytes, decode_bytes_lazy, ReadOptions};
+use crate::parquet::decode::{decode_bytes_lazy, ReadOptions};
 use crate::producers::keys::KeyEncoder;
 use crate::producers::parts::RangePart;
 use crate::producers::patch::Layered;
@@ -107,8 +107,9 @@ impl PartSet {
         Ok(Fetched { base, files })
     }
 
-    /// Decode one fetched file: its schema is checked against `expected`
-    /// before any data is decoded, and its row count against `rows`.
+    /// Decode one fetched file, batch by batch as they are taken: its
+    /// footer, its schema (against `expected`), its chunks' checksums and its
+    /// row count (against `rows`) are checked first.
     fn decode_file(
         &self,
         part: &RangePart,
@@ -116,14 +117,14 @@ impl PartSet {
         columns: Option<&[String]>,
         expected: &SchemaRef,
         rows: u64,
-    ) -> Result<Vec<RecordBatch>> {
+    ) -> Result<BatchIter> {
         let path = self.object(part);
         let opts = ReadOptions {
             columns: columns.map(|c| c.to_vec()),
             expected: Some(expected.clone()),
             ..Default::default()
         };
-        let d = decode_bytes(data, &path, &opts)?;
+        let d = decode_bytes_lazy(data, &path, &opts)?;
         if d.file_rows != rows {
             return Err(rows_differ(path, d.file_rows, rows));
         }
@@ -146,7 +147,9 @@ impl PartSet {
         columns: Option<&[String]>,
     ) -> Result<Layered> {
         let Fetched { base, files } = fetched;
-        let base = self.decode_file(part, base, columns, &self.schema, part.file_rows())?;
+        let base = self
+            .decode_file(part, base, columns, &self.schema, part.file_rows())?
+            .collect::<Result<_>>()?;
         self.layer(part, base, files, columns, true)
     }
 
@@ -177,7 +180,8 @@ impl PartSet {
             match rows {
                 true => self.decode_file(f, data, columns, &self.schema, f.rows),
                 false => self.decode_file(f, data, None, &cut_schema, f.rows),
-            }
+            }?
+            .collect()
         };
         let mut patches = Vec::with_capacity(part.patches.len());
         for p in &part.patches {
@@ -216,7 +220,9 @@ impl PartSet {
         columns: Option<&[String]>,
     ) -> Result<Vec<RecordBatch>> {
         if part.patches.is_empty() {
-            return self.decode_file(part, fetched.base, columns, &self.schema, part.rows);
+            return self
+                .decode_file(part, fetched.base, columns, &self.schema, part.rows)?
+                .collect();
         }
         let out = self.decode_layered(part, fetched)?.rows()?;
         self.project(out, columns)
@@ -337,17 +343,7 @@ impl PartSet {
             let batches = self.decode(part, fetched, columns)?;
             return Ok(Box::new(batches.into_iter().map(Ok)));
         }
-        let path = self.object(part);
-        let opts = ReadOptions {
-            columns: columns.map(|c| c.to_vec()),
-            expected: Some(self.schema.clone()),
-            ..Default::default()
-        };
-        let d = decode_bytes_lazy(fetched.base, &path, &opts)?;
-        if d.file_rows != part.rows {
-            return Err(rows_differ(path, d.file_rows, part.rows));
-        }
-        Ok(d.batches)
+        self.decode_file(part, fetched.base, columns, &self.schema, part.rows)
     }
 
     /// Fetch and decode several parts at once (the GETs concurrently).
@@ -481,7 +477,9 @@ impl PartSet {
                 Base::Pages(pages) => self.layer(&part, pages, files, Some(columns), false),
                 Base::Whole(whole) => {
                     let rows = part.file_rows();
-                    let base = self.decode_file(&part, whole, Some(columns), &self.schema, rows)?;
+                    let base = self
+                        .decode_file(&part, whole, Some(columns), &self.schema, rows)?
+                        .collect::<Result<_>>()?;
                     self.layer(&part, base, files, Some(columns), true)
                 }
             })

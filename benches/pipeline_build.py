@@ -8,6 +8,12 @@ one Parquet file, to a local folder.
   ``Pipeline.update`` from the file's batches.
 - DuckDB (2 threads): ``GROUP BY user, day ORDER BY user, day`` of the same
   file into Parquet.
+- DuckDB writing the nodes pds keeps (2 threads): the events sorted by
+  ``user``, then those rows keyed by ``(user, day)`` and sorted, then the
+  daily sums and counts, each into zstd Parquet (pds's codec), each read
+  from the one before.
+  It writes what pds's nodes hold, without pds's state (what updates patch
+  by) and checksums: a floor for any design that keeps every node.
 
 The two builds take turns rep by rep (pds on a fresh key each time); pds's
 output is checked equal to DuckDB's. Then scattered updates, each sending
@@ -92,6 +98,29 @@ def duckdb_build(src: Path, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+def duckdb_nodes(src: Path, out: Path) -> float:
+    """DuckDB writing each node pds keeps, in turn, with pds's codec (zstd); the
+    seconds of the three."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads=2")
+    out.mkdir(parents=True, exist_ok=True)
+    events, keyed, days = out / "events.parquet", out / "by_day.parquet", out / "daily.parquet"
+    zstd = "(FORMAT parquet, COMPRESSION zstd)"
+    t0 = time.perf_counter()
+    con.execute(f"COPY (SELECT user, ts, amount FROM read_parquet('{src}') ORDER BY user) TO '{events}' {zstd}")
+    con.execute(
+        "COPY (SELECT user, CAST(ts AS DATE) AS day, ts, amount "
+        f"FROM read_parquet('{events}') ORDER BY user, day) TO '{keyed}' {zstd}"
+    )
+    con.execute(
+        "COPY (SELECT user, day, sum(amount) AS amount, count(*) AS events "
+        f"FROM read_parquet('{keyed}') GROUP BY user, day ORDER BY user, day) TO '{days}' {zstd}"
+    )
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=4_000_000)
@@ -111,11 +140,14 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     src = tmp / "events.parquet"
     write_events(src, n, users, seed=1)
     store = pds.open_store((tmp / "lake").as_uri())
-    builds: dict[str, list[float]] = {"pds": [], "duckdb": []}
+    builds: dict[str, list[float]] = {"pds": [], "duckdb": [], "nodes": []}
     p = None
     for rep in range(args.reps):
-        for tool in ("pds", "duckdb") if rep % 2 == 0 else ("duckdb", "pds"):
-            if tool == "pds":
+        order = ("pds", "duckdb", "nodes")
+        for tool in order if rep % 2 == 0 else order[::-1]:
+            if tool == "nodes":
+                builds["nodes"].append(duckdb_nodes(src, tmp / f"nodes{rep}"))
+            elif tool == "pds":
                 p = declare(store, f"p{rep}")
                 t0 = time.perf_counter()
                 p.update({"events": file_stream(src)})
@@ -137,10 +169,12 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         updates.append(time.perf_counter() - t0)
         print(f"scattered update {i + 1}: {updates[-1]:.2f} s", flush=True)
     pb, db = statistics.median(builds["pds"]), statistics.median(builds["duckdb"])
+    nb = statistics.median(builds["nodes"])
     up = statistics.median(updates[:3])
     print(f"\n`python benches/pipeline_build.py --events {n} --reps {args.reps} --updates {args.updates}`:\n")
     print("| work | pds | DuckDB | ratio |\n|---|---:|---:|---:|")
     print(f"| full build, {n:,} events | {pb:.2f} s | {db:.2f} s | {pb / db:.2f}x DuckDB |")
+    print(f"| DuckDB writing the three nodes pds keeps | | {nb:.2f} s | pds {pb / nb:.2f}x, DuckDB {nb / db:.2f}x |")
     print(f"| scattered update, {users // 200:,} of {users:,} users | {up:.2f} s | | {up / pb:.0%} of the build |")
     if len(updates) > STEADY_FROM:
         later = statistics.median(updates[STEADY_FROM:])

@@ -91,9 +91,9 @@ impl Rewrite {
     fn depth(&self) -> versions::Depth {
         match (&self.predicate, &self.schema) {
             (None, _) => versions::Depth::Full,
-            (Some(p), Some((_, Some(_)))) => {
-                versions::Depth::WhereChangingSchema(Arc::new(p.clone()))
-            }
+            (Some(p), Some((_, Some(_)))) => versions::Depth::ChangingSchema(Box::new(
+                versions::Depth::Where(Arc::new(p.clone())),
+            )),
             (Some(p), _) => versions::Depth::Where(Arc::new(p.clone())),
         }
     }

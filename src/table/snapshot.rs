@@ -551,7 +551,7 @@ impl TableManifest {
     /// too, as a read of the new version would resolve them). In
     /// [`SEGMENTED_FORMAT`] every file entry records it, which needs the
     /// whole file list: a manifest without it is refused (a bug; see
-    /// [`super::versions::Depth::SchemaChange`]).
+    /// [`super::versions::Depth::ChangingSchema`]).
     pub fn record_schema_change(&mut self, schema: TableSchema) -> Result<()> {
         let per_segment = self.layout.written.schema_per_segment();
         if !per_segment && self.layout.view != View::Full {

@@ -79,19 +79,15 @@ pub enum Depth {
     /// matches (and a small last one): a [`View::Partial`](super::snapshot::View::Partial)
     /// manifest a rewrite commits on.
     Where(Arc<crate::parquet::filter::Predicate>),
-    /// [`Depth::Where`] for a rewrite that also changes the schema: the
-    /// whole file list of a `pds-table/2` table, whose every file records
-    /// the old schema (see [`Depth::SchemaChange`]).
-    WhereChangingSchema(Arc<crate::parquet::filter::Predicate>),
     /// A table's segments a compaction works on (see
     /// [`SegmentChoice`](super::segment::SegmentChoice)), and a small last
     /// one: a [`View::Partial`](super::snapshot::View::Partial) manifest.
     Segments(Arc<super::segment::SegmentChoice>),
-    /// What a schema change needs: a table's root in the current format
-    /// (its segment references record the old schema, see
-    /// [`TableManifest::record_schema_change`]), its whole file list in
-    /// `pds-table/2` (every file entry does).
-    SchemaChange,
+    /// What a write that also changes the schema needs: the inner depth
+    /// in the current format, where each segment reference of the root
+    /// records the old schema (see [`TableManifest::record_schema_change`]);
+    /// the whole file list in `pds-table/2`, where every file entry does.
+    ChangingSchema(Box<Depth>),
 }
 
 pub(crate) type BoxFuture<'a, T> =
@@ -144,10 +140,11 @@ impl Versioned for TableManifest {
             match depth {
                 Depth::Root => Ok(()),
                 Depth::Full => self.load_all(store, table).await,
-                Depth::WhereChangingSchema(_) if !self.layout.written.schema_per_segment() => {
+                Depth::ChangingSchema(_) if !self.layout.written.schema_per_segment() => {
                     self.load_all(store, table).await
                 }
-                Depth::Where(predicate) | Depth::WhereChangingSchema(predicate) => {
+                Depth::ChangingSchema(inner) => self.load(store, table, *inner).await,
+                Depth::Where(predicate) => {
                     let keep = super::scan::segments_may_match(self, table, &predicate)?;
                     self.load_partial(store, table, |i, _| {
                         Ok(keep.get(i).copied().unwrap_or(true))
@@ -158,8 +155,6 @@ impl Versioned for TableManifest {
                     self.load_partial(store, table, |_, r| Ok(choice.wants(r)))
                         .await
                 }
-                Depth::SchemaChange if self.layout.written.schema_per_segment() => Ok(()),
-                Depth::SchemaChange => self.load_all(store, table).await,
             }
         })
     }

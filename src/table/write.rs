@@ -612,7 +612,10 @@ pub fn append(
     let (given, depth) = if change.is_empty() {
         (Some(latest), versions::Depth::Root)
     } else {
-        (None, versions::Depth::SchemaChange)
+        (
+            None,
+            versions::Depth::ChangingSchema(Box::new(versions::Depth::Root)),
+        )
     };
     let out = commit_or_discard(&store, table, &files, given, depth, |now| {
         let now = now.ok_or_else(|| Error::NotFound {
@@ -824,9 +827,11 @@ pub fn commit_files(
     });
     crate::runtime::block_on(futures::future::try_join_all(heads))??;
     let rows: u64 = files.iter().map(|f| f.total_rows).sum();
-    // A merge may record the old schema (see `Depth::SchemaChange`).
+    // A merge may record the old schema (see `Depth::ChangingSchema`).
     let depth = match mode {
-        FilesMode::Append(SchemaMode::Merge) => versions::Depth::SchemaChange,
+        FilesMode::Append(SchemaMode::Merge) => {
+            versions::Depth::ChangingSchema(Box::new(versions::Depth::Root))
+        }
         _ => versions::Depth::Root,
     };
     let out = commit_or_discard(&store, table, &files, None, depth, |now| {

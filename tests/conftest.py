@@ -21,24 +21,27 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from remote_store import Store
-from remote_store.backends import LocalBackend, MemoryBackend
 
 import pds
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-#: Stores on a server, started once per session.
-REMOTE = ["s3", "gcs"]
-FAST = ["memory", "file", *REMOTE]
-PORTABLE = ["rs_memory", "rs_local"]
-ALL = FAST + PORTABLE
-BUCKET = "pds-tests"
+from store_kinds import (
+    ALL,
+    BUCKET,
+    CLUSTER_MASTER,
+    FAST,
+    Faulty,
+    Lake,
+    faulty_prefix,
+    make_store,
+    remote_url,
+)
 
 
 def _weed_binary() -> str:
@@ -70,12 +73,6 @@ def spark_session() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-#: Spark's ``local-cluster`` master for the tests on separate executors: 2
-#: workers of 1 core and 1 GiB, each starting its own executor JVM (with its
-#: own Python workers), as on a real cluster.
-CLUSTER_MASTER = "local-cluster[2,1,1024]"
 
 
 def uses_spark_cluster(item: pytest.Item) -> bool:
@@ -181,27 +178,6 @@ def fake_gcs() -> Iterator[Any]:
         server.stop()
 
 
-def remote_url(kind: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
-    """A fresh prefix on the session's server of *kind* (``s3`` or ``gcs``), and its options."""
-    if kind == "s3":
-        return f"s3://{BUCKET}/{uuid.uuid4().hex}", request.getfixturevalue("seaweed").store_options()
-    if kind == "gcs":
-        return f"gs://{BUCKET}/{uuid.uuid4().hex}", request.getfixturevalue("fake_gcs").store_options()
-    raise ValueError(kind)
-
-
-def lake_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
-    """A lake's URL and options: ``file`` is ``tmp_path / "lake"``; ``s3`` and
-    ``gcs`` are a fresh prefix on the session's server."""
-    if kind == "file":
-        return (tmp_path / "lake").as_uri(), {}
-    return remote_url(kind, request)
-
-
-#: A lake for Spark tests: its URL, its options, and the Store.
-Lake = tuple[str, dict[str, str], Store]
-
-
 @pytest.fixture
 def file_store(tmp_path: Path) -> Lake:
     """A ``file://`` lake (an existing, empty directory)."""
@@ -247,12 +223,6 @@ def fault_proxy(seaweed: Any) -> Iterator[Any]:
         proxy.stop()
 
 
-#: object_store retries through the proxy: few and quick, so that a
-#: persistent fault fails a test in well under a second, yet one injected
-#: 503 or dropped connection is retried.
-FAULTY_RETRIES = {"max_retries": "2", "retry_timeout_secs": "10"}
-
-
 @pytest.fixture(scope="session")
 def gcs_fault_proxy(fake_gcs: Any) -> Iterator[Any]:
     """A fault-injecting proxy in front of the GCS emulator's front; it
@@ -268,70 +238,18 @@ def gcs_fault_proxy(fake_gcs: Any) -> Iterator[Any]:
         proxy.stop()
 
 
-@dataclass
-class Faulty:
-    """A fresh S3 or GCS prefix seen through the fault proxy, and straight."""
-
-    proxy: Any
-    #: ``s3://bucket/prefix`` (or ``gs://``) and its options through the proxy.
-    url: str
-    options: dict[str, str]
-    #: The same prefix, through the proxy and straight to the server.
-    store: Store
-    direct: Store
-    direct_options: dict[str, str] = field(default_factory=dict)
-
-    def open(self, **overrides: str) -> Store:
-        """Another Store on this prefix through the proxy (e.g. other retries)."""
-        return pds.open_store(self.url, **{**self.options, **overrides})
-
-
-def _faulty(proxy: Any, url: str, direct_options: dict[str, str]) -> Iterator[Faulty]:
-    proxy.clear()
-    options = {**direct_options, "endpoint": proxy.url, **FAULTY_RETRIES}
-    try:
-        yield Faulty(
-            proxy=proxy,
-            url=url,
-            options=options,
-            store=pds.open_store(url, **options),
-            direct=pds.open_store(url, **direct_options),
-            direct_options=direct_options,
-        )
-    finally:
-        proxy.clear()
-
-
 @pytest.fixture
 def faulty(fault_proxy: Any, seaweed: Any) -> Iterator[Faulty]:
     """A fresh S3 prefix through the fault proxy, with no rules and an empty
     log; rules are cleared again after the test."""
-    yield from _faulty(fault_proxy, f"s3://{BUCKET}/{uuid.uuid4().hex}", seaweed.store_options())
+    yield from faulty_prefix(fault_proxy, f"s3://{BUCKET}/{uuid.uuid4().hex}", seaweed.store_options())
 
 
 @pytest.fixture
 def faulty_gcs(gcs_fault_proxy: Any, fake_gcs: Any) -> Iterator[Faulty]:
     """As ``faulty``, on the GCS emulator: a fresh ``gs://`` prefix through
     the fault proxy (in front of the emulator's front)."""
-    yield from _faulty(gcs_fault_proxy, f"gs://{BUCKET}/{uuid.uuid4().hex}", fake_gcs.store_options())
-
-
-def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
-    if kind == "memory":
-        return pds.open_store("memory://")
-    if kind == "file":
-        root = tmp_path / f"file-{uuid.uuid4().hex[:8]}"
-        return pds.open_store(root.as_uri())
-    if kind in REMOTE:
-        url, options = remote_url(kind, request)
-        return pds.open_store(url, **options)
-    if kind == "rs_memory":
-        return Store(MemoryBackend())
-    if kind == "rs_local":
-        root = tmp_path / f"local-{uuid.uuid4().hex[:8]}"
-        root.mkdir()
-        return Store(LocalBackend(str(root)))
-    raise ValueError(kind)
+    yield from faulty_prefix(gcs_fault_proxy, f"gs://{BUCKET}/{uuid.uuid4().hex}", fake_gcs.store_options())
 
 
 @pytest.fixture(params=ALL)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import BUCKET
 from remote_store import PermissionDenied, Store
+from store_kinds import BUCKET
 
 import pds
 from pds import _core

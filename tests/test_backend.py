@@ -20,6 +20,7 @@ from remote_store import (
     Store,
 )
 from remote_store.backends import LocalBackend
+from store_kinds import BUCKET
 
 import pds
 from pds import _core
@@ -106,7 +107,6 @@ def test_listing_and_info(fast_store: Store) -> None:
         s.get_folder_info("nothing")
 
 
-BUCKET = "pds-tests"  # as conftest's SeaweedFS fixture creates
 ODD_KEYS = ["x[1]/a#b", "x[1]/100%25 {c}*?.parquet", "é ü/~tilde|pipe<>`^"]
 
 

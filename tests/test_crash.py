@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE, remote_url
+from store_kinds import REMOTE, remote_url
 
 import pds
 

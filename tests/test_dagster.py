@@ -11,7 +11,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pytest
-from conftest import lake_url
+from store_kinds import lake_url
 
 import pds
 from pds.dagster import PdsIOManager, PdsResource

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import Faulty, Lake
+from store_kinds import Faulty, Lake
 
 import pds
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import Faulty
+from store_kinds import Faulty
 
 import pds
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import lake_url
 from remote_store import AlreadyExists, Store
+from store_kinds import lake_url
 
 import pds
 

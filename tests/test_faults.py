@@ -61,8 +61,8 @@ import pyarrow.compute as pc
 import pytest
 import remote_store
 from click.testing import CliRunner
-from conftest import REMOTE
 from remote_store import Store
+from store_kinds import REMOTE
 
 import pds
 from pds import Changes, Pipeline, Table

@@ -90,7 +90,7 @@ OPS = ["==", "!=", "<", "<=", ">", ">="]
 
 @pytest.fixture(params=["memory", "rs_memory"])
 def filtered(request: pytest.FixtureRequest, tmp_path: Any) -> ParquetDatasetStore:
-    from conftest import make_store
+    from store_kinds import make_store
 
     store: Store = make_store(request.param, tmp_path, request)
     ds = ParquetDatasetStore(store, max_rows_per_file=100, row_group_size=25)

@@ -36,8 +36,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE
 from remote_store import RemoteStoreError, Store
+from store_kinds import REMOTE
 
 import pds
 from pds import Changes, Pipeline, Table

@@ -20,9 +20,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ALL
 from remote_store import AlreadyExists, InvalidPath, NotFound, RemoteStoreError, Store
 from remote_store.backends import MemoryBackend
+from store_kinds import ALL
 
 import pds
 from pds import DataError, DatasetIncomplete, ManifestCorrupted, ParquetDatasetStore, PartCorrupted

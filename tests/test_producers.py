@@ -21,9 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import REMOTE, lake_url
 from remote_store import AlreadyExists, CapabilityNotSupported, NotFound, Store
 from remote_store.backends import MemoryBackend
+from store_kinds import REMOTE, lake_url
 
 import pds
 from pds import Changes, CommitConflict, GraphMismatch, Pipeline, ProduceError, SchemaMismatch

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import REMOTE
 from remote_store import Store
+from store_kinds import REMOTE
 
 import pds
 

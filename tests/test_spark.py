@@ -25,12 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import remote_store.ext.parquet as rsp
-from conftest import REMOTE
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import datasource as sds
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 from remote_store import AlreadyExists, Store
+from store_kinds import REMOTE
 
 import pds
 import pds.spark

@@ -27,10 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import BUCKET, CLUSTER_MASTER, Faulty
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from remote_store import Store
+from store_kinds import BUCKET, CLUSTER_MASTER, Faulty
 from test_spark import (
     FlakyPdsDataSource,
     by_id,

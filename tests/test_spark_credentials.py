@@ -26,13 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import BUCKET, Faulty
 from pyspark import cloudpickle
 from pyspark.serializers import CloudPickleSerializer, read_int
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.worker.plan_data_source_read import write_read_func_and_partitions
 from remote_store import PermissionDenied
+from store_kinds import BUCKET, Faulty
 from test_spark import by_id
 from test_spark_pipeline_faults import build as build_pipeline_case
 from test_spark_pipeline_faults import content, recompute

@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import BUCKET
 from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.types import LongType, StringType
+from store_kinds import BUCKET
 
 import pds
 import pds.spark

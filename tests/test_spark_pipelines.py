@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE, lake_url
 from pyspark.sql import SparkSession
+from store_kinds import REMOTE, lake_url
 
 import pds
 import pds.spark

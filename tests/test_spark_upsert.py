@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE
 from pyspark.sql import SparkSession
 from remote_store import Store
+from store_kinds import REMOTE
 
 import pds
 import pds.spark

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from conftest import REMOTE, lake_url
 from remote_store import NotFound, Store
+from store_kinds import REMOTE, lake_url
 
 import pds
 from pds import Table

@@ -18,7 +18,7 @@ import deltalake
 import pyarrow as pa
 import pytest
 import remote_store
-from conftest import REMOTE, lake_url
+from store_kinds import REMOTE, lake_url
 
 import pds
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE, lake_url
+from store_kinds import REMOTE, lake_url
 
 import pds
 from pds import Table

@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import REMOTE, lake_url
 from remote_store import Store
+from store_kinds import REMOTE, lake_url
 from test_faults import (
     FAULTS,
     KEY,

@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import REMOTE, lake_url
 from remote_store import Store
+from store_kinds import REMOTE, lake_url
 
 import pds
 from pds import Table

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from conftest import REMOTE
 from remote_store import AlreadyExists, NotFound, RemoteStoreError, Store
+from store_kinds import REMOTE
 
 import pds
 from pds import Pipeline, Table

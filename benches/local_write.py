@@ -57,6 +57,8 @@ def child(tool: str, rows: int, reps: int, root: str) -> None:
             row_group_size=1_000_000,
             max_rows_per_file=1_000_000,
         )
+    # Which package this process imported (a --build swap shows here).
+    print(json.dumps({"module": sys.modules[type(ds).__module__].__file__}), flush=True)
     for rep in range(reps):
         cpu, wall = time.process_time(), time.perf_counter()
         ds.write_dataset(table, f"k{rep}")
@@ -103,9 +105,12 @@ def main() -> int:
                 ).stdout
             finally:
                 shutil.rmtree(root, ignore_errors=True)
-            writes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            module = next((x["module"] for x in lines if "module" in x), "?")
+            writes = [x for x in lines if "rep" in x]
             results[name].extend(w for w in writes if w["rep"] > 0)
-            print(f"round {r + 1}: {name}: " + ", ".join(f"{w['seconds']:.3f} s" for w in writes), flush=True)
+            timings = ", ".join(f"{w['seconds']:.3f} s" for w in writes)
+            print(f"round {r + 1}: {name} ({module}): {timings}", flush=True)
     print()
     print("| tool | write (median) | CPU (median) | writes |")
     print("|---|---:|---:|---:|")

@@ -98,6 +98,11 @@ def duckdb_build(src: Path, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+def folder_mb(path: Path) -> float:
+    """Megabytes of the files under *path*."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
 def duckdb_nodes(src: Path, out: Path) -> float:
     """DuckDB writing each node pds keeps, in turn, with pds's codec (zstd); the
     seconds of the three."""
@@ -161,6 +166,10 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     theirs = pq.read_table(tmp / "duck0.parquet").cast(mine.schema)
     if not mine.sort_by(keys).equals(theirs.sort_by(keys)):
         raise SystemExit("pds and DuckDB disagree")
+    nodes = pq.read_table(tmp / "nodes0" / "daily.parquet").cast(mine.schema)
+    if not nodes.sort_by(keys).equals(theirs.sort_by(keys)):
+        raise SystemExit("DuckDB's node writes and its query disagree")
+    pds_mb, nodes_mb = folder_mb(tmp / "lake" / "p0"), folder_mb(tmp / "nodes0")
     updates = []
     for i in range(args.updates):
         ch = change(uniform(users, users // 200, seed=100 + i), 10, seed=200 + i).cast(EVENT_SCHEMA)
@@ -175,6 +184,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     print("| work | pds | DuckDB | ratio |\n|---|---:|---:|---:|")
     print(f"| full build, {n:,} events | {pb:.2f} s | {db:.2f} s | {pb / db:.2f}x DuckDB |")
     print(f"| DuckDB writing the three nodes pds keeps | | {nb:.2f} s | pds {pb / nb:.2f}x, DuckDB {nb / db:.2f}x |")
+    print(f"| bytes of the nodes (first build) | {pds_mb:.1f} MB | {nodes_mb:.1f} MB | |")
     print(f"| scattered update, {users // 200:,} of {users:,} users | {up:.2f} s | | {up / pb:.0%} of the build |")
     if len(updates) > STEADY_FROM:
         later = statistics.median(updates[STEADY_FROM:])

@@ -48,7 +48,6 @@ from pds.spark.filters import (
     translate_filter,
 )
 
-BUCKET = "pds-tests"
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 
 # The test data sources below are defined here; executors get them by value.

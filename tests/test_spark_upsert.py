@@ -18,8 +18,6 @@ from helpers import files
 
 pytestmark = pytest.mark.spec("T-1")
 
-BUCKET = "pds-tests"  # the session SeaweedFS bucket (conftest)
-
 
 def _rows(ids: list[int], tag: str) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "tag": pa.array([f"{tag}{i}" for i in ids], pa.string())})

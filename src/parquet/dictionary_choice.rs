@@ -11,8 +11,8 @@
 //! (booleans, nested and dictionary-typed columns, numbers wider than 16
 //! bytes).
 //!
-//! The choice depends only on the part's first rows, so the same rows give
-//! the same file whatever the batch sizes or thread count.
+//! The choice depends only on the part's first rows, not on how they were
+//! batched or on the thread count.
 
 use std::collections::HashSet;
 

@@ -32,38 +32,22 @@ HERE = Path(__file__).resolve().parent
 
 
 def child(tool: str, rows: int, reps: int, root: str) -> None:
-    """Write the table *reps* times with *tool*; print one JSON line per write."""
+    """Write the table *reps* times with *tool* (``bench_tools``' contenders on a
+    file store under *root*); print one JSON line per write."""
     sys.path.insert(0, str(HERE))
     from bench_data import make_table
+    from bench_tools import Layout, PdsTool, RemoteStoreTool, StoreSpec
 
     table = make_table(rows, 42)
-    if tool == "pds":
-        import pds
-
-        ds = pds.ParquetDatasetStore(
-            pds.open_store(Path(root).as_uri()),
-            compression="zstd",
-            row_group_size=1_000_000,
-            max_rows_per_file=1_000_000,
-        )
-    else:
-        from remote_store import Store
-        from remote_store.backends import LocalBackend
-        from remote_store.ext.parquet import ParquetDatasetStore
-
-        ds = ParquetDatasetStore(
-            Store(LocalBackend(root)),
-            compression="zstd",
-            row_group_size=1_000_000,
-            max_rows_per_file=1_000_000,
-        )
+    spec, layout = StoreSpec("file", root), Layout(rows_per_file=1_000_000, row_group_rows=1_000_000)
+    contender = PdsTool(spec, layout) if tool == "pds" else RemoteStoreTool(spec, layout)
     # Which package this process imported (a --build swap shows here).
-    print(json.dumps({"module": sys.modules[type(ds).__module__].__file__}), flush=True)
+    print(json.dumps({"module": sys.modules[type(contender.ds).__module__].__file__}), flush=True)
     for rep in range(reps):
         cpu, wall = time.process_time(), time.perf_counter()
-        ds.write_dataset(table, f"k{rep}")
+        contender.write(table, f"k{rep}")
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        ds.delete_dataset(f"k{rep}")
+        contender.delete(f"k{rep}")
         os.sync()
         print(json.dumps({"rep": rep, "seconds": wall, "cpu": cpu}), flush=True)
 

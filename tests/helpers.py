@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from remote_store import Store
 
 
@@ -241,3 +243,25 @@ def kill_while_held(proxy: Any, method: str, path: str, argv: list[str], check: 
         release.set()
         proc.kill()
     return applied
+
+
+def chunk_ranges(raw: bytes) -> list[tuple[int, int, range]]:
+    """Each column chunk of the Parquet file *raw*, in file order: its row group,
+    its column's index and the range of its bytes (its dictionary page included)."""
+    meta = pq.ParquetFile(io.BytesIO(raw)).metadata
+    out = []
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            start = col.dictionary_page_offset or col.data_page_offset
+            out.append((g, c, range(start, start + col.total_compressed_size)))
+    return out
+
+
+def garble_chunks(raw: bytearray, keep: Callable[[int, int], bool]) -> None:
+    """Overwrite with 0xff the bytes of each column chunk of the Parquet file *raw*
+    whose row group and column index *keep* selects."""
+    for g, c, r in chunk_ranges(bytes(raw)):
+        if keep(g, c):
+            raw[r.start : r.stop] = b"\xff" * len(r)

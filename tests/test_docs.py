@@ -154,7 +154,7 @@ def test_format_pages_list_every_field(tmp_path: Path) -> None:
 
     fields = documented_fields("format-pipeline.md")
     manifest = stored_json(tmp_path, "pipe/manifest/v00000002.json")
-    assert manifest["format"] == "pds-pipeline/1"
+    assert manifest["format"] == "pds-pipeline/2"
     assert set(manifest) <= fields
     node = manifest["nodes"]["st"]
     assert set(node) | set(node["content"][0]) <= fields

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from remote_store import NotFound
@@ -214,8 +215,13 @@ def test_a_current_manifest_with_its_checksum_stripped_is_still_corrupted(tmp_pa
     p.source("s", key={"k": pa.int64()}, value={"v": pa.int64()})
     p.update({"s": pa.table({"k": [1], "v": [2]})})
     strip_checksum(tmp_path / "p" / "manifest" / "v00000001.json")
-    with pytest.raises(pds.ManifestCorrupted, match="not laid out"):
+    with pytest.raises(pds.ManifestCorrupted, match="every pds-pipeline/2 manifest"):
         pds.Pipeline.open(url, "p").read("s")
+    # A sealed pds-pipeline/1 manifest without its checksum is not the unsealed writer's.
+    shutil.copytree(FIXTURES / "pipeline-1", tmp_path / "p1")
+    strip_checksum(tmp_path / "p1" / "manifest" / "v00000002.json")
+    with pytest.raises(pds.ManifestCorrupted, match="not laid out"):
+        declare_words(pds.Pipeline.open(url, "p1")).read("words")
 
 
 @pytest.mark.parametrize("key", ["table-1-unsealed", "table-1-sealed"])
@@ -400,3 +406,73 @@ def test_pds_upgrade_takes_a_pds_table_2_table_to_the_current_format(lake: Path)
     }
     code, out = run("upgrade", url, "table-2")
     assert code == 0 and "already in the current format" in out, out
+
+
+def lines_model(version: int) -> dict[int, str]:
+    """The ``pipeline-1`` fixture's lines at *version* (see make_old_formats.py)."""
+    lines = {n: f"w{n} x{n // 10}" for n in range(400)}
+    if version >= 2:
+        lines[7] = "fresh7 x0"
+        del lines[12]
+    return lines
+
+
+def words_of(lines: dict[int, str]) -> list[tuple[str, int]]:
+    return sorted((w, n) for n, text in lines.items() for w in text.split())
+
+
+def content_patches(folder: Path, key: str, version: int, node: str) -> list[dict[str, object]]:
+    parts = manifest(folder, key, version)["nodes"][node]["content"]  # type: ignore[index]
+    return [patch for part in parts for patch in part.get("patches", [])]  # type: ignore[attr-defined]
+
+
+def test_a_sealed_pds_pipeline_1_reads_refuses_writes_and_upgrades_keeping_its_patches(lake: Path) -> None:
+    """``pipeline-1``: sealed ``pds-pipeline/1``, whose last update left patches with a
+    file of deleted keys each. It reads, refuses writes, upgrades to ``pds-pipeline/2``
+    by one manifest, and the next update patches the same parts over the old patches,
+    the new patches sharing one file of deleted keys per node."""
+    url, key = lake.as_uri(), "pipeline-1"
+    old = content_patches(FIXTURES, key, 2, "words")
+    assert manifest(FIXTURES, key, 2)["format"] == "pds-pipeline/1"
+    assert old and all(p.get("deleted") and "deleted_rows" not in p for p in old), old
+    p = declare_words(pds.Pipeline.open(url, key))
+    assert words(p) == words_of(lines_model(2))
+    assert words_at(p, 1) == words_of(lines_model(1))
+    before = objects(lake)
+    with pytest.raises(pds.UpgradeRequired, match="pds-pipeline/1"):
+        p.update({"lines": pa.table({"n": [3], "text": ["d"]})})
+    assert objects(lake) == before
+    assert p.upgrade() == 3
+    m = manifest(lake, key, 3)
+    assert (m["format"], m["operation"], m["detail"]) == (
+        "pds-pipeline/2",
+        "upgrade",
+        {"from_format": "pds-pipeline/1"},
+    )
+    added = set(objects(lake)) - set(before)
+    assert added == {f"{key}/manifest/v00000003.json"}, added  # and the pointer, rewritten
+    assert words(p) == words_of(lines_model(2))
+
+    # Lines 30 and 31 lose their words w30 and w31 (deleted keys); line 40 is deleted.
+    lines = lines_model(2)
+    lines[30], lines[31] = "x3", "x3"
+    del lines[40]
+    upserts = pa.table({"n": pa.array([30, 31], pa.int64()), "text": [lines[30], lines[31]]})
+    deletes = pa.table({"n": pa.array([40], pa.int64())})
+    assert p.update({"lines": pds.Changes(upserts=upserts, deletes=deletes)}) == 4
+    assert manifest(lake, key, 4)["format"] == "pds-pipeline/2"
+    assert words(declare_words(pds.Pipeline.open(url, key))) == words_of(lines)
+    for v, want in [(1, lines_model(1)), (2, lines_model(2)), (3, lines_model(2))]:
+        assert words_at(p, v) == words_of(want), v
+    patches = content_patches(lake, key, 4, "words")
+    assert patches[: len(old)] == old, "the old patches are kept as they were"
+    new = patches[len(old) :]
+    assert new and all(p_.get("deleted_rows") for p_ in new), new
+    shared = {p_["deleted"]["name"] for p_ in new}  # type: ignore[index]
+    update = manifest(lake, key, 4)["nodes"]["words"]["update"]  # type: ignore[index]
+    assert [d["name"] for d in update["deleted"]] == sorted(shared), "the update's deleted keys are the shared file"
+    deleted = sorted(pq.read_table(lake / key / next(iter(shared))).column("word").to_pylist())
+    assert deleted == ["w30", "w31", "w40"]
+    # Compaction merges old and new patches alike.
+    p.compact()
+    assert words(declare_words(pds.Pipeline.open(url, key))) == words_of(lines)

@@ -28,7 +28,7 @@ from store_kinds import ALL
 import pds
 from pds import DataError, DatasetIncomplete, ManifestCorrupted, ParquetDatasetStore, PartCorrupted
 
-from helpers import files, sample
+from helpers import chunk_ranges, files, sample
 
 
 def _table(n: int = 1000) -> pa.Table:
@@ -172,13 +172,11 @@ def test_damaged_pages_are_part_corrupted_never_a_panic(store: Store, codec: str
     table = sample(6000)
     ds.write_dataset(table, "d")
     raw = store.read_bytes("d/data.parquet")
-    meta = pq.ParquetFile(io.BytesIO(raw)).metadata
+    chunks = chunk_ranges(raw)
     for _ in range(40):
-        rg = meta.row_group(rng.randrange(meta.num_row_groups))
-        col = rg.column(rng.randrange(meta.num_columns))
-        start = col.dictionary_page_offset or col.data_page_offset
+        _, _, chunk = rng.choice(chunks)
         damaged = bytearray(raw)
-        damaged[start + rng.randrange(col.total_compressed_size)] ^= 1 << rng.randrange(8)
+        damaged[rng.choice(chunk)] ^= 1 << rng.randrange(8)
         store.write("d/data.parquet", bytes(damaged), overwrite=True)
         for outcome in _read_all_ways(ds, "d")[:2] + _read_all_ways(ds, "d")[4:5]:
             assert isinstance(outcome, PartCorrupted), outcome
@@ -565,12 +563,7 @@ def test_one_flipped_bit_anywhere_in_the_data_is_detected(store: Store, codec: s
     raw = store.read_bytes("f/data.parquet")
     footer = int.from_bytes(raw[-8:-4], "little") + 8
     # The column chunks (the data) end where the page index begins.
-    meta = pq.ParquetFile(io.BytesIO(raw)).metadata
-    data_end = max(
-        (c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size
-        for g in range(meta.num_row_groups)
-        for c in (meta.row_group(g).column(i) for i in range(meta.num_columns))
-    )
+    data_end = max(chunk.stop for _, _, chunk in chunk_ranges(raw))
     assert data_end < len(raw) - footer
     for _ in range(60):
         damaged = bytearray(raw)

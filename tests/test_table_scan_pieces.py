@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from remote_store import Store
 
 import pds
 from pds import PartCorrupted, Table, _core
 
-from helpers import files
+from helpers import chunk_ranges, files
 
 ROWS = 300_000  # Above twice the smallest piece (128 Ki rows): a file splits.
 
@@ -152,10 +151,9 @@ def test_a_flipped_byte_read_by_a_piece_is_corruption_not_other_values(tmp_path:
     t = Table.create(store, "t", data=model, primary_key="id", compression="uncompressed")
     (key,) = [k for k in files(store, "t") if k.endswith(".parquet")]
     path = tmp_path / "lake" / key
-    chunk = pq.ParquetFile(path).metadata.row_group(0).column(2)  # amount
-    start = chunk.dictionary_page_offset or chunk.data_page_offset
-    at = start + chunk.total_compressed_size * 3 // 4  # a plain page, past the dictionary's fallback
     raw = bytearray(path.read_bytes())
+    (amount,) = [r for g, c, r in chunk_ranges(bytes(raw)) if (g, c) == (0, 2)]
+    at = amount.start + len(amount) * 3 // 4  # a plain page, past the dictionary's fallback
     raw[at] ^= 0x10
     path.write_bytes(bytes(raw))
     with pytest.raises(PartCorrupted):

@@ -50,6 +50,42 @@ pub fn unique_columns(schema: &Schema, batches: &[RecordBatch], plain: &[String]
         .collect()
 }
 
+/// Each value's bytes (by index), for strings, binaries and their views,
+/// and fixed-size binary; `None` for other types.
+fn value_bytes<'a>(column: &'a dyn Array) -> Option<Box<dyn Fn(usize) -> &'a [u8] + 'a>> {
+    Some(match column.data_type() {
+        DataType::Utf8 => {
+            let a = column.as_string::<i32>();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        DataType::LargeUtf8 => {
+            let a = column.as_string::<i64>();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        DataType::Utf8View => {
+            let a = column.as_string_view();
+            Box::new(move |i| a.value(i).as_bytes())
+        }
+        DataType::Binary => {
+            let a = column.as_binary::<i32>();
+            Box::new(move |i| a.value(i))
+        }
+        DataType::LargeBinary => {
+            let a = column.as_binary::<i64>();
+            Box::new(move |i| a.value(i))
+        }
+        DataType::BinaryView => {
+            let a = column.as_binary_view();
+            Box::new(move |i| a.value(i))
+        }
+        DataType::FixedSizeBinary(_) => {
+            let a = column.as_fixed_size_binary();
+            Box::new(move |i| a.value(i))
+        }
+        _ => return None,
+    })
+}
+
 /// The share of distinct values among the first [`SAMPLE_VALUES`] non-null
 /// values of `columns` (pieces of one column, in order); `None` for a type
 /// not sampled, or too few values to judge.
@@ -63,50 +99,28 @@ pub fn distinct_share<'a>(columns: impl Iterator<Item = &'a dyn Array>) -> Optio
             break;
         }
         let valid = (0..column.len()).filter(|&i| column.is_valid(i)).take(room);
-        match column.data_type() {
-            DataType::Utf8 => valid.for_each(|i| {
-                seen.insert(column.as_string::<i32>().value(i).as_bytes());
+        if let Some(bytes) = value_bytes(column) {
+            for i in valid {
+                seen.insert(bytes(i));
                 sampled += 1;
-            }),
-            DataType::LargeUtf8 => valid.for_each(|i| {
-                seen.insert(column.as_string::<i64>().value(i).as_bytes());
-                sampled += 1;
-            }),
-            DataType::Utf8View => valid.for_each(|i| {
-                seen.insert(column.as_string_view().value(i).as_bytes());
-                sampled += 1;
-            }),
-            DataType::Binary => valid.for_each(|i| {
-                seen.insert(column.as_binary::<i32>().value(i));
-                sampled += 1;
-            }),
-            DataType::LargeBinary => valid.for_each(|i| {
-                seen.insert(column.as_binary::<i64>().value(i));
-                sampled += 1;
-            }),
-            DataType::BinaryView => valid.for_each(|i| {
-                seen.insert(column.as_binary_view().value(i));
-                sampled += 1;
-            }),
-            DataType::FixedSizeBinary(_) => valid.for_each(|i| {
-                seen.insert(column.as_fixed_size_binary().value(i));
-                sampled += 1;
-            }),
-            t if t.is_primitive() => {
-                // Values up to 16 bytes wide, read as one number each.
-                let width = t.primitive_width().filter(|w| *w <= 16)?;
-                let data = column.to_data();
-                let values = data.buffers().first()?.as_slice();
-                let offset = data.offset();
-                for i in valid {
-                    let at = (offset + i) * width;
-                    let mut v = [0u8; 16];
-                    v[..width].copy_from_slice(values.get(at..at + width)?);
-                    numbers.insert(u128::from_le_bytes(v));
-                    sampled += 1;
-                }
             }
-            _ => return None,
+            continue;
+        }
+        // Numbers up to 16 bytes wide, read as one number each.
+        let t = column.data_type();
+        let width = match t.is_primitive() {
+            true => t.primitive_width().filter(|w| *w <= 16)?,
+            false => return None,
+        };
+        let data = column.to_data();
+        let values = data.buffers().first()?.as_slice();
+        let offset = data.offset();
+        for i in valid {
+            let at = (offset + i) * width;
+            let mut v = [0u8; 16];
+            v[..width].copy_from_slice(values.get(at..at + width)?);
+            numbers.insert(u128::from_le_bytes(v));
+            sampled += 1;
         }
     }
     let distinct = seen.len() + numbers.len();

@@ -11,16 +11,23 @@
 //!
 //! # Format versions
 //!
-//! `pds-pipeline/1` is the only format name pds has written. Until
-//! 2026-11-23 18:38 UTC its manifests were unsealed (no `checksum`),
-//! written as the pretty JSON of this struct in declaration order; since
-//! then they are sealed (sorted keys, with `checksum`: see
-//! [`crate::table::sealed`]), and parts may carry `patches` and stages
-//! `derived_prefix`. An unsealed manifest is read only if its bytes are
-//! exactly that earlier writer's (a sealed one with its checksum removed
-//! has its keys sorted, so it is `ManifestCorrupted`); a pipeline whose
-//! latest version is one is read-only until upgraded
-//! ([`crate::table::upgrade::upgrade_pipeline`]).
+//! - `pds-pipeline/1`: until 2026-11-23 18:38 UTC its manifests were
+//!   unsealed (no `checksum`), written as the pretty JSON of this struct in
+//!   declaration order; since then they are sealed (sorted keys, with
+//!   `checksum`: see [`crate::table::sealed`]), and parts may carry
+//!   `patches` and stages `derived_prefix`. An unsealed manifest is read
+//!   only if its bytes are exactly that earlier writer's (a sealed one with
+//!   its checksum removed has its keys sorted, so it is
+//!   `ManifestCorrupted`).
+//! - `pds-pipeline/2` (since 2026-11-29): a patch's deleted values may be a
+//!   run of a file shared by the patches of one update (`deleted_rows`, see
+//!   [`crate::spec::pipeline::Patch`]), so that a patch is one file. A
+//!   reader of `pds-pipeline/1` would take the whole shared file as each
+//!   patch's, hence the new name.
+//!
+//! A pipeline whose latest version is in `pds-pipeline/1` is read-only
+//! until upgraded ([`crate::table::upgrade::upgrade_pipeline`]), which
+//! commits a version in the current format with the same parts.
 
 use std::collections::BTreeMap;
 
@@ -32,8 +39,14 @@ pub use crate::spec::pipeline::{NodeState, PipelineManifest, UpdateFiles};
 use crate::table::vacuum::Collectable;
 use crate::table::versions::Versioned;
 
-/// The `format` every pipeline manifest carries.
-pub const FORMAT: &str = "pds-pipeline/1";
+/// The `format` this pds writes.
+pub const FORMAT: &str = "pds-pipeline/2";
+
+/// The first format (see the module docs): read, and upgraded.
+pub const FORMAT_1: &str = "pds-pipeline/1";
+
+/// Every format this pds reads, the one it writes first.
+const FORMATS: [&str; 2] = [FORMAT, FORMAT_1];
 
 impl UpdateFiles {
     pub fn is_empty(&self) -> bool {
@@ -126,8 +139,11 @@ impl Versioned for PipelineManifest {
     }
 
     fn earlier_format(&self) -> Option<&'static str> {
-        self.unsealed
-            .then_some("pds-pipeline/1 (from before sealed manifests)")
+        match (self.unsealed, self.format.as_str()) {
+            (true, _) => Some("pds-pipeline/1 (from before sealed manifests)"),
+            (false, FORMAT_1) => Some(FORMAT_1),
+            _ => None,
+        }
     }
 
     fn check_writable(&self, key: &str) -> Result<()> {
@@ -166,7 +182,7 @@ impl Versioned for PipelineManifest {
             (!later).then(|| serde_json::to_vec_pretty(&m).ok())?
         };
         let (content, seal) =
-            crate::table::sealed::open_any(raw, path, &[FORMAT], &[FORMAT], old_writer)?;
+            crate::table::sealed::open_any(raw, path, &FORMATS, &[FORMAT_1], old_writer)?;
         let mut m: PipelineManifest =
             serde_json::from_value(Value::Object(content)).map_err(|e| corrupted(e.to_string()))?;
         m.unsealed = seal == crate::table::sealed::Seal::Unsealed;
@@ -219,8 +235,11 @@ impl PipelineManifest {
     /// node names, and parts that stay under their node's key, each listed
     /// once per list, with a SHA-256.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.format != FORMAT {
-            return Err(format!("format {:?} is not {FORMAT:?}", self.format));
+        if !FORMATS.contains(&self.format.as_str()) {
+            return Err(format!(
+                "format {:?} is not one of {FORMATS:?}",
+                self.format
+            ));
         }
         if self.version > crate::table::MAX_VERSION {
             return Err(format!("version {} is beyond any pipeline", self.version));
@@ -278,6 +297,10 @@ impl PipelineManifest {
                     {
                         return Err(format!("part {:?} has an empty patch", part.name));
                     }
+                    for p in &part.patches {
+                        self.check_deleted_rows(p)
+                            .map_err(|e| format!("part {:?}: {e}", part.name))?;
+                    }
                     if part.patches.is_empty() != part.base_rows.is_none() {
                         return Err(format!(
                             "part {:?}: base_rows goes with patches, and only with them",
@@ -294,6 +317,27 @@ impl PipelineManifest {
             }
         }
         Ok(())
+    }
+}
+
+impl PipelineManifest {
+    /// A patch's run of a shared deleted file (`pds-pipeline/2` only): a
+    /// non-empty run within the file.
+    fn check_deleted_rows(&self, patch: &super::parts::Patch) -> std::result::Result<(), String> {
+        let Some([start, end]) = patch.deleted_rows else {
+            return Ok(());
+        };
+        if self.format == FORMAT_1 {
+            return Err(format!("deleted_rows is not in {FORMAT_1}"));
+        }
+        match &patch.deleted {
+            Some(f) if start < end && end <= f.rows => Ok(()),
+            Some(f) => Err(format!(
+                "deleted_rows [{start}, {end}) is not a run of the {} rows of {:?}",
+                f.rows, f.name
+            )),
+            None => Err("deleted_rows without a deleted file".into()),
+        }
     }
 }
 
@@ -428,5 +472,77 @@ mod tests {
         assert!(check_node_name("by_email").is_ok());
         assert!(check_node_name("a/b").is_err());
         assert!(check_node_name("..").is_err());
+    }
+
+    /// A manifest whose part has one patch, deleting `run` of a shared file
+    /// of `rows` rows, in `format`.
+    fn shared_run(format: &str, rows: u64, run: Option<[u64; 2]>) -> PipelineManifest {
+        let mut p = part("nodes/a/content/x-00000.parquet");
+        p.base_rows = Some(1);
+        let mut shared = part("nodes/a/content/y-d-00000.parquet");
+        shared.rows = rows;
+        p.patches.push(super::super::parts::Patch {
+            rows: None,
+            deleted: Some(shared),
+            deleted_rows: run,
+        });
+        let nodes = BTreeMap::from([(
+            "a".to_string(),
+            NodeState {
+                content: vec![p],
+                ..Default::default()
+            },
+        )]);
+        let mut m = PipelineManifest::new("update", Value::Null, Value::Null, nodes);
+        m.format = format.into();
+        m.set_version(1, Some(0));
+        m
+    }
+
+    /// `pds-pipeline/2` carries runs of shared deleted files (checked
+    /// within the file); `pds-pipeline/1` reads, has none, and is an
+    /// earlier format (read-only until upgraded).
+    #[test]
+    fn runs_of_shared_deleted_files_are_pds_pipeline_2_and_checked() {
+        assert_eq!(FORMAT, "pds-pipeline/2");
+        let ok = shared_run(FORMAT, 5, Some([1, 3]));
+        let back = PipelineManifest::from_json(&ok.to_json().unwrap(), "p", 1).unwrap();
+        assert_eq!(back, ok);
+        assert_eq!(back.earlier_format(), None);
+        assert!(back.check_writable("k").is_ok());
+        assert_eq!(
+            super::super::patch::patched_rows(&back.nodes["a"].content[0]),
+            2
+        );
+        let old = shared_run(FORMAT_1, 5, None);
+        let back = PipelineManifest::from_json(&old.to_json().unwrap(), "p", 1).unwrap();
+        assert_eq!(back.earlier_format(), Some("pds-pipeline/1"));
+        assert!(matches!(
+            back.check_writable("k"),
+            Err(Error::UpgradeRequired { .. })
+        ));
+        assert_eq!(
+            super::super::patch::patched_rows(&back.nodes["a"].content[0]),
+            5
+        );
+        for (bad, why) in [
+            (
+                shared_run(FORMAT_1, 5, Some([1, 3])),
+                "not in pds-pipeline/1",
+            ),
+            (shared_run(FORMAT, 5, Some([3, 3])), "is not a run"),
+            (shared_run(FORMAT, 5, Some([4, 6])), "is not a run"),
+            (
+                shared_run("pds-pipeline/3", 5, None),
+                "reads pds-pipeline/2, pds-pipeline/1",
+            ),
+        ] {
+            match PipelineManifest::from_json(&bad.to_json().unwrap(), "p", 1) {
+                Err(Error::ManifestCorrupted { reason, .. }) => {
+                    assert!(reason.contains(why), "{why}: {reason}")
+                }
+                other => panic!("{why}: {other:?}"),
+            }
+        }
     }
 }

@@ -35,6 +35,21 @@ impl Patch {
     pub fn files(&self) -> impl Iterator<Item = &RangePart> {
         self.rows.iter().chain(self.deleted.iter())
     }
+
+    /// The deleted values this patch holds: its run of a shared file, or
+    /// its own file's rows.
+    pub fn deleted_count(&self) -> u64 {
+        match (self.deleted_rows, &self.deleted) {
+            (Some([start, end]), _) => end.saturating_sub(start),
+            (None, Some(f)) => f.rows,
+            (None, None) => 0,
+        }
+    }
+
+    /// Rows and deleted values this patch holds.
+    pub fn held(&self) -> u64 {
+        self.rows.as_ref().map_or(0, |f| f.rows) + self.deleted_count()
+    }
 }
 
 impl RangePart {

@@ -37,7 +37,7 @@ mod streamed;
 
 pub use key_filter::{filter_by_keys, key_set, lead_prefixes, Within};
 pub use key_split::KeySplitter;
-pub use rewrite::SEEK_MIN_ROWS;
+pub use rewrite::{SEEK_MIN_ROWS, SHARED_DELETED_MAX_ROWS};
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -121,6 +121,26 @@ pub struct PartsRewritten {
     pub selected: Vec<RangePart>,
     /// With `select`: touched cut-key values left with no row (cut-key columns).
     pub deleted: Vec<RecordBatch>,
+    /// With `select`: the file of `deleted`, if this rewrite wrote it (its
+    /// patches share it, see [`crate::producers::patch`]); else the caller
+    /// writes them.
+    pub deleted_file: Option<RangePart>,
+}
+
+/// The rows `start..end` of `batches` (in order), as slices; fewer if
+/// `batches` end before `end`.
+pub(super) fn rows_in(batches: &[RecordBatch], start: u64, end: u64) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for b in batches {
+        let n = b.num_rows() as u64;
+        let (lo, hi) = (start.max(at), end.min(at + n));
+        if lo < hi {
+            out.push(b.slice((lo - at) as usize, (hi - lo) as usize));
+        }
+        at += n;
+    }
+    out
 }
 
 impl PartSet {

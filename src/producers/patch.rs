@@ -58,11 +58,7 @@ pub const PATCH_SHARE: u64 = 4;
 /// Rows and deleted values a part's patches hold (what compaction is
 /// measured by).
 pub fn patched_rows(part: &RangePart) -> u64 {
-    part.patches
-        .iter()
-        .flat_map(|p| p.files())
-        .map(|f| f.rows)
-        .sum()
+    part.patches.iter().map(Patch::held).sum()
 }
 
 /// Whether a change to `unit` that leaves `live` rows and writes a patch of

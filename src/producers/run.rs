@@ -428,7 +428,7 @@ impl StageRun {
                 &env,
                 &stage,
                 &format!("{base}/update/{token}"),
-                c.deleted,
+                (c.deleted, c.deleted_file),
                 &mut created,
             )?;
             Ok(NodeState {
@@ -553,14 +553,20 @@ fn renamed_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
     ))
 }
 
-/// Write an update's deleted keys (sorted key columns) as parts.
+/// Write an update's deleted keys (sorted key columns) as parts; if the
+/// rewrite already wrote them (`written`, the file its patches share), that
+/// file.
 pub fn write_deleted(
     env: &Env,
     node: &NodeView,
     prefix: &str,
-    deleted: Vec<RecordBatch>,
+    (deleted, written): (Vec<RecordBatch>, Option<super::parts::RangePart>),
     created: &mut Vec<String>,
 ) -> Result<Vec<super::parts::RangePart>> {
+    if let Some(file) = written {
+        // The rewrite wrote them, for its patches to share.
+        return Ok(vec![file]);
+    }
     if deleted.iter().all(|b| b.num_rows() == 0) {
         return Ok(Vec::new());
     }
@@ -949,9 +955,18 @@ pub(crate) mod tests {
         )
         .unwrap();
         // Two parts patched, not rewritten (see `patch`): 500's patch holds
-        // its new row (and is the update's rows), 10's patch its deleted
-        // key; and the update's deleted keys.
-        assert_eq!(created.len(), 3, "{created:?}");
+        // its new row (and is the update's rows); 10's patch is its run of
+        // the update's deleted keys, the one file the patches share.
+        assert_eq!(created.len(), 2, "{created:?}");
+        assert_eq!(s2.update.deleted.len(), 1);
+        let shared = &s2.update.deleted[0];
+        let runs: Vec<_> = s2
+            .content
+            .iter()
+            .flat_map(|p| &p.patches)
+            .filter_map(|p| Some((p.deleted.as_ref()?, p.deleted_rows?)))
+            .collect();
+        assert_eq!(runs, vec![(shared, [0, 1])]);
         let kept = s2.content.iter().filter(|p| s1.content.contains(p)).count();
         assert_eq!(kept, s1.content.len() - 2);
         let patched: Vec<&RangePart> = s2

@@ -208,7 +208,7 @@ pub(super) fn apply_to(
         env,
         node,
         &format!("{base}/update/{token}"),
-        c.deleted,
+        (c.deleted, c.deleted_file),
         &mut created,
     ) {
         Ok(deleted) => Ok((
@@ -279,7 +279,7 @@ pub fn merge_update(env: &Env, node: &NodeView) -> Result<(NodeState, Vec<String
         env,
         node,
         &format!("{base}/update/{token}-d"),
-        u.deleted,
+        (u.deleted, u.deleted_file),
         &mut created,
     ) {
         Ok(deleted) => Ok((

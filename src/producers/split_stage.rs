@@ -257,7 +257,7 @@ pub fn reduce_range(
         env,
         stage,
         &format!("{base}/update/{token}"),
-        c.deleted,
+        (c.deleted, c.deleted_file),
         &mut created,
     ) {
         Ok(deleted) => Ok(ReduceOutput {

@@ -96,7 +96,14 @@ pub struct Patch {
     /// covers; the layout's schema, sorted by its sort key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<RangePart>,
-    /// Cut-key values the change leaves with no row (the cut key's columns).
+    /// Cut-key values the change leaves with no row (the cut key's columns):
+    /// every row of the file, or with [`Self::deleted_rows`] some of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted: Option<RangePart>,
+    /// `[start, end)`: the rows of `deleted` that are this patch's
+    /// (`pds-pipeline/2`). The file is then shared by the patches one
+    /// update wrote in a node's layout (for the content, it is the update's
+    /// deleted keys), each patch owning a run of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_rows: Option<[u64; 2]>,
 }

@@ -181,7 +181,7 @@ pub fn open(raw: &[u8], path: &str, formats: &[&str]) -> Result<Map<String, Valu
                     "it is the manifest of a {kind} (format {f:?}), not of a {wanted}: a {kind} \
                      lives at this key; open it with {how}"
                 ),
-                _ => format!("format is {f:?}, this pds reads {format:?}"),
+                _ => format!("format is {f:?}, this pds reads {}", formats.join(", ")),
             }));
         }
         _ => return Err(corrupted("it has no format".into())),

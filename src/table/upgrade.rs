@@ -17,7 +17,8 @@
 //!   changes rewrite every segment) is taken to the current format by a
 //!   root-only commit: its segments are valid as they are, and it keeps
 //!   its `table_id` (one created by pds before ids gets one).
-//! - [`upgrade_pipeline`]: the same graph and parts in a sealed manifest.
+//! - [`upgrade_pipeline`]: the same graph and parts in a manifest of the
+//!   current format (sealed, `pds-pipeline/2`): no part is rewritten.
 //!
 //! The new version is committed by the compare-and-swap loop like any
 //! commit ([`super::commit`]): a racing writer either commits first (the
@@ -217,11 +218,12 @@ pub async fn upgrade_table(store: &StoreHandle, table: &str) -> Result<Upgraded>
     })
 }
 
-/// Upgrade the pipeline at `root` to a sealed manifest (see the module
+/// Upgrade the pipeline at `root` to the current format (see the module
 /// docs): the same graph and parts, as a version whose operation is
 /// `upgrade` and whose nodes changed nothing.
 ///
-/// Cost: the latest version (2 GETs); if it is unsealed, a commit (2 PUTs).
+/// Cost: the latest version (2 GETs); if it is in an earlier format, a
+/// commit (2 PUTs).
 /// `NotFound` if there is no pipeline; `CommitConflict` if writers keep
 /// winning.
 pub async fn upgrade_pipeline(store: &StoreHandle, root: &str) -> Result<Upgraded> {

@@ -182,7 +182,7 @@ class Pipeline:
         store, handle = _native(store, storage_options)
         root = store.native_path(key)
         manifest = {
-            "format": "pds-pipeline/1",
+            "format": "pds-pipeline/2",
             "version": 0,
             "timestamp_ms": 0,
             "operation": "create",
@@ -478,8 +478,9 @@ class Pipeline:
         version and return it.
 
         pds reads every pipeline format it ever wrote but writes only its own,
-        and never upgrades silently. A pipeline written before the sealed
-        manifests (``pds-pipeline/1`` without a ``checksum``) opens read-only:
+        and never upgrades silently. A pipeline whose latest version is in
+        ``pds-pipeline/1`` (sealed or not: the format before an update's
+        patches shared one file of deleted values) opens read-only:
         :meth:`read`, :meth:`changes` and :meth:`history` work, and every write
         (:meth:`update`, :meth:`rebuild`, :meth:`compact`, :meth:`vacuum`)
         raises :class:`pds.UpgradeRequired` until this call. It commits one
@@ -979,7 +980,7 @@ class Pipeline:
         version can name it."""
         try:
             manifest = {
-                "format": "pds-pipeline/1",
+                "format": "pds-pipeline/2",
                 "version": 0,
                 "timestamp_ms": int(datetime.datetime.now(datetime.UTC).timestamp() * 1000),
                 "operation": operation,

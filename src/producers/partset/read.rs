@@ -190,7 +190,7 @@ impl PartSet {
                 None => Vec::new(),
             };
             let deleted = match &p.deleted {
-                Some(f) => next(f, false)?,
+                Some(f) => self.own_run(f, next(f, false)?, p.deleted_rows)?,
                 None => Vec::new(),
             };
             patches.push((rows, deleted));
@@ -209,6 +209,28 @@ impl PartSet {
             });
         }
         Ok(layered)
+    }
+
+    /// A patch's deleted values: `rows` (every row of `file`), or with
+    /// `run` (`[start, end)`, see [`crate::spec::pipeline::Patch`]) the
+    /// rows of its run.
+    fn own_run(
+        &self,
+        file: &RangePart,
+        rows: Vec<RecordBatch>,
+        run: Option<[u64; 2]>,
+    ) -> Result<Vec<RecordBatch>> {
+        let Some([start, end]) = run else {
+            return Ok(rows);
+        };
+        let held: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
+        if held < end {
+            return Err(Error::PartCorrupted {
+                path: self.object(file),
+                reason: format!("{held} rows, a patch names rows {start} to {end}"),
+            });
+        }
+        Ok(super::rows_in(&rows, start, end))
     }
 
     /// Decode a fetched part (`columns` projected, in that order), its

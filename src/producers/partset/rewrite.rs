@@ -29,6 +29,28 @@ pub const SEEK_MIN_ROWS: u64 = 65_536;
 /// which changes leave most pages unread.
 const PAGE_ROWS: u64 = 20_000;
 
+/// The patches of one rewrite share one file of deleted values (each
+/// owning a run of it) while it holds at most this many rows; past it,
+/// each patch writes its own (a reader of a patch fetches the whole
+/// shared file, so it is kept small against a part).
+pub const SHARED_DELETED_MAX_ROWS: u64 = 65_536;
+
+/// A patch whose deleted values go to the rewrite's shared file (see
+/// [`PartSet::share_deleted`]).
+struct Deferred {
+    /// Its part's index in [`PartsRewritten::parts`].
+    part: usize,
+    /// Its run of the shared values.
+    run: [u64; 2],
+    /// Its own file's name prefix, if the shared file is not written.
+    name: String,
+}
+
+/// Rows of `batches`.
+fn count(batches: &[RecordBatch]) -> u64 {
+    batches.iter().map(|b| b.num_rows() as u64).sum()
+}
+
 /// A poisoned lock on a rewrite's shared state, as the typed error.
 pub(super) fn poisoned<T>(_: T) -> Error {
     Error::Task("a rewrite's shared state was poisoned".into())
@@ -191,6 +213,10 @@ impl PartSet {
             Some(d) => &d.prefixes[r],
             None => no_leads,
         };
+        // Patches whose deleted values go to one shared file, and those
+        // values when they are not the update's (`out.deleted`).
+        let mut deferred: Vec<Deferred> = Vec::new();
+        let mut shared_gone: Vec<RecordBatch> = Vec::new();
         let mut reader = Reader::new(self);
         // The next unit's touched and added rows, taken early to read it ahead.
         let mut taken: Option<(Vec<RecordBatch>, Vec<RecordBatch>)> = None;
@@ -315,7 +341,6 @@ impl PartSet {
                 .collect::<Result<_>>()?;
                 // The touched values left with no row.
                 let gone = missing(&touch_j, &tenc, &key_set(&picked, &cut)?)?;
-                let count = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows() as u64).sum::<u64>();
                 // Rows the unit keeps untouched (a seek read only some).
                 let stored = match seek {
                     true => unit[0].rows as usize,
@@ -352,8 +377,22 @@ impl PartSet {
                     let (first, last) = extremes(&cut, &ends)?
                         .ok_or_else(|| Error::Task("a patched part has no row".into()))?;
                     let name = format!("{prefix}-p{j:05}");
-                    let part =
-                        self.patched(&unit[0], live, (first, last), picked, &gone, &name, out)?;
+                    let part = self.patched(&unit[0], live, (first, last), picked, &name, out)?;
+                    let n_gone = count(&gone);
+                    if n_gone > 0 {
+                        let start = match select {
+                            true => count(&out.deleted),
+                            false => count(&shared_gone),
+                        };
+                        deferred.push(Deferred {
+                            part: out.parts.len(),
+                            run: [start, start + n_gone],
+                            name: format!("{name}d"),
+                        });
+                        if !select {
+                            shared_gone.extend(gone.iter().cloned());
+                        }
+                    }
                     if collect_removed {
                         out.removed.extend(removed);
                     }
@@ -396,6 +435,68 @@ impl PartSet {
             }
         }
         flush(&mut pending, out)?;
+        let values = match select {
+            true => out.deleted.clone(),
+            false => shared_gone,
+        };
+        self.share_deleted(deferred, values, select, &prefix, out)
+    }
+
+    /// Write the deleted values of the patches in `deferred` (their runs of
+    /// `values`): one file they share, `<prefix>-d`, if it holds at most
+    /// [`SHARED_DELETED_MAX_ROWS`] rows (with `select`, `values` are the
+    /// update's deleted values, and the file is the update's too); else a
+    /// file per patch, each its own.
+    fn share_deleted(
+        &self,
+        deferred: Vec<Deferred>,
+        values: Vec<RecordBatch>,
+        select: bool,
+        prefix: &str,
+        out: &mut PartsRewritten,
+    ) -> Result<()> {
+        if deferred.is_empty() {
+            return Ok(());
+        }
+        let schema = self.cut_schema()?;
+        let shared = count(&values) <= SHARED_DELETED_MAX_ROWS;
+        let file = match shared {
+            true => Some(self.write_one(
+                &format!("{prefix}-d"),
+                schema.clone(),
+                &self.cut_key,
+                values.clone(),
+                &mut out.created,
+            )?),
+            false => None,
+        };
+        for d in deferred {
+            let [start, end] = d.run;
+            let (deleted, deleted_rows) = match &file {
+                Some(f) => (f.clone(), Some(d.run)),
+                None => {
+                    let own = super::rows_in(&values, start, end);
+                    let f = self.write_one(
+                        &d.name,
+                        schema.clone(),
+                        &self.cut_key,
+                        own,
+                        &mut out.created,
+                    )?;
+                    (f, None)
+                }
+            };
+            let patch = out
+                .parts
+                .get_mut(d.part)
+                .and_then(|p| p.patches.last_mut())
+                .ok_or_else(|| Error::Task("a deferred patch is not in the rewrite".into()))?;
+            patch.deleted = Some(deleted);
+            patch.deleted_rows = deleted_rows;
+        }
+        if select {
+            out.deleted_file = file;
+        }
         Ok(())
     }
 
@@ -511,19 +612,18 @@ impl PartSet {
         }
     }
 
-    /// `part` with a new patch (see [`crate::producers::patch`]): `picked`, every row
-    /// after the change of each value it is about, and `gone`, the values
-    /// it leaves with no row; `live` rows after it, `first` and `last` its
-    /// lowest and highest row (its new key range). The patch's files are
-    /// named `prefix`-*.
-    #[allow(clippy::too_many_arguments)]
+    /// `part` with a new patch (see [`crate::producers::patch`]): `picked`,
+    /// every row after the change of each value it is about, written as
+    /// `prefix`-*; `live` rows after it, `first` and `last` its lowest and
+    /// highest row (its new key range). The values it leaves with no row
+    /// are filled in once the rewrite has them all
+    /// ([`Self::share_deleted`]).
     fn patched(
         &self,
         part: &RangePart,
         live: u64,
         (first, last): (RecordBatch, RecordBatch),
         picked: Vec<RecordBatch>,
-        gone: &[RecordBatch],
         prefix: &str,
         out: &mut PartsRewritten,
     ) -> Result<RangePart> {
@@ -533,24 +633,16 @@ impl PartSet {
         } else {
             None
         };
-        let deleted = if gone.iter().any(|b| b.num_rows() > 0) {
-            let name = format!("{prefix}d");
-            Some(self.write_one(
-                &name,
-                self.cut_schema()?,
-                &self.cut_key,
-                gone.to_vec(),
-                &mut out.created,
-            )?)
-        } else {
-            None
-        };
         let mut p = part.clone();
         p.base_rows = Some(part.file_rows());
         p.rows = live;
         p.first_key = crate::producers::parts::key_values(&first, &self.cut_key, 0);
         p.last_key = crate::producers::parts::key_values(&last, &self.cut_key, 0);
-        p.patches.push(Patch { rows, deleted });
+        p.patches.push(Patch {
+            rows,
+            deleted: None,
+            deleted_rows: None,
+        });
         Ok(p)
     }
 }

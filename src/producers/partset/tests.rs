@@ -175,3 +175,108 @@ fn a_damaged_part_read_ahead_fails_the_rewrite_and_leaves_nothing() {
     }
     assert_eq!(objects(&l), before, "only the stored parts remain");
 }
+
+/// The deleted values of each part's patch: its run of `patch.deleted`.
+fn patch_deleted(l: &PartSet, part: &RangePart) -> (String, Option<[u64; 2]>, Vec<i64>) {
+    let p = part.patches.last().expect("a patch");
+    let f = p.deleted.as_ref().expect("deleted values");
+    let cut = PartSet {
+        schema: l.cut_schema().unwrap(),
+        sort_key: l.cut_key.clone(),
+        ..l.clone()
+    };
+    let whole = cut
+        .read_many(std::slice::from_ref(f), None)
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>();
+    let run = match p.deleted_rows {
+        Some([a, b]) => rows_in(&whole, a, b),
+        None => whole,
+    };
+    let ks = run
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    (f.name.clone(), p.deleted_rows, ks)
+}
+
+/// A change removing one key of every part patches each part, and the
+/// patches share one file of deleted keys, each owning its run, in key
+/// order; with `select` that file is the update's deleted keys. A second
+/// change patches over the first; both read back as the model.
+#[test]
+fn the_patches_of_a_rewrite_share_one_file_of_deleted_values() {
+    for select in [true, false] {
+        let l = layout();
+        let mut parts = ten_parts(&l);
+        let mut model: BTreeMap<i64, i64> = (0..1000).map(|k| (k, k)).collect();
+        for (round, offset) in [(0i64, 7i64), (1, 58)] {
+            let before = objects(&l).len();
+            let removed: Vec<i64> = (0..10).map(|h| h * 100 + offset).collect();
+            let mut c = change(&format!("c{round}"), &removed, &[]);
+            c.select = select;
+            let c = l.rewrite(&parts, c).unwrap();
+            for k in &removed {
+                model.remove(k);
+            }
+            let want: Vec<(i64, i64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+            assert_eq!(read(&l, &c.parts), want, "select {select}, round {round}");
+            // One new object: the shared file (no patch has rows).
+            assert_eq!(objects(&l).len(), before + 1, "select {select}");
+            let mut names = std::collections::BTreeSet::new();
+            for (at, (part, k)) in (0u64..).zip(c.parts.iter().zip(&removed)) {
+                assert_eq!(part.patches.len(), round as usize + 1);
+                let (name, run, ks) = patch_deleted(&l, part);
+                assert_eq!(run, Some([at, at + 1]), "runs in key order");
+                assert_eq!(ks, vec![*k]);
+                names.insert(name);
+            }
+            assert_eq!(names.len(), 1, "one shared file");
+            let shared = c.parts[0].patches[round as usize].deleted.clone();
+            assert_eq!(c.deleted_file.is_some(), select);
+            if select {
+                assert_eq!(c.deleted_file, shared);
+            }
+            assert_eq!(
+                crate::producers::patch::patched_rows(&c.parts[0]),
+                round as u64 + 1
+            );
+            parts = c.parts;
+        }
+    }
+}
+
+/// Past [`SHARED_DELETED_MAX_ROWS`] deleted values, each patch
+/// writes its own file (no run), and the rows read back as the model.
+#[test]
+fn past_the_shared_limit_each_patch_writes_its_own_deleted_values() {
+    let mut l = layout();
+    let per_part = 170_000i64;
+    l.target_rows = per_part as usize;
+    let all: Vec<(i64, i64)> = (0..2 * per_part).map(|k| (k, k)).collect();
+    let parts = l
+        .write("p", stream(vec![rows(&all)]), &mut Vec::new())
+        .unwrap();
+    assert_eq!(parts.len(), 2);
+    // Every fourth key of the first 132,000 in each part: 33,000 per part
+    // (a patch: 33,000 x 4 <= the 137,000 rows left), 66,000 in all.
+    let removed: Vec<i64> = (0..2)
+        .flat_map(|p| (0..33_000).map(move |i| p * per_part + i * 4))
+        .collect();
+    assert!(removed.len() as u64 > SHARED_DELETED_MAX_ROWS);
+    let c = l.rewrite(&parts, change("c", &removed, &[])).unwrap();
+    assert_eq!(c.deleted_file, None);
+    let mut names = std::collections::BTreeSet::new();
+    for part in &c.parts {
+        let (name, run, ks) = patch_deleted(&l, part);
+        assert_eq!(run, None);
+        assert_eq!(ks.len(), 33_000);
+        names.insert(name);
+    }
+    assert_eq!(names.len(), 2);
+    let gone: std::collections::BTreeSet<i64> = removed.iter().copied().collect();
+    let want: Vec<(i64, i64)> = all.into_iter().filter(|(k, _)| !gone.contains(k)).collect();
+    assert_eq!(read(&l, &c.parts), want);
+}

@@ -512,7 +512,10 @@ fn unsealed_pipelines_read_and_stripped_ones_do_not() {
     sealed_m.unsealed = false;
     let sealed = sealed_m.to_json().unwrap();
     let back = PipelineManifest::from_json(&sealed, "p", 1).unwrap();
-    assert!(!back.unsealed && back.check_writable("k").is_ok());
+    // A sealed pds-pipeline/1 manifest is read, and is an earlier format.
+    assert!(!back.unsealed);
+    assert_eq!(back.earlier_format(), Some("pds-pipeline/1"));
+    assert!(back.check_writable("k").is_err());
     let mut map: serde_json::Map<String, Value> = serde_json::from_slice(&sealed).unwrap();
     map.remove("checksum");
     for stripped in [

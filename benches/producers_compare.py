@@ -325,8 +325,8 @@ def measure_sort(tool: str, src: Path, work: Path, budget: int) -> tuple[float, 
 # -- what a build or an update writes ---------------------------------------------
 
 # A part written whole (a build, a rewrite, a compaction) is ``<token>-sNNNNN-NNNNN``;
-# a patch's rows over a part, ``-pNNNNN-``, its deleted values ``-pNNNNNd-``, in the
-# same folders.
+# a patch's rows over a part, ``-pNNNNN-``, its deleted values ``-pNNNNNd-`` or the run of
+# a file the update's patches share, ``<token>-d-``, in the same folders.
 WHOLE_FILE = re.compile(r"-s\d{5}-")
 Files = dict[str, tuple[int, int]]
 

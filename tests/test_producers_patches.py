@@ -258,3 +258,43 @@ def test_a_damaged_part_fails_read_batches_with_its_class(tmp_path: Any) -> None
     with pytest.raises(pds.PartCorrupted):
         for _ in reader:
             pass
+
+
+def test_a_small_change_to_a_large_part_checks_the_page_index_it_seeks_by(tmp_path: Any) -> None:
+    """A one-key change to a part of 100,000 rows reads only the pages that hold
+    the key, chosen by the part's page index; no whole-file checksum covers such a
+    read, so the manifest records the length and CRC-32 of each part's page index
+    and footer, and a damaged byte there fails the update with ``PartCorrupted``
+    before anything is written."""
+    lake = tmp_path / "lake"
+
+    def opened(create: bool = False) -> Pipeline:
+        store = pds.open_store(lake.as_uri())
+        q = Pipeline.create(store, "big") if create else Pipeline.open(store, "big")
+        q.source("events", key={"id": pa.int64()}, value={"v": pa.int64()})
+        return q
+
+    p = opened(create=True)
+    n = 100_000
+    p.update({"events": pa.table({"id": pa.array(range(n), pa.int64()), "v": pa.array(range(n), pa.int64())})})
+    (part,) = manifest(p)["nodes"]["events"]["content"]
+    footer = part["footer"]
+    assert part["rows"] == n and len(footer["crc32"]) == 8 and 8 < footer["bytes"] < part["size_bytes"]
+    path = lake / "big" / part["name"]
+    clean = path.read_bytes()
+    tail_start = len(clean) - footer["bytes"]
+    change = {"events": pa.table({"id": pa.array([5], pa.int64()), "v": pa.array([-5], pa.int64())})}
+    for at in (tail_start, tail_start + footer["bytes"] // 3, len(clean) - 9):
+        damaged = bytearray(clean)
+        damaged[at] ^= 0x10
+        path.write_bytes(bytes(damaged))
+        before = sorted(str(f) for f in lake.rglob("*"))
+        with pytest.raises(pds.PartCorrupted, match="page index and footer"):
+            opened().update(change)
+        assert sorted(str(f) for f in lake.rglob("*")) == before, "nothing written"
+    path.write_bytes(clean)
+    q = opened()
+    assert q.update(change) == 2
+    assert q.read("events").column("v").to_pylist()[:7] == [0, 1, 2, 3, 4, -5, 6]
+    (after,) = manifest(q)["nodes"]["events"]["content"]
+    assert after["name"] == part["name"] and after["patches"], "patched, not rewritten"

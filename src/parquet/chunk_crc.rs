@@ -20,7 +20,10 @@
 //! fetched range that is a whole chunk (the async reader fetches whole
 //! chunks), and the in-memory decoder checks every chunk before decoding.
 //! What remains unchecked without `verify=True` (the whole-file SHA-256 in
-//! the manifest) is the footer itself, and parts written by other tools.
+//! the manifest) is the footer itself (and the page index after the data),
+//! and parts written by other tools. A pipeline's manifest also records the
+//! CRC-32 of each part's tail (page index and footer), which its page
+//! lookups check ([`crate::parquet::seek`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -31,8 +31,8 @@ mod tests;
 
 pub use open::{
     footer_panic, open_part, open_part_with, part_row_groups, read_footer,
-    read_footer_and_page_index, read_footer_hinted, read_part, read_piece_footer, row_group_plan,
-    Footer, PartStream,
+    read_footer_and_page_index, read_footer_and_page_index_checked, read_footer_hinted, read_part,
+    read_piece_footer, row_group_plan, Footer, PartStream,
 };
 use post_filter::PostFilter;
 pub use selection::{group_starts, Positions};

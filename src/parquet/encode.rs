@@ -135,6 +135,10 @@ pub struct PartSummary {
     /// The bytes after the last row group: page indexes, the footer and its
     /// 8-byte trailer. A reader fetches them with one GET of this size.
     pub footer_bytes: u64,
+    /// The CRC-32 of those `footer_bytes`: what a reader that seeks pages by
+    /// the page index checks them against (the chunk checksums cover only
+    /// the data; see [`crate::parquet::chunk_crc`]).
+    pub footer_crc32: u32,
     /// Per top-level column min/max/null count (see [`crate::parquet::stats`]).
     pub columns: std::collections::BTreeMap<String, crate::parquet::stats::ColumnStats>,
 }
@@ -148,6 +152,8 @@ pub struct HashingWriter<W> {
     crcs: ChunkCrcWriter,
     /// Page checksums, where pages are indexed.
     page_crcs: ChunkCrcWriter,
+    /// The CRC-32 of what is written after the data, once it begins.
+    tail: Option<crc32fast::Hasher>,
 }
 
 impl<W: Write> HashingWriter<W> {
@@ -158,6 +164,7 @@ impl<W: Write> HashingWriter<W> {
             written: 0,
             crcs: ChunkCrcWriter::default(),
             page_crcs: ChunkCrcWriter::default(),
+            tail: None,
         }
     }
 }
@@ -168,6 +175,9 @@ impl<W: Write> Write for HashingWriter<W> {
         self.hasher.update(&buf[..n]);
         self.crcs.update(self.written, &buf[..n]);
         self.page_crcs.update(self.written, &buf[..n]);
+        if let Some(tail) = self.tail.as_mut() {
+            tail.update(&buf[..n]);
+        }
         self.written += n as u64;
         Ok(n)
     }
@@ -449,12 +459,15 @@ impl<W: Write + Send> PartEncoder<W> {
         let row_groups = flushed.len() as u64;
         let columns = crate::parquet::stats::file_stats(flushed, &self.schema);
         let data_end = writer.inner_mut().written;
+        writer.inner_mut().tail = Some(crc32fast::Hasher::new());
         let mut hw = writer.into_inner()?;
         hw.flush()?;
+        let footer_crc32 = hw.tail.take().map(|t| t.finalize()).unwrap_or_default();
         let summary = PartSummary {
             row_count: rows,
             size_bytes: hw.written,
             footer_bytes: hw.written.saturating_sub(data_end),
+            footer_crc32,
             sha256: hex::encode(hw.hasher.finalize()),
             row_groups,
             columns,

@@ -44,6 +44,9 @@ pub struct ObjectRangeReader {
     ahead: Option<Arc<ReadAhead>>,
     /// The object's ETag as the first ranged GET's reply stated it.
     e_tag: Arc<std::sync::Mutex<Option<String>>>,
+    /// The length and CRC-32 of the object's tail (page index, footer,
+    /// trailer) as a manifest records them: checked before it is parsed.
+    tail: Option<(u64, u32)>,
 }
 
 impl ObjectRangeReader {
@@ -58,6 +61,7 @@ impl ObjectRangeReader {
             prefetch: FOOTER_PREFETCH,
             ahead: None,
             e_tag: Arc::default(),
+            tail: None,
         }
     }
 
@@ -87,6 +91,43 @@ impl ObjectRangeReader {
         self
     }
 
+    /// Fetch the footer as the object's last `tail.0` bytes, whose CRC-32
+    /// must be `tail.1` (see [`crate::parquet::encode::PartSummary`]), in
+    /// one GET, and parse it (and the page index) from those bytes alone.
+    pub fn with_tail_check(mut self, tail: Option<(u64, u32)>) -> Self {
+        self.tail = tail;
+        self
+    }
+
+    /// The footer (and page index, as `options` ask) parsed from the
+    /// checked tail (see [`Self::with_tail_check`]).
+    async fn checked_metadata(
+        &mut self,
+        options: Option<&ArrowReaderOptions>,
+        (len, crc): (u64, u32),
+    ) -> Result<ParquetMetaData> {
+        let size = self.size;
+        if !(8..=size).contains(&len) {
+            return Err(ParquetError::General(format!(
+                "its manifest records a tail of {len} bytes in a file of {size}"
+            )));
+        }
+        let tail = self.get_bytes(size - len..size).await?;
+        if crc32fast::hash(&tail) != crc {
+            return Err(ParquetError::General(
+                "its page index and footer do not match the checksum its manifest records".into(),
+            ));
+        }
+        let mut reader = ParquetMetaDataReader::new().with_arrow_reader_options(options);
+        match reader.try_parse_sized(&tail, size) {
+            Ok(()) => reader.finish(),
+            Err(ParquetError::NeedMoreData(n)) => Err(ParquetError::General(format!(
+                "its footer and page index take {n} bytes, beyond the {len} its manifest records"
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A reader of a file whose footer was read already: its chunk
     /// checksums come from `metadata` (`get_metadata` is then not called).
     pub fn with_metadata(
@@ -108,6 +149,7 @@ impl ObjectRangeReader {
             prefetch: FOOTER_PREFETCH,
             ahead: None,
             e_tag: Arc::default(),
+            tail: None,
         })
     }
 
@@ -216,11 +258,16 @@ impl AsyncFileReader for ObjectRangeReader {
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
         async move {
             let size = self.size;
-            let metadata = ParquetMetaDataReader::new()
-                .with_arrow_reader_options(options)
-                .with_prefetch_hint(Some(self.prefetch))
-                .load_and_finish(&mut *self, size)
-                .await?;
+            let metadata = match self.tail {
+                Some(tail) => self.checked_metadata(options, tail).await?,
+                None => {
+                    ParquetMetaDataReader::new()
+                        .with_arrow_reader_options(options)
+                        .with_prefetch_hint(Some(self.prefetch))
+                        .load_and_finish(&mut *self, size)
+                        .await?
+                }
+            };
             self.checksums = ChunkChecksums::from_metadata(&metadata)
                 .map_err(ParquetError::General)?
                 .map(Arc::new);

@@ -22,7 +22,10 @@ use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection, RowSelector};
 
 use crate::error::{contain, Error, Result};
-use crate::parquet::decode::{open_part_with, read_footer_and_page_index, Decoded, ReadOptions};
+use crate::parquet::decode::{
+    open_part_with, read_footer_and_page_index, read_footer_and_page_index_checked, Decoded,
+    ReadOptions,
+};
 use crate::store::StoreHandle;
 
 /// Read the rows of the part at `key` (`size` bytes) that lie in pages
@@ -32,16 +35,24 @@ use crate::store::StoreHandle;
 /// them, in file order; others of the same pages come too. `file_rows` is
 /// the whole file's. `None` (nothing read but the footer) where the part
 /// has no page index for `column`, or where those pages hold more than
-/// half of its rows: the caller reads it whole, in one request.
+/// half of its rows: the caller reads it whole, in one request. With
+/// `tail` (the length and CRC-32 of the part's page index and footer, as
+/// its manifest records them), those bytes are checked before they are
+/// parsed: the pages read are chosen by them, and no whole-file checksum
+/// covers a read of some pages.
 pub async fn read_pages_holding(
     store: &StoreHandle,
     key: &str,
     size: u64,
+    tail: Option<(u64, u32)>,
     opts: &ReadOptions,
     column: &str,
     values: &ArrayRef,
 ) -> Result<Option<Decoded>> {
-    let footer = read_footer_and_page_index(store, key, size, None).await?;
+    let footer = match tail {
+        Some(tail) => read_footer_and_page_index_checked(store, key, size, tail).await?,
+        None => read_footer_and_page_index(store, key, size, None).await?,
+    };
     let selection = contain(
         |msg| Error::PartCorrupted {
             path: key.to_string(),
@@ -167,6 +178,12 @@ mod tests {
 
     /// 100,000 rows of `k` (sorted, each twice) and `v`: several pages each.
     fn file(page_index: bool) -> (Arc<StoreHandle>, u64, Arc<Schema>) {
+        let (store, size, schema, _) = file_and_tail(page_index);
+        (store, size, schema)
+    }
+
+    /// [`file`], and the length and CRC-32 of its tail (see `PartSummary`).
+    fn file_and_tail(page_index: bool) -> (Arc<StoreHandle>, u64, Arc<Schema>, (u64, u32)) {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int64, false),
             Field::new("v", DataType::Int64, false),
@@ -190,10 +207,21 @@ mod tests {
         block_on(store.put("f.parquet", bytes, PutMode::Overwrite))
             .unwrap()
             .unwrap();
-        (store, summary.size_bytes, schema)
+        let tail = (summary.footer_bytes, summary.footer_crc32);
+        (store, summary.size_bytes, schema, tail)
     }
 
     fn read(store: &StoreHandle, size: u64, schema: &Arc<Schema>, ks: &[i64]) -> Result<Vec<i64>> {
+        read_checked(store, size, None, schema, ks)
+    }
+
+    fn read_checked(
+        store: &StoreHandle,
+        size: u64,
+        tail: Option<(u64, u32)>,
+        schema: &Arc<Schema>,
+        ks: &[i64],
+    ) -> Result<Vec<i64>> {
         let opts = ReadOptions {
             expected: Some(schema.clone()),
             ..Default::default()
@@ -203,6 +231,7 @@ mod tests {
             store,
             "f.parquet",
             size,
+            tail,
             &opts,
             "k",
             &values,
@@ -210,7 +239,13 @@ mod tests {
         let Some(got) = got else {
             return Ok(vec![-1]); // left to the caller to read whole
         };
-        assert_eq!(got.file_rows, ROWS as u64);
+        if got.file_rows != ROWS as u64 {
+            // As the pipeline's reader checks it against the manifest.
+            return Err(Error::PartCorrupted {
+                path: "f.parquet".into(),
+                reason: format!("{} rows", got.file_rows),
+            });
+        }
         Ok(got
             .batches
             .iter()
@@ -278,5 +313,50 @@ mod tests {
         let (store, size, schema) = file(true);
         let most: Vec<i64> = (0..ROWS / 2).step_by(5_000).collect();
         assert_eq!(read(&store, size, &schema, &most).unwrap(), vec![-1]);
+    }
+
+    /// A damaged byte in the page index can move or hide the pages a lookup
+    /// reads (a bound of the column index changed, and a page holding a
+    /// wanted value is skipped) with no chunk or page checksum to catch it;
+    /// with the tail's length and CRC-32 its manifest records, every such
+    /// byte is `PartCorrupted`, and the undamaged file reads as before.
+    #[test]
+    fn a_lookup_checks_the_page_index_against_the_recorded_tail() {
+        let (store, size, schema, tail) = file_and_tail(true);
+        let clean = block_on(store.get("f.parquet")).unwrap().unwrap();
+        let wanted = [3, 30_000];
+        let want = read(&store, size, &schema, &wanted).unwrap();
+        assert_eq!(
+            read_checked(&store, size, Some(tail), &schema, &wanted).unwrap(),
+            want
+        );
+        let data_end = size - tail.0;
+        let mut silent = 0;
+        for at in data_end..(data_end + 400).min(size - 8) {
+            damaged(&store, at);
+            match read(&store, size, &schema, &wanted) {
+                Ok(got) if got.iter().filter(|&&k| k == 3 || k == 30_000).count() != 4 => {
+                    silent += 1
+                }
+                _ => {}
+            }
+            let err = read_checked(&store, size, Some(tail), &schema, &wanted).unwrap_err();
+            assert!(matches!(err, Error::PartCorrupted { .. }), "{at}: {err:?}");
+            block_on(store.put("f.parquet", clean.clone(), PutMode::Overwrite))
+                .unwrap()
+                .unwrap();
+        }
+        assert!(
+            silent > 0,
+            "some damaged byte went unseen without the check"
+        );
+        // A wrong record is refused, never trusted for a read.
+        for bad in [(tail.0, tail.1 ^ 1), (size + 1, tail.1), (4, tail.1)] {
+            let err = read_checked(&store, size, Some(bad), &schema, &wanted).unwrap_err();
+            assert!(
+                matches!(err, Error::PartCorrupted { .. }),
+                "{bad:?}: {err:?}"
+            );
+        }
     }
 }

@@ -766,6 +766,7 @@ mod tests {
             last_key: vec![Some(Value::from(last))],
             patches: Vec::new(),
             base_rows: None,
+            footer: None,
         }
     }
 

@@ -176,8 +176,9 @@ impl Versioned for PipelineManifest {
             let m: PipelineManifest = serde_json::from_value(Value::Object(map.clone())).ok()?;
             let later = m.nodes.values().any(|n| {
                 n.derived_prefix != 0
-                    || n.parts()
-                        .any(|p| !p.patches.is_empty() || p.base_rows.is_some())
+                    || n.parts().any(|p| {
+                        !p.patches.is_empty() || p.base_rows.is_some() || p.footer.is_some()
+                    })
             });
             (!later).then(|| serde_json::to_vec_pretty(&m).ok())?
         };
@@ -217,6 +218,15 @@ fn check_part(part: &RangePart, home: &str, name: &str) -> std::result::Result<(
     }
     if !crate::table::snapshot::is_sha256(&part.sha256) {
         return Err(format!("part {:?} has no valid sha256", part.name));
+    }
+    if let Some(f) = &part.footer {
+        let hex = f.crc32.len() == 8 && f.crc32.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex || !(8..=part.size_bytes).contains(&f.bytes) {
+            return Err(format!(
+                "part {:?} records a footer of {} bytes (crc32 {:?}) in a file of {}",
+                part.name, f.bytes, f.crc32, part.size_bytes
+            ));
+        }
     }
     if part.first_key.len() != part.last_key.len() {
         return Err(format!(
@@ -382,6 +392,7 @@ mod tests {
             last_key: vec![],
             patches: Vec::new(),
             base_rows: None,
+            footer: None,
         }
     }
 
@@ -437,7 +448,38 @@ mod tests {
         time.timestamp_ms = -1;
         let mut sha = m.clone();
         sha.nodes.get_mut("a").unwrap().content[0].sha256 = "00".into();
+        let footer = |bytes: u64, crc32: &str| {
+            let mut f = m.clone();
+            f.nodes.get_mut("a").unwrap().content[0].footer =
+                Some(crate::spec::pipeline::FooterCheck {
+                    bytes,
+                    crc32: crc32.into(),
+                });
+            f
+        };
+        let good = footer(1, "0a1b2c3d");
+        assert!(PipelineManifest::from_json(&good.to_json().unwrap(), "p", 3).is_err());
+        let mut fits = good.clone();
+        fits.nodes.get_mut("a").unwrap().content[0].size_bytes = 100;
+        fits.nodes.get_mut("a").unwrap().content[0]
+            .footer
+            .as_mut()
+            .unwrap()
+            .bytes = 40;
+        let back = PipelineManifest::from_json(&fits.to_json().unwrap(), "p", 3).unwrap();
+        assert_eq!(
+            back.nodes["a"].content[0].footer_check(),
+            Some((40, 0x0a1b_2c3d))
+        );
+        let mut not_hex = fits.clone();
+        not_hex.nodes.get_mut("a").unwrap().content[0]
+            .footer
+            .as_mut()
+            .unwrap()
+            .crc32 = "0a1b2c3z".into();
         for (bad, why) in [
+            (footer(1, "0a1b2c3d"), "records a footer"),
+            (not_hex, "records a footer"),
             (twice, "twice"),
             (other_node, "not under nodes/a/"),
             (gap, "contiguous"),

@@ -202,6 +202,10 @@ fn upload(target: &PartTarget<'_>, part: Encoded) -> Result<RangePart> {
         last_key,
         patches: Vec::new(),
         base_rows: None,
+        footer: Some(crate::spec::pipeline::FooterCheck {
+            bytes: summary.footer_bytes,
+            crc32: format!("{:08x}", summary.footer_crc32),
+        }),
     })
 }
 

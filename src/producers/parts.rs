@@ -53,6 +53,14 @@ impl Patch {
 }
 
 impl RangePart {
+    /// The length and CRC-32 of the file's tail (page index, footer,
+    /// trailer) its record holds, if it holds them (parts written in
+    /// `pds-pipeline/2`; the manifest's check has validated them).
+    pub fn footer_check(&self) -> Option<(u64, u32)> {
+        let f = self.footer.as_ref()?;
+        Some((f.bytes, u32::from_str_radix(&f.crc32, 16).ok()?))
+    }
+
     /// The rows of the part's own file (`rows` unless it has patches).
     pub fn file_rows(&self) -> u64 {
         self.base_rows.unwrap_or(self.rows)
@@ -628,6 +636,7 @@ mod tests {
             last_key: vec![Some(Value::from(last))],
             patches: Vec::new(),
             base_rows: None,
+            footer: None,
         };
         let parts = vec![part(0, 99), part(100, 199), part(250, 300)];
         let keys = |ks: &[i64]| {

@@ -179,6 +179,12 @@ impl Layered {
         self.live
     }
 
+    /// The values the patches cover (rows or deleted).
+    #[cfg(test)]
+    pub fn patched_values(&self) -> usize {
+        self.owner.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }

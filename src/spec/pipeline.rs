@@ -86,6 +86,19 @@ pub struct RangePart {
     /// The rows of the part's file, when it has patches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_rows: Option<u64>,
+    /// The bytes of the file after its data (page index, footer, trailer)
+    /// and their CRC-32 (8 hex digits), recorded since `pds-pipeline/2`: a
+    /// lookup that reads only some pages by the page index checks them,
+    /// since it does not read the whole file against `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footer: Option<FooterCheck>,
+}
+
+/// See [`RangePart::footer`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FooterCheck {
+    pub bytes: u64,
+    pub crc32: String,
 }
 
 /// One change layered over a part (see [`crate::producers::patch`]). At least one of

@@ -188,7 +188,7 @@ impl Footer {
 
 /// Fetch and parse the footer of the part at `key` (`size` bytes).
 pub async fn read_footer(store: &StoreHandle, key: &str, size: u64) -> Result<Footer> {
-    read_footer_with(store, key, size, None, Default::default()).await
+    read_footer_with(store, key, size, None, Default::default(), None).await
 }
 
 /// [`read_footer`] with the size of the file's tail its writer recorded:
@@ -199,7 +199,7 @@ pub async fn read_footer_hinted(
     size: u64,
     hint: Option<u64>,
 ) -> Result<Footer> {
-    read_footer_with(store, key, size, hint, Default::default()).await
+    read_footer_with(store, key, size, hint, Default::default(), None).await
 }
 
 /// [`read_footer`], with the page index (column and offset indexes) where
@@ -212,7 +212,22 @@ pub async fn read_footer_and_page_index(
 ) -> Result<Footer> {
     let options = ArrowReaderOptions::new()
         .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
-    read_footer_with(store, key, size, hint, options).await
+    read_footer_with(store, key, size, hint, options, None).await
+}
+
+/// [`read_footer_and_page_index`] of a part whose manifest records the
+/// length and CRC-32 of its tail (page index, footer, trailer): the tail is
+/// fetched in one GET and checked before it is parsed, so that a damaged
+/// page index is `PartCorrupted`, never pages skipped or misplaced.
+pub async fn read_footer_and_page_index_checked(
+    store: &StoreHandle,
+    key: &str,
+    size: u64,
+    tail: (u64, u32),
+) -> Result<Footer> {
+    let options = ArrowReaderOptions::new()
+        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
+    read_footer_with(store, key, size, None, options, Some(tail)).await
 }
 
 /// The footer for reading a file in row-range pieces. Each piece fetches
@@ -247,8 +262,9 @@ async fn read_footer_with(
     size: u64,
     hint: Option<u64>,
     options: ArrowReaderOptions,
+    tail: Option<(u64, u32)>,
 ) -> Result<Footer> {
-    let (builder, e_tag) = open_footer(store, key, size, hint, options.clone()).await?;
+    let (builder, e_tag) = open_footer(store, key, size, hint, options.clone(), tail).await?;
     let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)
         .map_err(corrupted(key))?;
     Ok(Footer {
@@ -359,12 +375,14 @@ async fn open_footer(
     size: u64,
     hint: Option<u64>,
     options: ArrowReaderOptions,
+    tail: Option<(u64, u32)>,
 ) -> Result<(
     ParquetRecordBatchStreamBuilder<ObjectRangeReader>,
     Option<String>,
 )> {
     let reader = ObjectRangeReader::new(store.object_store().clone(), store.path(key)?, key, size)
-        .with_footer_hint(hint);
+        .with_footer_hint(hint)
+        .with_tail_check(tail);
     let seen = reader.clone();
     let builder = crate::error::catch_unwind_future(
         ParquetRecordBatchStreamBuilder::new_with_options(reader, options),
@@ -383,14 +401,16 @@ async fn open_footer(
 /// The row count of each row group of a part, from its footer alone.
 pub async fn part_row_groups(store: &StoreHandle, key: &str) -> Result<Vec<u64>> {
     let size = store.head(key).await?.size;
-    Ok(open_footer(store, key, size, None, Default::default())
-        .await?
-        .0
-        .metadata()
-        .row_groups()
-        .iter()
-        .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
-        .collect())
+    Ok(
+        open_footer(store, key, size, None, Default::default(), None)
+            .await?
+            .0
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| u64::try_from(rg.num_rows()).unwrap_or_default())
+            .collect(),
+    )
 }
 
 /// From one footer read: the rows of each row group of the file at `key`,

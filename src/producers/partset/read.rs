@@ -463,6 +463,7 @@ impl PartSet {
                         &self.store,
                         &path,
                         part.size_bytes,
+                        part.footer_check(),
                         opts,
                         column,
                         values,

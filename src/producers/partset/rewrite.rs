@@ -46,6 +46,14 @@ struct Deferred {
     name: String,
 }
 
+/// The patch `d` defers, in `out`.
+fn deferred_patch<'a>(out: &'a mut PartsRewritten, d: &Deferred) -> Result<&'a mut Patch> {
+    out.parts
+        .get_mut(d.part)
+        .and_then(|p| p.patches.last_mut())
+        .ok_or_else(|| Error::Task("a deferred patch is not in the rewrite".into()))
+}
+
 /// Rows of `batches`.
 fn count(batches: &[RecordBatch]) -> u64 {
     batches.iter().map(|b| b.num_rows() as u64).sum()
@@ -443,10 +451,15 @@ impl PartSet {
     }
 
     /// Write the deleted values of the patches in `deferred` (their runs of
-    /// `values`): one file they share, `<prefix>-d`, if it holds at most
-    /// [`SHARED_DELETED_MAX_ROWS`] rows (with `select`, `values` are the
-    /// update's deleted values, and the file is the update's too); else a
-    /// file per patch, each its own.
+    /// `values`): one file, `<prefix>-d`, shared by each patch whose part
+    /// holds at least [`PATCH_SHARE`] times its rows (so that what a read of
+    /// the part decodes beyond its own keys stays within a quarter of its
+    /// rows per patch), if it holds at most [`SHARED_DELETED_MAX_ROWS`] rows;
+    /// the other patches write a file each, their own. With `select`,
+    /// `values` are the update's deleted values, and the shared file is the
+    /// update's too.
+    ///
+    /// [`PATCH_SHARE`]: crate::producers::patch::PATCH_SHARE
     fn share_deleted(
         &self,
         deferred: Vec<Deferred>,
@@ -455,47 +468,60 @@ impl PartSet {
         prefix: &str,
         out: &mut PartsRewritten,
     ) -> Result<()> {
-        if deferred.is_empty() {
-            return Ok(());
+        let total = count(&values);
+        let share = |part: &RangePart| {
+            total <= SHARED_DELETED_MAX_ROWS
+                && total.saturating_mul(crate::producers::patch::PATCH_SHARE) <= part.rows
+        };
+        let sharing = deferred
+            .iter()
+            .any(|d| out.parts.get(d.part).is_some_and(share));
+        if !sharing {
+            return self.own_deleted(deferred, &values, out);
         }
         let schema = self.cut_schema()?;
-        let shared = count(&values) <= SHARED_DELETED_MAX_ROWS;
-        let file = match shared {
-            true => Some(self.write_one(
-                &format!("{prefix}-d"),
-                schema.clone(),
-                &self.cut_key,
-                values.clone(),
-                &mut out.created,
-            )?),
-            false => None,
-        };
+        let file = self.write_one(
+            &format!("{prefix}-d"),
+            schema,
+            &self.cut_key,
+            values.clone(),
+            &mut out.created,
+        )?;
+        let (shared, own): (Vec<Deferred>, Vec<Deferred>) = deferred
+            .into_iter()
+            .partition(|d| out.parts.get(d.part).is_some_and(share));
+        for d in shared {
+            let patch = deferred_patch(out, &d)?;
+            patch.deleted = Some(file.clone());
+            patch.deleted_rows = Some(d.run);
+        }
+        self.own_deleted(own, &values, out)?;
+        if select {
+            out.deleted_file = Some(file);
+        }
+        Ok(())
+    }
+
+    /// Each patch of `deferred` its own file of deleted values: its run of
+    /// `values`.
+    fn own_deleted(
+        &self,
+        deferred: Vec<Deferred>,
+        values: &[RecordBatch],
+        out: &mut PartsRewritten,
+    ) -> Result<()> {
+        let schema = self.cut_schema()?;
         for d in deferred {
             let [start, end] = d.run;
-            let (deleted, deleted_rows) = match &file {
-                Some(f) => (f.clone(), Some(d.run)),
-                None => {
-                    let own = super::rows_in(&values, start, end);
-                    let f = self.write_one(
-                        &d.name,
-                        schema.clone(),
-                        &self.cut_key,
-                        own,
-                        &mut out.created,
-                    )?;
-                    (f, None)
-                }
-            };
-            let patch = out
-                .parts
-                .get_mut(d.part)
-                .and_then(|p| p.patches.last_mut())
-                .ok_or_else(|| Error::Task("a deferred patch is not in the rewrite".into()))?;
-            patch.deleted = Some(deleted);
-            patch.deleted_rows = deleted_rows;
-        }
-        if select {
-            out.deleted_file = file;
+            let own = super::rows_in(values, start, end);
+            let f = self.write_one(
+                &d.name,
+                schema.clone(),
+                &self.cut_key,
+                own,
+                &mut out.created,
+            )?;
+            deferred_patch(out, &d)?.deleted = Some(f);
         }
         Ok(())
     }

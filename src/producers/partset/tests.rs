@@ -280,3 +280,48 @@ fn past_the_shared_limit_each_patch_writes_its_own_deleted_values() {
     let want: Vec<(i64, i64)> = all.into_iter().filter(|(k, _)| !gone.contains(k)).collect();
     assert_eq!(read(&l, &c.parts), want);
 }
+
+/// A change that rewrites the first part in place (at its limit of
+/// patches) and patches the others: the update's deleted keys are the
+/// first part's, then the patches'; each patch's run starts after the
+/// first part's key, and a read of a patched part takes only its own run
+/// of the shared file.
+#[test]
+fn runs_follow_the_deleted_keys_of_parts_rewritten_in_place() {
+    let l = layout();
+    let mut parts = ten_parts(&l);
+    let mut gone = std::collections::BTreeSet::new();
+    let mut k = 0i64;
+    while parts[0].patches.len() < crate::producers::patch::patch_limit(&parts[0]) {
+        let c = l
+            .rewrite(&parts, change(&format!("a{k}"), &[k], &[]))
+            .unwrap();
+        gone.insert(k);
+        k += 1;
+        parts = c.parts;
+    }
+    let mut removed = vec![k];
+    removed.extend((1..10).map(|h| h * 100 + 50));
+    gone.extend(removed.iter().copied());
+    let c = l.rewrite(&parts, change("c", &removed, &[])).unwrap();
+    assert!(c.parts[0].patches.is_empty(), "rewritten in place");
+    let want: Vec<(i64, i64)> = (0..1000)
+        .filter(|k| !gone.contains(k))
+        .map(|k| (k, k))
+        .collect();
+    assert_eq!(read(&l, &c.parts), want);
+    let patched: Vec<&RangePart> = c.parts[1..].iter().collect();
+    assert_eq!(patched.len(), 9);
+    for (i, part) in (1u64..).zip(&patched) {
+        let (_, run, ks) = patch_deleted(&l, part);
+        assert_eq!(run, Some([i, i + 1]), "after the first part's key");
+        assert_eq!(ks, vec![i as i64 * 100 + 50]);
+        // Its own deleted key only, not the shared file's others.
+        assert_eq!(l.read_whole(part).unwrap().patched_values(), 1);
+    }
+    assert_eq!(
+        c.deleted_file.map(|f| f.rows),
+        Some(10),
+        "the update's deleted keys"
+    );
+}

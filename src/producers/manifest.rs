@@ -284,6 +284,9 @@ impl PipelineManifest {
                 let mut seen = std::collections::HashSet::with_capacity(parts.len());
                 for part in parts {
                     check_part(part, &home, name)?;
+                    if self.format == FORMAT_1 && part.footer.is_some() {
+                        return Err(format!("part {:?}: footer is not in {FORMAT_1}", part.name));
+                    }
                     for f in part.patches.iter().flat_map(|p| p.files()) {
                         check_part(f, &home, name)?;
                         if !f.patches.is_empty() {
@@ -457,9 +460,7 @@ mod tests {
                 });
             f
         };
-        let good = footer(1, "0a1b2c3d");
-        assert!(PipelineManifest::from_json(&good.to_json().unwrap(), "p", 3).is_err());
-        let mut fits = good.clone();
+        let mut fits = footer(1, "0a1b2c3d");
         fits.nodes.get_mut("a").unwrap().content[0].size_bytes = 100;
         fits.nodes.get_mut("a").unwrap().content[0]
             .footer
@@ -480,6 +481,13 @@ mod tests {
         for (bad, why) in [
             (footer(1, "0a1b2c3d"), "records a footer"),
             (not_hex, "records a footer"),
+            (
+                PipelineManifest {
+                    format: FORMAT_1.into(),
+                    ..fits.clone()
+                },
+                "footer is not in pds-pipeline/1",
+            ),
             (twice, "twice"),
             (other_node, "not under nodes/a/"),
             (gap, "contiguous"),

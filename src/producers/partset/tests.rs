@@ -325,3 +325,61 @@ fn runs_follow_the_deleted_keys_of_parts_rewritten_in_place() {
         "the update's deleted keys"
     );
 }
+
+/// A patch shares the rewrite's file of deleted keys only where that file
+/// holds at most a quarter of its part's rows: a small part's patch writes
+/// its own. Where no patch shares it, the update's deleted keys are left
+/// to the caller (`deleted_file` is `None`).
+#[test]
+fn a_small_part_writes_its_own_deleted_keys_and_no_sharer_leaves_none() {
+    let l = layout();
+    // A 30-row part, then ten of about 100.
+    let small: Vec<(i64, i64)> = (0..30).map(|k| (k, k)).collect();
+    let rest: Vec<(i64, i64)> = (30..1030).map(|k| (k, k)).collect();
+    let mut parts = l
+        .write("a", stream(vec![rows(&small)]), &mut Vec::new())
+        .unwrap();
+    parts.extend(
+        l.write("b", stream(vec![rows(&rest)]), &mut Vec::new())
+            .unwrap(),
+    );
+    assert_eq!(parts[0].rows, 30);
+    // One key of each part: 11 keys, 44 > the small part's 29 rows left.
+    let removed: Vec<i64> = std::iter::once(5)
+        .chain((0..parts.len() as i64 - 1).map(|h| 30 + h * 100 + 7))
+        .filter(|k| *k < 1030)
+        .collect();
+    let c = l.rewrite(&parts, change("c", &removed, &[])).unwrap();
+    let gone: std::collections::BTreeSet<i64> = removed.iter().copied().collect();
+    let want: Vec<(i64, i64)> = (0..1030)
+        .filter(|k| !gone.contains(k))
+        .map(|k| (k, k))
+        .collect();
+    assert_eq!(read(&l, &c.parts), want);
+    let (own, run, ks) = patch_deleted(&l, &c.parts[0]);
+    assert_eq!((run, ks), (None, vec![5]), "the small part's own file");
+    let shared = c.deleted_file.clone().expect("the others share one");
+    for part in &c.parts[1..] {
+        let (name, run, _) = patch_deleted(&l, part);
+        assert!(
+            run.is_some() && name == shared.name && name != own,
+            "{name}"
+        );
+    }
+    // Three keys of each of ten parts: 30 keys, 120 > any part's rows.
+    let l = layout();
+    let parts = ten_parts(&l);
+    let removed: Vec<i64> = (0..10)
+        .flat_map(|h| [h * 100 + 1, h * 100 + 2, h * 100 + 3])
+        .collect();
+    let c = l.rewrite(&parts, change("d", &removed, &[])).unwrap();
+    assert_eq!(
+        c.deleted_file, None,
+        "the caller writes the update's deleted keys"
+    );
+    assert_eq!(c.deleted.iter().map(|b| b.num_rows()).sum::<usize>(), 30);
+    for part in &c.parts {
+        let (_, run, ks) = patch_deleted(&l, part);
+        assert_eq!((run, ks.len()), (None, 3));
+    }
+}

@@ -299,6 +299,7 @@ impl NodeView {
             opts,
             cut_key,
             target_rows: env.target_rows,
+            shared_files: Default::default(),
         })
     }
 

@@ -11,10 +11,11 @@
 //! lands in, not of the set.
 //!
 //! The files: `read` (whole parts, scans, lookups), `reader` (the next part
-//! read on a thread of its own), `rewrite` (a change applied part by part:
-//! patched or rewritten), `streamed` (a key spanning parts, rewritten as a
-//! stream), `key_split` (a sorted stream split at part bounds) and
-//! `key_filter` (rows filtered by key sets).
+//! read on a thread of its own), `shared_files` (the deleted-key files
+//! patches share, decoded once per part set), `rewrite` (a change applied
+//! part by part: patched or rewritten), `streamed` (a key spanning parts,
+//! rewritten as a stream), `key_split` (a sorted stream split at part
+//! bounds) and `key_filter` (rows filtered by key sets).
 
 use std::sync::Arc;
 
@@ -33,11 +34,13 @@ mod key_split;
 mod read;
 mod reader;
 mod rewrite;
+mod shared_files;
 mod streamed;
 
 pub use key_filter::{filter_by_keys, key_set, lead_prefixes, Within};
 pub use key_split::KeySplitter;
 pub use rewrite::{SEEK_MIN_ROWS, SHARED_DELETED_MAX_ROWS};
+pub use shared_files::SharedFiles;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -55,6 +58,9 @@ pub struct PartSet {
     pub opts: EncodeOptions,
     /// Rows per part before the cut at the next key boundary.
     pub target_rows: usize,
+    /// The shared files of deleted keys its reads have decoded (clones
+    /// share them): a new part set starts with none.
+    pub shared_files: Arc<SharedFiles>,
 }
 
 /// Which rows a rewrite removes from the parts it rewrites.

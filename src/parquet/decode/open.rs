@@ -202,6 +202,12 @@ pub async fn read_footer_hinted(
     read_footer_with(store, key, size, hint, Default::default(), None).await
 }
 
+/// Reader options that load the page index where the file has one.
+fn page_index_options() -> ArrowReaderOptions {
+    ArrowReaderOptions::new()
+        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional)
+}
+
 /// [`read_footer`], with the page index (column and offset indexes) where
 /// the part has one: a few more bytes, in the same request where they fit.
 pub async fn read_footer_and_page_index(
@@ -210,9 +216,7 @@ pub async fn read_footer_and_page_index(
     size: u64,
     hint: Option<u64>,
 ) -> Result<Footer> {
-    let options = ArrowReaderOptions::new()
-        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
-    read_footer_with(store, key, size, hint, options, None).await
+    read_footer_with(store, key, size, hint, page_index_options(), None).await
 }
 
 /// [`read_footer_and_page_index`] of a part whose manifest records the
@@ -225,9 +229,7 @@ pub async fn read_footer_and_page_index_checked(
     size: u64,
     tail: (u64, u32),
 ) -> Result<Footer> {
-    let options = ArrowReaderOptions::new()
-        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
-    read_footer_with(store, key, size, None, options, Some(tail)).await
+    read_footer_with(store, key, size, None, page_index_options(), Some(tail)).await
 }
 
 /// The footer for reading a file in row-range pieces. Each piece fetches

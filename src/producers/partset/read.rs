@@ -8,13 +8,15 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use super::PartSet;
+use super::shared_files::Decoded;
+use super::{rows_in, PartSet};
 use crate::error::{Error, Result};
 use crate::parquet::decode::{decode_bytes_lazy, ReadOptions};
 use crate::producers::keys::KeyEncoder;
 use crate::producers::parts::RangePart;
 use crate::producers::patch::Layered;
 use crate::producers::BatchIter;
+use crate::spec::pipeline::Patch;
 
 /// Parts fetched at once by lookups and scans.
 const FETCH_AHEAD: usize = 4;
@@ -63,10 +65,25 @@ fn scan_ahead(parts: &[RangePart]) -> usize {
     ((SCAN_AHEAD_BYTES / largest) as usize).clamp(1, FETCH_AHEAD)
 }
 
-/// A part's fetched bytes: its file's, then its patches' files' in order.
+/// A part's fetched bytes: its file's, and its patches'.
 struct Fetched {
     base: Bytes,
-    files: Vec<Bytes>,
+    patches: Vec<FetchedPatch>,
+}
+
+/// A patch's fetched files (see [`crate::spec::pipeline::Patch`]).
+struct FetchedPatch {
+    rows: Option<Bytes>,
+    deleted: Option<DeletedKeys>,
+}
+
+/// A patch's deleted keys, as fetched.
+enum DeletedKeys {
+    /// Its own file's bytes (checked, not yet decoded).
+    Own(Bytes),
+    /// The file the patches of its update share, decoded once per part set
+    /// (see [`super::shared_files`]): the patch's keys are its run of it.
+    Shared(Decoded),
 }
 
 impl PartSet {
@@ -98,13 +115,46 @@ impl PartSet {
     /// GET a part's file and its patches' files (see [`crate::producers::patch`]),
     /// concurrently, each checked as [`Self::fetch`] checks.
     async fn fetch_part(&self, part: &RangePart) -> Result<Fetched> {
-        let files: Vec<&RangePart> = part.patches.iter().flat_map(|p| p.files()).collect();
-        let (base, files) = futures::future::try_join(
-            self.fetch(part),
-            futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
-        )
-        .await?;
-        Ok(Fetched { base, files })
+        let (base, patches) =
+            futures::future::try_join(self.fetch(part), self.fetch_patches(part)).await?;
+        Ok(Fetched { base, patches })
+    }
+
+    /// GET a part's patches' files, concurrently, each checked as
+    /// [`Self::fetch`] checks; a file of deleted keys that patches share
+    /// comes decoded, once per part set.
+    async fn fetch_patches(&self, part: &RangePart) -> Result<Vec<FetchedPatch>> {
+        futures::future::try_join_all(part.patches.iter().map(|p| self.fetch_patch(p))).await
+    }
+
+    /// One patch's files (see [`Self::fetch_patches`]).
+    async fn fetch_patch(&self, p: &Patch) -> Result<FetchedPatch> {
+        let rows = async {
+            match &p.rows {
+                Some(f) => self.fetch(f).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let deleted = async {
+            match (&p.deleted, p.deleted_rows) {
+                (None, _) => Ok(None),
+                (Some(f), None) => Ok(Some(DeletedKeys::Own(self.fetch(f).await?))),
+                (Some(f), Some(_)) => Ok(Some(DeletedKeys::Shared(self.shared_deleted(f).await?))),
+            }
+        };
+        let (rows, deleted) = futures::future::try_join(rows, deleted).await?;
+        Ok(FetchedPatch { rows, deleted })
+    }
+
+    /// A shared file of deleted keys, fetched, checked and decoded once per
+    /// part set (see [`super::shared_files`]).
+    async fn shared_deleted(&self, file: &RangePart) -> Result<Decoded> {
+        let load = || async {
+            let data = self.fetch(file).await?;
+            self.decode_file(file, data, None, &self.cut_schema()?, file.rows)?
+                .collect()
+        };
+        self.shared_files.get(file, load).await
     }
 
     /// Decode one fetched file, batch by batch as they are taken: its
@@ -146,11 +196,11 @@ impl PartSet {
         fetched: Fetched,
         columns: Option<&[String]>,
     ) -> Result<Layered> {
-        let Fetched { base, files } = fetched;
+        let Fetched { base, patches } = fetched;
         let base = self
             .decode_file(part, base, columns, &self.schema, part.file_rows())?
             .collect::<Result<_>>()?;
-        self.layer(part, base, files, columns, true)
+        self.layer(part, base, patches, columns, true)
     }
 
     /// A part's decoded file rows (`columns` projected; all of them if
@@ -160,7 +210,7 @@ impl PartSet {
         &self,
         part: &RangePart,
         base: Vec<RecordBatch>,
-        files: Vec<Bytes>,
+        fetched: Vec<FetchedPatch>,
         columns: Option<&[String]>,
         whole: bool,
     ) -> Result<Layered> {
@@ -172,26 +222,28 @@ impl PartSet {
                 Arc::new(self.schema.project(&idx)?)
             }
         };
-        let mut files = files.into_iter();
-        let mut next = |f: &RangePart, rows: bool| -> Result<Vec<RecordBatch>> {
-            let data = files
-                .next()
-                .ok_or_else(|| Error::Task("a patch file was not fetched".into()))?;
-            match rows {
-                true => self.decode_file(f, data, columns, &self.schema, f.rows),
-                false => self.decode_file(f, data, None, &cut_schema, f.rows),
-            }?
-            .collect()
-        };
+        if fetched.len() != part.patches.len() {
+            return Err(Error::Task("a patch's files were not fetched".into()));
+        }
         let mut patches = Vec::with_capacity(part.patches.len());
-        for p in &part.patches {
-            let rows = match &p.rows {
-                Some(f) => next(f, true)?,
-                None => Vec::new(),
+        for (p, got) in part.patches.iter().zip(fetched) {
+            let rows = match (&p.rows, got.rows) {
+                (Some(f), Some(data)) => self
+                    .decode_file(f, data, columns, &self.schema, f.rows)?
+                    .collect::<Result<_>>()?,
+                _ => Vec::new(),
             };
-            let deleted = match &p.deleted {
-                Some(f) => self.own_run(f, next(f, false)?, p.deleted_rows)?,
-                None => Vec::new(),
+            let deleted = match (&p.deleted, got.deleted) {
+                (Some(f), Some(DeletedKeys::Own(data))) => self
+                    .decode_file(f, data, None, &cut_schema, f.rows)?
+                    .collect::<Result<_>>()?,
+                // The run lies within the file: the manifest's check, and
+                // the decode's of the file's rows against its record.
+                (Some(f), Some(DeletedKeys::Shared(all))) => {
+                    let [start, end] = p.deleted_rows.unwrap_or([0, f.rows]);
+                    rows_in(&all, start, end)
+                }
+                _ => Vec::new(),
             };
             patches.push((rows, deleted));
         }
@@ -209,28 +261,6 @@ impl PartSet {
             });
         }
         Ok(layered)
-    }
-
-    /// A patch's deleted values: `rows` (every row of `file`), or with
-    /// `run` (`[start, end)`, see [`crate::spec::pipeline::Patch`]) the
-    /// rows of its run.
-    fn own_run(
-        &self,
-        file: &RangePart,
-        rows: Vec<RecordBatch>,
-        run: Option<[u64; 2]>,
-    ) -> Result<Vec<RecordBatch>> {
-        let Some([start, end]) = run else {
-            return Ok(rows);
-        };
-        let held: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
-        if held < end {
-            return Err(Error::PartCorrupted {
-                path: self.object(file),
-                reason: format!("{held} rows, a patch names rows {start} to {end}"),
-            });
-        }
-        Ok(super::rows_in(&rows, start, end))
     }
 
     /// Decode a fetched part (`columns` projected, in that order), its
@@ -457,8 +487,7 @@ impl PartSet {
             let (opts, values) = (&opts, &values);
             async move {
                 let path = self.object(&part);
-                let files: Vec<&RangePart> = part.patches.iter().flat_map(|p| p.files()).collect();
-                let (base, files) = futures::future::try_join(
+                let (base, patches) = futures::future::try_join(
                     crate::parquet::seek::read_pages_holding(
                         &self.store,
                         &path,
@@ -468,7 +497,7 @@ impl PartSet {
                         column,
                         values,
                     ),
-                    futures::future::try_join_all(files.into_iter().map(|f| self.fetch(f))),
+                    self.fetch_patches(&part),
                 )
                 .await?;
                 let base = match base {
@@ -487,7 +516,7 @@ impl PartSet {
                     // among the concurrent ones).
                     None => Base::Whole(self.fetch(&part).await?),
                 };
-                Ok((part, base, files))
+                Ok((part, base, patches))
             }
         };
         let read: Vec<_> = crate::runtime::block_on(
@@ -496,14 +525,14 @@ impl PartSet {
                 .try_collect::<Vec<_>>(),
         )??;
         read.into_iter()
-            .map(|(part, base, files)| match base {
-                Base::Pages(pages) => self.layer(&part, pages, files, Some(columns), false),
+            .map(|(part, base, patches)| match base {
+                Base::Pages(pages) => self.layer(&part, pages, patches, Some(columns), false),
                 Base::Whole(whole) => {
                     let rows = part.file_rows();
                     let base = self
                         .decode_file(&part, whole, Some(columns), &self.schema, rows)?
                         .collect::<Result<_>>()?;
-                    self.layer(&part, base, files, Some(columns), true)
+                    self.layer(&part, base, patches, Some(columns), true)
                 }
             })
             .collect()

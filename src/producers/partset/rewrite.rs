@@ -225,6 +225,11 @@ impl PartSet {
         // values when they are not the update's (`out.deleted`).
         let mut deferred: Vec<Deferred> = Vec::new();
         let mut shared_gone: Vec<RecordBatch> = Vec::new();
+        // The rows of that file so far: the next patch's run starts here.
+        let mut shared_rows = match select {
+            true => count(&out.deleted),
+            false => 0,
+        };
         let mut reader = Reader::new(self);
         // The next unit's touched and added rows, taken early to read it ahead.
         let mut taken: Option<(Vec<RecordBatch>, Vec<RecordBatch>)> = None;
@@ -388,16 +393,13 @@ impl PartSet {
                     let part = self.patched(&unit[0], live, (first, last), picked, &name, out)?;
                     let n_gone = count(&gone);
                     if n_gone > 0 {
-                        let start = match select {
-                            true => count(&out.deleted),
-                            false => count(&shared_gone),
-                        };
                         deferred.push(Deferred {
                             part: out.parts.len(),
-                            run: [start, start + n_gone],
+                            run: [shared_rows, shared_rows + n_gone],
                             name: format!("{name}d"),
                         });
                         if !select {
+                            shared_rows += n_gone;
                             shared_gone.extend(gone.iter().cloned());
                         }
                     }
@@ -409,6 +411,7 @@ impl PartSet {
                         if let Some(rows) = part.patches.last().and_then(|p| p.rows.clone()) {
                             out.selected.push(rows);
                         }
+                        shared_rows += n_gone;
                         out.deleted.extend(gone);
                     }
                     out.parts.push(part);
@@ -437,6 +440,7 @@ impl PartSet {
                     } else {
                         pending.extend(picked);
                     }
+                    shared_rows += count(&gone);
                     out.deleted.extend(gone);
                 }
                 break;

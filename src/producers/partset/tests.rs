@@ -51,6 +51,7 @@ pub(crate) fn layout() -> PartSet {
         cut_key: vec!["k".into()],
         opts: EncodeOptions::new("zstd", None, None).unwrap(),
         target_rows: 100,
+        shared_files: Default::default(),
     }
 }
 
@@ -246,6 +247,67 @@ fn the_patches_of_a_rewrite_share_one_file_of_deleted_values() {
             parts = c.parts;
         }
     }
+}
+
+/// A part set fetches and decodes each shared file of deleted keys once,
+/// however many of its parts' patches name it: after one read of ten
+/// patched parts (two updates, so two shared files), the files can be gone
+/// from the store and the same part set still reads, scans and looks up
+/// every part; a new part set cannot.
+#[test]
+fn a_part_set_decodes_each_shared_file_once() {
+    let l = layout();
+    let mut parts = ten_parts(&l);
+    let mut model: BTreeMap<i64, i64> = (0..1000).map(|k| (k, k)).collect();
+    for (round, offset) in [(0i64, 7i64), (1, 58)] {
+        let removed: Vec<i64> = (0..10).map(|h| h * 100 + offset).collect();
+        parts = l
+            .rewrite(&parts, change(&format!("c{round}"), &removed, &[]))
+            .unwrap()
+            .parts;
+        for k in &removed {
+            model.remove(k);
+        }
+    }
+    let want: Vec<(i64, i64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+    let shared: std::collections::BTreeSet<String> = parts
+        .iter()
+        .flat_map(|p| &p.patches)
+        .filter(|p| p.deleted_rows.is_some())
+        .filter_map(|p| p.deleted.as_ref().map(|f| l.object(f)))
+        .collect();
+    assert_eq!(shared.len(), 2, "one shared file per update");
+
+    let fresh = || PartSet {
+        shared_files: Default::default(),
+        ..l.clone()
+    };
+    let r = Arc::new(fresh());
+    assert_eq!(read(&r, &parts), want);
+    assert_eq!(r.shared_files.kept(), 2);
+    for key in &shared {
+        crate::runtime::block_on(l.store.delete(key))
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(read(&r, &parts), want, "read from the one decode");
+    let scanned: usize = r
+        .scan(parts.clone(), None)
+        .map(|b| b.unwrap().num_rows())
+        .sum();
+    assert_eq!(scanned, want.len());
+    let names = r.schema_names();
+    let found: usize = r
+        .lookup(&parts, &[keys(&[1, 7, 107, 999])], &names)
+        .unwrap()
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(found, 2, "7 and 107 were deleted");
+    assert!(
+        fresh().read_many(&parts, None).is_err(),
+        "the files are gone"
+    );
 }
 
 /// Past [`SHARED_DELETED_MAX_ROWS`] deleted values, each patch

@@ -1,0 +1,202 @@
+//! The deleted-key files that the patches of one update share (see
+//! [`crate::spec::pipeline::Patch`]'s `deleted_rows`): a part set fetches,
+//! checks and decodes each once, however many of the parts it reads name
+//! it, and each patch slices its run from that one decode.
+//!
+//! A part set lives for one operation (a read, a scan, an update's
+//! rewrite), so that is how long a file is kept; at most [`KEPT_BYTES`] of
+//! decoded files are kept (the oldest go first), and a shared file holds at
+//! most [`super::SHARED_DELETED_MAX_ROWS`] keys, so the memory is bounded
+//! whatever the number of parts.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow_array::RecordBatch;
+use tokio::sync::OnceCell;
+
+use crate::error::Result;
+use crate::producers::parts::RangePart;
+
+/// Decoded bytes of shared files a part set keeps (besides the one it
+/// decoded last, whatever its size).
+const KEPT_BYTES: usize = 64 << 20;
+
+/// A shared file's rows, decoded once.
+pub(super) type Decoded = Arc<Vec<RecordBatch>>;
+
+/// A file as the manifest records it: two records that differ in any of
+/// these are two files to the cache, so each decode is checked against the
+/// record it is used for.
+type FileKey = (String, String, u64, u64);
+
+/// The shared files a part set has decoded (see the module docs). Clones
+/// of a part set share it.
+#[derive(Debug, Default)]
+pub struct SharedFiles {
+    inner: Mutex<Kept>,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    /// Each file's decode, once started (requests for a file being decoded
+    /// wait for that decode).
+    cells: HashMap<FileKey, Arc<OnceCell<Decoded>>>,
+    /// The decoded files, oldest first, with their sizes in memory.
+    order: VecDeque<(FileKey, usize)>,
+    bytes: usize,
+}
+
+impl SharedFiles {
+    /// `file`'s rows: decoded before by this part set, or by `load` now
+    /// (once, however many callers ask at the same time; a failed load is
+    /// retried by the next caller).
+    pub(super) async fn get<F, Fut>(&self, file: &RangePart, load: F) -> Result<Decoded>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<RecordBatch>>>,
+    {
+        let key: FileKey = (
+            file.name.clone(),
+            file.sha256.clone(),
+            file.size_bytes,
+            file.rows,
+        );
+        let cell = self.lock().cells.entry(key.clone()).or_default().clone();
+        let mut loaded = None;
+        let got = cell
+            .get_or_try_init(|| async {
+                let rows = Arc::new(load().await?);
+                loaded = Some(rows.iter().map(|b| b.get_array_memory_size()).sum());
+                Ok::<_, crate::error::Error>(rows)
+            })
+            .await?
+            .clone();
+        if let Some(size) = loaded {
+            self.lock().keep(key, size);
+        }
+        Ok(got)
+    }
+
+    /// How many decoded files are kept (for tests).
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> usize {
+        self.lock().order.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Kept> {
+        // The map stays consistent across a panic elsewhere: every change
+        // to it is made under the lock without unwinding.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Kept {
+    /// Record `key` as decoded (`size` bytes), and let the oldest others go
+    /// while more than [`KEPT_BYTES`] are kept.
+    fn keep(&mut self, key: FileKey, size: usize) {
+        self.order.push_back((key, size));
+        self.bytes += size;
+        while self.bytes > KEPT_BYTES && self.order.len() > 1 {
+            if let Some((old, size)) = self.order.pop_front() {
+                self.cells.remove(&old);
+                self.bytes -= size;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn file(name: &str) -> RangePart {
+        RangePart {
+            name: name.into(),
+            rows: 3,
+            size_bytes: 10,
+            sha256: "00".into(),
+            first_key: Vec::new(),
+            last_key: Vec::new(),
+            patches: Vec::new(),
+            base_rows: None,
+            footer: None,
+        }
+    }
+
+    fn rows(n: usize) -> Vec<RecordBatch> {
+        let col = Arc::new(Int64Array::from_iter_values(0..n as i64));
+        vec![RecordBatch::try_from_iter([("k", col as _)]).expect("a batch")]
+    }
+
+    #[test]
+    fn each_file_is_loaded_once_by_concurrent_callers_and_a_failure_is_retried() {
+        let shared = SharedFiles::default();
+        let loads = AtomicUsize::new(0);
+        let load = || async {
+            loads.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Ok(rows(3))
+        };
+        let f = file("a");
+        let got = crate::runtime::block_on(async {
+            futures::future::try_join_all((0..8).map(|_| shared.get(&f, load))).await
+        })
+        .expect("runtime")
+        .expect("loaded");
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert!(got.iter().all(|g| Arc::ptr_eq(g, &got[0])));
+        // Another record of the same name is another file.
+        let mut g = file("a");
+        g.sha256 = "01".into();
+        crate::runtime::block_on(shared.get(&g, load))
+            .expect("runtime")
+            .expect("loaded");
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+
+        let failing = || async { Err(crate::error::Error::Task("lost".into())) };
+        let h = file("b");
+        assert!(crate::runtime::block_on(shared.get(&h, failing))
+            .expect("runtime")
+            .is_err());
+        crate::runtime::block_on(shared.get(&h, load))
+            .expect("runtime")
+            .expect("retried");
+        assert_eq!(loads.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn the_oldest_files_go_beyond_the_kept_bytes() {
+        let shared = SharedFiles::default();
+        let big = KEPT_BYTES / 8 / 3;
+        for i in 0..4 {
+            let f = file(&format!("f{i}"));
+            crate::runtime::block_on(shared.get(&f, || async { Ok(rows(big)) }))
+                .expect("runtime")
+                .expect("loaded");
+        }
+        assert_eq!(
+            shared.kept(),
+            2,
+            "three at a third of the bound each is over it"
+        );
+        let loads = AtomicUsize::new(0);
+        let count = || async {
+            loads.fetch_add(1, Ordering::SeqCst);
+            Ok(rows(big))
+        };
+        crate::runtime::block_on(shared.get(&file("f3"), count))
+            .expect("runtime")
+            .expect("kept");
+        assert_eq!(loads.load(Ordering::SeqCst), 0, "the newest is kept");
+        crate::runtime::block_on(shared.get(&file("f0"), count))
+            .expect("runtime")
+            .expect("loaded again");
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "the oldest went");
+    }
+}

@@ -18,6 +18,8 @@
 //!   updates), committed by the table layer's compare-and-swap loop.
 //! - [`owned`]: copies of Arrow data in buffers of their own, for data
 //!   kept past a batch imported from Python (which pins the whole batch).
+//! - [`memory`]: freed memory returned to the system where a phase of
+//!   work ends (the extension's allocator says how).
 //! - [`progress`]: the counters a long operation updates as it goes, for a
 //!   caller to poll (the Python side draws them as a progress bar).
 //!
@@ -26,6 +28,7 @@
 
 pub mod dataset;
 pub mod error;
+pub mod memory;
 pub mod owned;
 pub mod parquet;
 pub mod producers;

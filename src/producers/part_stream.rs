@@ -182,6 +182,12 @@ fn output_capacity(batch: &RecordBatch, max_rows: usize) -> usize {
     per_row.saturating_mul(max_rows).min(CAPACITY_MAX)
 }
 
+/// Parts of at least this many encoded bytes return their freed memory
+/// once uploaded (see [`crate::memory`]): small parts (an update's patches)
+/// free little, and returning it for each cost their updates a fifth more
+/// time.
+const RELEASE_AFTER_BYTES: usize = 8 << 20;
+
 /// Upload one encoded part (create-only: a part never replaces an object).
 fn upload(target: &PartTarget<'_>, part: Encoded) -> Result<RangePart> {
     let Encoded {
@@ -192,7 +198,13 @@ fn upload(target: &PartTarget<'_>, part: Encoded) -> Result<RangePart> {
         last_key,
     } = part;
     let name = format!("{}-{index:05}.parquet", target.prefix);
+    let large = bytes.len() >= RELEASE_AFTER_BYTES;
     crate::runtime::block_on(target.store.put_create_own(&target.object(&name), bytes))??;
+    if large {
+        // The part's encoded bytes are free now (and its rows were, as
+        // encoded): a large part's memory goes back before the next fills.
+        crate::memory::release_freed();
+    }
     Ok(RangePart {
         name,
         rows: summary.row_count,

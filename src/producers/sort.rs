@@ -207,6 +207,8 @@ impl ExternalSorter {
         }
         w.finish()?;
         self.runs.push(RunIndex::new(path, batches));
+        // The buffer is free now, and the next one fills from nothing.
+        crate::memory::release_freed();
         Ok(())
     }
 

@@ -10,7 +10,8 @@
 //! `sort_budget=64 MiB` (`benches/constant_key_rss.py`, batched / row
 //! form) and of the 10M-row sort at 256 MiB (`benches/sort_compare.py`):
 //! - glibc: 745-983 / 840-938 MiB; 535-564 MiB;
-//! - mimalloc (purge delay 10 ms, its default): 718-737 / 695-743 MiB;
+//! - mimalloc (v3, whose purge delay is 1,000 ms by default; pyarrow's
+//!   wheels bundle mimalloc v3 too): 718-737 / 695-743 MiB;
 //!   608-638 MiB. Updates were as fast or faster (`producers_compare`).
 //! - mimalloc, purge delay 1 ms (`MIMALLOC_PURGE_DELAY=1`): 516 / 518
 //!   MiB; 532-536 MiB, but the pipeline build took 15.5 s instead of 11.0
@@ -22,6 +23,13 @@
 //!   slower: still not the default. Its live heap peaks at 286 MB
 //!   (heaptrack); the rest is memory kept for reuse.
 //!
+//! - Since 2026-11-29 pds returns freed memory where a large phase of
+//!   work ends (see [`crate::memory`]: a sort's spill, a part of 8 MiB or
+//!   more uploaded) with `mi_collect(true)`, which also purges what the
+//!   delay still held: the constant-key group peaked at 435-462 MiB
+//!   batched (518-540 before) and 477-513 MiB in row form (523-571), the
+//!   10M-row sort at 582-602 MiB (631-651), for 1-6 % more time.
+//!
 //! mimalloc reads its settings from the environment (`MIMALLOC_*`). Only
 //! Rust's allocations use it: the Arrow buffers pds hands to Python are
 //! freed by their release callbacks, in Rust, by the allocator that made
@@ -29,3 +37,20 @@
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Register [`collect`] as the core's way to return freed memory (see
+/// [`crate::memory`]), unless `MIMALLOC_PURGE_DELAY` is set: then the
+/// user chose when memory goes back (`-1`: never), and that holds.
+pub fn install() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        crate::memory::set_release(collect);
+    }
+}
+
+/// Return the memory freed so far: this thread's empty pages, and every
+/// arena's freed memory whose delay has not run out yet.
+fn collect() {
+    // SAFETY: `mi_collect` takes no pointer and may be called from any
+    // thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}

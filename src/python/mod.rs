@@ -60,6 +60,7 @@ where
 /// to Python's `logging` (once per process).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::error::install_panic_hook();
+    alloc::install();
     logs::install(m.py())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(logs::reset_log_cache, m)?)?;

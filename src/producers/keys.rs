@@ -147,3 +147,19 @@ pub fn lower_bound(n: usize, mut below: impl FnMut(usize) -> Result<bool>) -> Re
     }
     Ok(lo)
 }
+
+/// The key of row `row` of `batch` as JSON values, one per key column (as
+/// parts record their first and last keys).
+pub fn key_values(
+    batch: &RecordBatch,
+    key: &[String],
+    row: usize,
+) -> Vec<Option<serde_json::Value>> {
+    key.iter()
+        .map(|k| {
+            batch
+                .column_by_name(k)
+                .and_then(|c| crate::parquet::stats::to_json(c.as_ref(), row))
+        })
+        .collect()
+}

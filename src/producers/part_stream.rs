@@ -26,9 +26,10 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::parts::{key_values, RangePart};
+use super::keys::key_values;
 use crate::error::{contain, internal_panic, Error, Result};
 use crate::parquet::encode::{encoder_panic, EncodeOptions, PartEncoder, PartSummary};
+use crate::spec::pipeline::RangePart;
 use crate::store::StoreHandle;
 
 /// The most rows the cut sends the encoder at once: longer slices are

@@ -76,18 +76,6 @@ impl RangePart {
     }
 }
 
-/// The key of row `row` of `batch` as JSON values, one per key column (as
-/// parts record their first and last keys).
-pub fn key_values(batch: &RecordBatch, key: &[String], row: usize) -> Vec<Option<Value>> {
-    key.iter()
-        .map(|k| {
-            batch
-                .column_by_name(k)
-                .and_then(|c| crate::parquet::stats::to_json(c.as_ref(), row))
-        })
-        .collect()
-}
-
 /// Where and how [`write_range_parts`] writes.
 #[derive(Debug, Clone)]
 pub struct PartSpec<'a> {

@@ -133,6 +133,11 @@ pub struct PartsRewritten {
     pub deleted_file: Option<RangePart>,
 }
 
+/// A poisoned lock on a rewrite's shared state, as the typed error.
+fn poisoned<T>(_: T) -> crate::error::Error {
+    crate::error::Error::Task("a rewrite's shared state was poisoned".into())
+}
+
 /// The rows `start..end` of `batches` (in order), as slices; fewer if
 /// `batches` end before `end`.
 pub(super) fn rows_in(batches: &[RecordBatch], start: u64, end: u64) -> Vec<RecordBatch> {

@@ -16,8 +16,8 @@ use crate::producers::key_range::{
     assign, key_bounds_hex, plan, plan_from_samples, prefix_spans, range_lows_hex, KeyRange,
     KeyValues, RangeFilter,
 };
+use crate::producers::keys::key_values;
 use crate::producers::node::{Kind, NodeView};
-use crate::producers::parts::key_values;
 use crate::producers::parts::RangePart;
 use crate::producers::run::StageRun;
 use crate::producers::split_stage::{reduce_range, stitch_stage, RangeParts, ReduceOutput};

@@ -108,7 +108,7 @@ pub fn table_sync_formats(
 }
 
 /// Publish `format` for the existing table at `key` (see
-/// [`crate::table::formats::enable_format`]): the version it starts at, the
+/// [`crate::table::enable_format::enable_format`]): the version it starts at, the
 /// table's latest version, and whether a version was committed.
 #[pyfunction]
 #[pyo3(signature = (store, key, format, *, table_id = None))]
@@ -122,7 +122,9 @@ pub fn table_enable_format(
     let handle = store.inner.clone();
     let e = super::detach(py, || {
         crate::table::identity::expecting(table_id.as_deref(), || {
-            crate::runtime::block_on(crate::table::formats::enable_format(&handle, &key, &format))?
+            crate::runtime::block_on(crate::table::enable_format::enable_format(
+                &handle, &key, &format,
+            ))?
         })
     })?;
     Ok((e.since, e.version, e.committed))

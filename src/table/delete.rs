@@ -37,8 +37,9 @@ use arrow_schema::{DataType, Schema, SchemaRef};
 use serde_json::Value;
 
 use super::manifest_key;
+use super::prune::{file_may_match, FileSchemas};
 use super::rewrite::{rewrite, Rewrite, Rewritten, Round};
-use super::scan::{file_may_match, file_read_options, output_schema, pk_predicate, FileSchemas};
+use super::scan::{file_read_options, output_schema, pk_predicate};
 use super::snapshot::{DataFile, TableManifest};
 use super::tombstone::{self, Entry, FileDeletes};
 use crate::error::{Error, Result};

@@ -31,11 +31,13 @@ pub mod compact;
 pub mod delete;
 pub mod delta;
 pub mod drop;
+pub mod enable_format;
 #[cfg(test)]
 mod fault_tests;
 pub mod files;
 pub mod formats;
 pub mod identity;
+pub mod prune;
 pub mod replace;
 pub mod rewrite;
 pub mod scan;

@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::commit::{self, CommitOptions, Outcome};
 use super::manifest_key;
-use super::scan::file_may_match;
+use super::prune::file_may_match;
 use super::snapshot::{DataFile, TableManifest, TableSchema, TombstoneRef};
 use super::tombstone::{Entry, Tombstone};
 use super::versions;

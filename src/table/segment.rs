@@ -26,7 +26,8 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 
 use super::snapshot::{
-    check_file_list, is_sha256, ColumnStats, DataFile, TableManifest, TombstoneRef, View,
+    check_file_list, is_sha256, name_schema, resolved, ColumnStats, DataFile, TableManifest,
+    TombstoneRef, View,
 };
 use crate::error::{Error, Result};
 use crate::parquet::stats;
@@ -94,28 +95,6 @@ fn merged_columns(
         }
     }
     out
-}
-
-/// `body` as the reference `r` describes it: its files that name no schema
-/// name `r.files_schema` (the same body if that is absent, or no file
-/// lacks one; else a copy, never the shared body changed).
-pub fn resolved(body: Arc<Segment>, r: &SegmentRef) -> Arc<Segment> {
-    let Some(id) = &r.files_schema else {
-        return body;
-    };
-    if body.files.iter().all(|f| f.schema.is_some()) {
-        return body;
-    }
-    let mut copy = Segment::clone(&body);
-    name_schema(&mut copy.files, id);
-    Arc::new(copy)
-}
-
-/// Make the files of `files` that name no schema name `id`.
-fn name_schema(files: &mut [DataFile], id: &str) {
-    for f in files.iter_mut().filter(|f| f.schema.is_none()) {
-        f.schema = Some(id.to_string());
-    }
 }
 
 /// The schema id shared by every file of `files`: `Some(id)` (the

@@ -48,7 +48,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::segment::{Segment, SegmentRef};
 use crate::error::{Error, Result};
 
 /// The `format` of the table manifests this pds writes: a root that lists
@@ -119,7 +118,8 @@ impl Written {
 
 pub use crate::parquet::stats::ColumnStats;
 pub use crate::spec::table::{
-    Column, DataFile, PublishedFormat, TableProperties, TableSchema, TombstoneRef,
+    Column, DataFile, PublishedFormat, Segment, SegmentRef, TableProperties, TableSchema,
+    TombstoneRef,
 };
 
 impl DataFile {
@@ -583,7 +583,7 @@ impl TableManifest {
                 }
                 used = true;
                 if let Some(Some(body)) = self.layout.bodies.get_mut(i) {
-                    *body = super::segment::resolved(body.clone(), r);
+                    *body = resolved(body.clone(), r);
                 }
             }
         }
@@ -872,6 +872,28 @@ fn check_file_list_of(
         }
     }
     Ok(())
+}
+
+/// `body` as the reference `r` describes it: its files that name no schema
+/// name `r.files_schema` (the same body if that is absent, or no file
+/// lacks one; else a copy, never the shared body changed).
+pub fn resolved(body: std::sync::Arc<Segment>, r: &SegmentRef) -> std::sync::Arc<Segment> {
+    let Some(id) = &r.files_schema else {
+        return body;
+    };
+    if body.files.iter().all(|f| f.schema.is_some()) {
+        return body;
+    }
+    let mut copy = Segment::clone(&body);
+    name_schema(&mut copy.files, id);
+    std::sync::Arc::new(copy)
+}
+
+/// Make the files of `files` that name no schema name `id`.
+pub(super) fn name_schema(files: &mut [DataFile], id: &str) {
+    for f in files.iter_mut().filter(|f| f.schema.is_none()) {
+        f.schema = Some(id.to_string());
+    }
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ impl Versioned for TableManifest {
                 }
                 Depth::ChangingSchema(inner) => self.load(store, table, *inner).await,
                 Depth::Where(predicate) => {
-                    let keep = super::scan::segments_may_match(self, table, &predicate)?;
+                    let keep = super::prune::segments_may_match(self, table, &predicate)?;
                     self.load_partial(store, table, |i, _| {
                         Ok(keep.get(i).copied().unwrap_or(true))
                     })

@@ -11,7 +11,7 @@ use super::key_filter::{filter_by_keys, key_set, missing, sorted_keys};
 use super::key_split::KeySplitter;
 use super::reader::Reader;
 use super::streamed;
-use super::{Change, Derived, PartSet, PartsRewritten, Remove};
+use super::{poisoned, Change, Derived, PartSet, PartsRewritten, Remove};
 use crate::error::{Error, Result};
 use crate::producers::keys::{key_set_new, KeyEncoder};
 use crate::producers::merge::merge_sorted;
@@ -57,11 +57,6 @@ fn deferred_patch<'a>(out: &'a mut PartsRewritten, d: &Deferred) -> Result<&'a m
 /// Rows of `batches`.
 fn count(batches: &[RecordBatch]) -> u64 {
     batches.iter().map(|b| b.num_rows() as u64).sum()
-}
-
-/// A poisoned lock on a rewrite's shared state, as the typed error.
-pub(super) fn poisoned<T>(_: T) -> Error {
-    Error::Task("a rewrite's shared state was poisoned".into())
 }
 
 impl PartSet {
@@ -666,8 +661,8 @@ impl PartSet {
         let mut p = part.clone();
         p.base_rows = Some(part.file_rows());
         p.rows = live;
-        p.first_key = crate::producers::parts::key_values(&first, &self.cut_key, 0);
-        p.last_key = crate::producers::parts::key_values(&last, &self.cut_key, 0);
+        p.first_key = crate::producers::keys::key_values(&first, &self.cut_key, 0);
+        p.last_key = crate::producers::keys::key_values(&last, &self.cut_key, 0);
         p.patches.push(Patch {
             rows,
             deleted: None,

@@ -24,7 +24,7 @@ use arrow_array::RecordBatch;
 use arrow_row::OwnedRow;
 
 use super::key_filter::{key_mask, key_set, missing, per_value, split_by_mask};
-use super::rewrite::poisoned;
+use super::poisoned;
 use super::{KeySplitter, PartSet, PartsRewritten, Remove};
 use crate::error::{Error, Result};
 use crate::producers::keys::{key_set_new, KeyEncoder, KeySet};

@@ -114,7 +114,7 @@ pub async fn write_checkpoint(
     let at = crate::table::manifest_key(table, m.version);
     let c = checkpoint(store, table, m, &at).await?;
     let root = table.trim_end_matches('/');
-    super::publish::own_vectors(store, table, &c.dv_files, m.version).await?;
+    super::log_objects::own_vectors(store, table, &c.dv_files, m.version).await?;
     let key = format!("{root}/{}", checkpoint_path(m.version));
     let size = c.bytes.len();
     match store.put(&key, Bytes::from(c.bytes), PutMode::Create).await {

@@ -12,6 +12,8 @@
 //!   the `_last_checkpoint` hint.
 //! - [`publish`]: writing the entries the log lacks, in order, create-only,
 //!   and a checkpoint every [`publish::CHECKPOINT_INTERVAL`] versions.
+//! - [`log_objects`]: a log object written create-only, accepted if it holds
+//!   exactly pds's bytes already.
 //! - [`positions`]: a data file's deleted rows as row positions, whichever
 //!   tombstone kinds removed them (what its deletion vector carries).
 //! - [`vacuum`]: what vacuum keeps of the view.
@@ -22,6 +24,7 @@ pub mod actions;
 pub mod checkpoint;
 pub mod deletion_vector;
 pub mod entry;
+pub mod log_objects;
 pub mod positions;
 pub mod publish;
 pub mod schema;

@@ -19,13 +19,12 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
-
 use crate::error::{Error, Result};
 use crate::store::StoreHandle;
 use crate::table::changes::changed_part;
 use crate::table::delta::checkpoint::write_checkpoint;
 use crate::table::delta::entry::{entry, entry_path};
+use crate::table::delta::log_objects::{foreign, own, own_vectors};
 use crate::table::scan::{resolve_at, At};
 use crate::table::snapshot::TableManifest;
 use crate::table::versions::Depth;
@@ -209,66 +208,6 @@ pub async fn sync(
     Ok(out)
 }
 
-/// How many deletion-vector PUTs run at once.
-const VECTOR_PUTS: usize = 16;
-
-/// Write `files` (relative to `table`), create-only and a few at once,
-/// each accepted if it holds exactly its bytes already (see [`own`]).
-pub(crate) async fn own_vectors(
-    store: &StoreHandle,
-    table: &str,
-    files: &[super::entry::DvFile],
-    v: u64,
-) -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
-    let root = table.trim_end_matches('/');
-    futures::stream::iter(files.iter().map(|f| {
-        let key = format!("{root}/{}", f.path);
-        async move { own(store, &key, &f.bytes, table, v).await }
-    }))
-    .buffer_unordered(VECTOR_PUTS)
-    .try_collect::<Vec<()>>()
-    .await?;
-    Ok(())
-}
-
-/// Create `key` with `bytes`, or accept it holding exactly them.
-pub(crate) async fn own(
-    store: &StoreHandle,
-    key: &str,
-    bytes: &[u8],
-    table: &str,
-    v: u64,
-) -> Result<()> {
-    match store
-        .put_create_own(key, Bytes::copy_from_slice(bytes))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(Error::AlreadyExists { .. }) => {
-            let rel = key
-                .strip_prefix(table.trim_end_matches('/'))
-                .map_or(key, |r| r.trim_start_matches('/'));
-            Err(foreign(
-                table,
-                rel,
-                &format!("that differs from pds's version {v}"),
-            ))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// A log object pds did not write (`path`: relative to the table).
-fn foreign(table: &str, path: &str, what: &str) -> Error {
-    Error::ManifestCorrupted {
-        path: format!("{}/{path}", table.trim_end_matches('/')),
-        reason: format!(
-            "a Delta log object {what}: a commit pds did not make (other writers must not write to a pds table's Delta view)"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +216,7 @@ mod tests {
     use crate::table::delete::delete;
     use crate::table::scan::resolve;
     use crate::table::tests::{append_ids, cond, counting_store, create_keyed, int, text};
+    use bytes::Bytes;
 
     /// A table created publishing `delta` logs every commit, whatever the
     /// operation: its entries are versions 0..=latest, each what
@@ -430,7 +370,7 @@ mod tests {
     /// commits nothing. An unknown format is refused before any request.
     #[test]
     fn a_view_enabled_later_starts_with_a_checkpoint() {
-        use crate::table::formats::enable_format;
+        use crate::table::enable_format::enable_format;
         let (store, counts) = counting_store();
         create_keyed(&store, 0..1000);
         append_ids(&store, 1000..2000).unwrap();

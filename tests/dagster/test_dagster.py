@@ -29,11 +29,6 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str,
     return lake_url(request.param, tmp_path, request)
 
 
-@pytest.fixture
-def file_lake(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    return (tmp_path / "lake").as_uri(), {}
-
-
 def run(
     assets: list[Any], lake: tuple[str, dict[str, str]], *, partition: str | None = None, ok: bool = True, **kw: Any
 ) -> dg.ExecuteInProcessResult:
@@ -495,7 +490,7 @@ def test_the_example_feeds_a_pipeline_from_a_daily_table(lake: tuple[str, dict[s
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "dagster_assets", Path(__file__).parent.parent / "examples" / "dagster_assets.py"
+        "dagster_assets", Path(__file__).resolve().parents[2] / "examples" / "dagster_assets.py"
     )
     assert spec is not None and spec.loader is not None
     ex = importlib.util.module_from_spec(spec)

@@ -16,7 +16,7 @@ import pytest
 
 import pds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 JOB = """
 import datetime, json, os, sys, time

@@ -19,11 +19,6 @@ from pds.table import is_table
 pytestmark = pytest.mark.spec("K-1")
 
 
-@pytest.fixture
-def file_lake(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    return (tmp_path / "lake").as_uri(), {}
-
-
 def _orders(key: str, n: int) -> pa.Table:
     day = datetime.date.fromisoformat(key)
     return pa.table({"day": pa.array([day] * n, pa.date32()), "id": pa.array(range(n), pa.int64())})

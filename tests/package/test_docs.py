@@ -27,7 +27,7 @@ import pytest
 
 import pds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(
     r"(?:<!--\s*(?P<marker>[a-z-]+)(?::\s*(?P<arg>.*?))?\s*-->\n)?```(?P<lang>\w+)\n(?P<code>.*?)```", re.S

@@ -189,7 +189,7 @@ def test_the_primary_key_is_not_enforced_as_documented() -> None:
         {"id": 2, "v": "c"},
     ]
     assert "not enforced" in (pds.Table.create.__doc__ or "")
-    guide = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "guides" / "tables.md").read_text()
+    guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "tables.md").read_text()
     assert "primary key is not enforced" in guide
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CHECKS = Path(__file__).with_name("wheel_checks.py")
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = Path(__file__).resolve().parents[1] / "wheel_checks.py"
 PYSPARK_35 = "pyspark>=3.5,<3.6"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from remote_store import Store
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str) -> ModuleType:

@@ -25,7 +25,7 @@ from pds.cli import main
 
 from helpers import declare_words
 
-FIXTURES = Path(__file__).parent / "fixtures" / "old_formats"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "old_formats"
 TABLES = ["table-1-bare", "table-1-unsealed", "table-1-sealed"]
 ALL_IDS = [i for i in range(15) if i != 3]
 

@@ -153,7 +153,7 @@ _DAMAGE = textwrap.dedent(
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_damaged_manifests_schemas_and_parts(seed: int) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", _DAMAGE, str(seed), str(Path(__file__).parent)],
+        [sys.executable, "-c", _DAMAGE, str(seed), str(Path(__file__).resolve().parents[1])],
         capture_output=True,
         text=True,
         timeout=600,

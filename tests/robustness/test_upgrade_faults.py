@@ -28,7 +28,7 @@ import pds
 
 from helpers import files
 
-FIXTURES = Path(__file__).parent / "fixtures" / "old_formats"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "old_formats"
 KEYS = {"table": "table-1-unsealed", "pipeline": "pipeline-1-unsealed"}
 #: The fixtures' latest versions, and their contents.
 OLD_VERSION = {"table": 2, "pipeline": 1}

@@ -345,7 +345,7 @@ def test_write_tasks_failing_once_on_executors_leave_the_local_engines_result(
 def test_a_pipeline_update_whose_executors_meet_store_faults_equals_the_local_engines(
     spark_cluster: SparkSession, faulty: Any
 ) -> None:
-    """tests/test_spark_pipeline_faults.py's case on the cluster: every try
+    """tests/spark/test_spark_pipeline_faults.py's case on the cluster: every try
     of one reduce task's PUT of a ``by_user`` content part (through the fault proxy, which
     the executors' requests pass too) fails with 503, so that task fails and
     Spark runs it again; the committed version equals the local twin's and

@@ -22,12 +22,6 @@ import pds.spark
 from pds import Changes, Pipeline, ProduceError, SchemaMismatch
 
 
-@pytest.fixture(scope="session")
-def spark(spark_session: SparkSession) -> SparkSession:
-    """The run's local Spark (conftest)."""
-    return spark_session
-
-
 def _twins(tmp_path: Path, declare: Any) -> tuple[Pipeline, Pipeline]:
     """Two pipelines declared by *declare(p)* on one file:// lake: the
     first updated on Spark, the second (its twin) locally."""

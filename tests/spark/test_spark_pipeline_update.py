@@ -41,12 +41,6 @@ NODES = ("events", "scores", "by_user", "totals", "by_tag", "all_users", "spans"
 ZERO = datetime.timedelta(0)
 
 
-@pytest.fixture(scope="session")
-def spark(spark_session: SparkSession) -> SparkSession:
-    """The run's local Spark (conftest): local[2,2], a task may fail once."""
-    return spark_session
-
-
 # -- the pipeline ------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from remote_store import NotFound, Store
+from store_kinds import Faulty
 
 import pds
 from pds import Changes, Pipeline
@@ -298,3 +299,54 @@ def test_a_small_change_to_a_large_part_checks_the_page_index_it_seeks_by(tmp_pa
     assert q.read("events").column("v").to_pylist()[:7] == [0, 1, 2, 3, 4, -5, 6]
     (after,) = manifest(q)["nodes"]["events"]["content"]
     assert after["name"] == part["name"] and after["patches"], "patched, not rewritten"
+
+
+SHARED_FILE = r"-d-00000\.parquet$"
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("fault", ["fail", "drop_reply"])
+def test_a_fault_at_the_shared_deleted_keys_file_loses_nothing(faulty: Faulty, fault: str) -> None:
+    """The patches an update writes in a node share one file of deleted keys,
+    written after the parts it patches. Every PUT of it failing fails the update
+    with nothing committed and nothing left behind, and the same update then
+    succeeds; a PUT applied whose reply is lost is retried, the copy already
+    there accepted (the same bytes), and the update commits once."""
+    rng = random.Random(11)
+    p = declare(faulty.store, target_rows=64)
+    events = {i: (rng.randrange(300), rng.randrange(1000)) for i in range(2000)}
+    p.update({"events": table(events, sorted(events))})
+    version, stored = p.version, files(faulty.direct)
+    gone = rng.sample(sorted(events), 8)  # scattered: one key in each of 8 parts
+    deletes = Changes(deletes=pa.table({"id": pa.array(gone, pa.int64())}))
+    after = {i: e for i, e in events.items() if i not in gone}
+    if fault == "fail":
+        faulty.proxy.fail("PUT", SHARED_FILE, times=None)
+        with pytest.raises(pds.RemoteStoreError):
+            p.update({"events": deletes})
+        assert faulty.proxy.requests("PUT", SHARED_FILE, action="fail"), "no shared file was written"
+        assert Pipeline.open(faulty.direct, "pp").version == version, "the failed update committed"
+        assert files(faulty.direct) == stored, "the failed update left objects behind"
+        assert read_all(declare(faulty.direct)) == expected(events)
+        faulty.proxy.clear_rules()
+    else:
+        faulty.proxy.drop_reply("PUT", SHARED_FILE, times=1)
+    p = declare(faulty.store)
+    assert p.update({"events": deletes}) == version + 1
+    if fault == "drop_reply":
+        assert faulty.proxy.requests("PUT", SHARED_FILE, action="drop_reply"), "no shared file was written"
+    q = declare(faulty.direct)
+    assert q.version == version + 1
+    assert read_all(q) == expected(after)
+    m = manifest(q)
+    shared = {
+        pt["deleted"]["name"]
+        for node in m["nodes"].values()
+        for part in node.get("content", [])
+        for pt in part.get("patches") or []
+        if pt.get("deleted_rows")
+    }
+    assert shared, "the deletes were not written as patches sharing a file"
+    named = {f"pp/{f['name']}" for f in pipeline_files(m)}
+    stray = [k for k in files(faulty.direct) if k not in stored and k not in named and "/manifest/" not in k]
+    assert not stray, f"objects no version names: {stray}"

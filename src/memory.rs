@@ -20,10 +20,18 @@ pub fn set_release(release: fn()) {
     let _ = RELEASE.set(release);
 }
 
-/// Return the memory freed so far to the system, if an allocator said how.
+/// Return the memory freed so far to the system, if an allocator said how:
+/// on this thread, and on each thread of the CPU pool (memory freed there,
+/// or by others into blocks those threads allocated, stays with them until
+/// they next allocate). The pool's threads do it when they next take work:
+/// this call does not wait for them.
 pub fn release_freed() {
-    if let Some(release) = RELEASE.get() {
-        release();
+    let Some(release) = RELEASE.get().copied() else {
+        return;
+    };
+    release();
+    if let Ok(pool) = crate::runtime::cpu_pool() {
+        pool.spawn_broadcast(move |_| release());
     }
 }
 

@@ -25,10 +25,10 @@
 //!
 //! - Since 2026-11-29 pds returns freed memory where a large phase of
 //!   work ends (see [`crate::memory`]: a sort's spill, a part of 8 MiB or
-//!   more uploaded) with `mi_collect(true)`, which also purges what the
-//!   delay still held: the constant-key group peaked at 435-462 MiB
-//!   batched (518-540 before) and 477-513 MiB in row form (523-571), the
-//!   10M-row sort at 582-602 MiB (631-651), for 1-6 % more time.
+//!   more uploaded) with `mi_collect(true)` on that thread and on each of
+//!   the CPU pool's, which also purges what the delay still held: the
+//!   constant-key group peaked at 430-463 MiB batched (536-566 before),
+//!   the 10M-row sort at 544-549 MiB (615-658); see the benchmarks page.
 //!
 //! mimalloc reads its settings from the environment (`MIMALLOC_*`). Only
 //! Rust's allocations use it: the Arrow buffers pds hands to Python are

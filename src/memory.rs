@@ -10,6 +10,7 @@
 //! free then. The core has no allocator of its own: the extension
 //! registers how with [`set_release`]; without one, the call does nothing.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 static RELEASE: OnceLock<fn()> = OnceLock::new();
@@ -20,19 +21,37 @@ pub fn set_release(release: fn()) {
     let _ = RELEASE.set(release);
 }
 
+/// The CPU pool's threads yet to run the release queued last (0: none is
+/// pending). A child forked while one was pending inherits the count and
+/// its new pool's threads then never release: only the calling thread does.
+static POOL_LEFT: AtomicUsize = AtomicUsize::new(0);
+
 /// Return the memory freed so far to the system, if an allocator said how:
-/// on this thread, and on each thread of the CPU pool (memory freed there,
-/// or by others into blocks those threads allocated, stays with them until
-/// they next allocate). The pool's threads do it when they next take work:
-/// this call does not wait for them.
+/// on this thread, and on each thread of the CPU pool if it runs (memory
+/// freed there, or by others into blocks those threads allocated, stays
+/// with them until they next allocate). The pool's threads do it as soon as
+/// each is free; this call does not wait for them, and queues no second
+/// round while one is pending.
 pub fn release_freed() {
     let Some(release) = RELEASE.get().copied() else {
         return;
     };
     release();
-    if let Ok(pool) = crate::runtime::cpu_pool() {
-        pool.spawn_broadcast(move |_| release());
+    let Some(pool) = crate::runtime::cpu_pool_if_started() else {
+        return;
+    };
+    let threads = pool.current_num_threads();
+    if threads == 0
+        || POOL_LEFT
+            .compare_exchange(0, threads, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return;
     }
+    pool.spawn_broadcast(move |_| {
+        release();
+        POOL_LEFT.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 #[cfg(test)]

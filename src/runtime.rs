@@ -43,6 +43,13 @@ impl<T> PerProcess<T> {
         *slot = Some((pid, value.clone()));
         Ok(value)
     }
+
+    /// The value if this process has built it, without building it.
+    fn built(&self) -> Option<Arc<T>> {
+        let slot = self.slot.lock().ok()?;
+        let (owner, value) = slot.as_ref()?;
+        (*owner == std::process::id()).then(|| value.clone())
+    }
 }
 
 static RUNTIME: PerProcess<tokio::runtime::Runtime> = PerProcess::new();
@@ -70,6 +77,11 @@ pub fn cpu_pool() -> Result<Arc<rayon::ThreadPool>> {
             .build()
             .map_err(|e| Error::Task(format!("the CPU thread pool could not start: {e}")))
     })
+}
+
+/// [`cpu_pool`] if this process has started it, without starting it.
+pub fn cpu_pool_if_started() -> Option<Arc<rayon::ThreadPool>> {
+    CPU_POOL.built()
 }
 
 /// Run a future to completion on the process runtime.

@@ -147,7 +147,9 @@ impl PartSet {
     }
 
     /// A shared file of deleted keys, fetched, checked and decoded once per
-    /// part set (see [`super::shared_files`]).
+    /// part set (see [`super::shared_files`]). It is decoded where it is
+    /// fetched (a scan's fetch task, on the runtime): at most
+    /// [`super::SHARED_DELETED_MAX_ROWS`] keys, a few milliseconds.
     async fn shared_deleted(&self, file: &RangePart) -> Result<Decoded> {
         let load = || async {
             let data = self.fetch(file).await?;
@@ -226,12 +228,14 @@ impl PartSet {
             return Err(Error::Task("a patch's files were not fetched".into()));
         }
         let mut patches = Vec::with_capacity(part.patches.len());
+        let not_fetched = || Error::Task("a patch's file was not fetched".into());
         for (p, got) in part.patches.iter().zip(fetched) {
             let rows = match (&p.rows, got.rows) {
                 (Some(f), Some(data)) => self
                     .decode_file(f, data, columns, &self.schema, f.rows)?
                     .collect::<Result<_>>()?,
-                _ => Vec::new(),
+                (None, None) => Vec::new(),
+                _ => return Err(not_fetched()),
             };
             let deleted = match (&p.deleted, got.deleted) {
                 (Some(f), Some(DeletedKeys::Own(data))) => self
@@ -243,7 +247,8 @@ impl PartSet {
                     let [start, end] = p.deleted_rows.unwrap_or([0, f.rows]);
                     rows_in(&all, start, end)
                 }
-                _ => Vec::new(),
+                (None, None) => Vec::new(),
+                _ => return Err(not_fetched()),
             };
             patches.push((rows, deleted));
         }

@@ -257,6 +257,10 @@ impl PartSet {
                     name: format!("{prefix}-s{j:05}"),
                 };
                 self.rewrite_unit_streamed(change, &mut pending, &mut flush, out)?;
+                if select {
+                    // It added its unit's deleted values to `out.deleted`.
+                    shared_rows = count(&out.deleted);
+                }
                 continue;
             }
             let adds_j = match adds_early {

@@ -310,6 +310,41 @@ fn a_part_set_decodes_each_shared_file_once() {
     );
 }
 
+/// With `select`, a key spanning parts that loses every row is rewritten as
+/// a stream and adds its key to the update's deleted keys; a patch after it
+/// in key order still names its own run of the shared file (after that
+/// key), so its part reads back without the key it deleted.
+#[test]
+fn a_patch_after_a_streamed_key_owns_its_run() {
+    let l = layout();
+    let mut all: Vec<(i64, i64)> = (0..1000).filter(|k| *k != 500).map(|k| (k, k)).collect();
+    all.extend((0..300).map(|v| (500, v)));
+    all.sort_unstable();
+    let parts = l
+        .write("p", stream(vec![rows(&all)]), &mut Vec::new())
+        .unwrap();
+    let units = crate::producers::parts::units(&parts, &l.schema, &l.cut_key).unwrap();
+    assert!(units.iter().any(|u| u.len() > 1), "key 500 spans parts");
+    let c = l.rewrite(&parts, change("c", &[500, 900], &[])).unwrap();
+    let want: Vec<(i64, i64)> = all
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != 500 && *k != 900)
+        .collect();
+    assert_eq!(read(&l, &c.parts), want);
+    let patched: Vec<&RangePart> = c.parts.iter().filter(|p| !p.patches.is_empty()).collect();
+    assert_eq!(patched.len(), 1, "the part of 900 is patched");
+    let (name, run, ks) = patch_deleted(&l, patched[0]);
+    assert_eq!((run, ks), (Some([1, 2]), vec![900]));
+    assert_eq!(c.deleted_file.map(|f| f.name), Some(name));
+    let deleted: Vec<i64> = c
+        .deleted
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    assert_eq!(deleted, vec![500, 900]);
+}
+
 /// Past [`SHARED_DELETED_MAX_ROWS`] deleted values, each patch
 /// writes its own file (no run), and the rows read back as the model.
 #[test]

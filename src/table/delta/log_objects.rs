@@ -13,7 +13,7 @@ const VECTOR_PUTS: usize = 16;
 
 /// Write `files` (relative to `table`), create-only and a few at once,
 /// each accepted if it holds exactly its bytes already (see [`own`]).
-pub async fn own_vectors(
+pub(crate) async fn own_vectors(
     store: &StoreHandle,
     table: &str,
     files: &[super::entry::DvFile],
@@ -32,7 +32,13 @@ pub async fn own_vectors(
 }
 
 /// Create `key` with `bytes`, or accept it holding exactly them.
-pub async fn own(store: &StoreHandle, key: &str, bytes: &[u8], table: &str, v: u64) -> Result<()> {
+pub(crate) async fn own(
+    store: &StoreHandle,
+    key: &str,
+    bytes: &[u8],
+    table: &str,
+    v: u64,
+) -> Result<()> {
     match store
         .put_create_own(key, Bytes::copy_from_slice(bytes))
         .await
@@ -53,7 +59,7 @@ pub async fn own(store: &StoreHandle, key: &str, bytes: &[u8], table: &str, v: u
 }
 
 /// A log object pds did not write (`path`: relative to the table).
-pub fn foreign(table: &str, path: &str, what: &str) -> Error {
+pub(crate) fn foreign(table: &str, path: &str, what: &str) -> Error {
     Error::ManifestCorrupted {
         path: format!("{}/{path}", table.trim_end_matches('/')),
         reason: format!(

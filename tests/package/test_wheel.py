@@ -83,7 +83,8 @@ def _run(argv: list[str], cwd: Path) -> str:
 def _check(python: Path, check: str, tmp_path: Path) -> str:
     data = tmp_path / f"data-{check}"
     data.mkdir()
-    return _run([str(python), str(CHECKS), check, str(data)], cwd=tmp_path)
+    # -P: the checks see the installed wheel only, not the folders beside the script.
+    return _run([str(python), "-P", str(CHECKS), check, str(data)], cwd=tmp_path)
 
 
 def _manylinux2014(*wheels: Path) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Checks that ``tests/test_wheel.py`` runs inside a fresh venv holding only the pds wheel.
+"""Checks that ``tests/package/test_wheel.py`` runs inside a fresh venv holding only the pds wheel.
 
 Not a test module: it runs as ``<venv>/bin/python tests/wheel_checks.py
 <check> <dir>`` so that it imports pds from the installed wheel, never from

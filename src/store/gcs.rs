@@ -51,7 +51,7 @@ fn alias(key: &str) -> &str {
 /// fixed after 0.13.2, the last 0.13 release; Cargo.toml pins `=0.13.2`
 /// so that an upgrade comes with this function's removal). Asked as is, a create-only
 /// copy or rename would silently replace the target. Every other store gets
-/// the mode it asks for. `tests/test_backend.py::test_move_and_copy` runs on
+/// the mode it asks for. `tests/stores/test_backend.py::test_move_and_copy` runs on
 /// the GCS emulator and fails if either mode ever copies the wrong way.
 pub fn copy_mode(scheme: Scheme, overwrite: bool) -> CopyMode {
     let asked_to_overwrite = if scheme == Scheme::Gcs {

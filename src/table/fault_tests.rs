@@ -2,7 +2,7 @@
 //! chosen requests outright, or applies them and loses the reply.
 //!
 //! The same faults are injected over HTTP in front of a real S3 server by
-//! the Python suite (`tests/test_faults.py`); these tests pin the core's
+//! the Python suite (`tests/robustness/test_faults.py`); these tests pin the core's
 //! behaviour without a network.
 
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 """``Produce`` in parallel worker processes (issue P, item 3): ``workers=``
 on ``Pipeline.create``/``open``. Results do not depend on the worker
-count: E's random pipelines (tests/test_producers_oracle.py) updated with
+count: E's random pipelines (tests/pipelines/test_producers_oracle.py) updated with
 1, 2 and 4 workers hold the same content, change feeds and history counts
 as the in-process engine and the from-scratch oracle; a ``Produce`` that
 raises in a worker is the same ``ProduceError``; a worker killed mid-update

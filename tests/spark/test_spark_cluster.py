@@ -227,7 +227,7 @@ def test_a_table_appended_upserted_and_read_on_executors_equals_the_local_engine
 
 
 def flaky_hook(marks: Path, fail: set[tuple[str, Any]]) -> Callable[[str, Any], None]:
-    """A hook for ``declare`` (tests/test_spark_pipeline_update.py): it
+    """A hook for ``declare`` (tests/spark/test_spark_pipeline_update.py): it
     records each task's executor JVM and fails the first attempt of a task
     that produces one of *fail* (``(stage, key)``), after touching
     ``failed-<stage>-<key>`` in *marks*."""
@@ -249,7 +249,7 @@ def flaky_hook(marks: Path, fail: set[tuple[str, Any]]) -> Callable[[str, Any], 
 def test_a_pipeline_built_and_updated_on_executors_with_retried_tasks_equals_the_local_engines(
     spark_cluster: SparkSession, seaweed: Any, tmp_path: Path
 ) -> None:
-    """The tests' pipeline of tests/test_spark_pipeline_update.py (a chain, a
+    """The tests' pipeline of tests/spark/test_spark_pipeline_update.py (a chain, a
     merge, a join, compound keys) on S3, built and then updated on the
     cluster, with the first attempt of some Produce tasks failing; a twin
     updated by the local engine; both equal a recompute, nothing left over."""

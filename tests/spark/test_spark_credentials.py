@@ -11,7 +11,7 @@ carry is observed where PySpark pickles it: ``CloudPickleSerializer.dumps``
 in the driver for the helpers' task functions, and PySpark's own planner
 function (``write_read_func_and_partitions``, run here on the real data
 source) for ``format("pds")`` reads, whose planning runs in Python workers.
-``tests/test_spark_cluster.py`` runs one such job on separate executor JVMs.
+``tests/spark/test_spark_cluster.py`` runs one such job on separate executor JVMs.
 """
 
 from __future__ import annotations
@@ -387,7 +387,7 @@ def test_a_pds_source_read_carries_no_key_into_its_tasks(
     # Not read through a local Spark here: a local master's data-source workers
     # take the environment the driver's JVM started with (spark.executorEnv
     # does not reach them), so the outcome would depend on which test started
-    # the session. tests/test_spark_cluster.py reads with executors' own keys.
+    # the session. tests/spark/test_spark_cluster.py reads with executors' own keys.
 
 
 def test_a_pds_source_write_refuses_pickle_secrets_false_with_keys_before_any_io(

@@ -468,7 +468,7 @@ def test_a_replace_uploads_its_data_once_whatever_its_commit_retries(faulty: Any
     assert len(faulty.proxy.requests("PUT", r"/t/manifest/v\d{8}\.json$")) >= 2, "the commit was tried again"
 
 
-# -- faults, through the fault proxy (see tests/test_faults.py) --------------------------
+# -- faults, through the fault proxy (see tests/robustness/test_faults.py) --------------------------
 
 
 def _table_replace(store: Store) -> TableCase:

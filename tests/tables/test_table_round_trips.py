@@ -1,5 +1,5 @@
 """Round trips of a table snapshot read (issue G, item 1), counted on a real
-SeaweedFS through the proxy, as in tests/test_dataset_round_trips.py.
+SeaweedFS through the proxy, as in tests/datasets/test_dataset_round_trips.py.
 
 Opening a table takes 2 (the pointer; then the manifest it names, with a
 HEAD of the next version's name). A scan of the opened version then takes,

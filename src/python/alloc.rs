@@ -27,8 +27,8 @@
 //!   work ends (see [`crate::memory`]: a sort's spill, a part of 8 MiB or
 //!   more uploaded) with `mi_collect(true)` on that thread and on each of
 //!   the CPU pool's, which also purges what the delay still held: the
-//!   constant-key group peaked at 430-463 MiB batched (536-566 before),
-//!   the 10M-row sort at 544-549 MiB (615-658); see the benchmarks page.
+//!   constant-key group peaked at 407-463 MiB batched (536-566 before),
+//!   the 10M-row sort at 544-583 MiB (615-658); see the benchmarks page.
 //!
 //! mimalloc reads its settings from the environment (`MIMALLOC_*`). Only
 //! Rust's allocations use it: the Arrow buffers pds hands to Python are

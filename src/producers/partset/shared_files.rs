@@ -4,15 +4,16 @@
 //! it, and each patch slices its run from that one decode.
 //!
 //! A part set lives for one operation (a read, a scan, an update's
-//! rewrite), so that is how long a file is kept. At most [`KEPT_BYTES`] of
-//! decoded files are kept (the oldest go first; a file is counted once
-//! decoded), and a shared file holds at most
-//! [`super::SHARED_DELETED_MAX_ROWS`] keys. A patch's run is a slice of its
-//! file's decode, which it keeps alive for as long as the part's decoded
-//! rows live, evicted or not: at most one decode per file, where each patch
-//! decoded the whole file before.
+//! rewrite), so that is how long a file is kept. Decoded files are kept in
+//! an [`ObjectCache`] of at most [`KEPT_BYTES`] (the oldest go first; a
+//! file larger than that is not kept, which takes keys of about 1 KiB each,
+//! since a shared file holds at most [`super::SHARED_DELETED_MAX_ROWS`]
+//! keys). A patch's run is a slice of its file's decode, which it keeps
+//! alive for as long as the part's decoded rows live, evicted or not: at
+//! most one decode per file, where each patch decoded the whole file
+//! before.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -21,45 +22,52 @@ use tokio::sync::OnceCell;
 
 use crate::error::Result;
 use crate::producers::parts::RangePart;
+use crate::store::cache::ObjectCache;
 
-/// Decoded bytes of shared files a part set keeps (besides the one it
-/// decoded last, whatever its size).
+/// Decoded bytes of shared files a part set keeps.
 const KEPT_BYTES: usize = 64 << 20;
 
 /// A shared file's rows, decoded once.
 pub(super) type Decoded = Arc<Vec<RecordBatch>>;
 
-/// A file as the manifest records it: two records that differ in any of
-/// these are two files to the cache, so each decode is checked against the
-/// record it is used for.
-type FileKey = (String, String, u64, u64);
-
 /// The shared files a part set has decoded (see the module docs). Clones
 /// of a part set share it.
-#[derive(Default)]
 pub struct SharedFiles {
-    inner: Mutex<Kept>,
+    /// Decoded files by their manifest record (see [`file_key`]).
+    kept: ObjectCache,
+    /// The decodes under way: requests for a file being decoded wait for
+    /// that decode instead of starting their own.
+    loading: Mutex<HashMap<String, Arc<OnceCell<Decoded>>>>,
+}
+
+impl Default for SharedFiles {
+    fn default() -> Self {
+        Self {
+            kept: ObjectCache::new(KEPT_BYTES),
+            loading: Mutex::default(),
+        }
+    }
 }
 
 /// How many files are kept and their bytes, not their rows.
 impl std::fmt::Debug for SharedFiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept = self.lock();
+        let (files, bytes) = self.kept.usage();
         f.debug_struct("SharedFiles")
-            .field("files", &kept.order.len())
-            .field("bytes", &kept.bytes)
+            .field("files", &files)
+            .field("bytes", &bytes)
             .finish()
     }
 }
 
-#[derive(Default)]
-struct Kept {
-    /// Each file's decode, once started (requests for a file being decoded
-    /// wait for that decode).
-    cells: HashMap<FileKey, Arc<OnceCell<Decoded>>>,
-    /// The decoded files, oldest first, with their sizes in memory.
-    order: VecDeque<(FileKey, usize)>,
-    bytes: usize,
+/// A file as the manifest records it: two records that differ in name,
+/// digest, size or rows are two files to the cache, so each decode is
+/// checked against the record it is used for.
+fn file_key(file: &RangePart) -> String {
+    format!(
+        "{}\0{}\0{}\0{}",
+        file.name, file.sha256, file.size_bytes, file.rows
+    )
 }
 
 impl SharedFiles {
@@ -71,55 +79,46 @@ impl SharedFiles {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<RecordBatch>>>,
     {
-        let key: FileKey = (
-            file.name.clone(),
-            file.sha256.clone(),
-            file.size_bytes,
-            file.rows,
-        );
-        let cell = self.lock().cells.entry(key.clone()).or_default().clone();
-        let mut loaded = None;
+        let key = file_key(file);
+        if let Some(rows) = self.kept.get::<Vec<RecordBatch>>(&key) {
+            return Ok(rows);
+        }
+        let cell = self.loading().entry(key.clone()).or_default().clone();
+        let mut loaded = false;
         let got = cell
             .get_or_try_init(|| async {
                 let rows = Arc::new(load().await?);
-                loaded = Some(rows.iter().map(|b| b.get_array_memory_size()).sum());
+                loaded = true;
                 Ok::<_, crate::error::Error>(rows)
             })
-            .await?
-            .clone();
-        if let Some(size) = loaded {
-            self.lock().keep(key, size);
+            .await;
+        if let (true, Ok(rows)) = (loaded, &got) {
+            let size = rows.iter().map(|b| b.get_array_memory_size()).sum();
+            self.kept.insert(key.clone(), Arc::clone(rows), size);
         }
-        Ok(got)
+        if loaded || got.is_err() {
+            // The decode is in the cache now (unless too large to keep),
+            // and a failed one leaves nothing for the next caller to wait on.
+            let mut loading = self.loading();
+            if loading.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                loading.remove(&key);
+            }
+        }
+        Ok(got?.clone())
     }
 
     /// How many decoded files are kept (for tests).
     #[cfg(test)]
     pub(super) fn kept(&self) -> usize {
-        self.lock().order.len()
+        self.kept.usage().0
     }
 
-    fn lock(&self) -> MutexGuard<'_, Kept> {
+    fn loading(&self) -> MutexGuard<'_, HashMap<String, Arc<OnceCell<Decoded>>>> {
         // The map stays consistent across a panic elsewhere: every change
         // to it is made under the lock without unwinding.
-        self.inner
+        self.loading
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl Kept {
-    /// Record `key` as decoded (`size` bytes), and let the oldest others go
-    /// while more than [`KEPT_BYTES`] are kept.
-    fn keep(&mut self, key: FileKey, size: usize) {
-        self.order.push_back((key, size));
-        self.bytes += size;
-        while self.bytes > KEPT_BYTES && self.order.len() > 1 {
-            if let Some((old, size)) = self.order.pop_front() {
-                self.cells.remove(&old);
-                self.bytes -= size;
-            }
-        }
     }
 }
 

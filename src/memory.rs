@@ -54,6 +54,15 @@ pub fn release_freed() {
     });
 }
 
+/// Return the memory freed so far on this thread only: for threads of
+/// their own (the merge's, the part encoder's) whose blocks other threads
+/// free into, where a unit of their work ends.
+pub fn release_freed_here() {
+    if let Some(release) = RELEASE.get().copied() {
+        release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -339,8 +339,15 @@ impl<'t, 'a> PartStages<'t, 'a> {
                     match encoder.take(feed) {
                         Ok(None) => {}
                         Ok(Some(part)) => {
+                            let large = part.bytes.len() >= RELEASE_AFTER_BYTES;
                             if to_uploader.send(part).is_err() {
                                 return; // The uploader failed.
+                            }
+                            if large {
+                                // The rows this thread freed as it encoded
+                                // them, and the last part's bytes the
+                                // uploader freed into this thread's blocks.
+                                crate::memory::release_freed_here();
                             }
                         }
                         Err(e) => {

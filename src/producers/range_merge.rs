@@ -337,6 +337,10 @@ pub(super) fn merge_runs(input: Runs, range_bytes: usize, threads: usize) -> Res
             .spawn(move || {
                 while let Some(j) = worker.take() {
                     worker.run(j);
+                    // The range's batches are read and freed by other
+                    // threads into this thread's blocks: returned here, or
+                    // held until this thread next allocates in them.
+                    crate::memory::release_freed_here();
                 }
             });
         match spawned {

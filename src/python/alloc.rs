@@ -29,6 +29,9 @@
 //!   the CPU pool's, which also purges what the delay still held: the
 //!   constant-key group peaked at 407-463 MiB batched (536-566 before),
 //!   the 10M-row sort at 544-583 MiB (615-658); see the benchmarks page.
+//!   The merge's threads (after each key range) and the part encoder's
+//!   (after each part of 8 MiB or more) now return theirs too, and a sort
+//!   buffers half its budget: the sort peaked at 473-493 MiB.
 //!
 //! mimalloc reads its settings from the environment (`MIMALLOC_*`). Only
 //! Rust's allocations use it: the Arrow buffers pds hands to Python are

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, final
 
 import pyarrow as pa
+from remote_store import Store
 
 __version__: str
 
@@ -93,10 +94,22 @@ class RustStore:
         credentials: Callable[[], tuple[str, str, str | None, float | None]] | None = None,
         pickle_secrets: bool = True,
     ) -> None: ...
+    @staticmethod
+    def over_store(store: Store) -> RustStore:
+        """A handle on *store*, any ``remote_store.Store``, through which pds's
+        write protocol runs on the Store's backend: each object operation
+        calls the Store's own method, on a thread of the core's that takes
+        the GIL for it (so the caller must not hold the GIL while the core
+        runs: every function here releases it). No compare-and-swap and no
+        ETags. The Store's exceptions reach the caller as they were raised,
+        but ``NotFound`` and ``AlreadyExists``, which the core reads as
+        answers and reports in its own words. A Store method cannot call pds
+        itself. It pickles as the Store does. ``TypeError`` if *store* is not
+        a Store."""
     @property
     def url(self) -> str: ...
     @property
-    def scheme(self) -> Literal["memory", "file", "s3", "gs", "az"]: ...
+    def scheme(self) -> Literal["memory", "file", "s3", "gs", "az", "remote-store"]: ...
     def counts(self) -> tuple[int, int, int]:
         """``(requests, bytes_read, bytes_written)`` this store has made and
         moved since it was opened: every GET (whole or one range), HEAD,
@@ -134,23 +147,6 @@ class RustStore:
         """``(entries, bytes)`` held by this handle's object cache (``"objects"``)
         and by the process-wide caches of table segments (``"segments"``) and
         tombstones (``"tombstones"``; both in estimated bytes). No I/O."""
-
-@final
-class EncodedParts(Iterator[tuple[bytes, int, int, str, bool]]):
-    """Encodes a stream into Parquet parts, several at once; yields
-    ``(data, row_count, size_bytes, sha256, last)`` per part, in order."""
-
-    def __init__(
-        self,
-        data: ArrowStreamExportable,
-        *,
-        compression: str,
-        row_group_size: int | None,
-        max_rows_per_file: int | None,
-        parallelism: int,
-    ) -> None: ...
-    def __iter__(self) -> EncodedParts: ...
-    def __next__(self) -> tuple[bytes, int, int, str, bool]: ...
 
 def write_dataset(
     store: RustStore,
@@ -328,16 +324,33 @@ def dataset_claim_release(store: RustStore, location: str, token: bytes) -> None
     """Remove the claim on *location* if it still holds *token*; never
     raises for a lost claim. Cost: 1 GET + 1 DELETE."""
 
-def dataset_swap_manifest(store: RustStore, location: str, token: bytes, manifest: str) -> bool:
-    """Commit *manifest* (JSON text) over the dataset committed at *location*
-    for the holder of the claim *token* (a Spark overwrite whose parts have
-    names of their own): ``manifest.json`` is replaced by compare-and-swap,
-    ``_SUCCESS`` stays, so readers switch from the old dataset to the new
-    one at once. Returns ``True`` if swapped, ``False`` if no dataset is
-    committed there (nothing written). Raises ``remote_store.AlreadyExists``
-    if the claim was lost or another writer committed first. Cost: 3
-    requests in sequence (the committed manifest), 1 GET, 1 PUT (+1 GET if
-    refused)."""
+def dataset_commit_parts(
+    store: RustStore,
+    location: str,
+    token: bytes,
+    parts: Sequence[tuple[str, int, int, str, int | None]],
+    *,
+    schema: pa.Schema,
+    dataset_key: str,
+    compression: str,
+    schema_hash: str,
+    run_id: str | None,
+    metadata: Mapping[str, str] | None,
+    overwrite: bool,
+) -> str:
+    """Commit *parts* ``(name, rows, bytes, sha256, footer_bytes)``, uploaded
+    under names of their own (a Spark job's tasks), as the dataset at
+    *location* for the holder of the claim *token*, in the order given, and
+    release the claim; returns the manifest JSON. The same commit as
+    :func:`write_dataset`'s: without *overwrite*, ``remote_store.AlreadyExists``
+    if a dataset is committed there; ``DatasetIncomplete`` if a part is
+    missing (nothing committed). With *overwrite*, a committed dataset's
+    ``manifest.json`` is swapped in place by compare-and-swap (``_SUCCESS``
+    staying) and its files are deleted one request each (a failure is
+    logged, not raised); otherwise the key is cleared of all but these parts
+    and the manifest and ``_SUCCESS`` are created create-only. One LIST after
+    the commit confirms the parts. ``remote_store.AlreadyExists`` if the
+    claim was lost or another writer committed first."""
 
 def check_key_free(store: RustStore, key: str, creating: Literal["dataset", "table", "pipeline"]) -> str | None:
     """Raise ``remote_store.AlreadyExists``, naming what is there and its key,
@@ -349,26 +362,10 @@ def check_key_free(store: RustStore, key: str, creating: Literal["dataset", "tab
     1 LIST of at most 1,000 objects below it (markers further down are not
     seen), and 1 to 3 GETs per table or pipeline found."""
 
-class KeyProbe(Protocol):
-    """The I/O :func:`check_key_free_with` needs, on keys of one store."""
-
-    def exists(self, key: str, /) -> bool: ...
-    def list_below(self, key: str, limit: int, /) -> list[str]: ...
-    def read(self, key: str, /) -> bytes | None: ...
-
-def check_key_free_with(probe: KeyProbe, key: str, creating: Literal["dataset", "table", "pipeline"]) -> str | None:
-    """:func:`check_key_free` through *probe* (a ``remote_store.Store``
-    adapter); its exceptions propagate unchanged. Same requests, one at a time."""
-
 def describe_key(store: RustStore, key: str, wanted: Literal["dataset", "table", "pipeline"]) -> str | None:
     """What a reader looking for a *wanted* finds at, around or below *key*
     instead ("a table is stored at ..."), or ``None``; for error messages.
     Costs what :func:`check_key_free` costs. The GIL is released."""
-
-def describe_key_with(probe: KeyProbe, key: str, wanted: Literal["dataset", "table", "pipeline"]) -> str | None:
-    """What a reader looking for a *wanted* finds at, around or below *key*
-    instead ("a table is stored at ..."), or ``None``; through *probe*, for
-    error messages. Same requests as :func:`check_key_free_with`."""
 
 def schema_from_ipc(text: str) -> pa.Schema:
     """Parse a base64 Arrow IPC schema safely; ``ValueError`` with the reason if invalid."""

@@ -1,14 +1,17 @@
 """``ParquetDatasetStore``: RFC-0008's dataset API, accelerated in Rust.
 
-Two paths, one behaviour:
+One write protocol (Rust's ``dataset`` module), on any Store:
 
-- **Fast path**, when the Store's backend is :class:`pds.ObjectStoreBackend`:
-  encoding, hashing, upload and download all run in Rust with the GIL
-  released. Parts are encoded while they fill and uploaded as they are
-  encoded; reads fetch every part at once and decode only projected columns.
-- **Portable path**, for any other ``remote_store`` backend: Rust still
-  encodes and decodes (several parts at once), and the bytes travel through
-  the Store's own ``write_atomic`` and ``read_bytes``.
+- **pds's own backend** (:class:`pds.ObjectStoreBackend`): encoding,
+  hashing, upload and download all run in Rust with the GIL released. Parts
+  are encoded while they fill and uploaded as they are encoded; reads fetch
+  every part at once and decode only projected columns.
+- **Any other ``remote_store`` backend**: the same write runs through
+  ``RustStore.over_store``, each object operation a call of the Store's own
+  method (``write`` for the claim, ``write_atomic`` for parts, manifest and
+  marker, ``read_bytes``, ``get_file_info``, ``delete``, ``list_files``,
+  ``list_folders``, ``copy``, ``move``), one part at a time.
+  Reads decode in Rust the bytes the Store's ``read_bytes`` returns.
 
 On both, a dataset is parts, then ``manifest.json``, then ``_SUCCESS``, and a
 reader that checks ``_SUCCESS`` never sees a partial dataset.
@@ -17,13 +20,9 @@ reader that checks ``_SUCCESS`` never sees a partial dataset.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -46,14 +45,14 @@ from pds.errors import (
     PartCorrupted,
     RemoteStoreError,
 )
-from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
+from pds.manifest import DatasetManifest, schema_hash
 
 __all__ = ["ParquetDatasetStore"]
 
 _MANIFEST = "manifest.json"
 _SUCCESS = "_SUCCESS"
 _WRITING = "_WRITING"
-"""The claim of the writer that holds the key (see ``_Claim``)."""
+"""The claim of the writer that holds the key (see the Rust ``dataset`` module)."""
 _ACCEPTED = (
     "a pyarrow.Table, pyarrow.RecordBatch, pyarrow.RecordBatchReader, or any object "
     "with __arrow_c_stream__ (polars.DataFrame, duckdb relations, ...)"
@@ -344,6 +343,7 @@ class ParquetDatasetStore:
             raise ValueError(f"io_concurrency must be an int from 1 to 4096, or None; got {io_concurrency!r}")
         self._io_concurrency = io_concurrency
         self._native = native_handle(store)
+        self._adapted: _core.RustStore | None = None
 
     @property
     def store(self) -> Store:
@@ -390,14 +390,15 @@ class ParquetDatasetStore:
         valid, empty dataset.
 
         Sequence: parts (each written atomically), then ``manifest.json``, then
-        ``_SUCCESS``; an overwrite of a committed dataset on pds's own backend
-        swaps ``manifest.json`` in place instead (see Concurrency). If anything
+        ``_SUCCESS``; an overwrite of a committed dataset on a store that can
+        compare-and-swap (pds's own backend) swaps ``manifest.json`` in place
+        instead (see Concurrency). If anything
         fails, nothing is committed and the parts written so far are removed.
 
         With ``progress=True`` (``None``, the default: if ``PDS_PROGRESS`` is
         set), the rows, parts and bytes written so far show on stderr while it
         runs, against the table's rows (a stream's total is not known: a
-        count), on the fast path; see the logging guide.
+        count); see the logging guide.
 
         Returns:
             The manifest written.
@@ -436,16 +437,22 @@ class ParquetDatasetStore:
         racing, one commits and the others raise ``AlreadyExists``, removing
         their parts. A lost reply to the swap is recognised as the writer's
         own (the manifest holds its bytes). Where no dataset is committed,
-        the key is cleared and parts get RFC-0008's names. On a foreign
-        remote_store Store, an overwrite withdraws the committed dataset
-        (``_SUCCESS`` first) and deletes its files before writing (PDS-011's
-        delete-then-write): readers see no dataset meanwhile, and a failure
-        leaves none. On pds's own backend, parts are created create-only and
-        a writer checks, after its commit, that every part is still the
-        object it wrote: a writer told ok keeps exactly its rows until a
-        later write replaces them whole, and a reader never gets a mix. A
-        lost reply to the claim or to ``_SUCCESS`` is recognised as the
-        writer's own.
+        the key is cleared and parts get RFC-0008's names. On another
+        remote_store backend (no compare-and-swap), an overwrite withdraws
+        the committed dataset (``_SUCCESS`` first) and deletes its files
+        before writing (PDS-011's delete-then-write): readers see no dataset
+        meanwhile, and a failure leaves none. Parts are created create-only
+        and a writer checks, after its commit, that every part is still the
+        object it wrote (by size where the store gives no ETag): a writer
+        told ok keeps exactly its rows until a later write replaces them
+        whole, and a reader never gets a mix. A lost reply to the claim or
+        to ``_SUCCESS`` is recognised as the writer's own. On another
+        remote_store backend, the Store's methods run on threads of pds's
+        core while the caller waits; what they raise reaches the caller as it
+        was raised, but ``NotFound`` and ``AlreadyExists`` (answers the
+        protocol reads: an object missing, or there); a create-only write
+        that failed otherwise may have landed, so it is tried again (up to 3
+        times), recognising its own object.
 
         Cost: on the fast path, memory per part in flight (one per core) is
         the compressed pages of one row group, 64Ki rows of input and its
@@ -486,146 +493,61 @@ class ParquetDatasetStore:
                     path=key,
                     capability=Capability.DELETE.value,
                 )
-            location = self._store.native_path(key)  # validates the key before I/O
-            self._check_free(key)  # before the clear: never delete a table, nor what is nested
-            if self._native is None:
-                self._clear(key)  # the fast path clears once it holds the key
+            handle, location = self._rust(key)  # validates the key before I/O
+            self._check_free(key)  # never replace a table, nor what is nested
         else:
-            location = self._store.native_path(key)
+            handle, location = self._rust(key)
             if self.dataset_exists(key):
                 raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
 
         try:
-            if self._native is not None:
-                with _progress.shown(self._native, f"writing dataset {key}", show) as shown:
-                    text = _core.write_dataset(
-                        self._native,
-                        location,
-                        data,
-                        dataset_key=_normal_key(key),
-                        compression=self._compression,
-                        row_group_size=self._row_group_size,
-                        max_rows_per_file=self._max_rows_per_file,
-                        schema_hash=schema_hash(schema),
-                        run_id=run_id,
-                        metadata=meta,
-                        total_rows=total_rows,
-                        parallelism=_parallelism(),
-                        io_concurrency=self._io_concurrency,
-                        overwrite=overwrite,
-                        progress=shown.counters,
-                    )
-                return DatasetManifest.from_json(text)
-            return self._write_portable(data, schema, key, run_id, meta)
+            with _progress.shown(handle, f"writing dataset {key}", show) as shown:
+                text = _core.write_dataset(
+                    handle,
+                    location,
+                    data,
+                    dataset_key=_normal_key(key),
+                    compression=self._compression,
+                    row_group_size=self._row_group_size,
+                    max_rows_per_file=self._max_rows_per_file,
+                    schema_hash=schema_hash(schema),
+                    run_id=run_id,
+                    metadata=meta,
+                    total_rows=total_rows,
+                    # A remote-store backend takes parts one at a time, in
+                    # their order (PDS-002), as it took them before.
+                    parallelism=_parallelism() if self._native is not None else 1,
+                    io_concurrency=self._io_concurrency,
+                    overwrite=overwrite,
+                    progress=shown.counters,
+                )
+            return DatasetManifest.from_json(text)
         except BaseException:
+            if self._native is None:
+                self._remove_empty_folder(key)
             if guard is not None:
                 guard.reraise()
             raise
+
+    def _rust(self, key: str) -> tuple[_core.RustStore, str]:
+        """The Rust handle the dataset protocol runs on, and *key* as it
+        names it: pds's own backend and the key's native path, or any other
+        remote-store backend through :meth:`pds._core.RustStore.over_store`
+        (each object operation a call of the Store's) and the normalised key.
+        Validates *key*; no I/O."""
+        if self._native is not None:
+            return self._native, self._store.native_path(key)
+        self._store.native_path(key)
+        if self._adapted is None:
+            self._adapted = _core.RustStore.over_store(self._store)
+        return self._adapted, _normal_key(key)
 
     def _check_free(self, key: str) -> None:
         """``AlreadyExists`` unless a dataset may be written at *key*: no table
         or pipeline there, and nothing at an ancestor or below (keys are
         exclusive). Cost: 5 HEADs per level of the key, 1 LIST (at most 1,000
         objects), 1-3 GETs per table or pipeline found."""
-        if self._native is not None:
-            _core.check_key_free(self._native, self._store.native_path(key), "dataset")
-        else:
-            _core.check_key_free_with(_StoreProbe(self._store), key, "dataset")
-
-    def _clear(self, key: str) -> None:
-        """Delete whatever is under *key* (an ``overwrite=True`` write), tolerating a concurrent delete."""
-        with contextlib.suppress(NotFound):
-            if self._store.exists(key) or self._store.is_folder(key):
-                self.delete_dataset(key)
-
-    def _write_portable(
-        self,
-        data: Any,
-        schema: pa.Schema,
-        key: str,
-        run_id: str | None,
-        metadata: dict[str, str] | None,
-    ) -> DatasetManifest:
-        claim = _Claim.take(self._store, key)
-        try:
-            # Checked once the key is claimed, so that a table or pipeline
-            # creator checking after this sees the claim.
-            self._check_free(key)
-            if self._store.exists(f"{key}/{_SUCCESS}"):
-                raise AlreadyExists(f"Dataset already exists at {key!r}", path=key)
-            claim.check()  # an overwrite may have taken the key during the checks
-            self._remove_leftovers(key)
-        except _ClaimLost as exc:
-            raise AlreadyExists(str(exc), path=key) from None
-        except BaseException:
-            claim.release()
-            raise
-        written: list[PartInfo] = []
-        committed = False
-        try:
-            parts = _core.EncodedParts(
-                data,
-                compression=self._compression,
-                row_group_size=self._row_group_size,
-                max_rows_per_file=self._max_rows_per_file,
-                parallelism=_parallelism(),
-            )
-            for index, (payload, rows, size, sha, last) in enumerate(parts):
-                if index > 0:
-                    claim.check()
-                name = "data.parquet" if index == 0 and last else f"part-{index:05d}.parquet"
-                self._store.write_atomic(f"{key}/{name}", payload, overwrite=True)
-                footer = int.from_bytes(bytes(payload[-8:-4]), "little") + 8
-                written.append(PartInfo(name=name, row_count=rows, size_bytes=size, sha256=sha, footer_bytes=footer))
-            manifest = DatasetManifest(
-                dataset_key=_normal_key(key),
-                parts=[p.name for p in written],
-                row_count=sum(p.row_count for p in written),
-                schema_hash=schema_hash(schema),
-                compression=self._compression,
-                created_at_utc=_now_iso(),
-                run_id=run_id,
-                metadata=metadata,
-                arrow_schema=schema_to_ipc(schema),
-                part_info=written,
-            )
-            claim.check()
-            text = manifest.to_json().encode("utf-8")
-            self._store.write_atomic(f"{key}/{_MANIFEST}", text, overwrite=True)
-            _commit_marker(self._store, key, text)
-            committed = True
-            return manifest
-        except BaseException as exc:
-            if not committed and not isinstance(exc, _ClaimLost):
-                self._remove_parts(key, written)
-            if isinstance(exc, _ClaimLost):
-                raise AlreadyExists(str(exc), path=key) from None
-            raise
-        finally:
-            claim.release()
-            if not committed:
-                self._remove_empty_folder(key)
-
-    def _remove_leftovers(self, key: str) -> None:
-        """Remove what a failed or killed writer left under *key* (parts, a
-        manifest), once this writer holds the key and no dataset is committed."""
-        if not self._store.supports(Capability.DELETE):
-            return
-        try:
-            names = [f.name for f in self._store.list_files(key)]
-        except NotFound:
-            return
-        for name in names:
-            if _own_file(name) and name not in (_SUCCESS, _WRITING):
-                self._store.delete(f"{key}/{name}", missing_ok=True)
-
-    def _remove_parts(self, key: str, parts: list[PartInfo]) -> None:
-        if not self._store.supports(Capability.DELETE):
-            return
-        for p in [*parts, PartInfo(_MANIFEST, 0, 0, "")]:
-            # Best effort: the error that stopped the write is the one to report.
-            with contextlib.suppress(Exception):
-                self._store.delete(f"{key}/{p.name}", missing_ok=True)
+        _core.check_key_free(*self._rust(key), "dataset")
 
     def _remove_empty_folder(self, key: str) -> None:
         """Remove *key*'s folder if a failed write left it empty (best effort)."""
@@ -841,9 +763,7 @@ class ParquetDatasetStore:
         """What is at, around or below *key* instead of a dataset, in words
         (a table, a pipeline), or None. For error messages only."""
         try:
-            if self._native is not None:
-                return _core.describe_key(self._native, self._store.native_path(key), "dataset")
-            return _core.describe_key_with(_StoreProbe(self._store), key, "dataset")
+            return _core.describe_key(*self._rust(key), "dataset")
         except RemoteStoreError:
             return None  # the caller's plain reason still holds
 
@@ -1086,104 +1006,3 @@ def _own_file(name: str) -> bool:
     return name in (_SUCCESS, _MANIFEST, _WRITING, "data.parquet") or (
         name.startswith("part-") and name.endswith(".parquet")
     )
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-class _StoreProbe:
-    """A ``remote_store.Store`` as the probe ``_core.check_key_free_with`` reads markers through."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def exists(self, key: str) -> bool:
-        return self._store.exists(key)
-
-    def list_below(self, key: str, limit: int) -> list[str]:
-        try:
-            return [str(f.path) for f in itertools.islice(self._store.list_files(key, recursive=True), limit)]
-        except NotFound:
-            return []
-
-    def read(self, key: str) -> bytes | None:
-        try:
-            return self._store.read_bytes(key)
-        except NotFound:
-            return None
-
-
-class _ClaimLost(Exception):
-    """Another writer took the key over (an overwrite) while this one wrote."""
-
-
-class _Claim:
-    """A writer's hold on a dataset key on the portable path: ``_WRITING``,
-    created with the Store's create-only write (see the Rust ``dataset``
-    module docs for the protocol). Exactly one of several racing writers wins
-    where that write is atomic (pds's own backend, remote-store's
-    ``MemoryBackend``); remote-store's ``LocalBackend`` checks, then writes."""
-
-    def __init__(self, store: Store, key: str, token: bytes) -> None:
-        self._store, self._key, self._path, self._token = store, key, f"{key}/{_WRITING}", token
-
-    @classmethod
-    def take(cls, store: Store, key: str) -> _Claim:
-        token = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "started_at": _now_iso()}).encode()
-        try:
-            _create_own(store, f"{key}/{_WRITING}", token)
-        except AlreadyExists:
-            raise AlreadyExists(
-                f"a write to {key!r} is in progress, or a writer was killed before it finished; nothing was "
-                f"written. Pass overwrite=True to replace it, or delete_dataset({key!r}) once no writer runs",
-                path=key,
-            ) from None
-        return cls(store, key, token)
-
-    def check(self) -> None:
-        try:
-            held = self._store.read_bytes(self._path) == self._token
-        except NotFound:
-            held = False
-        if not held:
-            raise _ClaimLost(
-                f"another writer took over {self._key!r} (an overwrite) while this write ran; "
-                "this write was not committed"
-            )
-
-    def release(self) -> None:
-        with contextlib.suppress(Exception):
-            self.check()
-            self._store.delete(self._path, missing_ok=True)
-
-
-def _commit_marker(store: Store, key: str, manifest: bytes) -> None:
-    """Create the empty ``_SUCCESS`` under *key* over the *manifest* this
-    writer wrote, create-only. Refused because the marker exists, it is this
-    writer's own commit if the manifest there is still its own (a create
-    whose reply was lost, retried); otherwise ``AlreadyExists``."""
-    try:
-        store.write_atomic(f"{key}/{_SUCCESS}", b"", overwrite=False)
-    except AlreadyExists:
-        try:
-            there = store.read_bytes(f"{key}/{_MANIFEST}")
-        except NotFound:
-            there = None
-        if there != manifest:
-            raise
-
-
-def _create_own(store: Store, path: str, token: bytes) -> None:
-    """Create *path* holding *token*, create-only. A create whose reply was
-    lost and that was retried finds the object it made: if it holds
-    *token*, it is this writer's own; anything else is ``AlreadyExists``."""
-    try:
-        store.write(path, token, overwrite=False)
-    except AlreadyExists:
-        try:
-            there = store.read_bytes(path)
-        except NotFound:
-            there = None
-        if there != token:
-            raise

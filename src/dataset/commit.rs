@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::RecordBatchReader;
+use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use super::claim::{unique_token, Claim};
 use super::manifest::Manifest;
+use super::manifest::PartInfo;
 use super::open::{read_committed, Committed};
-use super::parts::{build_manifest, put_claimed, write_parts_claimed, WriteRequest, WrittenParts};
+use super::parts::{build_manifest, manifest_of, put_claimed, write_parts_claimed, WriteRequest};
 use super::{child_key, is_own_object, normal_e_tag, part_keys, MANIFEST, SUCCESS, WRITING};
 use crate::error::{Error, Result};
 use crate::parquet::encode::EncodeOptions;
@@ -89,7 +91,7 @@ pub fn write_dataset(
                     false => None,
                 };
                 if replacing.is_none() {
-                    clear_for_write(&store, &location, overwrite).await?;
+                    clear_for_write(&store, &location, overwrite, &[]).await?;
                     claim.check(&store).await?;
                 }
                 Ok(replacing)
@@ -128,7 +130,8 @@ fn write_fresh(
     let parts = write_parts_claimed(store.clone(), reader, opts, req, Some(claim), false)?;
     let manifest = build_manifest(&parts.schema, opts, req, &parts.names, &parts.summaries)?;
     crate::runtime::block_on(async {
-        let mut committed = commit_claimed(store, &req.location, &manifest, &parts, claim).await;
+        let expected = parts.expected();
+        let mut committed = commit_claimed(store, &req.location, &manifest, &expected, claim).await;
         // Failing because another writer took the key is the lost claim:
         // the key and its part names are the other writer's now.
         if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
@@ -146,6 +149,125 @@ fn write_fresh(
         }
         committed
     })??;
+    Ok(manifest)
+}
+
+/// Commit the parts a writer elsewhere uploaded under names of its own (a
+/// Spark job's tasks) for the holder of `claim` taken on `req.location`,
+/// as [`write_dataset`] commits its own, and release the claim. `parts`
+/// are listed in the manifest in their order; `schema` is the dataset's.
+/// `InvalidArgument` before any I/O for a name listed twice or that is not
+/// a part's (`data.parquet`, `part-*.parquet`, directly under the key).
+///
+/// Checked first, nothing written: the claim holds; without
+/// `req.overwrite`, no dataset is committed at the key (`AlreadyExists`);
+/// every part is there (1 LIST; `DatasetIncomplete` naming one that is
+/// not). Then, with `req.overwrite` over a committed dataset whose store
+/// can compare-and-swap, its manifest is swapped in place (`_SUCCESS`
+/// staying) and its files deleted one request each (a failure is logged,
+/// not raised: the commit stands); otherwise the key is cleared of all but
+/// these parts and the claim (`_SUCCESS` first), and the manifest and
+/// `_SUCCESS` are created create-only. Either way one LIST after the
+/// commit confirms that the parts are still those uploaded (by size).
+/// A failed fresh commit removes its manifest if it is still this one;
+/// the parts are left for the caller to remove.
+pub fn commit_parts(
+    store: &Arc<StoreHandle>,
+    claim: &Claim,
+    schema: &SchemaRef,
+    parts: Vec<PartInfo>,
+    compression: &str,
+    req: &WriteRequest,
+) -> Result<Manifest> {
+    let location = req.location.as_str();
+    crate::store::keys::object_segments(location)?;
+    let mut names = std::collections::BTreeSet::new();
+    for p in &parts {
+        let part = p.name.as_str();
+        if !is_own_object(part) || [SUCCESS, MANIFEST, WRITING].contains(&part) {
+            return Err(Error::InvalidArgument(format!(
+                "{part:?} is not a part's name (data.parquet or part-*.parquet, directly under the key)"
+            )));
+        }
+        if !names.insert(part) {
+            return Err(Error::InvalidArgument(format!(
+                "part {part:?} is listed twice"
+            )));
+        }
+    }
+    let started = crate::store::counted::Started::now(store);
+    let manifest = manifest_of(schema, compression, req, parts)?;
+    let part_info = manifest.part_info.as_deref().unwrap_or_default();
+    let expected: Vec<(&str, u64, Option<&str>)> = part_info
+        .iter()
+        .map(|p| (p.name.as_str(), p.size_bytes, None))
+        .collect();
+    let committed = crate::runtime::block_on(async {
+        claim.check(store).await?;
+        if !req.overwrite
+            && store
+                .try_head(&child_key(location, SUCCESS))
+                .await?
+                .is_some()
+        {
+            return Err(Error::AlreadyExists {
+                path: location.to_string(),
+            });
+        }
+        let listing = store.list(location, false).await?;
+        let root = format!("{}/", location.trim_end_matches('/'));
+        let missing: Vec<&str> = expected
+            .iter()
+            .map(|(n, ..)| *n)
+            .filter(|n| {
+                !listing
+                    .objects
+                    .iter()
+                    .any(|o| o.key.strip_prefix(&root) == Some(*n))
+            })
+            .collect();
+        if let Some(first) = missing.first() {
+            return Err(Error::DatasetIncomplete {
+                key: req.dataset_key.clone(),
+                reason: format!(
+                    "the write lost {} of its {} uploaded part(s) before its commit, e.g. \
+                     {first:?} (another writer on the same key?); nothing was committed",
+                    missing.len(),
+                    expected.len()
+                ),
+            });
+        }
+        if req.overwrite {
+            if let Some(old) = committed_to_replace(store, location).await? {
+                return swap_claimed(
+                    store,
+                    location,
+                    &manifest,
+                    &expected,
+                    claim,
+                    &old,
+                    Cleanup::EachObject,
+                )
+                .await;
+            }
+        }
+        claim.check(store).await?;
+        let keep: Vec<&str> = expected.iter().map(|(n, ..)| *n).collect();
+        clear_for_write(store, location, req.overwrite, &keep).await?;
+        let committed = commit_claimed(store, location, &manifest, &expected, claim).await;
+        if matches!(&committed, Err(e) if !matches!(e, Error::ClaimLost { .. })) {
+            let json = Bytes::from(manifest.to_json()?);
+            if manifest_is(store, location, &json).await.unwrap_or(false)
+                && claim.check(store).await.is_ok()
+            {
+                let _ = store.delete(&child_key(location, MANIFEST)).await;
+            }
+        }
+        committed
+    })?;
+    let _ = crate::runtime::block_on(claim.release(store));
+    committed?;
+    log_written(store, &manifest, &started);
     Ok(manifest)
 }
 
@@ -212,9 +334,10 @@ pub(super) fn write_replacing(
         store,
         &req.location,
         &manifest,
-        &parts,
+        &parts.expected(),
         claim,
         old,
+        Cleanup::Batched,
     ))??;
     Ok(manifest)
 }
@@ -240,30 +363,6 @@ async fn swap_manifest(
         }),
         other => other,
     }
-}
-
-/// Commit `json` as the manifest of the dataset at `location` for the
-/// holder of `claim` whose parts are written under names of its own (a
-/// Spark job), if a dataset is committed there: its manifest is swapped in
-/// place ([`swap_manifest`]), `_SUCCESS` staying, and `Ok(true)`. `Ok(false)`
-/// where none is committed (nothing written: the caller commits as on a
-/// fresh key). The caller then deletes the replaced dataset's objects
-/// (listed before, claim checked after the LIST).
-///
-/// Cost: the committed manifest's read (GET, HEAD, HEAD), 1 GET (claim),
-/// 1 PUT (+1 GET if refused).
-pub async fn swap_committed_manifest(
-    store: &StoreHandle,
-    location: &str,
-    claim: &Claim,
-    json: Bytes,
-) -> Result<bool> {
-    crate::store::keys::object_segments(location)?;
-    let Some(old) = committed_to_replace(store, location).await? else {
-        return Ok(false);
-    };
-    swap_manifest(store, location, json, claim, &old).await?;
-    Ok(true)
 }
 
 /// Commit `manifest` over the committed dataset `old` for the holder of
@@ -302,11 +401,13 @@ async fn swap_claimed(
     store: &StoreHandle,
     key: &str,
     manifest: &Manifest,
-    parts: &WrittenParts,
+    parts: &[(&str, u64, Option<&str>)],
     claim: &Claim,
     old: &Replaced,
+    cleanup: Cleanup,
 ) -> Result<()> {
-    let own_parts = part_keys(key, &parts.names);
+    let names: Vec<String> = parts.iter().map(|(n, ..)| n.to_string()).collect();
+    let own_parts = part_keys(key, &names);
     let json = Bytes::from(manifest.to_json()?);
     let mkey = child_key(key, MANIFEST);
     let put = match swap_manifest(store, key, json.clone(), claim, old).await {
@@ -337,8 +438,7 @@ async fn swap_claimed(
                 // dataset): it replaced this one whole, and cleans up.
                 return Ok(());
             }
-            let expected = parts.expected();
-            all_landed(key, &listing.objects, &expected).map(|()| {
+            all_landed(key, &listing.objects, parts).map(|()| {
                 listing
                     .objects
                     .into_iter()
@@ -346,7 +446,7 @@ async fn swap_claimed(
                         o.key.strip_prefix(&root).is_some_and(|name| {
                             is_own_object(name)
                                 && ![MANIFEST, SUCCESS, WRITING].contains(&name)
-                                && !parts.names.iter().any(|n| n == name)
+                                && !names.iter().any(|n| n == name)
                         })
                     })
                     .map(|o| o.key)
@@ -380,14 +480,47 @@ async fn swap_claimed(
         }
     };
     if claim.check(store).await.is_ok() {
-        if let Err(e) = store.delete_many(&replaced).await {
+        if let Err(e) = cleanup.delete(store, &replaced).await {
             log::warn!(
                 target: "pds::dataset",
-                "dataset {key}: committed, but removing the replaced dataset's files failed                  (a later overwrite removes them): {e}"
+                "dataset {key}: committed, but removing the replaced dataset's files failed \
+                 (a later overwrite removes them): {e}"
             );
         }
     }
     Ok(())
+}
+
+/// How the objects a swap replaced are deleted.
+#[derive(Debug, Clone, Copy)]
+enum Cleanup {
+    /// As few requests as the store allows (S3: 1,000 keys a request); one
+    /// failure leaves them all, for a later overwrite to remove.
+    Batched,
+    /// One request per object, 16 at a time: a failure leaves only its
+    /// object (a Spark job's commit, whose replaced files are many parts).
+    EachObject,
+}
+
+impl Cleanup {
+    async fn delete(self, store: &StoreHandle, keys: &[String]) -> Result<()> {
+        match self {
+            Cleanup::Batched => store.delete_many(keys).await,
+            Cleanup::EachObject => {
+                use futures::StreamExt;
+                let mut failed = None;
+                let mut deletes = futures::stream::iter(keys)
+                    .map(|k| store.delete(k))
+                    .buffer_unordered(16);
+                while let Some(r) = deletes.next().await {
+                    if let Err(e) = r {
+                        failed.get_or_insert(e);
+                    }
+                }
+                failed.map_or(Ok(()), Err)
+            }
+        }
+    }
 }
 
 /// Log at INFO (target `pds::dataset`) that the dataset `m` was written by
@@ -413,13 +546,22 @@ fn log_written(store: &StoreHandle, m: &Manifest, started: &crate::store::counte
 /// Make the key ready for the holder of a claim: with `overwrite`, withdraw
 /// the committed dataset (`_SUCCESS` first); then remove every other object
 /// of the dataset layout but the claim (parts and a manifest of an earlier
-/// dataset, or left by a failed or killed writer). 1 LIST, a DELETE per
-/// object found (batched where the store can), +1 DELETE with `overwrite`.
-async fn clear_for_write(store: &StoreHandle, location: &str, overwrite: bool) -> Result<()> {
+/// dataset, or left by a failed or killed writer), but the parts named in
+/// `keep` (a Spark job's, uploaded before its commit). 1 LIST, a DELETE
+/// per object found (batched where the store can), +1 DELETE with
+/// `overwrite`.
+async fn clear_for_write(
+    store: &StoreHandle,
+    location: &str,
+    overwrite: bool,
+    keep: &[&str],
+) -> Result<()> {
     if overwrite {
         store.delete(&child_key(location, SUCCESS)).await?;
     }
-    let stale = own_objects(store, location, &[SUCCESS, WRITING]).await?;
+    let mut except = vec![SUCCESS, WRITING];
+    except.extend_from_slice(keep);
+    let stale = own_objects(store, location, &except).await?;
     store.delete_many(&stale).await
 }
 
@@ -444,8 +586,8 @@ pub(super) async fn own_objects(
         .collect())
 }
 
-/// Commit `manifest` for the holder of `claim` whose parts are `parts`:
-/// the claim checked, `manifest.json` and `_SUCCESS` created create-only
+/// Commit `manifest` for the holder of `claim` whose parts are `parts`
+/// (name, size, ETag as its upload reported it): the claim checked, `manifest.json` and `_SUCCESS` created create-only
 /// ([`put_marker`]), then one LIST to confirm that the parts and
 /// the manifest are still the objects this writer created. If another
 /// writer's request replaced or removed one meanwhile, `_SUCCESS` is
@@ -455,7 +597,7 @@ async fn commit_claimed(
     store: &StoreHandle,
     key: &str,
     manifest: &Manifest,
-    parts: &WrittenParts,
+    parts: &[(&str, u64, Option<&str>)],
     claim: &Claim,
 ) -> Result<()> {
     claim.check(store).await?;
@@ -464,7 +606,7 @@ async fn commit_claimed(
     let put = put_claimed(store, &child_key(key, MANIFEST), json.clone(), claim).await?;
     let marker = child_key(key, SUCCESS);
     put_marker(store, key, &json).await?;
-    let mut expected = parts.expected();
+    let mut expected = parts.to_vec();
     expected.push((MANIFEST, size, put.e_tag.as_deref()));
     let landed = match store.list(key, false).await {
         Ok(listing) => all_landed(key, &listing.objects, &expected),

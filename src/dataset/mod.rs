@@ -130,12 +130,14 @@ mod tests;
 
 pub use claim::{unique_token, Claim};
 use commit::own_objects;
-pub use commit::{swap_committed_manifest, write_dataset};
+pub use commit::{commit_parts, write_dataset};
 pub use open::{
     expected_schema, missing_parts, open_dataset, part_missing, read_committed_manifest,
     read_manifest, vanished,
 };
-pub use parts::{build_manifest, uploads_per_part, write_parts, WriteRequest, WrittenParts};
+pub use parts::{
+    build_manifest, manifest_of, uploads_per_part, write_parts, WriteRequest, WrittenParts,
+};
 pub use read::{read_dataset, read_schema, verify_bytes};
 
 use crate::error::Result;

@@ -638,28 +638,37 @@ pub fn build_manifest(
     names: &[String],
     summaries: &[PartSummary],
 ) -> Result<Manifest> {
+    let parts = names
+        .iter()
+        .zip(summaries)
+        .map(|(n, s)| PartInfo {
+            name: n.clone(),
+            row_count: s.row_count,
+            size_bytes: s.size_bytes,
+            sha256: s.sha256.clone(),
+            footer_bytes: Some(s.footer_bytes),
+        })
+        .collect();
+    manifest_of(schema, &opts.compression_name, req, parts)
+}
+
+/// The manifest listing `parts` in their order, written now.
+pub fn manifest_of(
+    schema: &SchemaRef,
+    compression: &str,
+    req: &WriteRequest,
+    parts: Vec<PartInfo>,
+) -> Result<Manifest> {
     Ok(Manifest {
         dataset_key: req.dataset_key.clone(),
-        parts: names.to_vec(),
-        row_count: summaries.iter().map(|s| s.row_count).sum(),
+        parts: parts.iter().map(|p| p.name.clone()).collect(),
+        row_count: parts.iter().map(|p| p.row_count).sum(),
         schema_hash: req.schema_hash.clone(),
-        compression: opts.compression_name.clone(),
+        compression: compression.to_string(),
         created_at_utc: manifest::now_iso8601(),
         run_id: req.run_id.clone(),
         metadata: req.metadata.clone(),
         arrow_schema: Some(manifest::schema_to_ipc_base64(schema)?),
-        part_info: Some(
-            names
-                .iter()
-                .zip(summaries)
-                .map(|(n, s)| PartInfo {
-                    name: n.clone(),
-                    row_count: s.row_count,
-                    size_bytes: s.size_bytes,
-                    sha256: s.sha256.clone(),
-                    footer_bytes: Some(s.footer_bytes),
-                })
-                .collect(),
-        ),
+        part_info: Some(parts),
     })
 }

@@ -8,7 +8,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
 
 use super::commit::{all_landed, committed_to_replace, write_replacing};
-use super::manifest::Manifest;
+use super::manifest::{Manifest, PartInfo};
 use super::parts::HOLD_UNNAMED;
 use super::*;
 use crate::error::{Error, Result};
@@ -656,6 +656,134 @@ fn prefixed_parts_are_written_but_not_committed() {
         write_parts(store, reader, &opts, &bad),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// Parts uploaded by "tasks" under `prefix` (45 rows, 20 a part), as
+/// `PartInfo`s for [`commit_parts`].
+fn uploaded(store: &Arc<StoreHandle>, key: &str, prefix: &str) -> (SchemaRef, Vec<PartInfo>) {
+    let (schema, b) = batches(45, 10);
+    let reader = Box::new(RecordBatchIterator::new(
+        b.into_iter().map(Ok),
+        schema.clone(),
+    ));
+    let opts = EncodeOptions::new("zstd", None, Some(20)).unwrap();
+    let req = WriteRequest {
+        location: key.into(),
+        dataset_key: key.into(),
+        parallelism: 2,
+        part_prefix: Some(prefix.into()),
+        ..Default::default()
+    };
+    let parts = write_parts(store.clone(), reader, &opts, &req).unwrap();
+    let infos = parts
+        .names
+        .iter()
+        .zip(&parts.summaries)
+        .map(|(n, s)| PartInfo {
+            name: n.clone(),
+            row_count: s.row_count,
+            size_bytes: s.size_bytes,
+            sha256: s.sha256.clone(),
+            footer_bytes: Some(s.footer_bytes),
+        })
+        .collect();
+    (schema, infos)
+}
+
+fn commit_request(key: &str, overwrite: bool) -> WriteRequest {
+    WriteRequest {
+        location: key.into(),
+        dataset_key: key.into(),
+        schema_hash: "h".into(),
+        overwrite,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn uploaded_parts_commit_as_a_write_does_and_a_lost_part_commits_nothing() {
+    let store = memory();
+    let rt = crate::runtime::get().unwrap();
+    // Debris of a failed attempt beside the job's parts.
+    let (_, debris) = uploaded(&store, "ds", "job-00001-9");
+    let (schema, parts) = uploaded(&store, "ds", "job-00001-7");
+    let claim = rt.block_on(Claim::take(&store, "ds")).unwrap();
+    // A part lost before the commit: nothing is committed, nothing removed.
+    let lost = child_key("ds", &parts[1].name);
+    rt.block_on(store.delete(&lost)).unwrap();
+    let req = commit_request("ds", false);
+    match commit_parts(&store, &claim, &schema, parts.clone(), "zstd", &req) {
+        Err(Error::DatasetIncomplete { reason, .. }) => {
+            assert!(reason.contains("1 of its 3"), "{reason}")
+        }
+        other => panic!("expected DatasetIncomplete, got {other:?}"),
+    }
+    assert!(rt
+        .block_on(store.try_head("ds/_SUCCESS"))
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        names_under(&store, "ds").len(),
+        5,
+        "2 of the job's parts and 3 of debris; the claim released"
+    );
+    // With every part there, the commit lists them in order and removes the debris.
+    let (_, parts) = uploaded(&store, "ds", "job-00002-7");
+    let claim = rt.block_on(Claim::take_over(&store, "ds")).unwrap();
+    let m = commit_parts(&store, &claim, &schema, parts.clone(), "zstd", &req).unwrap();
+    let names: Vec<String> = parts.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(m.parts, names);
+    assert_eq!(m.row_count, 45);
+    assert_eq!(
+        names_under(&store, "ds"),
+        layout_of(&names),
+        "the debris {debris:?} and the claim are gone"
+    );
+    assert_eq!(rows(&store, "ds").unwrap(), 45);
+    // Committed: another commit without overwrite is refused before writing.
+    let claim = rt.block_on(Claim::take(&store, "ds")).unwrap();
+    assert!(matches!(
+        commit_parts(&store, &claim, &schema, parts, "zstd", &req),
+        Err(Error::AlreadyExists { .. })
+    ));
+    // A name that is no part's, or listed twice, is refused before any I/O.
+    let mut bad = m.part_info.clone().unwrap();
+    bad.push(bad[0].clone());
+    assert!(matches!(
+        commit_parts(
+            &store,
+            &claim,
+            &schema,
+            bad,
+            "zstd",
+            &commit_request("ds", true)
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn an_overwrite_by_uploaded_parts_swaps_the_manifest_and_removes_the_old_parts() {
+    let (file, _dir) = file_store();
+    let rt = crate::runtime::get().unwrap();
+    let old = write(&file, "ds", 30, Some(10), Some(30)).unwrap();
+    let claim = rt.block_on(Claim::take_over(&file, "ds")).unwrap();
+    let (schema, parts) = uploaded(&file, "ds", "job-00003-1");
+    // Until the commit, the old dataset is what readers read.
+    assert_eq!(rows(&file, "ds").unwrap(), 30);
+    let m = commit_parts(
+        &file,
+        &claim,
+        &schema,
+        parts,
+        "zstd",
+        &commit_request("ds", true),
+    )
+    .unwrap();
+    assert_eq!(rows(&file, "ds").unwrap(), 45);
+    let names = names_under(&file, "ds");
+    assert_eq!(names, layout_of(&m.parts));
+    assert!(old.parts.iter().all(|p| !names.contains(p)));
 }
 
 #[test]

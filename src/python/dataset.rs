@@ -352,28 +352,65 @@ pub fn dataset_claim_check(
     super::run(py, async move { claim.check(&handle).await })
 }
 
-/// Commit `manifest` (its JSON text) over the dataset committed at
-/// `location` for the holder of the claim `token` (a Spark overwrite whose
-/// parts have names of their own): its `manifest.json` replaced by
-/// compare-and-swap, `_SUCCESS` staying, so readers switch from the old
-/// dataset to the new one at once. `True` if swapped; `False` if no dataset
-/// is committed there (nothing written). `AlreadyExists` if the claim was
-/// lost or another writer committed first. 3 requests in sequence to read
-/// the committed manifest, 1 GET, 1 PUT (+1 GET if refused).
+/// One part a writer elsewhere uploaded: name, rows, bytes, SHA-256, and
+/// the bytes after its last row group (see [`write_parts`]).
+pub type UploadedPart = (String, u64, u64, String, Option<u64>);
+
+/// Commit `parts` (uploaded under names of their own, by a Spark job's
+/// tasks) as the dataset at `location` for the holder of the claim `token`,
+/// and release the claim ([`dataset::commit_parts`]); returns the manifest
+/// JSON. The GIL is released throughout.
 #[pyfunction]
-pub fn dataset_swap_manifest(
+#[pyo3(signature = (
+    store, location, token, parts, *, schema, dataset_key, compression, schema_hash, run_id,
+    metadata, overwrite
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn dataset_commit_parts(
     py: Python<'_>,
     store: &PyRustStore,
-    location: &str,
+    location: String,
     token: &[u8],
-    manifest: &str,
-) -> PyResult<bool> {
+    parts: Vec<UploadedPart>,
+    schema: PySchema,
+    dataset_key: String,
+    compression: &str,
+    schema_hash: String,
+    run_id: Option<String>,
+    metadata: Option<BTreeMap<String, String>>,
+    overwrite: bool,
+) -> PyResult<String> {
+    let compression = EncodeOptions::new(compression, None, None)
+        .py_err()?
+        .compression_name;
+    let parts = parts
+        .into_iter()
+        .map(
+            |(name, row_count, size_bytes, sha256, footer_bytes)| dataset::manifest::PartInfo {
+                name,
+                row_count,
+                size_bytes,
+                sha256,
+                footer_bytes,
+            },
+        )
+        .collect();
+    let claim = dataset::Claim::resume(&location, bytes::Bytes::copy_from_slice(token));
+    let req = WriteRequest {
+        overwrite,
+        location,
+        dataset_key,
+        schema_hash,
+        run_id,
+        metadata,
+        ..Default::default()
+    };
+    let schema = schema.into_inner();
     let handle = store.inner.clone();
-    let claim = dataset::Claim::resume(location, bytes::Bytes::copy_from_slice(token));
-    let json = bytes::Bytes::copy_from_slice(manifest.as_bytes());
-    super::run(py, async move {
-        dataset::swap_committed_manifest(&handle, location, &claim, json).await
-    })
+    let manifest = super::detach(py, || {
+        dataset::commit_parts(&handle, &claim, &schema, parts, &compression, &req)
+    })?;
+    manifest.to_json().py_err()
 }
 
 /// Remove the claim on `location` if it still holds `token` (best effort:

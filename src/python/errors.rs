@@ -41,6 +41,10 @@ fn raise(
 /// endpoint's password would be shown with it (see [`redact_urls`]).
 pub fn to_py(err: Error) -> PyErr {
     Python::attach(|py| {
+        // A Python Store's own exception is raised as it was.
+        if let Some(e) = super::py_store::raised(py, &err) {
+            return e;
+        }
         let msg = redact_urls(&chain(&err));
         match &err {
             Error::NotFound { path }

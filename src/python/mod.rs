@@ -10,6 +10,7 @@ mod occupancy;
 mod parts;
 mod producers;
 mod progress;
+mod py_store;
 mod split_source;
 mod split_stage;
 mod store;
@@ -70,7 +71,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::is_credential_option, m)?)?;
     m.add_class::<store::PyObjectMeta>()?;
     m.add_class::<store::PyPutResult>()?;
-    m.add_class::<parts::PyEncodedParts>()?;
     m.add_class::<stream::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(dataset::write_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::write_parts, m)?)?;
@@ -89,11 +89,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::dataset_claim, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::dataset_claim_check, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::dataset_claim_release, m)?)?;
-    m.add_function(wrap_pyfunction!(dataset::dataset_swap_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::dataset_commit_parts, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free, m)?)?;
-    m.add_function(wrap_pyfunction!(occupancy::check_key_free_with, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::describe_key, m)?)?;
-    m.add_function(wrap_pyfunction!(occupancy::describe_key_with, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_sync_formats, m)?)?;

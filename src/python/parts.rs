@@ -1,74 +1,13 @@
-//! Part encoding and decoding for the portable path, where the bytes travel
-//! through a remote_store `Store`'s own methods.
-
-use std::sync::Mutex;
+//! Part decoding for the portable read path, where the bytes travel
+//! through a remote_store `Store`'s own methods (writes go through
+//! `RustStore.over_store`).
 
 use bytes::Bytes;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::PyBytes;
-use pyo3_arrow::{PyRecordBatchReader, PySchema, PyTable};
+use pyo3_arrow::{PySchema, PyTable};
 
-use super::errors::IntoPy;
-use crate::parquet::encode::{EncodeOptions, CODECS};
-use crate::parquet::parts::EncodedParts;
-
-/// Iterator of `(data, row_count, size_bytes, sha256, last)` per part.
-/// Parts are encoded several at once, with the GIL released.
-#[pyclass(module = "pds._core", name = "EncodedParts")]
-pub struct PyEncodedParts {
-    inner: Mutex<EncodedParts>,
-}
-
-#[pymethods]
-impl PyEncodedParts {
-    #[new]
-    #[pyo3(signature = (data, *, compression, row_group_size, max_rows_per_file, parallelism))]
-    fn new(
-        data: PyRecordBatchReader,
-        compression: &str,
-        row_group_size: Option<usize>,
-        max_rows_per_file: Option<usize>,
-        parallelism: usize,
-    ) -> PyResult<Self> {
-        let opts = EncodeOptions::new(compression, row_group_size, max_rows_per_file).py_err()?;
-        Ok(Self {
-            inner: Mutex::new(EncodedParts::new(data.into_reader()?, opts, parallelism)),
-        })
-    }
-
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn __next__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, u64, u64, String, bool)>> {
-        let next = super::detach_py(py, || {
-            let mut guard = self
-                .inner
-                .lock()
-                .map_err(|_| PyRuntimeError::new_err("EncodedParts used after a failure"))?;
-            Ok::<_, PyErr>(guard.next())
-        })?;
-        match next {
-            None => Ok(None),
-            Some(r) => {
-                let p = r.py_err()?;
-                Ok(Some((
-                    PyBytes::new(py, &p.data),
-                    p.summary.row_count,
-                    p.summary.size_bytes,
-                    p.summary.sha256,
-                    p.last,
-                )))
-            }
-        }
-    }
-}
+use crate::parquet::encode::CODECS;
 
 /// Decode `(name, bytes)` parts in parallel into one `pyarrow.Table`.
 /// `checksums`, if given, are verified first (SHA-256 hex per part).

@@ -22,6 +22,8 @@ pub struct PyRustStore {
     options: BTreeMap<String, String>,
     credentials: Option<Py<PyAny>>,
     pickle_secrets: bool,
+    /// The `remote_store.Store` this handle adapts ([`PyRustStore::over_store`]).
+    origin: Option<Py<PyAny>>,
 }
 
 /// A [`Refresh`] calling `callable()`, which returns `(access_key_id,
@@ -153,6 +155,24 @@ impl PyRustStore {
             options,
             credentials,
             pickle_secrets,
+            origin: None,
+        })
+    }
+
+    /// A handle on `store`, any `remote_store.Store`, through which pds's
+    /// own write protocol runs on the Store's backend: each object
+    /// operation calls the Store's method (see `py_store`). `TypeError` if
+    /// `store` is not a Store. It pickles as the Store does.
+    #[staticmethod]
+    fn over_store(store: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let adapted = super::py_store::PyStore::new(store)?;
+        let label = store.repr()?.to_string();
+        Ok(Self {
+            inner: Arc::new(StoreHandle::foreign(Arc::new(adapted), &label)),
+            options: BTreeMap::new(),
+            credentials: None,
+            pickle_secrets: true,
+            origin: Some(store.clone().unbind()),
         })
     }
 
@@ -180,6 +200,10 @@ impl PyRustStore {
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Py<PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let me = slf.get();
+        if let Some(origin) = &me.origin {
+            let over = py.get_type::<Self>().getattr("over_store")?.unbind();
+            return Ok((over, (origin.clone_ref(py),).into_pyobject(py)?));
+        }
         let options: BTreeMap<String, String> = me
             .options
             .iter()
@@ -203,6 +227,9 @@ impl PyRustStore {
     }
 
     fn __repr__(&self) -> String {
+        if self.origin.is_some() {
+            return format!("RustStore({:?})", self.inner.url());
+        }
         let shown: Vec<String> = self
             .options
             .iter()

@@ -19,6 +19,9 @@ pub enum Scheme {
     S3,
     Gcs,
     Azure,
+    /// A store another library implements, adapted to object_store (a
+    /// Python `remote_store.Store`): no compare-and-swap, no ETags.
+    Foreign,
 }
 
 impl Scheme {
@@ -29,6 +32,7 @@ impl Scheme {
             Scheme::S3 => "s3",
             Scheme::Gcs => "gs",
             Scheme::Azure => "az",
+            Scheme::Foreign => "remote-store",
         }
     }
 

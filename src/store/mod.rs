@@ -158,6 +158,18 @@ impl StoreHandle {
         Ok(Self::counting(format!("custom://{prefix}"), built))
     }
 
+    /// A store another library implements (a Python `remote_store.Store`,
+    /// adapted), named `label`: keys are the store's own, no prefix.
+    pub fn foreign(store: Arc<dyn ObjectStore>, label: &str) -> Self {
+        let built = built::Built {
+            scheme: Scheme::Foreign,
+            store,
+            prefix: Vec::new(),
+            local: None,
+        };
+        Self::counting(format!("remote-store:{label}"), built)
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -10,12 +10,14 @@ partition that Spark reports as successful:
 
 1. the job still holds its claim on the key (below);
 2. every part of the committed attempts must be present;
-3. ``_SUCCESS`` of a dataset being overwritten is retracted first;
-4. every other object under the dataset (parts of failed or duplicate
-   attempts, the overwritten dataset, debris of an earlier crashed write) is
-   deleted;
-5. ``manifest.json``, then ``_SUCCESS`` (create-only), are written, and the
-   claim is released.
+3. the commit is ``write_dataset``'s own (Rust, ``dataset::commit_parts``):
+   an overwrite of a committed dataset swaps its ``manifest.json`` in place,
+   then deletes the replaced dataset's files; otherwise ``_SUCCESS`` of a
+   dataset being overwritten is retracted first, every other object of the
+   dataset's layout (parts of failed or duplicate attempts, debris of an
+   earlier crashed write) is deleted, and ``manifest.json``, then
+   ``_SUCCESS``, are created create-only;
+4. one listing confirms the committed parts, and the claim is released.
 
 **One writer per key**, as for ``ParquetDatasetStore.write_dataset`` (see
 the Rust ``dataset`` module): before any task runs, the driver claims the
@@ -35,7 +37,7 @@ overwrite leaves it intact, and a job may overwrite the dataset it reads
 from.
 
 Limit: a duplicate attempt that Spark has not yet killed when the driver
-commits (speculation) may finish an upload after step 4. That part is never
+commits (speculation) may finish an upload after step 3. That part is never
 in the manifest, so readers do not see it; the next overwrite removes it.
 """
 
@@ -48,7 +50,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from itertools import chain
 
 import pyarrow as pa
@@ -57,8 +58,8 @@ from remote_store import Capability, RemotePath, Store
 from pds import _core
 from pds.backend import ObjectStoreBackend, open_store, pickle_secrets_flag
 from pds.dataset import ParquetDatasetStore
-from pds.errors import AlreadyExists, CapabilityNotSupported, DatasetIncomplete, InvalidPath, NotFound
-from pds.manifest import DatasetManifest, PartInfo, schema_hash, schema_to_ipc
+from pds.errors import AlreadyExists, CapabilityNotSupported, InvalidPath
+from pds.manifest import DatasetManifest, PartInfo, schema_hash
 from pds.spark._schema import conform_batches
 
 ABORT_SETTLE_SECONDS = 1.0
@@ -81,9 +82,6 @@ __all__ = [
 
 _log = logging.getLogger("pds.spark")
 
-_MANIFEST = "manifest.json"
-_SUCCESS = "_SUCCESS"
-_WRITING = "_WRITING"
 _DELETE_THREADS = 16
 
 STORAGE_EXCLUDED = frozenset(
@@ -286,10 +284,6 @@ def _task_identity() -> tuple[int, int, int, int]:
     return ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId(), max(1, ctx.cpus())
 
 
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat()
-
-
 class StoreJob:
     """What every Spark write job has: a Store and a key on it."""
 
@@ -476,15 +470,17 @@ class WriteJob(StoreJob):
 
         *results* holds one entry per partition that succeeded. Parts are
         listed by partition id, then part index. A job without rows writes
-        one empty part, so the dataset keeps its schema. An overwrite of a
-        committed dataset swaps its ``manifest.json`` in place (one
-        compare-and-swap, ``_SUCCESS`` staying), so readers see the old
-        dataset until then and the new one after, never none; then the old
-        dataset's files are deleted. Once the manifest is committed (a swap
-        whose reply was lost included, recognised by reading it back), the
-        job is :attr:`committed`: the cleanup (deleting the replaced files,
-        releasing the claim) is best effort, logged and not raised, and
-        :meth:`abort` leaves the job's parts alone.
+        one empty part, so the dataset keeps its schema. The commit is the
+        one :meth:`ParquetDatasetStore.write_dataset` runs (in Rust): an
+        overwrite of a committed dataset swaps its ``manifest.json`` in
+        place (one compare-and-swap, ``_SUCCESS`` staying), so readers see
+        the old dataset until then and the new one after, never none; then
+        the old dataset's files are deleted, one request each. Once the
+        manifest is committed (a swap whose reply was lost included,
+        recognised by reading it back), the job is :attr:`committed`: the
+        cleanup (deleting the replaced files, releasing the claim) is best
+        effort, logged and not raised, and :meth:`abort` leaves the job's
+        parts alone.
 
         Raises:
             AlreadyExists: another writer took the key over (an overwrite)
@@ -495,112 +491,27 @@ class WriteJob(StoreJob):
             RuntimeError: two results for one partition.
         """
         parts = self._ordered_parts(results)
-        location = self.location
         rust = self._rust()
-        _core.dataset_claim_check(rust, location, self.claim)
+        _core.dataset_claim_check(rust, self.location, self.claim)
         if not self.overwrite and ParquetDatasetStore(self.store).dataset_exists(self.key):
             raise AlreadyExists(f"Dataset already exists at {self.key!r}: another writer committed it", path=self.key)
         if not parts:
             parts = self._write_empty_part()
-        present = set(self._list())
-        ours = {f"{location}/{p.name}" for p in parts}
-        missing = sorted(ours - present)
-        if missing:
-            raise DatasetIncomplete(
-                f"Spark write to {self.key!r} lost {len(missing)} committed part(s) before its commit, "
-                f"e.g. {missing[0]!r} (another writer on the same key?)",
-                path=self.key,
-            )
-        success = f"{location}/{_SUCCESS}"
-        claim = f"{location}/{_WRITING}"
-        manifest = DatasetManifest(
+        text = _core.dataset_commit_parts(
+            rust,
+            self.location,
+            self.claim,
+            [(p.name, p.row_count, p.size_bytes, p.sha256, p.footer_bytes) for p in parts],
+            schema=self.schema,
             dataset_key=self.key,
-            parts=[p.name for p in parts],
-            row_count=sum(p.row_count for p in parts),
-            schema_hash=schema_hash(self.schema),
             compression=self.settings.compression,
-            created_at_utc=_now_iso(),
+            schema_hash=schema_hash(self.schema),
             run_id=self.settings.run_id,
             metadata=None if self.settings.metadata is None else dict(self.settings.metadata),
-            arrow_schema=schema_to_ipc(self.schema),
-            part_info=parts,
+            overwrite=self.overwrite,
         )
-        text = manifest.to_json().encode("utf-8")
-        manifest_key = f"{location}/{_MANIFEST}"
-        # An overwrite of a committed dataset replaces it in place: one
-        # compare-and-swap of its manifest (_SUCCESS stays), then its files
-        # go. They were listed before the claim check, so a writer that
-        # takes the key after the check wrote nothing that is deleted here.
-        if self.overwrite and success in present and self._swap(text, manifest_key):
-            self._settle_committed(sorted(present - ours - {success, claim, manifest_key}))
-            return manifest
-        # No committed dataset to swap (none, or a backend without ETags):
-        # withdraw what is there (_SUCCESS first), then commit.
-        _core.dataset_claim_check(rust, location, self.claim)
-        if success in present:
-            rust.delete(success)
-        self._delete(sorted(present - ours - {success, claim}))
-        _core.dataset_claim_check(rust, location, self.claim)
-        self.store.write_atomic(f"{self.key}/{_MANIFEST}", text, overwrite=True)
-        try:
-            rust.put(success, b"", mode="create")
-        except AlreadyExists:
-            # A create whose reply was lost and that was retried finds its own
-            # marker: the manifest under it is this job's.
-            if _held(rust, manifest_key) != text:
-                raise AlreadyExists(
-                    f"another writer committed a dataset at {self.key!r} while this job ran; "
-                    "this job was not committed",
-                    path=self.key,
-                ) from None
-        self._settle_committed(())
-        return manifest
-
-    def _swap(self, text: bytes, manifest_key: str) -> bool:
-        """Swap the committed manifest for *text*: ``True`` once committed,
-        ``False`` if there was no committed dataset to swap. A swap that
-        failed after the store applied it (its reply lost, the retry
-        refused) is recognised by reading the manifest back."""
-        rust = self._rust()
-        try:
-            return _core.dataset_swap_manifest(rust, self.location, self.claim, text.decode("utf-8"))
-        except AlreadyExists:
-            raise
-        except Exception:
-            try:
-                held = _held(rust, manifest_key)
-            except Exception:  # noqa: BLE001 - the swap's own error is the one to raise
-                held = None
-            if held != text:
-                raise
-            return True
-
-    def _settle_committed(self, replaced: Sequence[str]) -> None:
-        """After the commit: mark the job committed, delete the *replaced*
-        files (if the job still holds the key; else the writer that took it
-        over removes them) and release the claim. Best effort: an error is
-        logged, never raised, since the dataset is committed."""
         object.__setattr__(self, "committed", True)
-        rust = self._rust()
-        try:
-            if replaced:
-                _core.dataset_claim_check(rust, self.location, self.claim)
-                self._delete(replaced)
-        except AlreadyExists:
-            pass  # taken over; a later overwrite removes the replaced files
-        except Exception as exc:  # noqa: BLE001 - committed; leftovers go with the next overwrite
-            _log.warning(
-                "pds.spark: job %s committed %r but could not remove the files it replaced: %s",
-                self.job_id,
-                self.key,
-                exc,
-            )
-        try:
-            _core.dataset_claim_release(rust, self.location, self.claim)
-        except Exception as exc:  # noqa: BLE001 - as above; a later writer takes the claim over
-            _log.warning(
-                "pds.spark: job %s committed %r but could not release its claim: %s", self.job_id, self.key, exc
-            )
+        return DatasetManifest.from_json(text)
 
     def abort(self, results: Iterable[TaskParts | None] = (), *, settle: float = ABORT_SETTLE_SECONDS) -> None:
         """Remove every part this job wrote (driver side, best effort).
@@ -638,14 +549,6 @@ class WriteJob(StoreJob):
             _log.warning(
                 "pds.spark: could not release the claim of aborted job %s on %r: %s", self.job_id, self.key, exc
             )
-
-
-def _held(rust: _core.RustStore, key: str) -> bytes | None:
-    """What *key* holds, or ``None`` if it is gone."""
-    try:
-        return rust.get(key)
-    except NotFound:
-        return None
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:

@@ -89,13 +89,7 @@ fn delete_own_removes_the_dataset_and_no_nested_key() {
                 .unwrap();
         }
         rt.block_on(delete_own(&store, "ds")).unwrap();
-        let left: Vec<String> = rt
-            .block_on(store.list("ds", true))
-            .unwrap()
-            .objects
-            .into_iter()
-            .map(|o| o.key)
-            .collect();
+        let left = listed_keys(&store, "ds", true);
         let mut expected = vec![
             "ds/WRITING",
             "ds/inner/_SUCCESS",
@@ -291,13 +285,7 @@ fn a_write_clears_what_a_failed_writer_left() {
     write(&store, "ds", 50, Some(20), None).unwrap();
     let read = read_dataset(store.clone(), "ds", ReadOptions::default(), true, 2, None).unwrap();
     assert_eq!(read.file_rows, 50);
-    let names: Vec<String> = rt
-        .block_on(store.list("ds", false))
-        .unwrap()
-        .objects
-        .into_iter()
-        .map(|o| o.key)
-        .collect();
+    let names = listed_keys(&store, "ds", false);
     assert!(!names.contains(&"ds/data.parquet".to_string()), "{names:?}");
 }
 
@@ -409,6 +397,17 @@ fn input_error_writes_no_manifest_and_removes_parts() {
 }
 
 /// The names of the objects directly under `key`, sorted.
+/// The keys of the objects below `key` (`recursive`: at any depth), as listed.
+fn listed_keys(store: &StoreHandle, key: &str, recursive: bool) -> Vec<String> {
+    let rt = crate::runtime::get().unwrap();
+    rt.block_on(store.list(key, recursive))
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect()
+}
+
 fn names_under(store: &StoreHandle, key: &str) -> Vec<String> {
     let rt = crate::runtime::get().unwrap();
     let mut names: Vec<String> = rt

@@ -595,13 +595,7 @@ mod tests {
             let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let ks: Vec<i64> = (0..300).filter(|_| rng.below(2) == 0).collect();
             let ns: Vec<u64> = ks.iter().map(|_| rng.below(1000)).collect();
-            let (s1, _) = source::apply(
-                &env,
-                &source_view(NodeState::default()),
-                it(vec![upserts(&ks, &ns)]),
-                vec![],
-            )
-            .unwrap();
+            let s1 = first_source(&env, &ks, &ns);
             // The first build, single and split (any ranges: nothing is stored).
             let t1 = single(&env, NodeState::default(), s1.clone(), false);
             let want = decoded(&env, &t1);
@@ -791,13 +785,7 @@ mod tests {
             let side = |rng: &mut Rng| {
                 let ks: Vec<i64> = (0..200).filter(|_| rng.below(2) == 0).collect();
                 let ns: Vec<u64> = ks.iter().map(|_| rng.below(1000)).collect();
-                let (s, _) = source::apply(
-                    &env,
-                    &source_view(NodeState::default()),
-                    it(vec![upserts(&ks, &ns)]),
-                    vec![],
-                )
-                .unwrap();
+                let s = first_source(&env, &ks, &ns);
                 (ks, s)
             };
             let (ka, a1) = side(&mut rng);
@@ -816,18 +804,20 @@ mod tests {
         }
     }
 
+    /// A source's first version: `ks` upserted with values `ns`.
+    fn first_source(env: &Env, ks: &[i64], ns: &[u64]) -> NodeState {
+        let empty = source_view(NodeState::default());
+        source::apply(env, &empty, it(vec![upserts(ks, ns)]), vec![])
+            .unwrap()
+            .0
+    }
+
     /// A source of keys `0..n` (key `k` holding `"v<value(k)>"`) and the
     /// stage built from it in one process.
     fn built(env: &Env, n: u64, value: impl Fn(u64) -> u64) -> (NodeState, NodeState) {
         let ks: Vec<i64> = (0..n as i64).collect();
         let ns: Vec<u64> = (0..n).map(value).collect();
-        let (s1, _) = source::apply(
-            env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&ks, &ns)]),
-            vec![],
-        )
-        .unwrap();
+        let s1 = first_source(env, &ks, &ns);
         let t1 = single(env, NodeState::default(), s1.clone(), false);
         (s1, t1)
     }
@@ -1047,13 +1037,7 @@ mod tests {
         let (hk, hn) = heavy(20, 40, 500);
         ks.extend(hk);
         ns.extend(hn);
-        let (s1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&ks, &ns)]),
-            vec![],
-        )
-        .unwrap();
+        let s1 = first_source(&env, &ks, &ns);
         let sv = source_view(s1.clone());
         let layout = sv.content_layout(&env);
         assert!(
@@ -1129,20 +1113,8 @@ mod tests {
         assert!(source_rows(&env, &s).iter().all(|r| r.0 != 20));
         // A join with the spanning key on one side only.
         let (hk, hn) = heavy(20, 40, 100);
-        let (a1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&hk, &hn)]),
-            vec![],
-        )
-        .unwrap();
-        let (b1, _) = source::apply(
-            &env,
-            &source_view(NodeState::default()),
-            it(vec![upserts(&[19, 20, 21], &[1, 2, 3])]),
-            vec![],
-        )
-        .unwrap();
+        let a1 = first_source(&env, &hk, &hn);
+        let b1 = first_source(&env, &[19, 20, 21], &[1, 2, 3]);
         let j1 = join_update(&env, &NodeState::default(), &a1, &b1);
         let sum: u64 = (100..140).sum::<u64>() + 2;
         assert!(

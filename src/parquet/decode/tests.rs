@@ -27,15 +27,23 @@ fn sample() -> RecordBatch {
     .unwrap()
 }
 
+/// `b` encoded as one zstd part.
+fn encoded(b: &RecordBatch) -> Bytes {
+    encoded_with(b, "zstd", None)
+}
+
+/// `b` encoded as one part with `codec`, `group` rows a row group.
+fn encoded_with(b: &RecordBatch, codec: &str, group: Option<usize>) -> Bytes {
+    let opts = EncodeOptions::new(codec, group, None).unwrap();
+    encode_to_bytes(std::slice::from_ref(b), b.schema(), &opts)
+        .unwrap()
+        .0
+}
+
 #[test]
 fn projection_keeps_caller_order() {
     let b = sample();
-    let (bytes, _) = encode_to_bytes(
-        std::slice::from_ref(&b),
-        b.schema(),
-        &EncodeOptions::new("zstd", None, None).unwrap(),
-    )
-    .unwrap();
+    let bytes = encoded(&b);
     let opts = ReadOptions {
         columns: Some(vec!["c".into(), "a".into()]),
         ..Default::default()
@@ -56,12 +64,7 @@ fn projection_keeps_caller_order() {
 #[test]
 fn a_part_of_another_size_than_recorded_is_corrupted() {
     let b = sample();
-    let (bytes, _) = encode_to_bytes(
-        std::slice::from_ref(&b),
-        b.schema(),
-        &EncodeOptions::new("zstd", None, None).unwrap(),
-    )
-    .unwrap();
+    let bytes = encoded(&b);
     let store = StoreHandle::open("memory://", &Default::default()).unwrap();
     let rt = crate::runtime::get().unwrap();
     let size = bytes.len() as u64;
@@ -94,12 +97,7 @@ fn a_part_of_another_size_than_recorded_is_corrupted() {
 #[test]
 fn unknown_column_and_garbage_are_reported() {
     let b = sample();
-    let (bytes, _) = encode_to_bytes(
-        std::slice::from_ref(&b),
-        b.schema(),
-        &EncodeOptions::new("zstd", None, None).unwrap(),
-    )
-    .unwrap();
+    let bytes = encoded(&b);
     let opts = ReadOptions {
         columns: Some(vec!["nope".into()]),
         ..Default::default()
@@ -130,12 +128,7 @@ fn damaged_bytes_decode_equal_or_fail_as_corruption() {
     let b = sample();
     let schema = b.schema();
     for codec in ["zstd", "snappy", "none", "gzip", "lz4", "brotli"] {
-        let (bytes, _) = encode_to_bytes(
-            std::slice::from_ref(&b),
-            schema.clone(),
-            &EncodeOptions::new(codec, Some(2), None).unwrap(),
-        )
-        .unwrap();
+        let bytes = encoded_with(&b, codec, Some(2));
         let mut rng = crate::test_rng::TestRng::new(0x9e37_79b9_7f4a_7c15 ^ bytes.len() as u64);
         let mut next = move || rng.next_u64();
         for _ in 0..150 {
@@ -175,12 +168,7 @@ fn damaged_bytes_decode_equal_or_fail_as_corruption() {
 #[test]
 fn a_flipped_bit_in_any_column_chunk_is_corruption() {
     let b = sample();
-    let (bytes, _) = encode_to_bytes(
-        std::slice::from_ref(&b),
-        b.schema(),
-        &EncodeOptions::new("none", Some(2), None).unwrap(),
-    )
-    .unwrap();
+    let bytes = encoded_with(&b, "none", Some(2));
     let metadata = ArrowReaderMetadata::load(&bytes, Default::default()).unwrap();
     let sums = crate::parquet::chunk_crc::ChunkChecksums::from_metadata(metadata.metadata())
         .unwrap()
@@ -202,12 +190,7 @@ fn a_flipped_bit_in_any_column_chunk_is_corruption() {
 #[test]
 fn row_groups_select_and_combine_with_pruning() {
     let b = sample();
-    let (bytes, _) = encode_to_bytes(
-        std::slice::from_ref(&b),
-        b.schema(),
-        &EncodeOptions::new("zstd", Some(1), None).unwrap(),
-    )
-    .unwrap();
+    let bytes = encoded_with(&b, "zstd", Some(1));
     let a_values = |d: Decoded| -> Vec<i64> {
         d.batches
             .iter()

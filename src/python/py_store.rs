@@ -38,7 +38,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyMode, CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
@@ -240,7 +240,7 @@ impl PyStore {
 }
 
 /// What [`files_of`] listed, as object metadata.
-fn metas(files: Vec<(String, u64, DateTime<Utc>)>) -> object_store::Result<Vec<ObjectMeta>> {
+fn metas(files: Vec<Listed>) -> object_store::Result<Vec<ObjectMeta>> {
     files
         .into_iter()
         .map(|(key, size, last_modified)| {
@@ -489,24 +489,43 @@ impl ObjectStore for PyStore {
             .boxed()
     }
 
+    /// `list_files(prefix, recursive=True)`, pulled [`LIST_PAGE`] files
+    /// per call: a reader that stops early (the key-free check stops at
+    /// 1,000) does not list the rest.
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let me = self.clone();
         let key = prefix.map(|p| p.as_ref().to_string()).unwrap_or_default();
-        stream::once(async move {
-            let listed = me
-                .call(&key.clone(), move |s| {
-                    let kwargs = PyDict::new(s.py());
-                    kwargs.set_item("recursive", true)?;
-                    files_of(s, &key, Some(&kwargs))
-                })
-                .await?;
-            metas(listed)
+        stream::try_unfold(Some(Listing::Start), move |state| {
+            let (me, key) = (me.clone(), key.clone());
+            async move {
+                let Some(state) = state else {
+                    return Ok::<_, object_store::Error>(None);
+                };
+                let (page, next) = me
+                    .call(&key.clone(), move |s| {
+                        let it = match state {
+                            Listing::Start => {
+                                let kwargs = PyDict::new(s.py());
+                                kwargs.set_item("recursive", true)?;
+                                match s.call_method("list_files", (key.as_str(),), Some(&kwargs)) {
+                                    Ok(it) => it.try_iter()?,
+                                    Err(e) if is_missing(s.py(), &e) => {
+                                        return Ok((Vec::new(), None))
+                                    }
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                            Listing::Next(it) => it.bind(s.py()).clone(),
+                        };
+                        let (page, more) = files_page(&it, LIST_PAGE)?;
+                        Ok((page, more.then(|| Listing::Next(it.unbind()))))
+                    })
+                    .await?;
+                let metas = metas(page)?.into_iter().map(Ok::<_, object_store::Error>);
+                Ok(Some((stream::iter(metas), next)))
+            }
         })
-        .map(|r| match r {
-            Ok(v) => stream::iter(v.into_iter().map(Ok)).boxed(),
-            Err(e) => stream::once(async move { Err(e) }).boxed(),
-        })
-        .flatten()
+        .try_flatten()
         .boxed()
     }
 
@@ -578,31 +597,53 @@ fn is_missing(py: Python<'_>, err: &PyErr) -> bool {
         .is_ok_and(|cls| err.is_instance(py, &cls))
 }
 
+/// A listed file: its key, size and time.
+type Listed = (String, u64, DateTime<Utc>);
+
+/// Files a paged listing takes from the Store per call.
+const LIST_PAGE: usize = 1000;
+
+/// Where a paged listing is: not started, or its Python iterator.
+enum Listing {
+    Start,
+    Next(Py<pyo3::types::PyIterator>),
+}
+
+/// Up to `limit` `(key, size, modified)` from the iterator of a
+/// `list_files` call, and whether it may hold more.
+fn files_page(
+    it: &Bound<'_, pyo3::types::PyIterator>,
+    limit: usize,
+) -> PyResult<(Vec<Listed>, bool)> {
+    let mut out = Vec::new();
+    while out.len() < limit {
+        // A folder removed while it is listed ends its listing there.
+        let info = match it.clone().next() {
+            None => return Ok((out, false)),
+            Some(Ok(i)) => i,
+            Some(Err(e)) if is_missing(it.py(), &e) => return Ok((out, false)),
+            Some(Err(e)) => return Err(e),
+        };
+        let path = info.getattr("path")?.str()?.to_string();
+        let size = info.getattr("size")?.extract::<u64>()?;
+        out.push((path, size, modified_at(&info)?));
+    }
+    Ok((out, true))
+}
+
 /// `(key, size, modified)` of the files `list_files(key, **kwargs)` yields;
 /// none if the folder is not there.
 fn files_of(
     s: &Bound<'_, PyAny>,
     key: &str,
     kwargs: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Vec<(String, u64, DateTime<Utc>)>> {
+) -> PyResult<Vec<Listed>> {
     let it = match s.call_method("list_files", (key,), kwargs) {
         Ok(it) => it,
         Err(e) if is_missing(s.py(), &e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut out = Vec::new();
-    for info in it.try_iter()? {
-        // A folder removed while it is listed ends its listing there.
-        let info = match info {
-            Ok(i) => i,
-            Err(e) if is_missing(s.py(), &e) => break,
-            Err(e) => return Err(e),
-        };
-        let path = info.getattr("path")?.str()?.to_string();
-        let size = info.getattr("size")?.extract::<u64>()?;
-        out.push((path, size, modified_at(&info)?));
-    }
-    Ok(out)
+    Ok(files_page(&it.try_iter()?, usize::MAX)?.0)
 }
 
 /// A multipart upload held in memory, written whole (overwriting, as the

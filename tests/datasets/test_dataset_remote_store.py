@@ -225,3 +225,41 @@ def test_a_commit_of_uploaded_parts_refuses_names_that_are_not_parts(names: list
             overwrite=False,
         )
     assert files(store) == ["d/_WRITING"], "nothing written, the claim still held"
+
+
+def test_a_listing_through_the_handle_is_read_in_pages_and_whole() -> None:
+    """2,500 objects: a listing pulls them from the Store a page at a time
+    and returns every one, once."""
+    store = Store(MemoryBackend())
+    for i in range(2_500):
+        store.write(f"big/d{i % 7}/o{i:05d}", b"x")
+    handle = _core.RustStore.over_store(store)
+    objects, _ = handle.list("big", recursive=True)
+    assert sorted(o.key for o in objects) == sorted(f"big/d{i % 7}/o{i:05d}" for i in range(2_500))
+    assert handle.folder_exists("big")
+    assert not handle.folder_exists("small")
+    assert handle.list("small", recursive=True) == ([], [])
+
+
+class _CountingListings(MemoryBackend):  # type: ignore[misc]
+    """A real MemoryBackend that counts the files its listings hand out."""
+
+    pulled = 0
+
+    def list_files(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for f in super().list_files(*args, **kwargs):
+            self.pulled += 1
+            yield f
+
+
+def test_the_key_free_check_stops_listing_after_a_page() -> None:
+    """5,000 objects below the key: the write's check of what lies below
+    takes one page of them from the Store, not all."""
+    backend = _CountingListings()
+    store = Store(backend)
+    for i in range(5_000):
+        store.write(f"k/sub/o{i:05d}", b"x")
+    backend.pulled = 0
+    ParquetDatasetStore(store).write_dataset(sample(5), "k")
+    assert backend.pulled < 2_000, backend.pulled
+    assert ParquetDatasetStore(store).read_dataset("k").equals(sample(5))

@@ -17,8 +17,9 @@
 //!   dataset commit then never takes the swap route).
 //! - a multipart upload is held in memory and written whole at the end.
 //! - GET is `read_bytes` (a range sliced from it), HEAD `get_file_info`
-//!   (`is_file` where the Store lacks `METADATA`), DELETE `delete(missing_ok=True)`,
-//!   LIST `list_files` / `list_folders`, COPY `copy`, rename `move`.
+//!   (the folder's `list_files` where the Store lacks `METADATA`), DELETE
+//!   `delete(missing_ok=True)`, LIST `list_files` (recursive listings
+//!   pulled a page at a time) / `list_folders`, COPY `copy`, rename `move`.
 //! - `NotFound` and `AlreadyExists` become object_store's (the protocol
 //!   reads them as answers: an object missing, or there), `PermissionDenied`
 //!   object_store's (a refusal, never tried again); `InvalidPath` from a

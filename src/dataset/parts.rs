@@ -638,7 +638,17 @@ pub fn build_manifest(
     names: &[String],
     summaries: &[PartSummary],
 ) -> Result<Manifest> {
-    let parts = names
+    manifest_of(
+        schema,
+        &opts.compression_name,
+        req,
+        part_infos(names, summaries),
+    )
+}
+
+/// What a manifest records of parts `names` with `summaries`.
+pub(super) fn part_infos(names: &[String], summaries: &[PartSummary]) -> Vec<PartInfo> {
+    names
         .iter()
         .zip(summaries)
         .map(|(n, s)| PartInfo {
@@ -648,8 +658,7 @@ pub fn build_manifest(
             sha256: s.sha256.clone(),
             footer_bytes: Some(s.footer_bytes),
         })
-        .collect();
-    manifest_of(schema, &opts.compression_name, req, parts)
+        .collect()
 }
 
 /// The manifest listing `parts` in their order, written now.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::commit::{all_landed, committed_to_replace, write_replacing};
 use super::manifest::{Manifest, PartInfo};
-use super::parts::HOLD_UNNAMED;
+use super::parts::{part_infos, HOLD_UNNAMED};
 use super::*;
 use crate::error::{Error, Result};
 use crate::parquet::decode::ReadOptions;
@@ -674,19 +674,7 @@ fn uploaded(store: &Arc<StoreHandle>, key: &str, prefix: &str) -> (SchemaRef, Ve
         ..Default::default()
     };
     let parts = write_parts(store.clone(), reader, &opts, &req).unwrap();
-    let infos = parts
-        .names
-        .iter()
-        .zip(&parts.summaries)
-        .map(|(n, s)| PartInfo {
-            name: n.clone(),
-            row_count: s.row_count,
-            size_bytes: s.size_bytes,
-            sha256: s.sha256.clone(),
-            footer_bytes: Some(s.footer_bytes),
-        })
-        .collect();
-    (schema, infos)
+    (schema, part_infos(&parts.names, &parts.summaries))
 }
 
 fn commit_request(key: &str, overwrite: bool) -> WriteRequest {

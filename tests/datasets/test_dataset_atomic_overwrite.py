@@ -337,3 +337,57 @@ def test_a_spark_manifest_swap_whose_replies_are_all_lost_is_recognised(faulty: 
     direct = pds.ParquetDatasetStore(faulty.direct)
     assert direct.read_manifest("ds").parts == manifest.parts
     assert _which(direct.read_dataset("ds"), {2: new}) == 2
+
+
+def _spark_fresh(faulty: Faulty) -> tuple[Any, list[Any], pa.Table]:
+    """A Spark job (no overwrite) at a fresh key with its tasks written, not committed."""
+    from pds.spark._job import WriteJob, WriteSettings
+
+    new = _rows(3, 3_000)
+    job = WriteJob.start(faulty.store, "fresh", new.schema, WriteSettings(max_rows_per_file=1_000), overwrite=False)
+    results = [job.write_task(new.slice(i * 1_500, 1_500).to_batches(), identity=(i, 0, 20 + i, 1)) for i in range(2)]
+    return job, results, new
+
+
+@pytest.mark.parametrize("what", [r"/fresh/manifest\.json$", r"/fresh/_SUCCESS$"])
+def test_a_spark_commit_whose_marker_or_manifest_reply_is_lost_commits_once(faulty: Faulty, what: str) -> None:
+    """The commit's PUT is applied but its reply lost: the retry finds its
+    own object and the job commits once, with exactly its rows."""
+    job, results, new = _spark_fresh(faulty)
+    faulty.proxy.clear()
+    faulty.proxy.drop_reply("PUT", what, times=1)
+    manifest = job.commit(results)
+    assert job.committed
+    assert faulty.proxy.requests("PUT", what, action="drop_reply")
+    direct = pds.ParquetDatasetStore(faulty.direct)
+    assert direct.read_dataset("fresh").sort_by("x").equals(new.sort_by("x"))
+    assert _names(faulty.direct, "fresh") == sorted([*manifest.parts, "_SUCCESS", "manifest.json"])
+
+
+def test_a_spark_commit_whose_manifest_put_fails_commits_nothing(faulty: Faulty) -> None:
+    """Every PUT of the manifest fails: nothing is committed, and the
+    abort the Spark callers then run leaves the key empty."""
+    job, results, _ = _spark_fresh(faulty)
+    faulty.proxy.clear()
+    faulty.proxy.fail("PUT", r"/fresh/manifest\.json$", status=503, times=None)
+    with pytest.raises(Exception):  # noqa: B017 - the store's error, whichever class it maps to
+        job.commit(results)
+    assert not job.committed
+    faulty.proxy.clear()
+    job.abort(results, settle=0)
+    left = [str(f.path) for f in faulty.direct.list_files("", recursive=True)]
+    assert not [k for k in left if k.startswith("fresh/")], left
+    assert not pds.ParquetDatasetStore(faulty.direct).dataset_exists("fresh")
+
+
+def test_a_spark_commit_after_another_writer_committed_is_refused_and_keeps_its_rows(faulty: Faulty) -> None:
+    """An overwrite by another writer takes the key while the job runs: the
+    job's commit is refused and the other writer's dataset stays whole."""
+    job, results, _ = _spark_fresh(faulty)
+    other = _rows(4, 700)
+    pds.ParquetDatasetStore(faulty.direct).write_dataset(other, "fresh", overwrite=True)
+    with pytest.raises(pds.AlreadyExists):
+        job.commit(results)
+    assert not job.committed
+    job.abort(results, settle=0)
+    assert _which(pds.ParquetDatasetStore(faulty.direct).read_dataset("fresh"), {4: other}) == 4

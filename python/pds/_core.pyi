@@ -367,6 +367,13 @@ def describe_key(store: RustStore, key: str, wanted: Literal["dataset", "table",
     instead ("a table is stored at ..."), or ``None``; for error messages.
     Costs what :func:`check_key_free` costs. The GIL is released."""
 
+def kind_at(
+    store: RustStore, key: str
+) -> Literal["dataset", "unfinished dataset", "table", "pipeline", "table or pipeline"] | None:
+    """What lives at *key* itself, not around it, or ``None``: its markers (5 HEADs, at once)
+    and, for a table or pipeline, its first manifest's ``format`` (1 GET; 3 if vacuumed).
+    ``"table or pipeline"`` when its manifests cannot tell. The GIL is released."""
+
 def schema_from_ipc(text: str) -> pa.Schema:
     """Parse a base64 Arrow IPC schema safely; ``ValueError`` with the reason if invalid."""
 
@@ -392,6 +399,41 @@ def codecs() -> list[str]:
 # -- tables ------------------------------------------------------------------
 # Manifests cross as JSON text (the manifest/vNNNNNNNN.json format).
 
+@final
+class TableVersion:
+    """One version of a table: its manifest's root, checked, without the file list
+    (what a ``pds.Table`` is pinned to). Immutable; no I/O."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def previous(self) -> int | None:
+        """The version it was built on (``None`` for the table's creation)."""
+    @property
+    def created_at(self) -> datetime:
+        """When it was committed (UTC, timezone-aware)."""
+    @property
+    def operation(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The operation's parameters (``rows_added``, ``files_removed``, ...), a new dict per call."""
+    @property
+    def schema(self) -> pa.Schema:
+        """The version's full Arrow schema."""
+    @property
+    def commit_id(self) -> str | None: ...
+    @property
+    def table_id(self) -> str | None: ...
+    @property
+    def formats(self) -> list[str]:
+        """The formats published beside pds's own, in name order."""
+    @property
+    def primary_key(self) -> str | None: ...
+    @property
+    def properties(self) -> dict[str, Any]:
+        """The settings fixed at creation: ``compression``, and ``primary_key``,
+        ``row_group_size`` and ``target_file_size`` where set; a new dict per call."""
+
 def table_create(
     store: RustStore,
     key: str,
@@ -405,8 +447,8 @@ def table_create(
     target_file_size: int | None,
     parallelism: int,
     formats: list[str] = ...,
-) -> str:
-    """Create the table at *key* (version 0, optionally with *data*); its manifest JSON.
+) -> TableVersion:
+    """Create the table at *key* (version 0, optionally with *data*); that version.
 
     With *exist_ok* and no *data*, an existing table is returned if it has *schema* and these
     settings (primary key, compression, row group size, target file size; ``None`` sizes mean
@@ -431,8 +473,8 @@ def table_append(
     metadata: Mapping[str, str] | None,
     parallelism: int,
     table_id: str | None = None,
-) -> str:
-    """Append *data* as new data files and commit; the new version's manifest JSON.
+) -> TableVersion:
+    """Append *data* as new data files and commit; the version it leaves.
     SchemaMismatch for nulls in a column the table declares not nullable (nothing committed).
 
     *table_id* (here and in the other commits): commit only to the table with that id (the
@@ -446,25 +488,26 @@ def table_delete(
     *,
     parallelism: int,
     table_id: str | None = None,
-) -> tuple[str, int | None, bool]:
-    """Delete matching rows by tombstone: (manifest JSON, rows deleted or None, committed).
+) -> tuple[TableVersion, int | None, bool]:
+    """Delete matching rows by tombstone: (version, rows deleted or None, committed).
 
     ``committed`` is False, and nothing is written, when no live row matches
     (a key range checks the candidates' statistics, footers and key column
     chunks; see ``Table.delete`` for the requests)."""
 
-def table_manifest(
-    store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None, files: bool = False
-) -> str:
-    """The manifest JSON of the latest version, of *version*, or as of an RFC 3339 time: its
-    root (1 GET), or with *files* also its ``data_files`` and ``tombstones`` (1 GET per segment
-    not cached).
+def table_manifest(store: RustStore, key: str, *, version: int | None = None, as_of: str | None = None) -> TableVersion:
+    """The latest version (2 GETs), *version* (1 GET), or the version as of an RFC 3339 time
+    (O(log versions) GETs).
     NotFound if there is no table (saying so for a dataset key), no such version, or no version
     at that time. ManifestCorrupted if a pointer or manifest is damaged or inconsistent.
     OverflowError for a *version* past 2**64 - 1 (the facade refuses it with ValueError first)."""
 
-def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[str]:
-    """Manifest JSON of versions from..=to, newest first (vacuumed ones skipped)."""
+def table_manifest_dict(store: RustStore, key: str, version: int) -> dict[str, Any]:
+    """The whole manifest of *version* as Python objects: the root plus ``data_files`` and
+    ``tombstones`` (1 GET for the root, 1 per segment not cached). Errors as ``table_manifest``."""
+
+def table_versions(store: RustStore, key: str, from_: int, to: int, /) -> list[TableVersion]:
+    """Versions from..=to, newest first (vacuumed ones skipped); 1 GET each, 16 at once."""
 
 def table_upsert(
     store: RustStore,
@@ -474,9 +517,9 @@ def table_upsert(
     schema_mode: str,
     parallelism: int,
     table_id: str | None = None,
-) -> tuple[str, int | None, bool]:
-    """Upsert *data* by the table's primary key in one commit: (manifest
-    JSON, rows replaced or None, committed). ``ValueError`` for a table
+) -> tuple[TableVersion, int | None, bool]:
+    """Upsert *data* by the table's primary key in one commit: (version,
+    rows replaced or None, committed). ``ValueError`` for a table
     without a primary key, or data with a null, NaN or repeated key."""
 
 def table_replace(
@@ -488,19 +531,19 @@ def table_replace(
     schema_mode: str,
     parallelism: int,
     table_id: str | None = None,
-) -> tuple[str, int | None, bool]:
+) -> tuple[TableVersion, int | None, bool]:
     """Remove the rows matching *filter* (none: every row) and add *data*
-    (streamed), in one commit: (manifest JSON, rows removed or None,
+    (streamed), in one commit: (version, rows removed or None,
     committed, always ``True``: a replace of nothing by nothing is a version
     too). ``pds.DataError`` naming the first row of *data* the filter does
     not match, before anything is committed."""
 
 def table_upsert_files(
     store: RustStore, key: str, files: str, *, schema: pa.Schema, parallelism: int
-) -> tuple[str, int | None, bool]:
+) -> tuple[TableVersion, int | None, bool]:
     """Upsert the rows of files from ``table_write_files`` (JSON), written in
     *schema* (the table's when the job started; ``SchemaMismatch`` if it
-    changed since), reading their keys back: (manifest JSON, rows replaced
+    changed since), reading their keys back: (version, rows replaced
     or None, committed). The files are removed if nothing can be committed."""
 
 def table_update(
@@ -513,10 +556,10 @@ def table_update(
     description: str,
     parallelism: int,
     table_id: str | None = None,
-) -> tuple[str, int | None, bool]:
+) -> tuple[TableVersion, int | None, bool]:
     """Update rows: *filter* picks the candidates (pushed down), *apply*
     (called with the GIL, per batch of candidates) returns which match
-    (None: all) and their new values. (manifest JSON, rows updated,
+    (None: all) and their new values. (version, rows updated,
     committed); an exception *apply* raises is re-raised as it is."""
 
 def table_files(store: RustStore, key: str, version: int) -> pa.Table:
@@ -556,8 +599,8 @@ def table_compact(
     parallelism: int,
     table_id: str | None = None,
     progress: Progress | None = None,
-) -> tuple[str, bool, int, int]:
-    """Compact: (manifest JSON, committed, files removed, files added). Also
+) -> tuple[TableVersion, bool, int, int]:
+    """Compact: (version, committed, files removed, files added). Also
     commits, rewriting no file, to coalesce more than one tombstone into one.
     PartCorrupted (itself, not wrapped) if a file to rewrite is damaged.
     *progress*: counts the rows rewritten of the live rows planned (phase ``compacting``)."""
@@ -639,7 +682,7 @@ def table_commit_files(
     target_file_size: int | None,
     metadata: Mapping[str, str] | None,
     schema_mode: Literal["strict", "merge"] | str = "strict",
-) -> str:
+) -> TableVersion:
     """Commit files from table_write_files in one version (creating the table if needed).
     With *schema_mode* ``"merge"``, an append whose *schema* is table_merge_schema of the
     table's and the data's changes the table's schema in the same version (the root alone; a
@@ -650,7 +693,8 @@ def table_commit_files(
     nulls in a column *schema* declares not nullable."""
 
 # -- pipelines (pds.Pipeline) ------------------------------------------------------
-# Node descriptions, states and manifests cross as JSON text.
+# Manifests cross as dicts; node descriptions and states as JSON text (the form
+# they travel in to worker processes and Spark tasks).
 
 def pipeline_check_changes(key: Sequence[str], upserts: pa.Table | None, deletes: pa.Table | None) -> None:
     """ValueError if a key is both upserted and deleted. No I/O."""
@@ -688,22 +732,24 @@ def pipeline_read_batches(store: RustStore, root: str, node: str) -> pa.RecordBa
 def pipeline_update(store: RustStore, root: str, node: str) -> tuple[pa.Table, pa.Table]:
     """What a node's version changed: (rows of every changed key, deleted keys)."""
 
-def pipeline_latest(store: RustStore, root: str) -> str | None:
-    """The latest manifest JSON (2 GETs + 1 HEAD), or None if there is no pipeline
+def pipeline_latest(store: RustStore, root: str) -> dict[str, Any] | None:
+    """The latest manifest (2 GETs + 1 HEAD), or None if there is no pipeline
     (NotFound, 1 HEAD more, if a dataset lives there; ManifestCorrupted for a
-    damaged or inconsistent manifest, or a table's)."""
+    damaged or inconsistent manifest, or a table's). A manifest of an earlier
+    format names it in ``upgrade_required``."""
 
-def pipeline_version(store: RustStore, root: str, version: int) -> str:
-    """The manifest JSON of *version* (1 GET)."""
+def pipeline_version(store: RustStore, root: str, version: int) -> dict[str, Any]:
+    """The manifest of *version* (1 GET)."""
 
-def pipeline_create(store: RustStore, root: str, manifest: str, *, exist_ok: bool) -> str:
-    """Create the pipeline at *root* with *manifest* as version 0; return its JSON.
+def pipeline_create(store: RustStore, root: str, manifest: Mapping[str, Any], *, exist_ok: bool) -> dict[str, Any]:
+    """Create the pipeline at *root* with *manifest* as version 0; return it.
     ``remote_store.AlreadyExists`` if anything occupies the key (see
     :func:`check_key_free`), unless it is a pipeline and *exist_ok* (then its
-    latest version is returned)."""
+    latest version is returned). ValueError if *manifest* is not one."""
 
-def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest: str) -> str:
-    """Commit *manifest* as the version after *expected*: CommitConflict if another won."""
+def pipeline_commit(store: RustStore, root: str, expected: int | None, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Commit *manifest* as the version after *expected*: CommitConflict if another won.
+    Returns the committed manifest."""
 
 def pipeline_vacuum(
     store: RustStore,

@@ -28,7 +28,6 @@ all land; a writer killed at any moment leaves only unreferenced objects.
 
 from __future__ import annotations
 
-import base64
 import collections
 import datetime
 import json
@@ -53,7 +52,7 @@ from pds.dataset import (
     _filtered,
     _parallelism,
 )
-from pds.errors import ManifestCorrupted, SchemaMismatch
+from pds.errors import SchemaMismatch
 
 __all__ = ["FORMATS", "MAX_VERSION", "Table", "is_table"]
 
@@ -119,30 +118,6 @@ def vacuum_args(retain: object, dry_run: object, keep_versions: object, min_age:
     }
 
 
-def _schema_of(text: str, where: str = "") -> pa.Schema:
-    """The Arrow schema a manifest stores. The core checked it when it read
-    the manifest; should pyarrow still refuse it, that is the manifest's
-    corruption (``ManifestCorrupted``), never a bare ``ArrowInvalid``."""
-    try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
-    except (ValueError, TypeError, pa.ArrowException) as e:
-        raise ManifestCorrupted(
-            f"manifest of {where or 'a table'} holds an unreadable arrow_schema",
-            path=where or None,
-            reason=str(e),
-        ) from e
-
-
-def _created_at(m: Mapping[str, Any], where: str) -> datetime.datetime:
-    """A manifest's ``created_at`` (checked by the core when it read it)."""
-    try:
-        return datetime.datetime.fromisoformat(str(m["created_at"]))
-    except (KeyError, ValueError) as e:
-        raise ManifestCorrupted(
-            f"manifest of version {m.get('version')} of {where} has no valid created_at", path=where, reason=str(e)
-        ) from e
-
-
 #: The largest version number a table can have (versions are int64 in
 #: the change feed's ``_commit_version``). A larger one is a ``ValueError``.
 MAX_VERSION = 2**63 - 1
@@ -181,12 +156,12 @@ class Table:
     blocks writers, and writers never block each other.
     """
 
-    def __init__(self, store: Store, handle: _core.RustStore, key: str, manifest: dict[str, Any]) -> None:
+    def __init__(self, store: Store, handle: _core.RustStore, key: str, state: _core.TableVersion) -> None:
         self._store = store
         self._native = handle
         self._key = key
         self._path = store.native_path(key)
-        self._manifest = manifest
+        self._state = state
 
     # -- opening -------------------------------------------------------------
 
@@ -281,7 +256,7 @@ class Table:
             raise TypeError("Table.create needs a schema or data")
         if isinstance(formats, str) or not all(isinstance(f, str) for f in formats):
             raise TypeError(f"formats must be a list of format names, got {formats!r}")
-        text = _core.table_create(
+        state = _core.table_create(
             handle,
             st.native_path(key),
             schema,
@@ -294,7 +269,7 @@ class Table:
             parallelism=_parallelism(),
             formats=list(formats),
         )
-        return cls(st, handle, key, json.loads(text))
+        return cls(st, handle, key, state)
 
     @classmethod
     def open(cls, store: Store | str, key: str, **storage_options: object) -> Table:
@@ -316,8 +291,7 @@ class Table:
         """
         st, handle = _native(store, storage_options)
         key = _check_key(key)
-        text = _core.table_manifest(handle, st.native_path(key))
-        return cls(st, handle, key, json.loads(text))
+        return cls(st, handle, key, _core.table_manifest(handle, st.native_path(key)))
 
     # -- state ---------------------------------------------------------------
 
@@ -329,7 +303,7 @@ class Table:
     @property
     def version(self) -> int:
         """The version this object reads."""
-        return int(self._manifest["version"])
+        return self._state.version
 
     @property
     def commit_id(self) -> str | None:
@@ -342,13 +316,12 @@ class Table:
         both as they were: the version this object read before it.
         ``None`` for a version written by a pds from before commit ids.
         No I/O."""
-        cid = self._manifest.get("commit_id")
-        return str(cid) if cid is not None else None
+        return self._state.commit_id
 
     @property
     def schema(self) -> pa.Schema:
         """The schema of :attr:`version` (the full Arrow schema)."""
-        return _schema_of(self._manifest["schema"]["arrow_schema"], self._key)
+        return self._state.schema
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -362,14 +335,13 @@ class Table:
         return self._expanded(self.version)
 
     def _expanded(self, version: int) -> dict[str, Any]:
-        text = _core.table_manifest(self._native, self._path, version=version, files=True)
-        return dict(json.loads(text))
+        return _core.table_manifest_dict(self._native, self._path, version)
 
     @property
     def formats(self) -> list[str]:
         """The formats published beside pds's own at :attr:`version`
         (``["delta"]``: a Delta Lake log), in name order. No I/O."""
-        return sorted(self._manifest.get("formats") or {})
+        return self._state.formats
 
     def sync_formats(self) -> dict[str, list[int]]:
         """Publish what the table's formats lack, up to its latest version:
@@ -426,8 +398,7 @@ class Table:
         """The primary-key column, if the table declares one. Not enforced:
         appends never check it, so a key may occur more than once (see
         :meth:`create`)."""
-        pk = self._manifest.get("properties", {}).get("primary_key")
-        return str(pk) if pk is not None else None
+        return self._state.primary_key
 
     def at(self, *, version: int | None = None, as_of: datetime.datetime | None = None) -> Table:
         """A ``Table`` pinned to another version (*version*, or the last one
@@ -455,9 +426,9 @@ class Table:
                 another one created at its key (open the key again to use
                 the new one); this object stays as it was.
         """
-        latest = json.loads(_core.table_manifest(self._native, self._path))
+        latest = _core.table_manifest(self._native, self._path)
         opened = self._table_id
-        now = latest.get("table_id")
+        now = latest.table_id
         if opened is not None and now is not None and now != opened:
             raise NotFound(
                 f"not found: {self._path}: the table this handle opened (id {opened}) was dropped, and "
@@ -465,19 +436,18 @@ class Table:
                 "again to use the new one",
                 path=self._path,
             )
-        self._manifest = latest
+        self._state = latest
         return self.version
 
     @property
     def _table_id(self) -> str | None:
         """The id of the table this object opened (``None`` for a table
         created by an earlier pds, which has none)."""
-        tid = self._manifest.get("table_id")
-        return tid if isinstance(tid, str) else None
+        return self._state.table_id
 
     def _latest_version(self) -> int:
         """The latest version, read without moving this object's pin (2 GETs)."""
-        return int(json.loads(_core.table_manifest(self._native, self._path))["version"])
+        return _core.table_manifest(self._native, self._path).version
 
     def __repr__(self) -> str:
         return f"Table({self._key!r}, version={self.version})"
@@ -549,18 +519,18 @@ class Table:
             ),
         )
 
-    def _write_stream(self, data: object, caller: str, write: Callable[[Any], str]) -> int:
-        """Run *write* (a ``_core`` call that returns the manifest JSON of
-        the version it leaves) on *data* as a stream; an exception the input
+    def _write_stream(self, data: object, caller: str, write: Callable[[Any], _core.TableVersion]) -> int:
+        """Run *write* (a ``_core`` call that returns the version it
+        leaves) on *data* as a stream; an exception the input
         itself raised while it was read is re-raised as it is. This object
         then reads that version, which is returned."""
         reader, _, _, guard = _arrow_input(data, caller)
         try:
-            text = write(reader)
+            state = write(reader)
         finally:
             if guard is not None:
                 guard.reraise()
-        self._manifest = json.loads(text)
+        self._state = state
         return self.version
 
     def delete(self, filter: Sequence[tuple[str, str, Any]]) -> int:
@@ -608,10 +578,9 @@ class Table:
             raise TypeError("delete takes a non-empty list of (column, op, value) tuples")
         self.refresh()
         conditions = core_conditions(raw, self.schema)
-        text, _rows, _committed = _core.table_delete(
+        self._state, _rows, _committed = _core.table_delete(
             self._native, self._path, conditions, parallelism=_parallelism(), table_id=self._table_id
         )
-        self._manifest = json.loads(text)
         return self.version
 
     def upsert(self, data: object, *, schema_mode: str = "strict") -> int:
@@ -845,7 +814,7 @@ class Table:
             )
             return mask, out
 
-        text, _rows, _committed = _core.table_update(
+        self._state, _rows, _committed = _core.table_update(
             self._native,
             self._path,
             conditions,
@@ -855,7 +824,6 @@ class Table:
             parallelism=_parallelism(),
             table_id=self._table_id,
         )
-        self._manifest = json.loads(text)
         return self.version
 
     def _check_key_update(self, pk: str, filter: Filter | None, new: pc.Expression) -> None:
@@ -863,7 +831,7 @@ class Table:
         matches in the latest version keeps one row per key: no null or NaN,
         and no key that two rows would hold (reads every key, then the
         matched rows)."""
-        latest = Table(self._store, self._native, self._key, json.loads(_core.table_manifest(self._native, self._path)))
+        latest = Table(self._store, self._native, self._key, _core.table_manifest(self._native, self._path))
         every = latest.to_arrow(columns=[pk]).column(pk)
         matched = latest.to_arrow(filter=filter)
         if not matched.num_rows:
@@ -889,16 +857,16 @@ class Table:
 
     # -- reading -------------------------------------------------------------
 
-    def _pinned(self, version: object, as_of: object) -> dict[str, Any]:
+    def _pinned(self, version: object, as_of: object) -> _core.TableVersion:
         v = _version(version)
         t = _as_of(as_of)
         if v is not None and t is not None:
             raise ValueError("pass version or as_of, not both")
         if v is None and t is None:
-            return self._manifest
+            return self._state
         if v == self.version:
-            return self._manifest
-        return dict(json.loads(_core.table_manifest(self._native, self._path, version=v, as_of=t)))
+            return self._state
+        return _core.table_manifest(self._native, self._path, version=v, as_of=t)
 
     def scan(
         self,
@@ -955,14 +923,14 @@ class Table:
         cols = _check_columns(columns)
         raw, expression = _check_filter(filter)
         size = _check_batch_size(batch_size)
-        manifest = self._pinned(version, as_of)
-        schema = _schema_of(manifest["schema"]["arrow_schema"], self._key)
+        pinned = self._pinned(version, as_of)
+        schema = pinned.schema
         conditions = core_conditions(raw, schema) if raw is not None else None
         read_cols = None if expression is not None else cols
         reader: pa.RecordBatchReader = _core.table_scan(
             self._native,
             self._path,
-            version=int(manifest["version"]),
+            version=pinned.version,
             columns=read_cols,
             filter=conditions,
             batch_size=size,
@@ -1001,22 +969,21 @@ class Table:
         latest = self._latest_version()
         first = 0 if limit is None else max(0, latest - limit + 1)
         out = []
-        for text in _core.table_versions(self._native, self._path, first, latest):
-            m = json.loads(text)
-            params = m.get("operation_parameters", {})
+        for v in _core.table_versions(self._native, self._path, first, latest):
+            params = v.parameters
             out.append(
                 {
-                    "version": m["version"],
-                    "previous": m.get("previous"),
-                    "created_at": _created_at(m, self._key),
-                    "operation": m["operation"],
+                    "version": v.version,
+                    "previous": v.previous,
+                    "created_at": v.created_at,
+                    "operation": v.operation,
                     "parameters": params,
                     "rows_added": params.get("rows_added", 0),
                     "files_added": params.get("files_added", 0),
                     "rows_deleted": params.get("rows_deleted", 0),
                     "files_removed": params.get("files_removed", 0),
                     "schema_change": params.get("schema_change"),
-                    "commit_id": m.get("commit_id"),
+                    "commit_id": v.commit_id,
                 }
             )
         return out
@@ -1038,7 +1005,7 @@ class Table:
             remote_store.NotFound: no such version (see :meth:`at`).
             ValueError: *version* is not an int from 0 to :data:`MAX_VERSION`.
         """
-        at = int(self._pinned(version, None)["version"])
+        at = self._pinned(version, None).version
         files: pa.Table = _core.table_files(self._native, self._path, at)
         return files
 
@@ -1151,7 +1118,7 @@ class Table:
         if not 0.0 <= float(min_deleted_fraction) <= 1.0:
             raise ValueError(f"min_deleted_fraction must be from 0 to 1, got {min_deleted_fraction!r}")
         with _progress.shown(self._native, f"compacting table {self._path}", progress) as shown:
-            text, _committed, _removed, _added = _core.table_compact(
+            self._state, _committed, _removed, _added = _core.table_compact(
                 self._native,
                 self._path,
                 target_file_size=target,
@@ -1160,7 +1127,6 @@ class Table:
                 table_id=self._table_id,
                 progress=shown.counters,
             )
-        self._manifest = json.loads(text)
         return self.version
 
     def vacuum(

@@ -16,6 +16,7 @@ mod split_stage;
 mod store;
 mod stream;
 mod table;
+mod table_version;
 mod upgrade;
 
 use std::future::Future;
@@ -92,6 +93,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::dataset_commit_parts, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::check_key_free, m)?)?;
     m.add_function(wrap_pyfunction!(occupancy::describe_key, m)?)?;
+    m.add_function(wrap_pyfunction!(occupancy::kind_at, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::schema_from_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_create, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_sync_formats, m)?)?;
@@ -104,7 +106,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_replace, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_upsert_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_update, m)?)?;
+    m.add_class::<table_version::PyTableVersion>()?;
     m.add_function(wrap_pyfunction!(table::table_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_manifest_dict, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_versions, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_files, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_scan, m)?)?;

@@ -44,3 +44,16 @@ pub fn describe_key(
     })?;
     Ok(found.describe_for(key, kind))
 }
+
+/// What lives at `key` itself (`"dataset"`, `"unfinished dataset"`,
+/// `"table"`, `"pipeline"`, `"table or pipeline"` when its manifests cannot
+/// tell), or `None`. The GIL is released.
+#[pyfunction]
+pub fn kind_at(py: Python<'_>, store: &PyRustStore, key: &str) -> PyResult<Option<&'static str>> {
+    let handle = store.inner.clone();
+    let kind = super::run(
+        py,
+        async move { occupancy::kind_at(handle.as_ref(), key).await },
+    )?;
+    Ok(kind.map(|k| k.name()))
+}

@@ -1,6 +1,7 @@
-//! Pipeline functions of `pds._core`. Node descriptions, states and
-//! manifests cross as JSON text; data as Arrow (C Data Interface, zero
-//! copy). The GIL is released around all I/O, sorting and encoding.
+//! Pipeline functions of `pds._core`. Manifests cross as Python objects
+//! (dicts, built and read by pythonize); node descriptions and states as
+//! JSON text, the form they travel in to worker processes and Spark tasks;
+//! data as Arrow (C Data Interface, zero copy). The GIL is released around all I/O, sorting and encoding.
 
 use std::sync::Mutex;
 
@@ -33,22 +34,27 @@ fn state_json(state: &NodeState) -> PyResult<String> {
         .map_err(|e| PyRuntimeError::new_err(format!("state is not serialisable: {e}")))
 }
 
-fn manifest_text(m: &PipelineManifest) -> PyResult<String> {
-    let text = m
-        .to_json()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .py_err()?;
-    // A manifest of an earlier format says why the pipeline is read-only
-    // (the Python facade refuses writes before any I/O).
-    match m.earlier_format() {
-        None => Ok(text),
-        Some(format) => {
-            let mut value: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-            value["upgrade_required"] = format.into();
-            Ok(value.to_string())
-        }
+/// A manifest as Python objects (a `dict`). One of an earlier format says
+/// why the pipeline is read-only in `upgrade_required` (the Python facade
+/// refuses writes before any I/O).
+fn manifest_py<'py>(py: Python<'py>, m: &PipelineManifest) -> PyResult<Bound<'py, PyAny>> {
+    let mut value = serde_json::to_value(m).map_err(|e| {
+        PyRuntimeError::new_err(format!("pipeline manifest is not serialisable: {e}"))
+    })?;
+    if let Some(format) = m.earlier_format() {
+        value["upgrade_required"] = format.into();
     }
+    pythonize::pythonize(py, &value).map_err(PyErr::from)
+}
+
+/// A manifest to commit, from the Python objects the facade built: its
+/// format and time are set here.
+fn manifest_arg(manifest: &Bound<'_, PyAny>) -> PyResult<PipelineManifest> {
+    let mut m: PipelineManifest = pythonize::depythonize(manifest)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("manifest: {e}")))?;
+    m.format = crate::producers::manifest::FORMAT.into();
+    m.timestamp_ms = chrono::Utc::now().timestamp_millis();
+    Ok(m)
 }
 
 fn table(t: Option<PyTable>) -> Vec<arrow_array::RecordBatch> {
@@ -198,14 +204,14 @@ pub fn pipeline_update<'py>(
     ))
 }
 
-/// The latest manifest JSON (pointer + manifest: 2 GETs), or `None`; a
+/// The latest manifest (pointer + manifest: 2 GETs), or `None`; a
 /// dataset at `root` is `NotFound` saying so (1 HEAD more).
 #[pyfunction]
-pub fn pipeline_latest(
-    py: Python<'_>,
+pub fn pipeline_latest<'py>(
+    py: Python<'py>,
     store: &PyRustStore,
     root: &str,
-) -> PyResult<Option<String>> {
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     let handle = store.inner.clone();
     let root = root.to_string();
     let latest = super::run(py, async move {
@@ -218,66 +224,60 @@ pub fn pipeline_latest(
             },
         }
     })?;
-    latest.map(|l| manifest_text(&l.manifest)).transpose()
+    latest.map(|l| manifest_py(py, &l.manifest)).transpose()
 }
 
-/// The manifest JSON of `version` (1 GET); `NotFound` if vacuumed or never made.
+/// The manifest of `version` (1 GET); `NotFound` if vacuumed or never made.
 #[pyfunction]
-pub fn pipeline_version(
-    py: Python<'_>,
+pub fn pipeline_version<'py>(
+    py: Python<'py>,
     store: &PyRustStore,
     root: &str,
     version: u64,
-) -> PyResult<String> {
+) -> PyResult<Bound<'py, PyAny>> {
     let handle = store.inner.clone();
     let root = root.to_string();
     let m = super::run(py, async move {
         versions::read_version_of::<PipelineManifest>(&handle, &root, version).await
     })?;
-    manifest_text(&m)
+    manifest_py(py, &m)
 }
 
-/// Create the pipeline at `root` with `manifest` (JSON) as its version 0,
-/// on a key nothing else occupies (`KeyOccupied` otherwise, a
+/// Create the pipeline at `root` with `manifest` as its version 0, on a
+/// key nothing else occupies (`KeyOccupied` otherwise, a
 /// `remote_store.AlreadyExists`); with `exist_ok`, a pipeline already there
-/// is returned. Returns the manifest JSON.
+/// is returned. Returns the manifest.
 #[pyfunction]
 #[pyo3(signature = (store, root, manifest, *, exist_ok))]
-pub fn pipeline_create(
-    py: Python<'_>,
+pub fn pipeline_create<'py>(
+    py: Python<'py>,
     store: &PyRustStore,
     root: &str,
-    manifest: &str,
+    manifest: &Bound<'py, PyAny>,
     exist_ok: bool,
-) -> PyResult<String> {
-    let mut first: PipelineManifest = serde_json::from_str(manifest)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("manifest: {e}")))?;
-    first.format = crate::producers::manifest::FORMAT.into();
-    first.timestamp_ms = chrono::Utc::now().timestamp_millis();
+) -> PyResult<Bound<'py, PyAny>> {
+    let first = manifest_arg(manifest)?;
     let handle = store.inner.clone();
     let m = super::run(py, async move {
         crate::producers::create::create(&handle, root, first, exist_ok).await
     })?;
-    manifest_text(&m)
+    manifest_py(py, &m)
 }
 
-/// Commit `manifest` (JSON; its version is set here) as the version after
+/// Commit `manifest` (its version is set here) as the version after
 /// `expected` (`None`: the first). If another writer got there first:
 /// `CommitConflict` (an update built on `expected` cannot be rebased), or
-/// `AlreadyExists` for a second first version. Returns the committed JSON.
+/// `AlreadyExists` for a second first version. Returns the committed manifest.
 #[pyfunction]
 #[pyo3(signature = (store, root, expected, manifest))]
-pub fn pipeline_commit(
-    py: Python<'_>,
+pub fn pipeline_commit<'py>(
+    py: Python<'py>,
     store: &PyRustStore,
     root: &str,
     expected: Option<u64>,
-    manifest: &str,
-) -> PyResult<String> {
-    let mut next: PipelineManifest = serde_json::from_str(manifest)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("manifest: {e}")))?;
-    next.format = crate::producers::manifest::FORMAT.into();
-    next.timestamp_ms = chrono::Utc::now().timestamp_millis();
+    manifest: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let next = manifest_arg(manifest)?;
     let handle = store.inner.clone();
     let root = root.to_string();
     let opts = CommitOptions::default();
@@ -297,7 +297,7 @@ pub fn pipeline_commit(
         .await
     })?;
     match out {
-        Outcome::Committed { manifest, .. } => manifest_text(&manifest),
+        Outcome::Committed { manifest, .. } => manifest_py(py, &manifest),
         Outcome::Unchanged { .. } => Err(PyRuntimeError::new_err("nothing was committed")),
     }
 }

@@ -1,5 +1,5 @@
-//! Table functions of `pds._core`. Manifests cross as JSON text; data as
-//! Arrow C streams. The GIL is released around all I/O and encoding.
+//! Table functions of `pds._core`. A version crosses as a typed
+//! [`PyTableVersion`] (its root); data as Arrow C streams. The GIL is released around all I/O and encoding.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use super::dataset::{read_options, stream_to_py, FilterArg};
 use super::errors::IntoPy;
 use super::progress::PyProgress;
 use super::store::PyRustStore;
+use super::table_version::PyTableVersion;
 use crate::error::Error;
 use crate::store::StoreHandle;
 use crate::table::identity::expecting;
@@ -21,16 +22,6 @@ use crate::table::snapshot::TableProperties;
 use crate::table::versions::Depth;
 use crate::table::write::BoxedReader;
 use crate::table::{delete, scan, write};
-
-/// A manifest as the JSON text Python parses.
-/// The root alone (no file list): what a `pds.Table` holds.
-fn manifest_json(m: &crate::table::snapshot::TableManifest) -> PyResult<String> {
-    m.root_value()
-        .and_then(|v| {
-            serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))
-        })
-        .py_err()
-}
 
 fn at(version: Option<u64>, as_of: Option<&str>) -> PyResult<At> {
     match (version, as_of) {
@@ -47,7 +38,7 @@ fn at(version: Option<u64>, as_of: Option<&str>) -> PyResult<At> {
     }
 }
 
-/// Create a table (version 0); returns its manifest JSON.
+/// Create a table (version 0); returns that version.
 #[pyfunction]
 #[pyo3(signature = (store, key, schema, data, *, primary_key, exist_ok, compression, row_group_size, target_file_size, parallelism, formats = Vec::new()))]
 #[allow(clippy::too_many_arguments)]
@@ -64,7 +55,7 @@ pub fn table_create(
     target_file_size: Option<u64>,
     parallelism: usize,
     formats: Vec<String>,
-) -> PyResult<String> {
+) -> PyResult<PyTableVersion> {
     let reader = data.map(|d| d.into_reader()).transpose()?;
     let props = TableProperties {
         primary_key,
@@ -86,7 +77,7 @@ pub fn table_create(
             &formats,
         )
     })?;
-    manifest_json(&m)
+    PyTableVersion::py(&m, &key)
 }
 
 /// Publish what the table's formats lack up to its latest version; the
@@ -130,7 +121,7 @@ pub fn table_enable_format(
     Ok((e.since, e.version, e.committed))
 }
 
-/// Append `data`; returns the new version's manifest JSON.
+/// Append `data`; returns the version it leaves.
 #[pyfunction]
 #[pyo3(signature = (store, key, data, *, schema_mode, metadata, parallelism, table_id = None))]
 #[allow(clippy::too_many_arguments)]
@@ -143,12 +134,12 @@ pub fn table_append(
     metadata: Option<BTreeMap<String, String>>,
     parallelism: usize,
     table_id: Option<String>,
-) -> PyResult<String> {
+) -> PyResult<PyTableVersion> {
     let append = |handle: Arc<StoreHandle>, reader: BoxedReader, mode: SchemaMode| {
         write::append(handle, &key, reader, mode, metadata, parallelism)
     };
     let m = write_stream(py, store, data, schema_mode, table_id, append)?;
-    manifest_json(&m)
+    PyTableVersion::py(&m, &key)
 }
 
 /// Run a write of `data` (in `schema_mode`) on the store's handle with the
@@ -170,12 +161,17 @@ fn write_stream<T: Send>(
     })
 }
 
-/// `(manifest JSON, rows removed or None, committed)` of a rewrite.
-fn rewritten(done: &Rewritten) -> PyResult<(String, Option<u64>, bool)> {
-    Ok((manifest_json(&done.manifest)?, done.rows, done.committed))
+/// `(version, rows removed or None, committed)` of a rewrite of the table
+/// at `key`.
+fn rewritten(done: &Rewritten, key: &str) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
+    Ok((
+        PyTableVersion::py(&done.manifest, key)?,
+        done.rows,
+        done.committed,
+    ))
 }
 
-/// Delete rows matching `filter`; returns `(manifest JSON, rows deleted or
+/// Delete rows matching `filter`; returns `(version, rows deleted or
 /// None, committed)`.
 #[pyfunction]
 #[pyo3(signature = (store, key, filter, *, parallelism, table_id = None))]
@@ -186,7 +182,7 @@ pub fn table_delete(
     filter: FilterArg,
     parallelism: usize,
     table_id: Option<String>,
-) -> PyResult<(String, Option<u64>, bool)> {
+) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
     let opts = read_options(None, Some(filter), None)?;
     let predicate = opts
         .predicate
@@ -198,41 +194,49 @@ pub fn table_delete(
             delete::delete(handle, &key, predicate, parallelism)
         })
     })?;
-    Ok((manifest_json(&d.manifest)?, d.rows, d.committed))
+    Ok((PyTableVersion::py(&d.manifest, &key)?, d.rows, d.committed))
 }
 
-/// The manifest JSON of a version (latest, `version`, or `as_of` an
-/// RFC 3339 time).
+/// A version (latest, `version`, or `as_of` an RFC 3339 time) of the table
+/// at `key`: its root (2 GETs for the latest, 1 for a given version).
 #[pyfunction]
-#[pyo3(signature = (store, key, *, version = None, as_of = None, files = false))]
+#[pyo3(signature = (store, key, *, version = None, as_of = None))]
 pub fn table_manifest(
     py: Python<'_>,
     store: &PyRustStore,
     key: String,
     version: Option<u64>,
     as_of: Option<String>,
-    files: bool,
-) -> PyResult<String> {
+) -> PyResult<PyTableVersion> {
     let at = at(version, as_of.as_deref())?;
     let handle = store.inner.clone();
-    let depth = if files { Depth::Full } else { Depth::Root };
-    let m = super::run(py, async move {
-        scan::resolve_at(&handle, &key, at, depth).await
+    let m = super::run(py, async {
+        scan::resolve_at(&handle, &key, at, Depth::Root).await
     })?;
-    if files {
-        m.expanded_value()
-            .and_then(|v| {
-                serde_json::to_string(&v)
-                    .map_err(|e| crate::error::Error::InvalidArgument(e.to_string()))
-            })
-            .py_err()
-    } else {
-        manifest_json(&m)
-    }
+    PyTableVersion::py(&m, &key)
 }
 
-/// Manifest JSON of versions `from..=to`, newest first; versions already
-/// vacuumed are skipped. One GET each, several at once.
+/// The whole manifest of `version` as Python objects (a `dict`): the root
+/// plus `data_files` and `tombstones` (1 GET for the root, 1 per segment not
+/// cached yet).
+#[pyfunction]
+pub fn table_manifest_dict<'py>(
+    py: Python<'py>,
+    store: &PyRustStore,
+    key: String,
+    version: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handle = store.inner.clone();
+    let value = super::run(py, async move {
+        scan::resolve_at(&handle, &key, At::Version(version), Depth::Full)
+            .await?
+            .expanded_value()
+    })?;
+    pythonize::pythonize(py, &value).map_err(PyErr::from)
+}
+
+/// The versions `from..=to`, newest first; versions already vacuumed are
+/// skipped. One GET each, several at once.
 #[pyfunction]
 pub fn table_versions(
     py: Python<'_>,
@@ -240,9 +244,9 @@ pub fn table_versions(
     key: String,
     from: u64,
     to: u64,
-) -> PyResult<Vec<String>> {
+) -> PyResult<Vec<PyTableVersion>> {
     let handle = store.inner.clone();
-    let manifests = super::run(py, async move {
+    let manifests = super::run(py, async {
         use futures::StreamExt;
         let reads = (from..=to).rev().map(|v| {
             let handle = handle.clone();
@@ -261,7 +265,7 @@ pub fn table_versions(
     manifests
         .into_iter()
         .flatten()
-        .map(|m| manifest_json(&m))
+        .map(|m| PyTableVersion::py(&m, &key))
         .collect()
 }
 
@@ -339,7 +343,7 @@ pub fn table_changes<'py>(
     })
 }
 
-/// Compact; returns `(manifest JSON, committed, files removed, files added)`.
+/// Compact; returns `(version, committed, files removed, files added)`.
 #[pyfunction]
 #[pyo3(signature = (
     store, key, *, target_file_size, min_deleted_fraction, parallelism, table_id = None,
@@ -355,7 +359,7 @@ pub fn table_compact(
     parallelism: usize,
     table_id: Option<String>,
     progress: Option<&Bound<'_, PyProgress>>,
-) -> PyResult<(String, bool, usize, usize)> {
+) -> PyResult<(PyTableVersion, bool, usize, usize)> {
     let handle = store.inner.clone();
     let opts = crate::table::compact::CompactOptions {
         target_file_size,
@@ -369,7 +373,7 @@ pub fn table_compact(
         })
     })?;
     Ok((
-        manifest_json(&c.manifest)?,
+        PyTableVersion::py(&c.manifest, &key)?,
         c.committed,
         c.files_removed,
         c.files_added,
@@ -472,7 +476,7 @@ pub fn table_write_files(
 }
 
 /// Commit files from [`table_write_files`] in one version (`append` or
-/// `overwrite`), creating the table if needed; returns the manifest JSON.
+/// `overwrite`), creating the table if needed; returns the version.
 /// With `schema_mode="merge"`, an append whose files' schema is the merge
 /// of theirs into the table's (see [`table_merge_schema`]) changes the
 /// table's schema in the same version.
@@ -492,7 +496,7 @@ pub fn table_commit_files(
     target_file_size: Option<u64>,
     metadata: Option<BTreeMap<String, String>>,
     schema_mode: &str,
-) -> PyResult<String> {
+) -> PyResult<PyTableVersion> {
     let schema_mode = SchemaMode::parse(schema_mode).py_err()?;
     let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
@@ -516,10 +520,10 @@ pub fn table_commit_files(
     let m = super::detach(py, || {
         write::commit_files(handle, &key, files, mode, schema, props, metadata)
     })?;
-    manifest_json(&m)
+    PyTableVersion::py(&m, &key)
 }
 
-/// Upsert `data` by primary key; returns `(manifest JSON, rows replaced or
+/// Upsert `data` by primary key; returns `(version, rows replaced or
 /// None, committed)`.
 #[pyfunction]
 #[pyo3(signature = (store, key, data, *, schema_mode, parallelism, table_id = None))]
@@ -531,16 +535,16 @@ pub fn table_upsert(
     schema_mode: &str,
     parallelism: usize,
     table_id: Option<String>,
-) -> PyResult<(String, Option<u64>, bool)> {
+) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
     let upsert = |handle: Arc<StoreHandle>, reader: BoxedReader, mode: SchemaMode| {
         crate::table::upsert::upsert(handle, &key, reader, mode, parallelism)
     };
     let done = write_stream(py, store, data, schema_mode, table_id, upsert)?;
-    rewritten(&done)
+    rewritten(&done, &key)
 }
 
 /// Replace the rows matching `filter` (conditions; none: every row) with
-/// `data`, in one commit; returns `(manifest JSON, rows removed or None,
+/// `data`, in one commit; returns `(version, rows removed or None,
 /// committed)`.
 #[pyfunction]
 #[pyo3(signature = (store, key, filter, data, *, schema_mode, parallelism, table_id = None))]
@@ -554,7 +558,7 @@ pub fn table_replace(
     schema_mode: &str,
     parallelism: usize,
     table_id: Option<String>,
-) -> PyResult<(String, Option<u64>, bool)> {
+) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
     let predicate = read_options(None, Some(filter), None)?
         .predicate
         .map(|p| p.as_ref().clone())
@@ -563,11 +567,11 @@ pub fn table_replace(
         crate::table::replace::replace(handle, &key, predicate, reader, mode, parallelism)
     };
     let done = write_stream(py, store, data, schema_mode, table_id, replace)?;
-    rewritten(&done)
+    rewritten(&done, &key)
 }
 
 /// Upsert the rows of data files uploaded by [`table_write_files`] (a Spark
-/// job's); returns `(manifest JSON, rows replaced or None, committed)`.
+/// job's); returns `(version, rows replaced or None, committed)`.
 #[pyfunction]
 #[pyo3(signature = (store, key, files, *, schema, parallelism))]
 pub fn table_upsert_files(
@@ -577,7 +581,7 @@ pub fn table_upsert_files(
     files: &str,
     schema: PySchema,
     parallelism: usize,
-) -> PyResult<(String, Option<u64>, bool)> {
+) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
     let files: Vec<crate::table::snapshot::DataFile> = serde_json::from_str(files)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad files JSON: {e}")))?;
     let handle = store.inner.clone();
@@ -585,12 +589,12 @@ pub fn table_upsert_files(
     let done = super::detach(py, || {
         crate::table::upsert::upsert_files(handle, &key, files, schema, parallelism)
     })?;
-    rewritten(&done)
+    rewritten(&done, &key)
 }
 
 /// Update rows: `filter` (conditions, pushed down) picks the candidates,
 /// `apply(batch) -> (mask | None, new rows)` the matches and their values;
-/// returns `(manifest JSON, rows updated, committed)`. `apply` runs with
+/// returns `(version, rows updated, committed)`. `apply` runs with
 /// the GIL; everything else without. An exception it raises is re-raised
 /// as it is, and nothing is committed.
 #[pyfunction]
@@ -606,7 +610,7 @@ pub fn table_update(
     description: &str,
     parallelism: usize,
     table_id: Option<String>,
-) -> PyResult<(String, Option<u64>, bool)> {
+) -> PyResult<(PyTableVersion, Option<u64>, bool)> {
     let predicate = match filter {
         Some(f) => read_options(None, Some(f), None)?
             .predicate
@@ -662,7 +666,7 @@ pub fn table_update(
         return Err(e);
     }
     let done = result?;
-    rewritten(&done)
+    rewritten(&done, &key)
 }
 
 /// The schema a table of schema `table` has after an append of data of

@@ -65,6 +65,23 @@ def test_ls_lists_pipelines_tables_with_rows_and_a_damaged_table_with_its_error(
     assert "pipeline" in out and "ManifestCorrupted" in out and "Traceback" not in out
 
 
+@pytest.mark.spec("U-1.2")
+def test_ls_tells_each_kind_by_the_markers_at_its_key(lake: str, tmp_path: Path) -> None:
+    # A killed dataset writer's claim alone: an unfinished dataset, not a folder.
+    (tmp_path / "lake" / "half").mkdir()
+    (tmp_path / "lake" / "half" / "_WRITING").write_bytes(b"")
+    # A folder holding a dataset below it is a folder itself.
+    (tmp_path / "lake" / "outer" / "inner").mkdir(parents=True)
+    (tmp_path / "lake" / "outer" / "inner" / "_SUCCESS").write_bytes(b"")
+    code, out = run("ls", lake, "--json")
+    found = {e["key"]: e for e in json.loads(out)}
+    assert found["half"]["kind"] == "dataset"
+    assert found["half"]["error"].startswith("NotFound: "), found["half"]
+    assert found["outer"] == {"key": "outer", "kind": "folder"}
+    assert (found["words"]["kind"], found["events"]["kind"], found["ds"]["kind"]) == ("pipeline", "table", "dataset")
+    assert code == 1, "an unreadable entry: exit 1"
+
+
 @pytest.mark.spec("U-1.8")
 def test_show_a_pipeline(lake: str) -> None:
     code, out = run("show", lake, "words", "--json")

@@ -95,7 +95,7 @@ def test_a_live_handle_never_builds_on_a_table_that_was_replaced(lake: tuple[str
     again.append(rows(107, 108, extra="tag"))
     assert ids(Table.open(new_store(), "t").to_arrow()) == list(range(100, 108))
     pointer = json.loads(new_store().read_bytes("t/_latest_manifest"))
-    assert pointer["table_id"] == fresh._manifest["table_id"] != a._manifest["table_id"]
+    assert pointer["table_id"] == fresh._table_id != a._table_id
 
 
 def test_a_live_handle_of_a_dropped_table_gets_not_found(lake: tuple[str, dict[str, str]]) -> None:

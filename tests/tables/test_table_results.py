@@ -9,7 +9,6 @@ nothing.
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import uuid
 from collections.abc import Callable, Iterator
@@ -455,7 +454,7 @@ def _overwrite(t: Table, data: pa.Table, schema: pa.Schema | None = None) -> int
         target_file_size=None,
         parallelism=1,
     )
-    text = _core.table_commit_files(
+    state = _core.table_commit_files(
         native,
         t._path,
         files,
@@ -467,7 +466,7 @@ def _overwrite(t: Table, data: pa.Table, schema: pa.Schema | None = None) -> int
         target_file_size=None,
         metadata=None,
     )
-    return int(json.loads(text)["version"])
+    return state.version
 
 
 def _rows3(start: int, stop: int) -> pa.Table:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
-from remote_store import NotFound, RemoteStoreError, Store
+from remote_store import NotFound, Store
 
-from pds.backend import open_store
+from pds import _core
+from pds.backend import native_handle, open_store
 from pds.cli._args import _location, _options
 from pds.cli._output import _Output
+
+#: What the core finds at a key, as the commands treat it.
+_KINDS = {
+    "dataset": "dataset",
+    "unfinished dataset": "dataset",
+    "table": "table",
+    "table or pipeline": "table",
+    "pipeline": "pipeline",
+}
 
 
 class _Context(_Output):
@@ -29,29 +38,14 @@ class _Context(_Output):
         super().__init__(as_json)
 
     def kind(self, key: str) -> str | None:
-        """``table``, ``pipeline``, ``dataset`` or ``None``: a key with a
-        commit pointer or a version 0 is a table or pipeline (its latest
-        manifest's ``format`` tells which; an unreadable one counts as a
-        table, whose opening says what is wrong)."""
-        key = key.strip("/")
-        try:
-            name = str(json.loads(self.store.read_bytes(f"{key}/_latest_manifest"))["manifest"])
-        except NotFound:
-            name = "manifest/v00000000.json"
-            if not self.store.exists(f"{key}/{name}"):
-                name = ""
-        except (RemoteStoreError, ValueError, TypeError, KeyError):
-            return "table"
-        if name:
-            try:
-                latest = json.loads(self.store.read_bytes(f"{key}/{name}"))
-                is_pipeline = str(latest.get("format", "")).startswith("pds-pipeline/")
-            except (RemoteStoreError, ValueError, TypeError, AttributeError):
-                is_pipeline = False
-            return "pipeline" if is_pipeline else "table"
-        if self.store.exists(f"{key}/_SUCCESS") or self.store.exists(f"{key}/manifest.json"):
-            return "dataset"
-        return None
+        """``table``, ``pipeline``, ``dataset`` or ``None``: what lives at
+        *key* itself, by its markers (5 HEADs) and, for a table or pipeline,
+        its first manifest's ``format`` (1 GET). An unfinished dataset counts
+        as a dataset and a table or pipeline whose manifests cannot tell
+        which as a table: opening either says what is wrong."""
+        handle = native_handle(self.store) or _core.RustStore.over_store(self.store)
+        found = _core.kind_at(handle, self.store.native_path(key.strip("/")))
+        return None if found is None else _KINDS[found]
 
     def need(self, key: str) -> str:
         kind = self.kind(key)

@@ -43,7 +43,7 @@ def _ls_entry(ctx: _Context, folder: str) -> dict[str, Any]:
             entry.update(version=t.version, files=len(files), rows=_live_rows(files))
         elif kind == "pipeline":
             p = Pipeline.open(ctx.store, folder)
-            nodes = _nodes(_pipeline_manifest(ctx.store, p))
+            nodes = _nodes(_pipeline_manifest(p))
             entry.update(
                 version=p.version,
                 sources=[n.name for n in nodes if n.kind == "source"],
@@ -156,7 +156,7 @@ def _show_table(ctx: _Context, key: str) -> None:
 
 def _show_pipeline(ctx: _Context, key: str) -> None:
     p = Pipeline.open(ctx.store, key)
-    m = _pipeline_manifest(ctx.store, p)
+    m = _pipeline_manifest(p)
     nodes = _nodes(m)
     rows = _node_rows(m)
     created = m.get("timestamp_ms")
@@ -256,7 +256,7 @@ def history(url: str, key: str, limit: int | None, options: tuple[str, ...], as_
         rows = p.history(limit)
         for r in rows:
             try:
-                r["rows"] = _node_rows(_pipeline_manifest(ctx.store, p, int(r["version"])))
+                r["rows"] = _node_rows(_pipeline_manifest(p, int(r["version"])))
             except NotFound:
                 r["rows"] = None  # vacuumed meanwhile
         if not as_json:

@@ -3,24 +3,18 @@ a version's changes as text."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-from remote_store import Store
 
 from pds.producers._split import state_files
 from pds.producers.graph import Node
 from pds.producers.pipeline import Pipeline
 
 
-def _pipeline_manifest(store: Store, p: Pipeline, version: int | None = None) -> dict[str, Any]:
-    """The manifest of *version* (default: the one *p* loaded); 1 GET."""
-    v = p.version if version is None else version
-    m = json.loads(store.read_bytes(f"{p.key}/manifest/v{v:08d}.json"))
-    if not isinstance(m, dict):
-        raise ValueError(f"pipeline manifest {p.key}/manifest/v{v:08d}.json is not an object")
-    return m
+def _pipeline_manifest(p: Pipeline, version: int | None = None) -> dict[str, Any]:
+    """The manifest of *version*, as the core read and checked it (default:
+    the one *p* loaded, no I/O; another version: 1 GET)."""
+    return p._manifest if version is None else p._at(version)
 
 
 def _nodes(m: Mapping[str, Any]) -> list[Node]:

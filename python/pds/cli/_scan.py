@@ -104,7 +104,7 @@ def scan(
         reader = ds.iter_batches(key, columns=cols, filter=flt)
     else:
         p = Pipeline.open(ctx.store, key)
-        names = [n.name for n in _nodes(_pipeline_manifest(ctx.store, p, version))]
+        names = [n.name for n in _nodes(_pipeline_manifest(p, version))]
         if stage not in names:
             why = "a pipeline needs --stage" if stage is None else f"no stage or source {stage!r}"
             raise click.BadParameter(f"{why}; choose one of {', '.join(names)}", param_hint="--stage")
@@ -149,7 +149,7 @@ def verify(url: str, key: str, options: tuple[str, ...], as_json: bool) -> None:
         listed = Table.open(ctx.store, key).files().select(["path", "sha256"]).to_pydict()
         expected = [(f"{key}/{p}", str(sha)) for p, sha in zip(listed["path"], listed["sha256"], strict=True)]
     elif kind == "pipeline":
-        m = _pipeline_manifest(ctx.store, Pipeline.open(ctx.store, key))
+        m = _pipeline_manifest(Pipeline.open(ctx.store, key))
         expected = list({f"{key}/{part['name']}": str(part["sha256"]) for part in _pipeline_parts(m)}.items())
     else:
         dm = ParquetDatasetStore(ctx.store).read_manifest(key)

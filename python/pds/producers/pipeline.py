@@ -190,8 +190,8 @@ class Pipeline:
             "graph": {"nodes": []},
             "nodes": {},
         }
-        text = _core.pipeline_create(handle, root, json.dumps(manifest), exist_ok=bool(exist_ok))
-        return cls(store, handle, key, json.loads(text), **opts)
+        created = _core.pipeline_create(handle, root, manifest, exist_ok=bool(exist_ok))
+        return cls(store, handle, key, created, **opts)
 
     @classmethod
     def open(
@@ -220,10 +220,10 @@ class Pipeline:
         opts = cls._options(sort_budget, target_rows, compression, workers)
         key = _check_key(key)
         store, handle = _native(store, storage_options)
-        text = _core.pipeline_latest(handle, store.native_path(key))
-        if text is None:
+        latest = _core.pipeline_latest(handle, store.native_path(key))
+        if latest is None:
             raise NotFound(f"no pipeline at {key!r}", path=key)
-        return cls(store, handle, key, json.loads(text), **opts)
+        return cls(store, handle, key, latest, **opts)
 
     # -- declaring -------------------------------------------------------------
 
@@ -392,12 +392,12 @@ class Pipeline:
     def _at(self, version: int | None) -> dict[str, Any]:
         version = _version_arg(version)
         if version is None:
-            text = _core.pipeline_latest(self._native, self._root)
-            if text is None:
+            latest = _core.pipeline_latest(self._native, self._root)
+            if latest is None:
                 raise NotFound(f"no pipeline at {self._key!r}", path=self._key)
-            self._manifest = json.loads(text)
+            self._manifest = latest
             return self._manifest
-        return dict(json.loads(_core.pipeline_version(self._native, self._root, version)))
+        return _core.pipeline_version(self._native, self._root, version)
 
     def _node_view(self, name: str, version: int | None) -> tuple[Node, str]:
         _, node, view = self._node_at(name, version)
@@ -568,7 +568,7 @@ class Pipeline:
         out = []
         for v in range(newest, oldest - 1, -1):
             try:
-                m = latest if v == newest else json.loads(_core.pipeline_version(self._native, self._root, v))
+                m = latest if v == newest else _core.pipeline_version(self._native, self._root, v)
             except NotFound:
                 continue
             out.append(
@@ -988,7 +988,7 @@ class Pipeline:
                 "graph": {"nodes": [n.describe() for n in nodes]},
                 "nodes": dict(states),
             }
-            text = _core.pipeline_commit(self._native, self._root, int(base["version"]), json.dumps(manifest))
+            committed = _core.pipeline_commit(self._native, self._root, int(base["version"]), manifest)
         except CommitUnknown:
             # The new version may exist and name these parts: keep them
             # (vacuum removes them if it does not).
@@ -1003,7 +1003,7 @@ class Pipeline:
             # Every other error (an interrupt too) means no version names these parts.
             _discard(self._native, created)
             raise
-        self._manifest = json.loads(text)
+        self._manifest = committed
         return int(self._manifest["version"])
 
     def compact(self, *, progress: bool | None = None) -> int:

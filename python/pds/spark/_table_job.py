@@ -163,7 +163,7 @@ class TableWriteJob(StoreJob):
             elif not overwrite:
                 check_write_schema(schema, current, key)
                 target = current
-            props = table.manifest.get("properties", {})
+            props = table._state.properties
             settings_used = dataclasses.replace(
                 settings,
                 compression=props.get("compression", settings.compression),
@@ -235,7 +235,7 @@ class TableWriteJob(StoreJob):
         committed = {f"{self.location}/{f['path']}" for f in files}
         try:
             if upsert:
-                text, _replaced, _committed = _core.table_upsert_files(
+                state, _replaced, _committed = _core.table_upsert_files(
                     self._rust(),
                     self.location,
                     json.dumps(files),
@@ -243,15 +243,15 @@ class TableWriteJob(StoreJob):
                     parallelism=self.settings.parallelism or 4,
                 )
             else:
-                text = self._commit_files(files)
+                state = self._commit_files(files)
         except CommitUnknown:
             _MAY_BE_COMMITTED[self.job_id] = frozenset(committed)
             raise
         self._delete(k for k in self._job_files() if k not in committed)
-        return int(json.loads(text)["version"])
+        return state.version
 
-    def _commit_files(self, files: list[Any]) -> str:
-        text: str = _core.table_commit_files(
+    def _commit_files(self, files: list[Any]) -> _core.TableVersion:
+        return _core.table_commit_files(
             self._rust(),
             self.location,
             json.dumps(files),
@@ -264,7 +264,6 @@ class TableWriteJob(StoreJob):
             metadata=dict(self.settings.metadata) if self.settings.metadata else None,
             schema_mode="merge" if self.evolves else "strict",
         )
-        return text
 
     def _named_by_latest(self) -> frozenset[str]:
         """The job's files that the table's latest version names (a commit

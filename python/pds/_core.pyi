@@ -371,7 +371,7 @@ def kind_at(
     store: RustStore, key: str
 ) -> Literal["dataset", "unfinished dataset", "table", "pipeline", "table or pipeline"] | None:
     """What lives at *key* itself, not around it, or ``None``: its markers (5 HEADs, at once)
-    and, for a table or pipeline, its first manifest's ``format`` (1 GET; 3 if vacuumed).
+    and, for a table or pipeline, its first manifest's ``format`` (1 GET; 3 if vacuumed or unreadable).
     ``"table or pipeline"`` when its manifests cannot tell. The GIL is released."""
 
 def schema_from_ipc(text: str) -> pa.Schema:
@@ -397,7 +397,7 @@ def codecs() -> list[str]:
     """Codec names accepted for ``compression``."""
 
 # -- tables ------------------------------------------------------------------
-# Manifests cross as JSON text (the manifest/vNNNNNNNN.json format).
+# A version crosses as a TableVersion (its manifest's root); a whole manifest as a dict.
 
 @final
 class TableVersion:
@@ -429,6 +429,9 @@ class TableVersion:
         """The formats published beside pds's own, in name order."""
     @property
     def primary_key(self) -> str | None: ...
+    @staticmethod
+    def _restore(text: str) -> TableVersion:
+        """The version a pickle holds (a ``TableVersion`` pickles as its root's fields)."""
     @property
     def properties(self) -> dict[str, Any]:
         """The settings fixed at creation: ``compression``, and ``primary_key``,

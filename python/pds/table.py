@@ -325,8 +325,8 @@ class Table:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest of :attr:`version` as parsed JSON, with its whole
-        file list: the root (schema, properties, operation, and
+        """The manifest of :attr:`version` as Python objects (what its JSON
+        holds), with its whole file list: the root (schema, properties, operation, and
         ``segments``, the immutable objects the file list is stored in)
         plus ``data_files`` (with their statistics) and ``tombstones``.
 

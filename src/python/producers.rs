@@ -1,7 +1,8 @@
 //! Pipeline functions of `pds._core`. Manifests cross as Python objects
 //! (dicts, built and read by pythonize); node descriptions and states as
 //! JSON text, the form they travel in to worker processes and Spark tasks;
-//! data as Arrow (C Data Interface, zero copy). The GIL is released around all I/O, sorting and encoding.
+//! data as Arrow (C Data Interface, zero copy). The GIL is released around
+//! all I/O, sorting and encoding.
 
 use std::sync::Mutex;
 

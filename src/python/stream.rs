@@ -49,6 +49,23 @@ impl PyBatchStream {
     }
 }
 
+impl Drop for PyBatchStream {
+    /// A stream dropped before its end (a reader closed or let go early)
+    /// stops its work, which may wait for threads to finish: done with the
+    /// GIL released, so that other Python threads run meanwhile and a
+    /// thread that needs the GIL to finish (a store adapted from Python)
+    /// can take it. At interpreter shutdown it is dropped where it is.
+    fn drop(&mut self) {
+        let stream = match self.inner.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(stream) = stream {
+            let _ = Python::try_attach(|py| py.detach(move || drop(stream)));
+        }
+    }
+}
+
 /// `pyarrow.RecordBatchReader.from_batches(schema, stream)`.
 pub fn into_reader(py: Python<'_>, mut stream: DatasetStream) -> PyResult<Bound<'_, PyAny>> {
     let schema = stream.schema();

@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use arrow_schema::SchemaRef;
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use pyo3_arrow::PySchema;
+use serde::{Deserialize, Serialize};
 
 use super::errors::IntoPy;
 use crate::error::{Error, Result};
@@ -18,15 +20,23 @@ use crate::table::snapshot::{check_time, TableManifest, TableProperties};
 /// A table version's root: version, schema, commit, identity and settings.
 #[pyclass(module = "pds._core", name = "TableVersion", frozen)]
 pub struct PyTableVersion {
+    root: Root,
+    created_at: DateTime<Utc>,
+    /// `root.schema_ipc`, decoded on first use (a history of many versions
+    /// decodes none).
+    schema: OnceLock<SchemaRef>,
+}
+
+/// What a [`PyTableVersion`] holds, as it pickles.
+#[derive(Serialize, Deserialize)]
+struct Root {
     version: u64,
     previous: Option<u64>,
-    created_at: DateTime<Utc>,
+    created_at: String,
     operation: String,
     parameters: BTreeMap<String, serde_json::Value>,
-    /// The schema as the manifest stores it, decoded on first use (a
-    /// history of many versions decodes none).
+    /// The schema as the manifest stores it (Arrow IPC, base64).
     schema_ipc: String,
-    schema: OnceLock<SchemaRef>,
     /// The manifest's key, for errors.
     path: String,
     commit_id: Option<String>,
@@ -40,20 +50,14 @@ impl PyTableVersion {
     /// time were checked when it was read; should either still not decode,
     /// that is the manifest's corruption.
     pub fn of(m: &TableManifest, key: &str) -> Result<Self> {
-        let path = crate::table::manifest_key(key, m.version);
-        let created_at = check_time(&m.created_at).map_err(|reason| Error::ManifestCorrupted {
-            path: path.clone(),
-            reason,
-        })?;
-        Ok(Self {
+        Self::new(Root {
             version: m.version,
             previous: m.previous,
-            created_at,
+            created_at: m.created_at.clone(),
             operation: m.operation.clone(),
             parameters: m.operation_parameters.clone(),
             schema_ipc: m.schema.arrow_schema.clone(),
-            schema: OnceLock::new(),
-            path,
+            path: crate::table::manifest_key(key, m.version),
             commit_id: m.commit_id.clone(),
             table_id: m.table_id.clone(),
             formats: m.formats.keys().cloned().collect(),
@@ -65,6 +69,19 @@ impl PyTableVersion {
     pub fn py(m: &TableManifest, key: &str) -> PyResult<Self> {
         Self::of(m, key).py_err()
     }
+
+    fn new(root: Root) -> Result<Self> {
+        let created_at =
+            check_time(&root.created_at).map_err(|reason| Error::ManifestCorrupted {
+                path: root.path.clone(),
+                reason,
+            })?;
+        Ok(Self {
+            root,
+            created_at,
+            schema: OnceLock::new(),
+        })
+    }
 }
 
 #[pymethods]
@@ -72,13 +89,13 @@ impl PyTableVersion {
     /// The version number.
     #[getter]
     fn version(&self) -> u64 {
-        self.version
+        self.root.version
     }
 
     /// The version this one was built on (`None` for the table's creation).
     #[getter]
     fn previous(&self) -> Option<u64> {
-        self.previous
+        self.root.previous
     }
 
     /// When the version was committed (UTC).
@@ -90,13 +107,13 @@ impl PyTableVersion {
     /// The operation that wrote it (`"append"`, `"delete"`, ...).
     #[getter]
     fn operation(&self) -> &str {
-        &self.operation
+        &self.root.operation
     }
 
     /// The operation's parameters (rows and files added or removed, ...).
     #[getter]
     fn parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pythonize::pythonize(py, &self.parameters).map_err(PyErr::from)
+        pythonize::pythonize(py, &self.root.parameters).map_err(PyErr::from)
     }
 
     /// The version's full Arrow schema, as a `pyarrow.Schema`.
@@ -105,12 +122,13 @@ impl PyTableVersion {
         let schema = match self.schema.get() {
             Some(s) => s.clone(),
             None => {
-                let decoded = crate::dataset::manifest::schema_from_ipc_base64(&self.schema_ipc)
-                    .map_err(|e| Error::ManifestCorrupted {
-                        path: self.path.clone(),
-                        reason: format!("its arrow_schema cannot be read: {e}"),
-                    })
-                    .py_err()?;
+                let decoded =
+                    crate::dataset::manifest::schema_from_ipc_base64(&self.root.schema_ipc)
+                        .map_err(|e| Error::ManifestCorrupted {
+                            path: self.root.path.clone(),
+                            reason: format!("its arrow_schema cannot be read: {e}"),
+                        })
+                        .py_err()?;
                 self.schema.get_or_init(|| decoded).clone()
             }
         };
@@ -120,25 +138,25 @@ impl PyTableVersion {
     /// The id of the commit that wrote it (`None` before commit ids).
     #[getter]
     fn commit_id(&self) -> Option<&str> {
-        self.commit_id.as_deref()
+        self.root.commit_id.as_deref()
     }
 
     /// The id of the table (`None` for tables created before table ids).
     #[getter]
     fn table_id(&self) -> Option<&str> {
-        self.table_id.as_deref()
+        self.root.table_id.as_deref()
     }
 
     /// The formats published beside pds's own, in name order.
     #[getter]
     fn formats(&self) -> Vec<String> {
-        self.formats.clone()
+        self.root.formats.clone()
     }
 
     /// The primary-key column, if the table declares one.
     #[getter]
     fn primary_key(&self) -> Option<&str> {
-        self.properties.primary_key.as_deref()
+        self.root.properties.primary_key.as_deref()
     }
 
     /// The settings fixed at the table's creation, as the manifest records
@@ -146,13 +164,32 @@ impl PyTableVersion {
     /// `target_file_size` where set).
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pythonize::pythonize(py, &self.properties).map_err(PyErr::from)
+        pythonize::pythonize(py, &self.root.properties).map_err(PyErr::from)
+    }
+
+    /// Pickles as its root's fields (no I/O either way), so that a
+    /// `pds.Table` pickles pinned to its version.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Py<PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let text = serde_json::to_string(&slf.get().root)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        let restore = py.get_type::<Self>().getattr("_restore")?.unbind();
+        Ok((restore, (text,).into_pyobject(py)?))
+    }
+
+    /// The version a pickle holds (see `__reduce__`).
+    #[staticmethod]
+    fn _restore(text: &str) -> PyResult<Self> {
+        let root: Root = serde_json::from_str(text).map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!("not a pickled TableVersion: {e}"))
+        })?;
+        Self::new(root).py_err()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "TableVersion(version={}, operation={:?})",
-            self.version, self.operation
+            self.root.version, self.root.operation
         )
     }
 }

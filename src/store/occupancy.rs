@@ -365,11 +365,14 @@ pub fn manifest_kind(raw: &[u8]) -> Kind {
 }
 
 /// Whether the table or pipeline at `owner` is a table or a pipeline: its
-/// first manifest's `format`, or, if vacuum removed that, the one the
-/// pointer names (1 GET, or 3).
+/// first manifest's `format`, or, if vacuum removed that or its format
+/// cannot be read, the one the pointer names (1 GET, or 3).
 async fn versioned_kind<P: Probe>(probe: &P, owner: &str) -> Result<Kind> {
     if let Some(raw) = probe.read(&format!("{owner}/{FIRST_VERSION}")).await? {
-        return Ok(manifest_kind(&raw));
+        let kind = manifest_kind(&raw);
+        if kind != Kind::Versioned {
+            return Ok(kind);
+        }
     }
     let Some(pointer) = probe.read(&format!("{owner}/{POINTER}")).await? else {
         return Ok(Kind::Versioned);
@@ -396,7 +399,7 @@ async fn versioned_kind<P: Probe>(probe: &P, owner: &str) -> Result<Kind> {
 ///
 /// Cost: 5 HEADs per level of the key (`a/b/c`: 15), 1 LIST request, and,
 /// for each table or pipeline found, 1 GET (3 if its first version was
-/// vacuumed) to tell which it is.
+/// vacuumed or is unreadable) to tell which it is.
 pub async fn occupancy<P: Probe>(probe: &P, key: &str) -> Result<Occupancy> {
     let markers = probes(key)?;
     let heads = futures::future::join_all(markers.iter().map(|m| probe.exists(m))).await;
@@ -423,7 +426,7 @@ pub async fn occupancy<P: Probe>(probe: &P, key: &str) -> Result<Occupancy> {
 /// or pipeline whose manifests cannot tell which is [`Kind::Versioned`].
 ///
 /// Cost: 5 HEADs (at once) and, for a table or pipeline, 1 GET (3 if its
-/// first version was vacuumed).
+/// first version was vacuumed or is unreadable).
 pub async fn kind_at<P: Probe>(probe: &P, key: &str) -> Result<Option<Kind>> {
     let mut markers = probes(key)?;
     markers.truncate(MARKERS.len());
@@ -493,6 +496,18 @@ mod tests {
         put(&s, "p/manifest/v00000000.json", PIPELINE_V0);
         put(&s, "w/_WRITING", "");
         put(&s, "x/_latest_manifest", "not json");
+        // A damaged first version: the pointer's version tells.
+        put(&s, "q/manifest/v00000000.json", "{\"format\": \"pds-pipe");
+        put(
+            &s,
+            "q/manifest/v00000001.json",
+            r#"{"format": "pds-pipeline/2", "version": 1}"#,
+        );
+        put(
+            &s,
+            "q/_latest_manifest",
+            r#"{"version":1,"manifest":"manifest/v00000001.json"}"#,
+        );
         // Neither an ancestor nor what lies below counts.
         assert_eq!(kind("a"), None);
         assert_eq!(kind("a/b/c"), None);
@@ -501,6 +516,7 @@ mod tests {
         assert_eq!(kind("p"), Some(Kind::Pipeline));
         assert_eq!(kind("w"), Some(Kind::UnfinishedDataset));
         assert_eq!(kind("x"), Some(Kind::Versioned));
+        assert_eq!(kind("q"), Some(Kind::Pipeline));
         assert!(matches!(
             crate::runtime::block_on(kind_at(&s, "../a")).unwrap(),
             Err(Error::InvalidPath { .. })

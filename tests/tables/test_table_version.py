@@ -3,13 +3,17 @@ says what the manifest says: each getter against the manifest's own JSON."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
+import pickle
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from remote_store import Store
 
+import pds
 from pds import Table, _core
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
@@ -75,3 +79,20 @@ def test_the_whole_manifest_is_the_stored_one_with_its_file_list(fast_store: Sto
         assert whole[field] == m[field], field
     assert [f["total_rows"] for f in whole["data_files"]] == [10]
     assert len(whole["tombstones"]) == 1
+
+
+@pytest.mark.spec("D-1")
+def test_a_table_pickles_pinned_to_its_version(tmp_path: Path) -> None:
+    store = pds.open_store(f"file://{tmp_path}")
+    t = Table.create(store, "t", data=rows(0, 5), primary_key="id")
+    t.append(rows(5, 8))
+    old = t.at(version=0)
+    t.append(rows(8, 9))
+    for copied in (pickle.loads(pickle.dumps(old)), copy.deepcopy(old)):
+        assert copied.version == 0 and copied.commit_id == old.commit_id
+        assert copied._state.created_at == old._state.created_at
+        assert copied.schema.equals(SCHEMA) and copied.primary_key == "id"
+        assert copied.to_arrow().column("id").to_pylist() == list(range(5))
+        assert copied.refresh() == 2
+    with pytest.raises(ValueError, match="not a pickled TableVersion"):
+        _core.TableVersion._restore("{}")

@@ -8,7 +8,7 @@ import click
 from remote_store import NotFound, Store
 
 from pds import _core
-from pds.backend import native_handle, open_store
+from pds.backend import open_store
 from pds.cli._args import _location, _options
 from pds.cli._output import _Output
 
@@ -20,6 +20,11 @@ _KINDS = {
     "table or pipeline": "table",
     "pipeline": "pipeline",
 }
+
+
+def kind_named(found: str | None) -> str | None:
+    """The kind the commands treat *found* (``_Context.found``) as."""
+    return None if found is None else _KINDS[found]
 
 
 class _Context(_Output):
@@ -43,9 +48,13 @@ class _Context(_Output):
         its first manifest's ``format`` (1 GET). An unfinished dataset counts
         as a dataset and a table or pipeline whose manifests cannot tell
         which as a table: opening either says what is wrong."""
-        handle = native_handle(self.store) or _core.RustStore.over_store(self.store)
-        found = _core.kind_at(handle, self.store.native_path(key.strip("/")))
-        return None if found is None else _KINDS[found]
+        return kind_named(self.found(key))
+
+    def found(self, key: str) -> str | None:
+        """What the core finds at *key* itself, in its words (``"unfinished
+        dataset"``, ``"table or pipeline"``, ...; see ``_core.kind_at``)."""
+        handle = self.store.unwrap(_core.RustStore)  # the commands open every store on pds's backend
+        return _core.kind_at(handle, self.store.native_path(key.strip("/")))
 
     def need(self, key: str) -> str:
         kind = self.kind(key)

@@ -12,7 +12,7 @@ from remote_store import NotFound
 from rich.text import Text
 
 from pds.cli._args import MAX_COUNT, _check_key, _common, _key, _url
-from pds.cli._context import _Context
+from pds.cli._context import _Context, kind_named
 from pds.cli._group import _DATA_ERRORS, _one_line, main
 from pds.cli._output import _when
 from pds.cli._pipelines import _changes_text, _node_rows, _nodes, _pipeline_manifest
@@ -35,8 +35,12 @@ _LS_COLUMNS = ("key", "kind", "version", "files", "rows", "parts", "sources", "s
 def _ls_entry(ctx: _Context, folder: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": folder, "kind": "unknown"}
     try:
-        kind = ctx.kind(folder)
+        found = ctx.found(folder)
+        kind = kind_named(found)
         entry["kind"] = kind or "folder"
+        if found == "unfinished dataset":
+            entry["error"] = "unfinished: no _SUCCESS (a write in progress, or one that was killed)"
+            return entry
         if kind == "table":
             t = Table.open(ctx.store, folder)
             files = t.files().to_pylist()
@@ -70,8 +74,10 @@ def ls(url: str, prefix: str, options: tuple[str, ...], as_json: bool) -> None:
     pipelines their version, sources and stages; datasets rows and parts.
     An entry that cannot be read is listed with its error, and the command
     then exits 1 after listing everything.
-    Cost: one LIST, then per folder 1-3 requests to tell what it is and the
-    reads of a table's or pipeline's latest manifest (and tombstones).
+    Cost: one LIST, then per folder 5 HEADs to tell what it is (and 1 GET,
+    3 if its first version is gone or damaged, to tell a table from a pipeline)
+    and the reads of a table's or pipeline's latest manifest (and
+    tombstones).
     """
     ctx = _Context(url, options, as_json)
     where = prefix.strip("/")

@@ -514,9 +514,10 @@ class ParquetDatasetStore:
                     run_id=run_id,
                     metadata=meta,
                     total_rows=total_rows,
-                    # A remote-store backend takes parts one at a time, in
-                    # their order (PDS-002), as it took them before.
-                    parallelism=_parallelism() if self._native is not None else 1,
+                    # A remote-store backend takes the parts in their order
+                    # (PDS-002): the core encodes them at once and lands each
+                    # after the one before it.
+                    parallelism=_parallelism(),
                     io_concurrency=self._io_concurrency,
                     overwrite=overwrite,
                     progress=shown.counters,

@@ -17,7 +17,7 @@ use super::{child_key, part_keys};
 use crate::error::{Error, Result};
 use crate::parquet::encode::{EncodeOptions, PartEncoder, PartSummary};
 use crate::parquet::split::{part_name, Piece, Splitter};
-use crate::store::{PutMode, PutOutcome, StoreHandle};
+use crate::store::{PutMode, PutOutcome, Scheme, StoreHandle};
 
 /// Bytes handed from an encoder to its uploader at a time, and the size
 /// above which a part becomes a multipart upload.
@@ -142,6 +142,11 @@ struct PartName {
     uploads: usize,
     /// The writer's claim, checked before a provisional name is changed.
     claim: Option<Claim>,
+    /// Where parts land in their order: resolved (or dropped) once the
+    /// part before this one landed, or failed.
+    turn: Option<oneshot::Receiver<()>>,
+    /// Dropped once this part landed or failed: the next part's turn.
+    landed: Option<oneshot::Sender<()>>,
 }
 
 fn unnamed() -> Error {
@@ -163,7 +168,11 @@ async fn upload_part(
         provisional,
         uploads,
         claim,
+        turn,
+        landed,
     } = name;
+    // Held to the end: the next part lands after this one's return.
+    let _landed = landed;
     let mut held = Vec::new();
     let mut held_bytes = 0usize;
     // `Some(receiver)`: uploading under the provisional name, the real one to come.
@@ -218,6 +227,10 @@ async fn upload_part(
         }
     };
     let size = body.size;
+    if let Some(turn) = turn {
+        // Encoded while the part before it was written; lands after it.
+        let _ = turn.await;
+    }
     let e_tag = body.land(&store, &key, claim.as_ref()).await?;
     match named {
         Some(name) if name != upload_as => {
@@ -502,6 +515,11 @@ pub(super) fn write_parts_claimed(
 
     // The splitter runs on this (GIL-free) thread; parts run on the runtime.
     let permits = Arc::new(Semaphore::new(parallelism));
+    // A remote-store backend takes the parts in their order, as RFC-0008's
+    // writer gives them (each written whole): parts are encoded at once and
+    // each lands after the one before it.
+    let ordered = store.scheme() == Scheme::Foreign;
+    let mut last_landed: Option<oneshot::Receiver<()>> = None;
     type Landed = (String, PartSummary, Option<String>);
     let mut tasks: Vec<tokio::task::JoinHandle<Result<Landed>>> = Vec::new();
     let mut open: Option<OpenPart> = None;
@@ -539,6 +557,12 @@ pub(super) fn write_parts_claimed(
                     let _ = tx.send(name_for(prefix, index, single));
                 }
             }
+            let (turn, landed) = if ordered {
+                let (tx, rx) = oneshot::channel();
+                (last_landed.replace(rx), Some(tx))
+            } else {
+                (None, None)
+            };
             let fut = run_part(
                 store.clone(),
                 req.location.clone(),
@@ -550,6 +574,8 @@ pub(super) fn write_parts_claimed(
                     provisional: name_for(prefix, index, false),
                     uploads,
                     claim: claim.cloned(),
+                    turn,
+                    landed,
                 },
                 pool.clone(),
             );

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,37 @@ class _Failing(MemoryBackend):  # type: ignore[misc]
             return super().write_atomic(path, content, overwrite=overwrite, metadata=metadata)
         finally:
             self._inside.atomic = False
+
+
+class _SlowFirstPart(MemoryBackend):  # type: ignore[misc]
+    """A real MemoryBackend whose first part takes a while to land; it
+    records when each atomic write starts and ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def write_atomic(self, path, content, *, overwrite=False, metadata=None):  # type: ignore[no-untyped-def]
+        name = str(path).rsplit("/", 1)[-1]
+        with self._lock:
+            self.events.append(("start", name))
+        if name == "part-00000.parquet":
+            time.sleep(0.3)  # the parts after it are encoded meanwhile
+        try:
+            return super().write_atomic(path, content, overwrite=overwrite, metadata=metadata)
+        finally:
+            with self._lock:
+                self.events.append(("end", name))
+
+
+def test_parts_encoded_at_once_land_one_after_the_other_in_their_order() -> None:
+    backend = _SlowFirstPart()
+    store = Store(backend)
+    ParquetDatasetStore(store, max_rows_per_file=300).write_dataset(sample(1000), "d")
+    names = [f"part-{i:05d}.parquet" for i in range(4)] + ["manifest.json", "_SUCCESS"]
+    assert backend.events == [(event, n) for n in names for event in ("start", "end")]
+    assert ParquetDatasetStore(store).read_dataset("d").equals(sample(1000))
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from remote_store import AlreadyExists, BackendUnavailable, NotFound, PermissionDenied, Store
 from remote_store.backends import LocalBackend, MemoryBackend
@@ -83,6 +85,34 @@ def test_parts_encoded_at_once_land_one_after_the_other_in_their_order() -> None
     names = [f"part-{i:05d}.parquet" for i in range(4)] + ["manifest.json", "_SUCCESS"]
     assert backend.events == [(event, n) for n in names for event in ("start", "end")]
     assert ParquetDatasetStore(store).read_dataset("d").equals(sample(1000))
+
+
+def test_the_next_parts_are_encoded_while_one_is_written() -> None:
+    # Part 0's write waits until the input was read up to part 2, which the
+    # writer reaches only while part 0 is being written if it encodes the
+    # parts after it meanwhile (one at a time, it would wait for part 0).
+    table = sample(900)
+    reached = threading.Event()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for i, batch in enumerate(table.to_batches(max_chunksize=300)):
+            if i == 2:
+                reached.set()
+            yield batch
+
+    class _WaitsForPart2(MemoryBackend):  # type: ignore[misc]
+        saw: bool | None = None
+
+        def write_atomic(self, path, content, *, overwrite=False, metadata=None):  # type: ignore[no-untyped-def]
+            if str(path).endswith("part-00000.parquet"):
+                type(self).saw = reached.wait(10)
+            return super().write_atomic(path, content, overwrite=overwrite, metadata=metadata)
+
+    store = Store(_WaitsForPart2())
+    reader = pa.RecordBatchReader.from_batches(table.schema, batches())
+    ParquetDatasetStore(store, max_rows_per_file=300).write_dataset(reader, "d")
+    assert _WaitsForPart2.saw is True, "part 2 was read only after part 0 was written"
+    assert ParquetDatasetStore(store).read_dataset("d").equals(table)
 
 
 @pytest.mark.parametrize(
